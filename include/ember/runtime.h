@@ -1,0 +1,151 @@
+/* ember/runtime.h — devices, buffers, compiled kernels and launches.
+ *
+ * A device is opened by name ("cpu", "cuda:0", "opencl:0", "vulkan:0"). GPU drivers are loaded at
+ * run time; em_backend_list tells which backends this machine has and, for each missing one, why.
+ * Buffers come from the device's memory pool. Kernels are IR kernels (ember/kernel.h) compiled for
+ * the device through the kernel cache: in memory, then on disk under $EMBER_CACHE_DIR, keyed by
+ * the kernel's structural hash, the target, the device architecture and the compiler version. */
+#ifndef EMBER_RUNTIME_H
+#define EMBER_RUNTIME_H
+
+#include "ember/base.h"
+#include "ember/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct em_device em_device;
+typedef struct em_buffer em_buffer;
+typedef struct em_kernel em_kernel;
+
+/* ---- backends and devices ------------------------------------------------------------------- */
+
+typedef struct em_backend_info {
+    const char *name;   /* "cpu", "cuda", "opencl", "vulkan" */
+    int device_count;   /* devices found (0 when unavailable) */
+    char why[256];      /* when device_count == 0: why (library missing, no device, ...) */
+} em_backend_info;
+
+/* Fills up to `max` entries (one per known backend) and returns how many there are. */
+size_t em_backend_list(em_backend_info *out, size_t max);
+
+
+/* Opens a device by name; the same name returns the same device (reference counted). NULL with
+ * the error set when the name is unknown or the backend is unavailable (the message says why). */
+em_device *em_device_open(const char *name);
+/* Drops one reference; the last one frees the device and everything it owns. */
+void em_device_close(em_device *dev);
+/* The canonical name ("cpu", "cuda:0"). */
+const char *em_device_name(const em_device *dev);
+const em_caps *em_device_caps(const em_device *dev);
+/* Waits for all work queued on the device. */
+em_status em_device_sync(em_device *dev);
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+
+/* A buffer of `bytes` bytes (contents undefined) from the device's pool. On out-of-memory the pool
+ * releases its cached blocks and retries before failing with EM_ERR_NOMEM. */
+em_buffer *em_buffer_alloc(em_device *dev, size_t bytes);
+/* Returns the buffer to its device's pool. NULL is ignored. */
+void em_buffer_free(em_buffer *buf);
+size_t em_buffer_size(const em_buffer *buf);
+em_device *em_buffer_device(const em_buffer *buf);
+em_status em_buffer_write(em_buffer *buf, size_t offset, const void *src, size_t bytes);
+em_status em_buffer_read(const em_buffer *buf, size_t offset, void *dst, size_t bytes);
+em_status em_buffer_copy(em_buffer *dst, size_t dst_offset, const em_buffer *src, size_t src_offset,
+                         size_t bytes);
+em_status em_buffer_fill_zero(em_buffer *buf);
+
+typedef struct em_pool_stats {
+    uint64_t allocs;        /* em_buffer_alloc calls that succeeded */
+    uint64_t frees;         /* em_buffer_free calls */
+    uint64_t reuses;        /* allocations served from cached blocks */
+    uint64_t device_allocs; /* allocations that went to the driver */
+    uint64_t bytes_in_use;  /* bytes held by live buffers */
+    uint64_t bytes_cached;  /* bytes in freed blocks kept for reuse */
+    uint64_t peak_in_use;   /* high-water mark of bytes_in_use */
+    uint64_t oom_retries;   /* times the cache was emptied to satisfy an allocation */
+} em_pool_stats;
+void em_device_pool_stats(const em_device *dev, em_pool_stats *out);
+/* Frees every cached (unused) block back to the driver. */
+void em_device_pool_trim(em_device *dev);
+
+/* ---- kernels --------------------------------------------------------------------------------- */
+
+/* Compiles an IR kernel for the device (verifying and simplifying a copy first) or finds it in the
+ * cache. The device owns the result; it lives until the device closes. NULL with the error set on
+ * failure (ill-formed IR names the instruction; a failing system compiler is named and its output
+ * shown). */
+em_kernel *em_kernel_compile(em_device *dev, const em_ir_kernel *k);
+/* Compiles several kernels, in one compiler run where the target allows. out[i] receives each
+ * kernel. On failure every out[i] is NULL. */
+em_status em_kernel_compile_batch(em_device *dev, const em_ir_kernel *const *ks, size_t n,
+                                  em_kernel **out);
+/* The generated source for a kernel on a target ("c", "cuda", ...) without compiling it;
+ * malloc'd, the caller frees it. NULL with the error set when the target does not exist. */
+char *em_kernel_source(const em_ir_kernel *k, const char *target);
+
+/* One launch argument: a buffer (with optional tensor metadata) or a scalar, in the kernel's
+ * parameter order. */
+typedef struct em_arg {
+    uint8_t kind;            /* EM_PARAM_BUFFER or EM_PARAM_SCALAR */
+    em_buffer *buf;          /* buffers: the device buffer */
+    size_t offset;           /* buffers: byte offset of element 0 */
+    uint64_t len;            /* buffers: elements (of the parameter's element type) visible */
+    uint32_t rank;           /* buffers: dims in shape/stride (must match the parameter's rank) */
+    int64_t shape[EM_MAX_RANK];  /* buffers: sizes per dim, in scalars */
+    int64_t stride[EM_MAX_RANK]; /* buffers: strides per dim, in scalars */
+    em_ir_const value;       /* scalars: the value, as the parameter's type */
+} em_arg;
+
+/* Argument helpers. em_arg_buffer views the whole buffer as `len` elements. */
+em_arg em_arg_buffer(em_buffer *buf, uint64_t len);
+em_arg em_arg_tensor(em_buffer *buf, size_t offset, uint64_t len, unsigned rank,
+                     const int64_t *shape, const int64_t *stride);
+em_arg em_arg_u32(uint32_t v);
+em_arg em_arg_i32(int32_t v);
+em_arg em_arg_f32(float v);
+em_arg em_arg_f64(double v);
+
+/* Launches a compiled kernel over cube_count cubes of cube_dim units each. Arguments are checked
+ * against the kernel's parameters (kinds, ranks, device, sizes). Work may run asynchronously on
+ * GPU devices; em_device_sync waits. */
+em_status em_launch(em_kernel *kernel, const uint32_t cube_count[3], const uint32_t cube_dim[3],
+                    const em_arg *args, size_t nargs);
+
+/* The widest line width (among `candidates`, e.g. {8, 4, 2, 1}) that divides the innermost
+ * dimension, whose stride is 1, and that keeps every other stride and the offset aligned; 1 when
+ * the innermost stride is not 1. Shapes and strides count scalars. */
+unsigned em_pick_line_width(unsigned rank, const int64_t *shape, const int64_t *stride,
+                            int64_t offset, const unsigned *candidates, size_t ncandidates);
+
+/* ---- kernel cache ---------------------------------------------------------------------------- */
+
+typedef struct em_cache_stats {
+    uint64_t memory_hits;   /* found in this process */
+    uint64_t disk_hits;     /* loaded from the disk cache */
+    uint64_t compiles;      /* compiler runs */
+    uint64_t kernels_built; /* kernels produced by those runs */
+} em_cache_stats;
+void em_cache_stats_get(em_cache_stats *out);
+/* The cache directory in use (after fallback to a temporary one if the configured one is not
+ * writable). */
+const char *em_cache_dir(void);
+
+/* ---- timing ---------------------------------------------------------------------------------- */
+
+/* Seconds elapsed on the device between two points: em_device_timer_start records, em_device_timer
+ * _stop waits and returns seconds. Host monotonic time on the CPU, events on GPUs. */
+typedef struct em_timer {
+    em_device *dev; /* the device timed */
+    double host_t0; /* host start (seconds) */
+    void *event0;   /* driver start event (GPU) */
+} em_timer;
+em_status em_timer_start(em_timer *t, em_device *dev);
+double em_timer_stop(em_timer *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

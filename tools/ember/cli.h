@@ -1,0 +1,9 @@
+/* cli.h — the subcommands of the `ember` CLI, one file each in tools/ember/. Each takes the
+ * arguments after its own name (argv[0] is the subcommand) and returns the process exit code. */
+#ifndef EMBER_CLI_H
+#define EMBER_CLI_H
+
+int em_cli_info(int argc, char **argv);   /* info.c: devices found, and why others are missing */
+int em_cli_kernel(int argc, char **argv); /* kernel.c: check / dump kernels */
+
+#endif
