@@ -2,7 +2,7 @@
 # library carries its built-in kernels and compiles them on first use. Run by CMake at build time.
 file(GLOB EK_FILES ${SRC_DIR}/*.ek)
 list(SORT EK_FILES)
-set(body "/* Generated from src/kernels/*.ek by cmake/embed_kernels.cmake. Do not edit. */\n")
+set(body "/* Generated from the .ek files of src/kernels by cmake/embed_kernels.cmake. Do not edit. */\n")
 string(APPEND body "#include <stddef.h>\n\ntypedef struct { const char *name; const char *source; } em_builtin_kernel_src;\n\n")
 set(table "")
 set(i 0)

@@ -30,8 +30,8 @@ typedef struct em_lang_diag {
     const char *src_line; /* the source line the error is on (without its newline) */
 } em_lang_diag;
 
-/* A list of diagnostics. Front-end calls append to it; at most EM_LANG_MAX_ERRORS are kept per
- * call (the rest are counted in em_lang_diags_dropped). */
+/* A list of diagnostics. Front-end calls append to it; one call stops at EM_LANG_MAX_ERRORS
+ * errors (the formatted text then ends with "error: too many errors; stopped after 20"). */
 typedef struct em_lang_diags em_lang_diags;
 #define EM_LANG_MAX_ERRORS 20
 
@@ -42,14 +42,15 @@ void em_lang_diags_clear(em_lang_diags *d);
 size_t em_lang_diags_count(const em_lang_diags *d);
 /* The i-th diagnostic (owned by the list), NULL when out of range. */
 const em_lang_diag *em_lang_diags_at(const em_lang_diags *d, size_t i);
-/* Errors found beyond the limit and not kept. */
+/* Errors reported beyond the limit and not kept (the front end stops soon after the limit). */
 size_t em_lang_diags_dropped(const em_lang_diags *d);
 /* Every diagnostic as text, malloc'd (the caller frees it): for each,
  *   FILE:LINE:COL: error: MESSAGE
  *   the source line
  *   a caret under the column
  *   hint: HINT            (when there is one)
- * NULL when out of memory. */
+ * and "error: too many errors; stopped after 20" when a call hit the limit. NULL when out of
+ * memory. */
 char *em_lang_diags_format(const em_lang_diags *d);
 
 /* ---- modules --------------------------------------------------------------------------------- */
@@ -73,7 +74,7 @@ size_t em_lang_kernel_count(const em_lang_module *m);
 const char *em_lang_kernel_name(const em_lang_module *m, size_t i);
 bool em_lang_has_kernel(const em_lang_module *m, const char *kernel);
 
-/* The built-in kernels (src/kernels/*.ek), loaded and resolved on first use into one shared,
+/* The built-in kernels (the .ek files of src/kernels), loaded and resolved on first use into one shared,
  * process-wide module that is never freed. NULL with the error set if they fail to load (a bug). */
 const em_lang_module *em_lang_builtins(void);
 

@@ -57,6 +57,8 @@ em_status em_buffer_copy(em_buffer *dst, size_t dst_offset, const em_buffer *src
                          size_t bytes);
 em_status em_buffer_fill_zero(em_buffer *buf);
 
+/* Pool counters since the device opened. Byte counts are block sizes: requests rounded up to the
+ * pool's size classes (256 bytes, then four classes per power of two). */
 typedef struct em_pool_stats {
     uint64_t allocs;        /* em_buffer_alloc calls that succeeded */
     uint64_t frees;         /* em_buffer_free calls */
@@ -76,20 +78,36 @@ void em_device_pool_trim(em_device *dev);
 /* Compiles an IR kernel for the device (verifying and simplifying a copy first) or finds it in the
  * cache. The device owns the result; it lives until the device closes. NULL with the error set on
  * failure (ill-formed IR names the instruction; a failing system compiler is named and its output
- * shown). */
+ * shown). Thread-safe; compiles on one device are serialized. */
 em_kernel *em_kernel_compile(em_device *dev, const em_ir_kernel *k);
-/* Compiles several kernels, in one compiler run where the target allows. out[i] receives each
- * kernel. On failure every out[i] is NULL. */
+/* Compiles several kernels, in one compiler run where the target allows (kernels already in
+ * memory or on disk are not rebuilt; two different kernels of one name go to separate runs, since
+ * one binary cannot hold both). Each kernel is later found by its own key, alone or in another
+ * batch. out[i] receives each kernel. On failure every out[i] is NULL. */
 em_status em_kernel_compile_batch(em_device *dev, const em_ir_kernel *const *ks, size_t n,
                                   em_kernel **out);
+/* The kernel's name, and the verified, simplified IR it was compiled from (owned by the device). */
+const char *em_kernel_name(const em_kernel *kernel);
+const em_ir_kernel *em_kernel_ir(const em_kernel *kernel);
 /* The generated source for a kernel on a target ("c", "cuda", ...) without compiling it;
  * malloc'd, the caller frees it. NULL with the error set when the target does not exist. */
 char *em_kernel_source(const em_ir_kernel *k, const char *target);
+
+/* How a scalar argument's `value` is to be read: as the parameter's own type (for arguments
+ * written by hand), or as what an em_arg_* helper stored. An integer value passed to a float
+ * parameter is converted; a float value passed to an integer parameter is an error. */
+typedef enum em_arg_class {
+    EM_ARG_AS_PARAM = 0, /* value already in the parameter's class (i/u for integers, f for floats) */
+    EM_ARG_INT,          /* value.i holds a signed integer */
+    EM_ARG_UINT,         /* value.u holds an unsigned integer */
+    EM_ARG_FLOAT,        /* value.f holds a float */
+} em_arg_class;
 
 /* One launch argument: a buffer (with optional tensor metadata) or a scalar, in the kernel's
  * parameter order. */
 typedef struct em_arg {
     uint8_t kind;            /* EM_PARAM_BUFFER or EM_PARAM_SCALAR */
+    uint8_t value_class;     /* scalars: an em_arg_class */
     em_buffer *buf;          /* buffers: the device buffer */
     size_t offset;           /* buffers: byte offset of element 0 */
     uint64_t len;            /* buffers: elements (of the parameter's element type) visible */
@@ -109,8 +127,14 @@ em_arg em_arg_f32(float v);
 em_arg em_arg_f64(double v);
 
 /* Launches a compiled kernel over cube_count cubes of cube_dim units each. Arguments are checked
- * against the kernel's parameters (kinds, ranks, device, sizes). Work may run asynchronously on
- * GPU devices; em_device_sync waits. */
+ * against the kernel's parameters, and an error names the parameter: the count, each kind, that
+ * a buffer is on the kernel's device, that offset is a multiple of the element's scalar size and
+ * offset + len * element size fits in the buffer, that len fits in u32, that a tensor parameter
+ * gets a tensor of its rank whose shape and (non-negative) strides stay inside len, and that a
+ * scalar's class fits the parameter. A rank-0 (plain array) parameter ignores tensor metadata.
+ * The cube dimensions must be within the device's caps (and equal the kernel's fixed cube_dim if
+ * it has one); the grid must have at most 2^32 units (positions are u32). A grid with a zero axis
+ * launches nothing. Work may run asynchronously on GPU devices; em_device_sync waits. */
 em_status em_launch(em_kernel *kernel, const uint32_t cube_count[3], const uint32_t cube_dim[3],
                     const em_arg *args, size_t nargs);
 
@@ -129,8 +153,10 @@ typedef struct em_cache_stats {
     uint64_t kernels_built; /* kernels produced by those runs */
 } em_cache_stats;
 void em_cache_stats_get(em_cache_stats *out);
-/* The cache directory in use (after fallback to a temporary one if the configured one is not
- * writable). */
+/* The cache directory in use (after fallback to a temporary one, with a warning, if the
+ * configured one is not writable). Re-resolved when $EMBER_CACHE_DIR / $XDG_CACHE_HOME / $HOME
+ * change; the string stays valid for the life of the process. NULL (error set) only when no
+ * directory at all can be written. */
 const char *em_cache_dir(void);
 
 /* ---- timing ---------------------------------------------------------------------------------- */

@@ -1,0 +1,301 @@
+/* pool.c — each device's memory pool and the buffer API on top of it.
+ *
+ * A request is rounded up to a size class (256 bytes, then four classes per power of two, so at
+ * most a quarter is wasted). Freed blocks stay in a per-class free list and serve the next request
+ * of that class without a driver call. When the driver reports out-of-memory, the pool hands every
+ * cached block back to the driver and tries once more; only then does the allocation fail, with
+ * EM_ERR_NOMEM. One mutex per pool guards the lists and the statistics. Byte counts in the
+ * statistics are block sizes (what the device really holds), not the sizes asked for. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "runtime/rt.h"
+
+_Static_assert(sizeof(size_t) == 8, "the size classes assume a 64-bit size_t");
+
+bool em_rt_size_class(size_t bytes, unsigned *cls, size_t *capacity)
+{
+    if (bytes <= EM_RT_POOL_MIN_BLOCK) {
+        *cls = 0;
+        *capacity = EM_RT_POOL_MIN_BLOCK;
+        return true;
+    }
+    if (bytes > ((size_t)1 << 62))
+        return false;
+    unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)(bytes - 1)); /* 2^k < bytes */
+    size_t step = (size_t)1 << (k - 2);
+    size_t cap = (bytes + step - 1) / step * step; /* 1.25, 1.5, 1.75 or 2 times 2^k */
+    *cls = (k - 8) * 4 + (unsigned)(cap / step) - 4;
+    *capacity = cap;
+    return true;
+}
+
+void em_rt_pool_init(em_rt_pool *pool)
+{
+    memset(pool, 0, sizeof(*pool));
+    pthread_mutex_init(&pool->lock, NULL);
+    /* Like PyTorch's caching allocator, keep every freed block (up to the peak in use) until an
+     * allocation runs out of memory or the pool is trimmed; $EMBER_POOL_MAX_CACHED (bytes) caps
+     * the idle bytes kept instead. */
+    const char *cap = getenv("EMBER_POOL_MAX_CACHED");
+    pool->max_cached = cap && *cap ? strtoull(cap, NULL, 10) : 0;
+}
+
+/* Gives every cached block back to the driver. Called with the lock held. */
+static void trim_locked(em_device *dev)
+{
+    em_rt_pool *pool = &dev->pool;
+    for (unsigned c = 0; c < EM_RT_POOL_CLASSES; c++) {
+        while (pool->free_lists[c]) {
+            em_buffer *b = pool->free_lists[c];
+            pool->free_lists[c] = b->next;
+            dev->drv->free(dev->state, b->mem, b->capacity);
+            free(b);
+        }
+    }
+    pool->stats.bytes_cached = 0;
+}
+
+size_t em_rt_pool_destroy(em_device *dev)
+{
+    em_rt_pool *pool = &dev->pool;
+    size_t live = 0;
+    pthread_mutex_lock(&pool->lock);
+    trim_locked(dev);
+    while (pool->live) {
+        em_buffer *b = pool->live;
+        pool->live = b->next;
+        dev->drv->free(dev->state, b->mem, b->capacity);
+        free(b);
+        live++;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return live;
+}
+
+/* A block for class cls: from the free list, else from the driver (emptying the cache and trying
+ * again when the driver is out of memory). Called with the lock held. */
+static em_buffer *take_block(em_device *dev, unsigned cls, size_t cap)
+{
+    em_rt_pool *pool = &dev->pool;
+    em_buffer *b = pool->free_lists[cls];
+    if (b) {
+        pool->free_lists[cls] = b->next;
+        pool->stats.bytes_cached -= cap;
+        pool->stats.reuses++;
+        return b;
+    }
+    b = calloc(1, sizeof(*b));
+    if (!b) {
+        em_set_error(EM_ERR_NOMEM, "out of host memory for a buffer descriptor");
+        return NULL;
+    }
+    void *mem = NULL;
+    em_status st = dev->drv->alloc(dev->state, cap, &mem);
+    if (st == EM_ERR_NOMEM && pool->stats.bytes_cached > 0) {
+        uint64_t cached = pool->stats.bytes_cached;
+        trim_locked(dev);
+        pool->stats.oom_retries++;
+        EM_LOGI("device %s: out of memory for %zu bytes; released %llu cached bytes and retrying",
+                dev->name, cap, (unsigned long long)cached);
+        st = dev->drv->alloc(dev->state, cap, &mem);
+    }
+    if (st != EM_OK) {
+        free(b);
+        if (st == EM_ERR_NOMEM)
+            em_set_error(EM_ERR_NOMEM,
+                         "device %s: out of memory allocating %zu bytes (%llu bytes in use, "
+                         "%llu cached)",
+                         dev->name, cap, (unsigned long long)pool->stats.bytes_in_use,
+                         (unsigned long long)pool->stats.bytes_cached);
+        else
+            em_error_context("device %s: allocating %zu bytes", dev->name, cap);
+        return NULL;
+    }
+    b->mem = mem;
+    b->capacity = cap;
+    b->cls = cls;
+    b->dev = dev;
+    pool->stats.device_allocs++;
+    return b;
+}
+
+em_buffer *em_buffer_alloc(em_device *dev, size_t bytes)
+{
+    if (!dev) {
+        em_set_error(EM_ERR_INVALID, "em_buffer_alloc: no device");
+        return NULL;
+    }
+    unsigned cls;
+    size_t cap;
+    if (!em_rt_size_class(bytes, &cls, &cap)) {
+        em_set_error(EM_ERR_NOMEM, "device %s: cannot allocate %zu bytes (too large)", dev->name,
+                     bytes);
+        return NULL;
+    }
+    em_rt_pool *pool = &dev->pool;
+    pthread_mutex_lock(&pool->lock);
+    em_buffer *b = take_block(dev, cls, cap);
+    if (b) {
+        b->size = bytes;
+        b->prev = NULL;
+        b->next = pool->live;
+        if (pool->live)
+            pool->live->prev = b;
+        pool->live = b;
+        pool->stats.allocs++;
+        pool->stats.bytes_in_use += cap;
+        if (pool->stats.bytes_in_use > pool->stats.peak_in_use)
+            pool->stats.peak_in_use = pool->stats.bytes_in_use;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return b;
+}
+
+void em_buffer_free(em_buffer *buf)
+{
+    if (!buf)
+        return;
+    em_device *dev = buf->dev;
+    em_rt_pool *pool = &dev->pool;
+    pthread_mutex_lock(&pool->lock);
+    if (buf->prev)
+        buf->prev->next = buf->next;
+    else
+        pool->live = buf->next;
+    if (buf->next)
+        buf->next->prev = buf->prev;
+    pool->stats.frees++;
+    pool->stats.bytes_in_use -= buf->capacity;
+    if (pool->max_cached && pool->stats.bytes_cached + buf->capacity > pool->max_cached) {
+        dev->drv->free(dev->state, buf->mem, buf->capacity);
+        free(buf);
+    } else {
+        buf->prev = NULL;
+        buf->next = pool->free_lists[buf->cls];
+        pool->free_lists[buf->cls] = buf;
+        pool->stats.bytes_cached += buf->capacity;
+    }
+    pthread_mutex_unlock(&pool->lock);
+}
+
+void em_device_pool_stats(const em_device *dev, em_pool_stats *out)
+{
+    if (!out)
+        return;
+    memset(out, 0, sizeof(*out));
+    if (!dev)
+        return;
+    em_rt_pool *pool = (em_rt_pool *)&dev->pool;
+    pthread_mutex_lock(&pool->lock);
+    *out = pool->stats;
+    pthread_mutex_unlock(&pool->lock);
+}
+
+void em_device_pool_trim(em_device *dev)
+{
+    if (!dev)
+        return;
+    pthread_mutex_lock(&dev->pool.lock);
+    trim_locked(dev);
+    pthread_mutex_unlock(&dev->pool.lock);
+}
+
+size_t em_buffer_size(const em_buffer *buf)
+{
+    return buf ? buf->size : 0;
+}
+
+em_device *em_buffer_device(const em_buffer *buf)
+{
+    return buf ? buf->dev : NULL;
+}
+
+/* ---- transfers ------------------------------------------------------------------------------- */
+
+static bool in_range(size_t offset, size_t bytes, size_t size)
+{
+    return offset <= size && bytes <= size - offset;
+}
+
+static em_status range_error(const char *fn, const em_buffer *buf, size_t offset, size_t bytes)
+{
+    return em_set_error(EM_ERR_INVALID,
+                        "%s: bytes [%zu, %zu + %zu) are outside the buffer of %zu bytes on %s", fn,
+                        offset, offset, bytes, buf->size, buf->dev->name);
+}
+
+em_status em_buffer_write(em_buffer *buf, size_t offset, const void *src, size_t bytes)
+{
+    if (!buf || (!src && bytes))
+        return em_set_error(EM_ERR_INVALID, "em_buffer_write: no buffer or no source");
+    if (!in_range(offset, bytes, buf->size))
+        return range_error("em_buffer_write", buf, offset, bytes);
+    if (!bytes)
+        return EM_OK;
+    em_status st = buf->dev->drv->write(buf->dev->state, buf->mem, offset, src, bytes);
+    return st == EM_OK ? st : em_error_context("device %s: buffer write", buf->dev->name);
+}
+
+em_status em_buffer_read(const em_buffer *buf, size_t offset, void *dst, size_t bytes)
+{
+    if (!buf || (!dst && bytes))
+        return em_set_error(EM_ERR_INVALID, "em_buffer_read: no buffer or no destination");
+    if (!in_range(offset, bytes, buf->size))
+        return range_error("em_buffer_read", buf, offset, bytes);
+    if (!bytes)
+        return EM_OK;
+    em_status st = buf->dev->drv->read(buf->dev->state, buf->mem, offset, dst, bytes);
+    return st == EM_OK ? st : em_error_context("device %s: buffer read", buf->dev->name);
+}
+
+#define STAGING_CHUNK ((size_t)16 << 20)
+
+em_status em_buffer_copy(em_buffer *dst, size_t dst_offset, const em_buffer *src, size_t src_offset,
+                         size_t bytes)
+{
+    if (!dst || !src)
+        return em_set_error(EM_ERR_INVALID, "em_buffer_copy: no source or destination buffer");
+    if (!in_range(dst_offset, bytes, dst->size))
+        return range_error("em_buffer_copy (destination)", dst, dst_offset, bytes);
+    if (!in_range(src_offset, bytes, src->size))
+        return range_error("em_buffer_copy (source)", src, src_offset, bytes);
+    if (!bytes)
+        return EM_OK;
+    if (dst->dev == src->dev) {
+        em_status st = dst->dev->drv->copy(dst->dev->state, dst->mem, dst_offset, src->mem,
+                                           src_offset, bytes);
+        return st == EM_OK ? st : em_error_context("device %s: buffer copy", dst->dev->name);
+    }
+    /* Between devices: through host memory, a chunk at a time. */
+    size_t chunk = EM_MIN(bytes, STAGING_CHUNK);
+    void *staging = malloc(chunk);
+    if (!staging)
+        return em_set_error(EM_ERR_NOMEM, "em_buffer_copy: out of host memory for staging");
+    em_status st = EM_OK;
+    for (size_t done = 0; done < bytes && st == EM_OK; done += chunk) {
+        size_t n = EM_MIN(chunk, bytes - done);
+        st = em_buffer_read(src, src_offset + done, staging, n);
+        if (st == EM_OK)
+            st = em_buffer_write(dst, dst_offset + done, staging, n);
+    }
+    free(staging);
+    return st;
+}
+
+em_status em_buffer_fill_zero(em_buffer *buf)
+{
+    if (!buf)
+        return em_set_error(EM_ERR_INVALID, "em_buffer_fill_zero: no buffer");
+    size_t chunk = EM_MIN(buf->size, (size_t)1 << 20);
+    if (!chunk)
+        return EM_OK;
+    void *zeros = calloc(1, chunk);
+    if (!zeros)
+        return em_set_error(EM_ERR_NOMEM, "em_buffer_fill_zero: out of host memory");
+    em_status st = EM_OK;
+    for (size_t done = 0; done < buf->size && st == EM_OK; done += chunk)
+        st = em_buffer_write(buf, done, zeros, EM_MIN(chunk, buf->size - done));
+    free(zeros);
+    return st;
+}

@@ -1,0 +1,89 @@
+/* rt.h — the runtime's internal structures, shared by its files: the device (device.c), its
+ * memory pool and buffers (pool.c), compiled kernels and loaded modules (cache.c), and the
+ * registry of backends (registry.c). Nothing outside src/runtime includes this; the public API
+ * is ember/runtime.h. Internal functions shared between files use the em_rt_ prefix. */
+#ifndef EM_RUNTIME_RT_H
+#define EM_RUNTIME_RT_H
+#include <pthread.h>
+#include "base/base.h"
+#include "ember/runtime.h"
+#include "runtime/driver.h"
+
+/* ---- memory pool (pool.c) ------------------------------------------------------------------ */
+
+/* Size classes: 256 bytes, then four classes per power of two (1.25, 1.5, 1.75 and 2 times it),
+ * so a block wastes at most a quarter of its size. */
+#define EM_RT_POOL_CLASSES 224
+#define EM_RT_POOL_MIN_BLOCK 256
+
+struct em_buffer {
+    em_device *dev;    /* owning device */
+    void *mem;         /* the driver's block */
+    size_t size;       /* bytes requested (what the user sees) */
+    size_t capacity;   /* bytes of the block (its size class) */
+    unsigned cls;      /* size class index */
+    em_buffer *prev;   /* live list (or free list: next only) */
+    em_buffer *next;
+};
+
+typedef struct em_rt_pool {
+    pthread_mutex_t lock;                   /* guards everything below */
+    em_buffer *free_lists[EM_RT_POOL_CLASSES]; /* cached blocks per size class */
+    em_buffer *live;                        /* buffers handed out (doubly linked) */
+    uint64_t max_cached;                    /* idle bytes kept at most (0 = no limit) */
+    em_pool_stats stats;                    /* counters reported by em_device_pool_stats */
+} em_rt_pool;
+
+/* Size class of a request: writes the block size to *capacity; false when too large. */
+bool em_rt_size_class(size_t bytes, unsigned *cls, size_t *capacity);
+void em_rt_pool_init(em_rt_pool *pool);
+/* Frees every cached and every live block (device close). Returns how many were live. */
+size_t em_rt_pool_destroy(em_device *dev);
+
+/* ---- kernels and modules (cache.c) --------------------------------------------------------- */
+
+typedef struct em_rt_module {
+    void *handle;      /* the driver's module */
+    char *path;        /* the binary it came from */
+} em_rt_module;
+
+struct em_kernel {
+    em_device *dev;      /* owning device */
+    em_ir_kernel *ir;    /* the simplified copy (parameters for argument checks) */
+    char key[33];        /* cache key */
+    void *fn;            /* the driver's function handle */
+    em_rt_module *module; /* the module holding fn (shared by a batch) */
+};
+
+/* Frees every kernel and unloads every module of a device (device close). */
+void em_rt_kernels_destroy(em_device *dev);
+
+/* ---- devices (device.c, registry.c) -------------------------------------------------------- */
+
+struct em_device {
+    const em_driver *drv;  /* the backend's vtable */
+    void *state;           /* the driver's device state */
+    char name[32];         /* canonical name: "cpu", "cuda:0" */
+    int index;             /* device index within its backend */
+    int refs;              /* references; guarded by the registry lock */
+    em_caps caps;          /* capabilities, filled by the driver at open */
+    em_rt_pool pool;       /* memory pool */
+    pthread_mutex_t kernel_lock; /* guards kernels, kernel_list and modules */
+    pthread_mutex_t compile_lock; /* serializes cache misses (one compile at a time) */
+    em_map kernels;        /* IR hash / cache key -> em_kernel * (two keys per kernel) */
+    struct {
+        em_kernel **items;
+        size_t len, cap;
+    } kernel_list;         /* every kernel, once, for freeing */
+    em_map modules;        /* binary path -> em_rt_module * */
+};
+
+/* Creates a device of `drv` (index i, canonical name) with one reference; NULL (error set). */
+em_device *em_rt_device_create(const em_driver *drv, int index, const char *name);
+/* Frees a device whose last reference went away. */
+void em_rt_device_destroy(em_device *dev);
+
+/* Host monotonic clock in seconds. */
+double em_rt_now(void);
+
+#endif

@@ -1,0 +1,74 @@
+/* main.c — the `ember` command: `ember <command> [args]`. Each command lives in its own file
+ * (cli.h) and receives the arguments after `ember` (argv[0] is the command name). This file only
+ * dispatches and prints the overall help and version; `ember <command> --help` is the command's
+ * own business, so each command documents itself. */
+#include <stdio.h>
+#include <string.h>
+#include "ember/runtime.h"
+#include "cli.h"
+
+#ifndef EMBER_VERSION
+#define EMBER_VERSION "0.1.0-dev"
+#endif
+
+typedef struct command {
+    const char *name;                  /* what the user types */
+    int (*run)(int argc, char **argv); /* the implementation (cli.h) */
+    const char *summary;               /* one line for `ember --help` */
+} command;
+
+static const command COMMANDS[] = {
+    {"info", em_cli_info, "list backends and devices, their capabilities, or why they are missing"},
+    {"kernel", em_cli_kernel, "check, dump and run kernels"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: ember <command> [args]\n"
+                 "       ember <command> --help\n"
+                 "       ember --version\n\n"
+                 "ember is a deep-learning stack in C: kernels compiled at run time for every\n"
+                 "device, tensors, autodiff and a GPT.\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(COMMANDS) / sizeof(COMMANDS[0]); i++)
+        fprintf(out, "  %-10s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
+    fprintf(out, "\nenvironment:\n"
+                 "  EMBER_CACHE_DIR  kernel cache (default $XDG_CACHE_HOME/ember or "
+                 "~/.cache/ember)\n"
+                 "  EMBER_CC         C compiler for CPU kernels (default cc)\n"
+                 "  EMBER_CFLAGS     its flags (default -O2)\n"
+                 "  EMBER_THREADS    CPU worker threads (default: cores - 1)\n"
+                 "  EMBER_LOG        log level: error, warn, info, debug, trace (default warn)\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        if (strcmp(cmd, "help") == 0 && argc > 2) {
+            for (size_t i = 0; i < sizeof(COMMANDS) / sizeof(COMMANDS[0]); i++) {
+                if (strcmp(argv[2], COMMANDS[i].name) == 0) {
+                    char *help_argv[] = {argv[2], "--help", NULL};
+                    return COMMANDS[i].run(2, help_argv);
+                }
+            }
+            fprintf(stderr, "ember: unknown command '%s'\n", argv[2]);
+            return 2;
+        }
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) {
+        printf("ember %s\n", EMBER_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(COMMANDS) / sizeof(COMMANDS[0]); i++)
+        if (strcmp(cmd, COMMANDS[i].name) == 0)
+            return COMMANDS[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "ember: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}
