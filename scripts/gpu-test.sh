@@ -2,16 +2,18 @@
 # gpu-test.sh — runs ember's runtime and kernel test suites on a GPU (the H200 machine of
 # docs/backends.md) and keeps the logs.
 #
-#   scripts/gpu-test.sh [--device NAME] [--build DIR] [--no-build] [--only REGEX]
+#   scripts/gpu-test.sh [--device NAME] [--build DIR] [--no-build] [--only REGEX] [--timeout S]
 #   scripts/gpu-test.sh --prepare [--build DIR]      (on the development machine)
 #
 # Normal mode (on the GPU machine): configures and builds ember in DIR (default build-gpu) with
 # gcc and -DEMBER_WERROR=OFF (another gcc may warn differently), prints the machine (nvidia-smi,
 # toolkit, compiler, commit) and `ember info`, then runs every runtime_test_* and kernel_test_*
-# (and lang_test_*) executable of the build (DIR/tests) with EMBER_TEST_DEVICE=NAME (default cuda:0; tests that take a device
+# (and lang_test_*) executable of the build (DIR/tests), the CUDA ones first, each with at most S
+# seconds (default 300; --only REGEX picks programs by name), with EMBER_TEST_DEVICE=NAME (default cuda:0; tests that take a device
 # read it) and a fresh kernel cache. When the machine cannot build (no cmake, or no cmocka /
 # cJSON development files), a build folder made with --prepare and carried along is used as it
-# is (--no-build forces that). Logs go to $OUT when it is set, else DIR/gpu-test-logs:
+# is (--no-build forces that). The commit shown is $EMBER_COMMIT when set (a copy of the tree
+# without .git cannot tell), else git's. Logs go to $OUT when it is set, else DIR/gpu-test-logs:
 #   summary.txt   what ran, and the result of each test program
 #   machine.txt   nvidia-smi, driver, toolkit, compiler, commit
 #   build.txt     configure and build output
@@ -20,9 +22,9 @@
 # Exits 0 when everything built and every test program passed (skips are fine), 1 when a program
 # failed or a target did not build, 2 when nothing could be run.
 #
-# --prepare (on the development machine): builds DIR the same way and copies the shared
-# libraries the tests need that the GPU machine may lack (cmocka, cJSON) into DIR/gpu-libs, so
-# DIR can be carried to the GPU machine and run with --no-build.
+# --prepare (on the development machine): builds DIR the same way, copies the shared libraries
+# the tests need that the GPU machine may lack (cmocka, cJSON) into DIR/gpu-libs and strips debug
+# info from the programs, so that DIR can be carried to the GPU machine and run with --no-build.
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,6 +33,7 @@ DEVICE=${EMBER_TEST_DEVICE:-cuda:0}
 MODE=run
 NO_BUILD=0
 ONLY='^(runtime|kernel|lang)_test_'
+TIMEOUT=300
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -38,6 +41,7 @@ while [ $# -gt 0 ]; do
         --build) BUILD=$(realpath -m "$2"); shift 2 ;;
         --no-build) NO_BUILD=1; shift ;;
         --only) ONLY=$2; shift 2 ;;
+        --timeout) TIMEOUT=$2; shift 2 ;;
         --prepare) MODE=prepare; shift ;;
         -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "gpu-test.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
@@ -69,7 +73,7 @@ build() {
     local rc=$?
     if [ $rc -ne 0 ]; then
         say "build had ERRORS (exit $rc); running what was built. The errors:"
-        grep -a -E 'error|Error [0-9]' "$LOGS/build.txt" | head -30 | sed 's/^/    /' | tee -a "$SUMMARY"
+        grep -a -E 'error:|Error [0-9]|undefined reference' "$LOGS/build.txt" | head -30 | sed 's/^/    /' | tee -a "$SUMMARY"
         BUILD_ERRORS=1
     fi
     ls "$BUILD"/tests/*_test_* > /dev/null 2>&1
@@ -84,6 +88,10 @@ if [ "$MODE" = prepare ]; then
         [ -x "$exe" ] || continue
         ldd "$exe" | awk '/=> \// {print $3}' | grep -E 'cmocka|cjson' || true
     done | sort -u | while read -r lib; do cp -L "$lib" "$BUILD/gpu-libs/"; done
+    # debug info would make the folder too big to carry (the GPU machine has no debugger anyway)
+    for exe in "$BUILD"/ember "$BUILD"/tests/*_test_* "$BUILD"/bench/*; do
+        [ -f "$exe" ] && [ -x "$exe" ] && strip --strip-debug "$exe" 2> /dev/null
+    done
     say "prepared $BUILD ($(du -sh "$BUILD" | cut -f1)); libraries in gpu-libs: $(ls "$BUILD/gpu-libs" | tr '\n' ' ')"
     say "carry it to the GPU machine and run: scripts/gpu-test.sh --build ${BUILD#"$ROOT"/} --no-build"
     exit 0
@@ -92,7 +100,13 @@ fi
 # ---- the machine ---------------------------------------------------------------------------
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-    echo "commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
+    if [ -n "${EMBER_COMMIT:-}" ]; then
+        echo "commit: $EMBER_COMMIT"
+    elif git -C "$ROOT" rev-parse --short HEAD > /dev/null 2>&1; then
+        echo "commit: $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD || echo ' (with local changes)')"
+    else
+        echo "commit: unknown (no git here; set EMBER_COMMIT)"
+    fi
     echo "host: $(uname -srm)"
     echo "gcc: $(gcc --version 2>/dev/null | head -1)"
     echo "cmake: $(cmake --version 2>/dev/null | head -1)"
@@ -124,7 +138,12 @@ export EMBER_CACHE_DIR=$BUILD/gpu-test-cache
 rm -rf "$EMBER_CACHE_DIR"
 if [ -x "$BUILD/ember" ]; then
     "$BUILD/ember" info > "$LOGS/info.txt" 2>&1
-    say "== ember info (exit $?):"
+    rc=$?
+    if [ $rc -ge 128 ]; then
+        say "== ember info CRASHED (signal $((rc - 128))); what it printed:"
+    else
+        say "== ember info (exit $rc):"
+    fi
     tee -a "$SUMMARY" < "$LOGS/info.txt"
 else
     say "== no ember binary in $BUILD"
@@ -137,13 +156,18 @@ say "== tests on $DEVICE (EMBER_TEST_DEVICE), programs matching $ONLY"
 passed=0
 failed=0
 ran=0
-for exe in "$BUILD"/tests/*_test_*; do
-    name=$(basename "$exe")
+# the CUDA programs first, then the rest of runtime, kernel and lang
+programs=$(cd "$BUILD/tests" && ls -1 | grep -E '_test_' | awk '
+    /^runtime_test_cuda/ { print 0, $0; next }
+    /^runtime_test_/ { print 1, $0; next }
+    { print 2, $0 }' | sort -k1,1n -k2 | cut -d' ' -f2)
+for name in $programs; do
+    exe=$BUILD/tests/$name
     [ -x "$exe" ] && [ -f "$exe" ] || continue
     echo "$name" | grep -Eq "$ONLY" || continue
     ran=$((ran + 1))
     start=$(date +%s.%N)
-    (cd "$BUILD/tests" && timeout 900 "$exe") > "$LOGS/tests/$name.log" 2>&1
+    (cd "$BUILD/tests" && timeout "$TIMEOUT" "$exe") > "$LOGS/tests/$name.log" 2>&1
     rc=$?
     secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     ok=$(grep -ao 'PASSED  \] [0-9]*' "$LOGS/tests/$name.log" | grep -o '[0-9]*$' | tail -1)
@@ -153,7 +177,11 @@ for exe in "$BUILD"/tests/*_test_*; do
         say "$(printf '  %-36s ok    %3s passed %3s skipped  %6s s' "$name" "${ok:-0}" "${skipped:-0}" "$secs")"
     else
         failed=$((failed + 1))
-        say "$(printf '  %-36s FAIL  exit %d' "$name" "$rc")"
+        if [ $rc -eq 124 ]; then
+            say "$(printf '  %-36s FAIL  still running after %s s (killed)' "$name" "$TIMEOUT")"
+        else
+            say "$(printf '  %-36s FAIL  exit %d' "$name" "$rc")"
+        fi
         grep -a -E '^\[  (FAILED|ERROR) |\[  FAILED  \]|error:|Error|fail' "$LOGS/tests/$name.log" |
             head -20 | sed 's/^/      /' | tee -a "$SUMMARY"
     fi

@@ -54,6 +54,258 @@ void em_scope_end(em_tensor *const *keep, size_t nkeep);
 /* Keeps one tensor out of the current scope's release (moves it to the enclosing scope). */
 em_tensor *em_keep(em_tensor *t);
 
+
+/* Donates t to the next op that reads it: that op releases t when it is done and, when t is the
+ * only view of its buffer and the op allows it (elementwise ops whose output matches t's dtype
+ * and layout), writes its result into t's buffer instead of allocating. Returns t. Use it on
+ * temporaries: em_gelu(em_take(em_matmul(x, w))). */
+em_tensor *em_take(em_tensor *t);
+
+/* ---- creation (dtype any of f32 f16 bf16 f64 i32 i64 u8 bool) ---------------------------------- */
+
+/* Every creation function returns a new contiguous tensor (the caller owns it) or NULL. */
+em_tensor *em_empty(em_device *dev, em_scalar dtype, em_shape shape);
+em_tensor *em_zeros(em_device *dev, em_scalar dtype, em_shape shape);
+em_tensor *em_ones(em_device *dev, em_scalar dtype, em_shape shape);
+em_tensor *em_full(em_device *dev, em_scalar dtype, em_shape shape, double value);
+/* 0-d tensor holding value. */
+em_tensor *em_scalar_tensor(em_device *dev, em_scalar dtype, double value);
+/* [start, end) by step (1-D, ceil((end - start) / step) elements). */
+em_tensor *em_arange(em_device *dev, em_scalar dtype, double start, double end, double step);
+/* steps points from start to end inclusive. */
+em_tensor *em_linspace(em_device *dev, em_scalar dtype, double start, double end, int64_t steps);
+/* n x m identity (m = n when m < 0). */
+em_tensor *em_eye(em_device *dev, em_scalar dtype, int64_t n, int64_t m);
+/* A copy of numel(shape) host elements of `dtype` (f16/bf16 as their 16-bit patterns, bool as
+ * bytes) laid out row-major. */
+em_tensor *em_from_host(em_device *dev, em_scalar dtype, em_shape shape, const void *data);
+/* Copies any view into `dst` as a contiguous row-major host array of numel * dtype-size bytes
+ * (waits for the device). EM_OK, or an error status with the message set. */
+em_status em_to_host(const em_tensor *t, void *dst, size_t dst_bytes);
+/* The value of a 0-d or one-element tensor as a double; NaN with the error set otherwise. */
+double em_item(const em_tensor *t);
+/* A copy of t on another device. */
+em_tensor *em_to_device(const em_tensor *t, em_device *dev);
+/* The elements converted to dtype: round to nearest even for f16/bf16, float to int truncates
+ * toward zero, anything to bool is x != 0, bool is 0/1. A same-dtype cast returns a copy. */
+em_tensor *em_cast(const em_tensor *t, em_scalar dtype);
+/* A contiguous copy. */
+em_tensor *em_clone(const em_tensor *t);
+/* Writes src's elements into dst (same shape after broadcasting src; same dtype). */
+em_status em_copy_(em_tensor *dst, const em_tensor *src);
+
+/* ---- elementwise: unary --------------------------------------------------------------------- */
+
+/* Each returns a new tensor of t's shape and dtype (isnan/isinf: bool). Math functions need a
+ * floating-point tensor; neg, abs, sign, relu, clamp, floor, ceil, round also take integers. */
+em_tensor *em_neg(const em_tensor *t);
+em_tensor *em_abs(const em_tensor *t);
+em_tensor *em_sign(const em_tensor *t);
+em_tensor *em_exp(const em_tensor *t);
+em_tensor *em_ln(const em_tensor *t); /* natural log (em_log is the logger of ember/base) */
+em_tensor *em_log1p(const em_tensor *t);
+em_tensor *em_expm1(const em_tensor *t);
+em_tensor *em_sqrt(const em_tensor *t);
+em_tensor *em_rsqrt(const em_tensor *t);
+em_tensor *em_reciprocal(const em_tensor *t);
+em_tensor *em_sin(const em_tensor *t);
+em_tensor *em_cos(const em_tensor *t);
+em_tensor *em_tanh(const em_tensor *t);
+em_tensor *em_erf(const em_tensor *t);
+em_tensor *em_sigmoid(const em_tensor *t);
+em_tensor *em_relu(const em_tensor *t);
+em_tensor *em_gelu(const em_tensor *t);      /* exact (erf) form */
+em_tensor *em_gelu_tanh(const em_tensor *t); /* tanh approximation (GPT-2) */
+em_tensor *em_silu(const em_tensor *t);
+em_tensor *em_softplus(const em_tensor *t);
+em_tensor *em_floor(const em_tensor *t);
+em_tensor *em_ceil(const em_tensor *t);
+em_tensor *em_round(const em_tensor *t); /* half to even */
+em_tensor *em_clamp(const em_tensor *t, double lo, double hi);
+em_tensor *em_pow_scalar(const em_tensor *t, double exponent);
+em_tensor *em_isnan(const em_tensor *t);
+em_tensor *em_isinf(const em_tensor *t);
+em_tensor *em_logical_not(const em_tensor *t); /* bool */
+
+/* ---- elementwise: binary, with NumPy broadcasting ------------------------------------------- */
+
+/* Both operands have the same dtype and device; the result has the broadcast shape and that
+ * dtype (comparisons and logical ops: bool). Integer div truncates toward zero (x / 0 gives 0);
+ * remainder takes the divisor's sign, as Python's %. */
+em_tensor *em_add(const em_tensor *a, const em_tensor *b);
+em_tensor *em_sub(const em_tensor *a, const em_tensor *b);
+em_tensor *em_mul(const em_tensor *a, const em_tensor *b);
+em_tensor *em_div(const em_tensor *a, const em_tensor *b);
+em_tensor *em_pow(const em_tensor *a, const em_tensor *b);
+em_tensor *em_maximum(const em_tensor *a, const em_tensor *b);
+em_tensor *em_minimum(const em_tensor *a, const em_tensor *b);
+em_tensor *em_remainder(const em_tensor *a, const em_tensor *b);
+em_tensor *em_eq(const em_tensor *a, const em_tensor *b);
+em_tensor *em_ne(const em_tensor *a, const em_tensor *b);
+em_tensor *em_lt(const em_tensor *a, const em_tensor *b);
+em_tensor *em_le(const em_tensor *a, const em_tensor *b);
+em_tensor *em_gt(const em_tensor *a, const em_tensor *b);
+em_tensor *em_ge(const em_tensor *a, const em_tensor *b);
+em_tensor *em_logical_and(const em_tensor *a, const em_tensor *b);
+em_tensor *em_logical_or(const em_tensor *a, const em_tensor *b);
+em_tensor *em_logical_xor(const em_tensor *a, const em_tensor *b);
+/* cond (bool) ? a : b, all three broadcast together. */
+em_tensor *em_where(const em_tensor *cond, const em_tensor *a, const em_tensor *b);
+/* t with value where mask (bool, broadcast to t's shape) holds. */
+em_tensor *em_masked_fill(const em_tensor *t, const em_tensor *mask, double value);
+
+/* Scalar variants: the scalar takes t's dtype. em_rsub_scalar is s - t, em_rdiv_scalar s / t. */
+em_tensor *em_add_scalar(const em_tensor *t, double s);
+em_tensor *em_sub_scalar(const em_tensor *t, double s);
+em_tensor *em_rsub_scalar(const em_tensor *t, double s);
+em_tensor *em_mul_scalar(const em_tensor *t, double s);
+em_tensor *em_div_scalar(const em_tensor *t, double s);
+em_tensor *em_rdiv_scalar(const em_tensor *t, double s);
+em_tensor *em_maximum_scalar(const em_tensor *t, double s);
+em_tensor *em_minimum_scalar(const em_tensor *t, double s);
+em_tensor *em_eq_scalar(const em_tensor *t, double s);
+em_tensor *em_lt_scalar(const em_tensor *t, double s);
+em_tensor *em_gt_scalar(const em_tensor *t, double s);
+
+/* ---- reductions ------------------------------------------------------------------------------ */
+
+/* Over the `ndims` dims listed (negative dims count from the end; ndims == 0 or dims == NULL
+ * reduces over every dim); keepdim leaves them as size 1. sum/prod of integers and bool give
+ * i64; mean/var/std/logsumexp need floats; argmax/argmin give i64 (the first index among
+ * equals; NaN counts as the largest); all/any give bool. */
+em_tensor *em_sum(const em_tensor *t, const int *dims, int ndims, bool keepdim);
+em_tensor *em_mean(const em_tensor *t, const int *dims, int ndims, bool keepdim);
+em_tensor *em_prod(const em_tensor *t, const int *dims, int ndims, bool keepdim);
+em_tensor *em_max(const em_tensor *t, const int *dims, int ndims, bool keepdim);
+em_tensor *em_min(const em_tensor *t, const int *dims, int ndims, bool keepdim);
+em_tensor *em_all(const em_tensor *t, const int *dims, int ndims, bool keepdim);
+em_tensor *em_any(const em_tensor *t, const int *dims, int ndims, bool keepdim);
+em_tensor *em_logsumexp(const em_tensor *t, const int *dims, int ndims, bool keepdim);
+/* Variance with Bessel's correction `correction` (1 = unbiased, 0 = population). */
+em_tensor *em_var(const em_tensor *t, const int *dims, int ndims, int correction, bool keepdim);
+em_tensor *em_std(const em_tensor *t, const int *dims, int ndims, int correction, bool keepdim);
+/* Over one dim. */
+em_tensor *em_argmax(const em_tensor *t, int dim, bool keepdim);
+em_tensor *em_argmin(const em_tensor *t, int dim, bool keepdim);
+em_tensor *em_cumsum(const em_tensor *t, int dim);
+
+/* ---- softmax and norms ----------------------------------------------------------------------- */
+
+em_tensor *em_softmax(const em_tensor *t, int dim);
+em_tensor *em_log_softmax(const em_tensor *t, int dim);
+/* Normalizes over the last `nnorm` dims; weight and bias (each NULL or of those dims' shape) are
+ * optional. rms_norm divides by sqrt(mean(x^2) + eps). */
+em_tensor *em_layer_norm(const em_tensor *t, int nnorm, const em_tensor *weight,
+                         const em_tensor *bias, double eps);
+em_tensor *em_rms_norm(const em_tensor *t, int nnorm, const em_tensor *weight, double eps);
+
+/* ---- layout ---------------------------------------------------------------------------------- */
+
+/* Views share the input's buffer (the result is a new tensor reference); others copy. */
+/* A view when strides allow, else a contiguous copy. One dim of `shape` may be -1. */
+em_tensor *em_reshape(const em_tensor *t, em_shape shape);
+/* Always a view; NULL with an error when the strides do not allow one. */
+em_tensor *em_view(const em_tensor *t, em_shape shape);
+em_tensor *em_flatten(const em_tensor *t);
+em_tensor *em_permute(const em_tensor *t, const int *perm, int n);
+em_tensor *em_transpose(const em_tensor *t, int d0, int d1);
+/* t itself (a new reference) when already contiguous, else a copy. */
+em_tensor *em_contiguous(const em_tensor *t);
+/* Broadcasts size-1 dims (and new leading dims) to `shape`; -1 keeps a size. A view. */
+em_tensor *em_expand(const em_tensor *t, em_shape shape);
+/* Removes dim (or every size-1 dim when dim is EM_ALL_DIMS). */
+#define EM_ALL_DIMS 0x7fffffff
+em_tensor *em_squeeze(const em_tensor *t, int dim);
+em_tensor *em_unsqueeze(const em_tensor *t, int dim);
+/* A view of elements start, start+step, ... < end along dim (start/end clamped as Python's;
+ * step >= 1). */
+em_tensor *em_slice(const em_tensor *t, int dim, int64_t start, int64_t end, int64_t step);
+em_tensor *em_narrow(const em_tensor *t, int dim, int64_t start, int64_t length);
+/* Element `index` of dim, which is removed. A view. */
+em_tensor *em_select(const em_tensor *t, int dim, int64_t index);
+/* A copy reversed along the given dims. */
+em_tensor *em_flip(const em_tensor *t, const int *dims, int ndims);
+em_tensor *em_cat(em_tensor *const *ts, int n, int dim);
+em_tensor *em_stack(em_tensor *const *ts, int n, int dim);
+/* Views of `size`-long pieces (the last may be shorter) along dim, stored in out[0..]; returns
+ * the number of pieces (at most max_out), -1 on error. */
+int em_split(const em_tensor *t, int64_t size, int dim, em_tensor **out, int max_out);
+/* n nearly equal pieces (as torch.chunk). Returns the count or -1. */
+int em_chunk(const em_tensor *t, int n, int dim, em_tensor **out, int max_out);
+/* Lower / upper triangle of the last two dims (diagonal k: 0 main, >0 above). */
+em_tensor *em_tril(const em_tensor *t, int64_t k);
+em_tensor *em_triu(const em_tensor *t, int64_t k);
+/* Constant padding; pads[2*i], pads[2*i+1] are before/after for the i-th dim from the last (as
+ * torch.nn.functional.pad); npads is even and at most 2 * rank. */
+em_tensor *em_pad(const em_tensor *t, const int64_t *pads, int npads, double value);
+
+/* ---- matmul ---------------------------------------------------------------------------------- */
+
+/* a [..., M, K] x b [..., K, N] -> [..., M, N] with batch dims broadcast; 1-D operands are
+ * promoted as in torch.matmul. f16/bf16 accumulate in f32. */
+em_tensor *em_matmul(const em_tensor *a, const em_tensor *b);
+
+/* ---- indexing -------------------------------------------------------------------------------- */
+
+/* Indices are i32 or i64 tensors; out-of-range indices are an error (checked on the host). */
+em_tensor *em_index_select(const em_tensor *t, int dim, const em_tensor *index);
+em_tensor *em_gather(const em_tensor *t, int dim, const em_tensor *index);
+/* A copy of t with src values written (scatter) or added (scatter_add) at index along dim. */
+em_tensor *em_scatter(const em_tensor *t, int dim, const em_tensor *index, const em_tensor *src);
+em_tensor *em_scatter_add(const em_tensor *t, int dim, const em_tensor *index,
+                          const em_tensor *src);
+/* weight [V, D], ids of any shape -> [..ids, D]. */
+em_tensor *em_embedding(const em_tensor *weight, const em_tensor *ids);
+
+/* ---- random (Philox 4x32-10, the same numbers on every device) ------------------------------- */
+
+/* A generator: a seed and a counter advanced by every draw. Plain value; no cleanup. */
+typedef struct em_rng {
+    uint64_t seed;    /* the key */
+    uint64_t counter; /* draws so far (advanced by each call) */
+} em_rng;
+em_rng em_rng_new(uint64_t seed);
+/* Uniform in [0, 1). */
+em_tensor *em_rand(em_device *dev, em_scalar dtype, em_shape shape, em_rng *rng);
+/* Standard normal (Box-Muller). */
+em_tensor *em_randn(em_device *dev, em_scalar dtype, em_shape shape, em_rng *rng);
+/* Integers in [low, high). */
+em_tensor *em_randint(em_device *dev, em_scalar dtype, em_shape shape, int64_t low, int64_t high,
+                      em_rng *rng);
+/* 1 with probability p (each element of p, a float tensor), else 0, in p's dtype. */
+em_tensor *em_bernoulli(const em_tensor *p, em_rng *rng);
+/* probs [K] or [B, K] (non-negative, not necessarily normalized): num_samples draws per row with
+ * replacement -> i64 [num_samples] or [B, num_samples]. */
+em_tensor *em_multinomial(const em_tensor *probs, int64_t num_samples, em_rng *rng);
+
+/* ---- sorting --------------------------------------------------------------------------------- */
+
+/* Stable sort along dim (NaN sorts as the largest). values/indices may be NULL when unwanted;
+ * returns EM_OK or an error status. Indices are i64. */
+em_status em_sort(const em_tensor *t, int dim, bool descending, em_tensor **values,
+                  em_tensor **indices);
+em_tensor *em_argsort(const em_tensor *t, int dim, bool descending);
+/* The k largest (or smallest) along dim, sorted. */
+em_status em_topk(const em_tensor *t, int64_t k, int dim, bool largest, em_tensor **values,
+                  em_tensor **indices);
+
+/* ---- convolution and pooling (NCHW) ---------------------------------------------------------- */
+
+/* x [N, C, H, W], weight [O, C/groups, KH, KW], bias NULL or [O]. */
+em_tensor *em_conv2d(const em_tensor *x, const em_tensor *weight, const em_tensor *bias,
+                     int stride, int padding, int dilation, int groups);
+em_tensor *em_max_pool2d(const em_tensor *x, int kernel, int stride, int padding);
+em_tensor *em_avg_pool2d(const em_tensor *x, int kernel, int stride, int padding);
+
+/* ---- printing -------------------------------------------------------------------------------- */
+
+/* PyTorch-style text ("tensor([[1., 2.],\n        [3., 4.]])"), with "..." for dims over
+ * 1000 elements in total (the first and last 3 of each dim). Malloc'd; the caller frees it. NULL
+ * on error. */
+char *em_tensor_format(const em_tensor *t);
+/* Writes em_tensor_format(t) and a newline to stdout. */
+void em_tensor_print(const em_tensor *t);
+
 #ifdef __cplusplus
 }
 #endif

@@ -71,8 +71,8 @@ static inline void buf_get(em_buffer *b, void *out, size_t bytes)
 
 /* Launches kernel `name` of m over a grid of `cubes` cubes of `units` units (x only), failing the
  * test with the error on failure. */
-static inline void launch_x(const em_lang_module *m, const char *name, const em_lang_spec *spec, uint32_t cubes,
-                     uint32_t units, const em_arg *args, size_t nargs)
+static inline void launch_x(const em_lang_module *m, const char *name, const em_lang_spec *spec,
+                            uint32_t cubes, uint32_t units, const em_arg *args, size_t nargs)
 {
     uint32_t cc[3] = {cubes, 1, 1}, cd[3] = {units, 1, 1};
     em_status st = em_lang_launch(g_dev, m, name, spec, cc, cd, args, nargs);
@@ -81,7 +81,8 @@ static inline void launch_x(const em_lang_module *m, const char *name, const em_
 }
 
 static inline void launch_3d(const em_lang_module *m, const char *name, const em_lang_spec *spec,
-                      const uint32_t cubes[3], const uint32_t units[3], const em_arg *args, size_t nargs)
+                             const uint32_t cubes[3], const uint32_t units[3], const em_arg *args,
+                             size_t nargs)
 {
     em_status st = em_lang_launch(g_dev, m, name, spec, cubes, units, args, nargs);
     if (st != EM_OK) fprintf(stderr, "launch of %s failed: %s\n", name, em_last_error());
@@ -145,10 +146,12 @@ static inline bool check_error_at(const char *src, uint32_t line, uint32_t col, 
     bool ok = m ? em_lang_check(m, d) == EM_ERR_INVALID : em_last_status() == EM_ERR_INVALID;
     const em_lang_diag *g = em_lang_diags_at(d, 0);
     if (!ok || !g || g->line != line || g->col != col || strcmp(g->message, message) != 0 ||
-        (hint && (!g->hint || strcmp(g->hint, hint) != 0)) || !g->file || strcmp(g->file, "bad.ek") != 0) {
+        (hint && (!g->hint || strcmp(g->hint, hint) != 0)) || !g->file ||
+        strcmp(g->file, "bad.ek") != 0) {
         char *text = em_lang_diags_format(d);
         fprintf(stderr, "source:\n%s\nexpected %u:%u: %s%s%s\ngot:\n%s\n", src, line, col, message,
-                hint ? " / hint: " : "", hint ? hint : "", text && *text ? text : "(no diagnostics)\n");
+                hint ? " / hint: " : "", hint ? hint : "",
+                text && *text ? text : "(no diagnostics)\n");
         free(text);
         ok = false;
     }

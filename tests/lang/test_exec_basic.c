@@ -42,7 +42,8 @@ static void test_builtin_add_mul_i32(void **state)
         x[i] = i * 7 - 300;
         y[i] = 11 - i;
     }
-    em_buffer *a = buf_new(x, sizeof(x)), *b = buf_new(y, sizeof(y)), *c = buf_new(NULL, sizeof(sum));
+    em_buffer *a = buf_new(x, sizeof(x)), *b = buf_new(y, sizeof(y)),
+              *c = buf_new(NULL, sizeof(sum));
     em_lang_bind binds[] = {em_lang_bind_type("F", EM_I32)};
     em_lang_spec spec = {binds, 1, 2, NULL};
     em_arg args[] = {em_arg_buffer(a, N / 2), em_arg_buffer(b, N / 2), em_arg_buffer(c, N / 2)};
@@ -59,7 +60,8 @@ static void test_builtin_add_mul_i32(void **state)
     em_buffer_free(c);
 }
 
-/* ---- math builtins ---------------------------------------------------------------------------- */
+/* ---- math builtins ----------------------------------------------------------------------------
+ */
 
 static const char *math_src =
     "kernel void math(const tensor(f32) x, tensor(f32) out, comptime u32 K = 20)\n"
@@ -105,9 +107,26 @@ static void test_math_builtins(void **state)
     buf_get(b, out, sizeof(out));
     for (int i = 0; i < M; i++) {
         double v = x[i], p = fabs(v) + 0.5;
-        double ref[K] = {exp(v), log(p), exp2(v), log2(p), sqrt(p), 1.0 / sqrt(p), tanh(v), sin(v), cos(v),
-                         pow(p, 1.5), fabs(v), fmin(v, 0.25), fmax(v, 0.25), fmin(fmax(v, -1), 1), v * 2 + 0.5,
-                         floor(v), ceil(v), nearbyint(v), isnan(log(v)) ? 1 : 0, 1};
+        double ref[K] = {exp(v),
+                         log(p),
+                         exp2(v),
+                         log2(p),
+                         sqrt(p),
+                         1.0 / sqrt(p),
+                         tanh(v),
+                         sin(v),
+                         cos(v),
+                         pow(p, 1.5),
+                         fabs(v),
+                         fmin(v, 0.25),
+                         fmax(v, 0.25),
+                         fmin(fmax(v, -1), 1),
+                         v * 2 + 0.5,
+                         floor(v),
+                         ceil(v),
+                         nearbyint(v),
+                         isnan(log(v)) ? 1 : 0,
+                         1};
         for (int k = 0; k < K; k++) {
             double got = out[i * K + k];
             if (!(fabs(got - ref[k]) <= 1e-5 * (1 + fabs(ref[k])))) {
@@ -121,7 +140,8 @@ static void test_math_builtins(void **state)
     em_lang_module_free(m);
 }
 
-/* ---- integers, bits, casts ---------------------------------------------------------------------- */
+/* ---- integers, bits, casts ----------------------------------------------------------------------
+ */
 
 static const char *int_src =
     "kernel void ints(const tensor(u32) xs, const tensor(i32) ys, tensor(u32) out)\n"
@@ -162,7 +182,8 @@ static void test_integer_and_bit_ops(void **state)
         ys[i] = (i * 37 - 900) * (i % 2 ? 1 : -3);
     }
     xs[0] = 0;
-    em_buffer *a = buf_new(xs, sizeof(xs)), *b = buf_new(ys, sizeof(ys)), *c = buf_new(NULL, sizeof(out));
+    em_buffer *a = buf_new(xs, sizeof(xs)), *b = buf_new(ys, sizeof(ys)),
+              *c = buf_new(NULL, sizeof(out));
     em_arg args[] = {em_arg_buffer(a, M), em_arg_buffer(b, M), em_arg_buffer(c, M * 16)};
     launch_x(m, "ints", NULL, 2, 32, args, 3);
     buf_get(c, out, sizeof(out));
@@ -172,15 +193,26 @@ static void test_integer_and_bit_ops(void **state)
         float fx = (float)x;
         uint32_t bits;
         memcpy(&bits, &fx, 4);
-        uint32_t ref[16] = {x + 3 * x - 1, x / 7 + x % 7, (x & 0xff) | (x ^ 0x5a5a), ~x, (x << 3) + (x >> 2),
-                            (uint32_t)__builtin_popcount(x), x ? (uint32_t)__builtin_clz(x) : 32,
-                            x ? (uint32_t)__builtin_ctz(x) : 32, (uint32_t)(y / 3), (uint32_t)(y % 5),
-                            (uint32_t)(y >> 1), (uint32_t)(-y * 2), (uint32_t)(int32_t)((float)y * 0.5f), bits,
+        uint32_t ref[16] = {x + 3 * x - 1,
+                            x / 7 + x % 7,
+                            (x & 0xff) | (x ^ 0x5a5a),
+                            ~x,
+                            (x << 3) + (x >> 2),
+                            (uint32_t)__builtin_popcount(x),
+                            x ? (uint32_t)__builtin_clz(x) : 32,
+                            x ? (uint32_t)__builtin_ctz(x) : 32,
+                            (uint32_t)(y / 3),
+                            (uint32_t)(y % 5),
+                            (uint32_t)(y >> 1),
+                            (uint32_t)(-y * 2),
+                            (uint32_t)(int32_t)((float)y * 0.5f),
+                            bits,
                             (uint32_t)(uint8_t)x + (uint32_t)(int32_t)(int8_t)y,
                             (uint32_t)abs(y) + (x < 100 ? x : 100) + (x > 7 ? x : 7)};
         for (int k = 0; k < 16; k++) {
             if (out[i * 16 + k] != ref[k]) {
-                fprintf(stderr, "x=%u y=%d op #%d: got %u want %u\n", x, y, k, out[i * 16 + k], ref[k]);
+                fprintf(stderr, "x=%u y=%d op #%d: got %u want %u\n", x, y, k, out[i * 16 + k],
+                        ref[k]);
                 fail();
             }
         }
@@ -191,7 +223,8 @@ static void test_integer_and_bit_ops(void **state)
     em_lang_module_free(m);
 }
 
-/* ---- control flow and helpers ---------------------------------------------------------------------- */
+/* ---- control flow and helpers
+ * ---------------------------------------------------------------------- */
 
 static const char *flow_src =
     "/* steps of the Collatz sequence: a helper with a return inside a loop */\n"
@@ -223,12 +256,22 @@ static const char *flow_src =
     "    }\n"
     "    return s;\n"
     "}\n"
+    "/* a return from an inner loop leaves both loops */\n"
+    "inline i32 find_pair(const array(i32) a, u32 n, i32 target)\n"
+    "{\n"
+    "    for (u32 i in range(n)) {\n"
+    "        for (u32 j in range(i + 1, n)) {\n"
+    "            if (a[i] + a[j] == target) { return i32(i * 1000 + j); }\n"
+    "        }\n"
+    "    }\n"
+    "    return -1;\n"
+    "}\n"
     "kernel void flow(const tensor(i32) xs, tensor(i32) out)\n"
     "{\n"
     "    u32 i = ABSOLUTE_POS;\n"
     "    if (i >= len(xs)) { return; }\n"
     "    i32 x = xs[i];\n"
-    "    u32 j = i * 5;\n"
+    "    u32 j = i * 6;\n"
     "    out[j] = i32(collatz(u32(abs(x)) + 1));\n"
     "    out[j + 1] = sign(x);\n"
     "    out[j + 2] = i32(odd_sum(u32(abs(x))));\n"
@@ -237,8 +280,10 @@ static const char *flow_src =
     "    i32 digits = 0;\n"
     "    u32 v = u32(abs(x));\n"
     "    while (v > 0 || digits == 0) { digits++; v /= 10; }\n"
-    "    if (x < -100) { digits = -digits; } else if (x > 100) { digits *= 10; } else { digits += 1000; }\n"
+    "    if (x < -100) { digits = -digits; } else if (x > 100) { digits *= 10; } else { digits += "
+    "1000; }\n"
     "    out[j + 4] = digits;\n"
+    "    out[j + 5] = find_pair(xs, len(xs), x + 7);\n"
     "}\n";
 
 static uint32_t ref_collatz(uint32_t n)
@@ -256,10 +301,10 @@ static void test_control_flow_and_helpers(void **state)
     (void)state;
     em_lang_module *m = must_load(flow_src);
     enum { M = 77 };
-    int32_t xs[M], out[M * 5];
+    int32_t xs[M], out[M * 6];
     for (int i = 0; i < M; i++) xs[i] = (i * 53) % 401 - 200;
     em_buffer *a = buf_new(xs, sizeof(xs)), *b = buf_new(NULL, sizeof(out));
-    em_arg args[] = {em_arg_buffer(a, M), em_arg_buffer(b, M * 5)};
+    em_arg args[] = {em_arg_buffer(a, M), em_arg_buffer(b, M * 6)};
     launch_x(m, "flow", NULL, 3, 32, args, 2);
     buf_get(b, out, sizeof(out));
     for (int i = 0; i < M; i++) {
@@ -278,18 +323,27 @@ static void test_control_flow_and_helpers(void **state)
             v /= 10;
         }
         digits = x < -100 ? -digits : x > 100 ? digits * 10 : digits + 1000;
-        assert_int_equal(out[i * 5], (int32_t)ref_collatz(ax + 1));
-        assert_int_equal(out[i * 5 + 1], x > 0 ? 1 : x < 0 ? -1 : 0);
-        assert_int_equal(out[i * 5 + 2], (int32_t)odd);
-        assert_int_equal(out[i * 5 + 3], next);
-        assert_int_equal(out[i * 5 + 4], digits);
+        int32_t pair = -1;
+        for (int p = 0; p < M && pair < 0; p++)
+            for (int q = p + 1; q < M; q++)
+                if (xs[p] + xs[q] == x + 7) {
+                    pair = p * 1000 + q;
+                    break;
+                }
+        assert_int_equal(out[i * 6], (int32_t)ref_collatz(ax + 1));
+        assert_int_equal(out[i * 6 + 1], x > 0 ? 1 : x < 0 ? -1 : 0);
+        assert_int_equal(out[i * 6 + 2], (int32_t)odd);
+        assert_int_equal(out[i * 6 + 3], next);
+        assert_int_equal(out[i * 6 + 4], digits);
+        assert_int_equal(out[i * 6 + 5], pair);
     }
     em_buffer_free(a);
     em_buffer_free(b);
     em_lang_module_free(m);
 }
 
-/* ---- comptime ------------------------------------------------------------------------------------ */
+/* ---- comptime
+ * ------------------------------------------------------------------------------------ */
 
 static const char *poly_src =
     "/* p(x) = sum of (k + 1) * x^k for k < DEGREE, by Horner's rule, unrolled at compile time */\n"
@@ -359,7 +413,8 @@ static void test_comptime_unrolled_loop_and_if(void **state)
     em_lang_module_free(m);
 }
 
-/* ---- lines, local arrays, constants ----------------------------------------------------------------- */
+/* ---- lines, local arrays, constants
+ * ----------------------------------------------------------------- */
 
 static const char *lines_src =
     "const u32 LANES = 4;\n"
@@ -391,7 +446,8 @@ static void test_lines_local_arrays_constants(void **state)
     buf_get(b, out, sizeof(out));
     for (int i = 0; i < M; i++) {
         const float *v = &x[i * 4];
-        float want[4] = {(v[3] + 100.0f) * 0.5f + (float)i, v[2] * 0.5f + (float)i, v[1] * 0.5f + (float)i, 16.0f};
+        float want[4] = {(v[3] + 100.0f) * 0.5f + (float)i, v[2] * 0.5f + (float)i,
+                         v[1] * 0.5f + (float)i, 16.0f};
         for (int l = 0; l < 4; l++) assert_true(fabsf(out[i * 4 + l] - want[l]) < 1e-4f);
     }
     em_buffer_free(a);
@@ -399,7 +455,8 @@ static void test_lines_local_arrays_constants(void **state)
     em_lang_module_free(m);
 }
 
-/* ---- targets, print ----------------------------------------------------------------------------------- */
+/* ---- targets, print
+ * ----------------------------------------------------------------------------------- */
 
 static const char *has_src =
     "kernel void which(tensor(u32) out)\n"
@@ -447,8 +504,8 @@ static void test_has_and_print(void **state)
     em_lang_module_free(m);
 }
 
-
-/* ---- helpers over memory and lines ------------------------------------------------------------- */
+/* ---- helpers over memory and lines -------------------------------------------------------------
+ */
 
 static const char *helpers_src =
     "inline<T: num> void fill(array(T) dst, u32 from, u32 n, T v)\n"
@@ -463,7 +520,8 @@ static const char *helpers_src =
     "}\n"
     "inline<F: float> line(F) lerp(line(F) a, line(F) b, F t) { return a + (b - a) * t; }\n"
     "inline u32 pow2(comptime u32 K) { return 1u << K; }\n"
-    "kernel void helpers(const tensor(line(f32, 4)) a, const tensor(line(f32, 4)) b, tensor(f32) out)\n"
+    "kernel void helpers(const tensor(line(f32, 4)) a, const tensor(line(f32, 4)) b, tensor(f32) "
+    "out)\n"
     "{\n"
     "    shared f32 tile[8];\n"
     "    if (UNIT_POS == 0) { fill(tile, 0, 8, 2.0); }\n"
@@ -492,7 +550,8 @@ static void test_helpers_memory_and_lines(void **state)
         a[i] = (float)i * 0.3f - 2.0f;
         b[i] = (float)(i % 7);
     }
-    em_buffer *ba = buf_new(a, sizeof(a)), *bb = buf_new(b, sizeof(b)), *bo = buf_new(NULL, sizeof(out));
+    em_buffer *ba = buf_new(a, sizeof(a)), *bb = buf_new(b, sizeof(b)),
+              *bo = buf_new(NULL, sizeof(out));
     em_arg args[] = {em_arg_buffer(ba, L), em_arg_buffer(bb, L), em_arg_buffer(bo, L * 8)};
     launch_x(m, "helpers", NULL, 2, 8, args, 3);
     buf_get(bo, out, sizeof(out));
@@ -525,7 +584,8 @@ static void test_builtin_activations_f64(void **state)
         x[i] = (double)(i - 32) / 9.0;
         y[i] = (double)(i % 5);
     }
-    em_buffer *a = buf_new(x, sizeof(x)), *b = buf_new(y, sizeof(y)), *c = buf_new(NULL, sizeof(out));
+    em_buffer *a = buf_new(x, sizeof(x)), *b = buf_new(y, sizeof(y)),
+              *c = buf_new(NULL, sizeof(out));
     em_lang_bind binds[] = {em_lang_bind_type("F", EM_F64)};
     em_lang_spec spec = {binds, 1, 2, NULL};
     em_arg two[] = {em_arg_buffer(a, L / 2), em_arg_buffer(c, L / 2)};
@@ -535,10 +595,12 @@ static void test_builtin_activations_f64(void **state)
     launch_x(m, "gelu_tanh", &spec, 1, 32, two, 2);
     buf_get(c, out, sizeof(out));
     for (int i = 0; i < L; i++) {
-        double v = x[i], ref = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        double v = x[i],
+               ref = 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
         assert_true(fabs(out[i] - ref) < 1e-12);
     }
-    em_arg axpy[] = {em_arg_f64(-1.5), em_arg_buffer(a, L / 2), em_arg_buffer(b, L / 2), em_arg_buffer(c, L / 2)};
+    em_arg axpy[] = {em_arg_f64(-1.5), em_arg_buffer(a, L / 2), em_arg_buffer(b, L / 2),
+                     em_arg_buffer(c, L / 2)};
     launch_x(m, "axpy", &spec, 1, 32, axpy, 4);
     buf_get(c, out, sizeof(out));
     for (int i = 0; i < L; i++) assert_true(fabs(out[i] - (-1.5 * x[i] + y[i])) < 1e-12);
@@ -554,7 +616,8 @@ static const char *transpose_src =
     "    u32 r = ABSOLUTE_POS_Y;\n"
     "    u32 c = ABSOLUTE_POS_X;\n"
     "    if (r < shape(x, 0) && c < shape(x, 1)) {\n"
-    "        out[c * stride(out, 0) + r * stride(out, 1)] = x[r * stride(x, 0) + c * stride(x, 1)];\n"
+    "        out[c * stride(out, 0) + r * stride(out, 1)] = x[r * stride(x, 0) + c * stride(x, "
+    "1)];\n"
     "    }\n"
     "}\n";
 
@@ -567,7 +630,8 @@ static void test_generic_transpose_u8(void **state)
     for (int i = 0; i < R * C; i++) x[i] = (uint8_t)(i * 7);
     em_buffer *a = buf_new(x, sizeof(x)), *b = buf_new(NULL, sizeof(out));
     int64_t xs[2] = {R, C}, xst[2] = {C, 1}, os[2] = {C, R}, ost[2] = {R, 1};
-    em_arg args[] = {em_arg_tensor(a, 0, R * C, 2, xs, xst), em_arg_tensor(b, 0, R * C, 2, os, ost)};
+    em_arg args[] = {em_arg_tensor(a, 0, R * C, 2, xs, xst),
+                     em_arg_tensor(b, 0, R * C, 2, os, ost)};
     em_lang_bind binds[] = {em_lang_bind_text("T", "u8")};
     em_lang_spec spec = {binds, 1, 1, NULL};
     uint32_t cubes[3] = {3, 2, 1}, units[3] = {4, 4, 1};

@@ -6,10 +6,12 @@
  * for contiguous and strided inputs, and one generic kernel instantiated for f16, f32 and f64. */
 #include "lang/lang_util.h"
 
-/* ---- matmul with shared memory ---------------------------------------------------------------- */
+/* ---- matmul with shared memory ----------------------------------------------------------------
+ */
 
 static const char *matmul_src =
-    "kernel<F: float> void matmul(const tensor(F) a, const tensor(F) b, tensor(F) c, u32 M, u32 N,\n"
+    "kernel<F: float> void matmul(const tensor(F) a, const tensor(F) b, tensor(F) c, u32 M, u32 "
+    "N,\n"
     "                             u32 K, comptime u32 TILE = 8)\n"
     "{\n"
     "    shared F ta[TILE * TILE];\n"
@@ -39,11 +41,16 @@ static void test_tiled_matmul_shared(void **state)
     float a[M * K], b[K * NN], c[M * NN];
     for (int i = 0; i < M * K; i++) a[i] = (float)((i * 7) % 11) - 5.0f;
     for (int i = 0; i < K * NN; i++) b[i] = (float)((i * 5) % 13) * 0.25f - 1.0f;
-    em_buffer *ba = buf_new(a, sizeof(a)), *bb = buf_new(b, sizeof(b)), *bc = buf_new(NULL, sizeof(c));
+    em_buffer *ba = buf_new(a, sizeof(a)), *bb = buf_new(b, sizeof(b)),
+              *bc = buf_new(NULL, sizeof(c));
     em_lang_bind binds[] = {em_lang_bind_type("F", EM_F32), em_lang_bind_int("TILE", T)};
     em_lang_spec spec = {binds, 2, 1, NULL};
-    em_arg args[] = {em_arg_buffer(ba, M * K), em_arg_buffer(bb, K * NN), em_arg_buffer(bc, M * NN),
-                     em_arg_u32(M), em_arg_u32(NN), em_arg_u32(K)};
+    em_arg args[] = {em_arg_buffer(ba, M * K),
+                     em_arg_buffer(bb, K * NN),
+                     em_arg_buffer(bc, M * NN),
+                     em_arg_u32(M),
+                     em_arg_u32(NN),
+                     em_arg_u32(K)};
     uint32_t cubes[3] = {(NN + T - 1) / T, (M + T - 1) / T, 1}, units[3] = {T, T, 1};
     launch_3d(m, "matmul", &spec, cubes, units, args, 6);
     buf_get(bc, c, sizeof(c));
@@ -59,7 +66,8 @@ static void test_tiled_matmul_shared(void **state)
     em_lang_module_free(m);
 }
 
-/* ---- reduction, prefix sum, histogram --------------------------------------------------------- */
+/* ---- reduction, prefix sum, histogram ---------------------------------------------------------
+ */
 
 static void test_builtin_cube_reduction(void **state)
 {
@@ -87,7 +95,8 @@ static void test_builtin_cube_reduction(void **state)
 
 static const char *scan_src =
     "/* inclusive prefix sum of each cube's block: Hillis-Steele steps unrolled at compile time,\n"
-    " * ping-ponging between the two halves of a shared buffer; plane_inclusive_sum first scans each\n"
+    " * ping-ponging between the two halves of a shared buffer; plane_inclusive_sum first scans "
+    "each\n"
     " * plane, so that the shared steps only have to combine whole planes on wide planes */\n"
     "kernel void scan(const tensor(u32) input, tensor(u32) output, comptime u32 CUBE = 64,\n"
     "                 comptime u32 LOG = 6)\n"
@@ -167,7 +176,8 @@ static void test_atomic_histogram(void **state)
     em_lang_module_free(m);
 }
 
-/* ---- atomics and plane ops --------------------------------------------------------------------- */
+/* ---- atomics and plane ops ---------------------------------------------------------------------
+ */
 
 static const char *atomics_src =
     "kernel void atomics(tensor(i32) v, tensor(f32) f, tensor(i32) old)\n"
@@ -199,7 +209,8 @@ static void test_all_atomics(void **state)
     enum { U = 100 };
     int32_t v[11] = {0, 0, 1000, -1000, -1, 0, 0, 3, 5, 5, 0}, old[5];
     float f[2] = {0, 1.5f};
-    em_buffer *bv = buf_new(v, sizeof(v)), *bf = buf_new(f, sizeof(f)), *bo = buf_new(NULL, sizeof(old));
+    em_buffer *bv = buf_new(v, sizeof(v)), *bf = buf_new(f, sizeof(f)),
+              *bo = buf_new(NULL, sizeof(old));
     em_arg args[] = {em_arg_buffer(bv, 11), em_arg_buffer(bf, 2), em_arg_buffer(bo, 5)};
     launch_x(m, "atomics", NULL, 4, U / 4, args, 3);
     buf_get(bv, v, sizeof(v));
@@ -236,33 +247,32 @@ static void test_all_atomics(void **state)
     em_lang_module_free(m);
 }
 
-static const char *plane_src =
-    "kernel void planes(const tensor(f32) x, tensor(f32) out)\n"
-    "{\n"
-    "    u32 i = ABSOLUTE_POS;\n"
-    "    f32 v = x[i];\n"
-    "    bool pos = v > 0.0;\n"
-    "    u32 o = i * 16;\n"
-    "    out[o + 0] = plane_sum(v);\n"
-    "    out[o + 1] = plane_prod(v);\n"
-    "    out[o + 2] = plane_min(v);\n"
-    "    out[o + 3] = plane_max(v);\n"
-    "    out[o + 4] = plane_inclusive_sum(v);\n"
-    "    out[o + 5] = plane_exclusive_sum(v);\n"
-    "    out[o + 6] = plane_all(pos) ? 1.0 : 0.0;\n"
-    "    out[o + 7] = plane_any(pos) ? 1.0 : 0.0;\n"
-    "    out[o + 8] = f32(plane_ballot(pos));\n"
-    "    out[o + 9] = plane_broadcast(v, 0);\n"
-    "    out[o + 10] = plane_shuffle(v, UNIT_POS_PLANE);\n"
-    "    out[o + 11] = plane_shuffle_xor(v, 0);\n"
-    "    out[o + 12] = plane_shuffle_up(v, 1);\n"
-    "    out[o + 13] = plane_shuffle_down(v, 1);\n"
-    "    sync_plane();\n"
-    "    fence_cube();\n"
-    "    fence_device();\n"
-    "    out[o + 14] = f32(PLANE_DIM);\n"
-    "    out[o + 15] = f32(UNIT_POS_PLANE);\n"
-    "}\n";
+static const char *plane_src = "kernel void planes(const tensor(f32) x, tensor(f32) out)\n"
+                               "{\n"
+                               "    u32 i = ABSOLUTE_POS;\n"
+                               "    f32 v = x[i];\n"
+                               "    bool pos = v > 0.0;\n"
+                               "    u32 o = i * 16;\n"
+                               "    out[o + 0] = plane_sum(v);\n"
+                               "    out[o + 1] = plane_prod(v);\n"
+                               "    out[o + 2] = plane_min(v);\n"
+                               "    out[o + 3] = plane_max(v);\n"
+                               "    out[o + 4] = plane_inclusive_sum(v);\n"
+                               "    out[o + 5] = plane_exclusive_sum(v);\n"
+                               "    out[o + 6] = plane_all(pos) ? 1.0 : 0.0;\n"
+                               "    out[o + 7] = plane_any(pos) ? 1.0 : 0.0;\n"
+                               "    out[o + 8] = f32(plane_ballot(pos));\n"
+                               "    out[o + 9] = plane_broadcast(v, 0);\n"
+                               "    out[o + 10] = plane_shuffle(v, UNIT_POS_PLANE);\n"
+                               "    out[o + 11] = plane_shuffle_xor(v, 0);\n"
+                               "    out[o + 12] = plane_shuffle_up(v, 1);\n"
+                               "    out[o + 13] = plane_shuffle_down(v, 1);\n"
+                               "    sync_plane();\n"
+                               "    fence_cube();\n"
+                               "    fence_device();\n"
+                               "    out[o + 14] = f32(PLANE_DIM);\n"
+                               "    out[o + 15] = f32(UNIT_POS_PLANE);\n"
+                               "}\n";
 
 /* On the CPU a plane is one unit (PLANE_DIM 1): every op sees only the unit's own value. */
 static void test_plane_ops(void **state)
@@ -282,7 +292,8 @@ static void test_plane_ops(void **state)
         float want[16] = {v, v, v, v, v, 0, p, p, p, v, v, v, v, v, 1, 0};
         for (int k = 0; k < 16; k++) {
             if (out[i * 16 + k] != want[k]) {
-                fprintf(stderr, "unit %d plane op #%d: got %g want %g\n", i, k, out[i * 16 + k], want[k]);
+                fprintf(stderr, "unit %d plane op #%d: got %g want %g\n", i, k, out[i * 16 + k],
+                        want[k]);
                 fail();
             }
         }
@@ -292,7 +303,8 @@ static void test_plane_ops(void **state)
     em_lang_module_free(m);
 }
 
-/* ---- cooperative matrices ------------------------------------------------------------------------ */
+/* ---- cooperative matrices
+ * ------------------------------------------------------------------------ */
 
 static const char *mma_src =
     "/* c = a * b + bias for 16x16 blocks: f16 inputs, f32 accumulation */\n"
@@ -320,8 +332,10 @@ static void test_cooperative_matrix(void **state)
         a[i] = f16_from_float(fa[i]);
         b[i] = f16_from_float(fb[i]);
     }
-    em_buffer *ba = buf_new(a, sizeof(a)), *bb = buf_new(b, sizeof(b)), *bc = buf_new(NULL, sizeof(c));
-    em_arg args[] = {em_arg_buffer(ba, 256), em_arg_buffer(bb, 256), em_arg_buffer(bc, 256), em_arg_f32(0.25f)};
+    em_buffer *ba = buf_new(a, sizeof(a)), *bb = buf_new(b, sizeof(b)),
+              *bc = buf_new(NULL, sizeof(c));
+    em_arg args[] = {em_arg_buffer(ba, 256), em_arg_buffer(bb, 256), em_arg_buffer(bc, 256),
+                     em_arg_f32(0.25f)};
     launch_x(m, "mma16", NULL, 1, 1, args, 4);
     buf_get(bc, c, sizeof(c));
     for (int i = 0; i < 16; i++)
@@ -336,7 +350,8 @@ static void test_cooperative_matrix(void **state)
     em_lang_module_free(m);
 }
 
-/* ---- positions --------------------------------------------------------------------------------- */
+/* ---- positions ---------------------------------------------------------------------------------
+ */
 
 static const char *pos_src =
     "kernel void positions(tensor(u32) out) cube_dim(4, 2, 2)\n"
@@ -380,7 +395,8 @@ static void test_positions_3d(void **state)
                             uint32_t cube = cx + 2 * (cy + 3 * cz), unit = ux + 4 * (uy + 2 * uz);
                             uint32_t abs = cube * 16 + unit;
                             const uint32_t *o = &out[abs * 8];
-                            assert_int_equal(o[0], (cx * 4 + ux) + 100 * (cy * 2 + uy) + 10000 * (cz * 2 + uz));
+                            assert_int_equal(o[0], (cx * 4 + ux) + 100 * (cy * 2 + uy) +
+                                                       10000 * (cz * 2 + uz));
                             assert_int_equal(o[1], unit);
                             assert_int_equal(o[2], ux + 10 * uy + 100 * uz);
                             assert_int_equal(o[3], cube);
@@ -393,10 +409,12 @@ static void test_positions_3d(void **state)
     em_lang_module_free(m);
 }
 
-/* ---- shapes, strides and the line width ------------------------------------------------------------ */
+/* ---- shapes, strides and the line width
+ * ------------------------------------------------------------ */
 
 static const char *scale_src =
-    "/* out = x * factor for an R x C matrix: out is contiguous, x is read through its strides, one\n"
+    "/* out = x * factor for an R x C matrix: out is contiguous, x is read through its strides, "
+    "one\n"
     " * unit per line of out */\n"
     "kernel<F: float> void scale2d(const tensor(line(F), 2) x, tensor(line(F), 2) out, F factor)\n"
     "{\n"
@@ -409,9 +427,10 @@ static const char *scale_src =
     "    }\n"
     "}\n";
 
-/* Runs scale2d on x (R x C through `xstride`) with the width picked for both tensors; returns it. */
-static unsigned run_scale(const em_lang_module *m, const float *storage, size_t nstore, const int64_t xstride[2],
-                          float *out)
+/* Runs scale2d on x (R x C through `xstride`) with the width picked for both tensors; returns it.
+ */
+static unsigned run_scale(const em_lang_module *m, const float *storage, size_t nstore,
+                          const int64_t xstride[2], float *out)
 {
     enum { R = 6, C = 12 };
     int64_t shape[2] = {R, C}, ostride[2] = {C, 1};
@@ -419,7 +438,8 @@ static unsigned run_scale(const em_lang_module *m, const float *storage, size_t 
     unsigned wx = em_pick_line_width(2, shape, xstride, 0, cands, 4);
     unsigned wo = em_pick_line_width(2, shape, ostride, 0, cands, 4);
     unsigned w = wx < wo ? wx : wo;
-    em_buffer *bx = buf_new(storage, nstore * sizeof(float)), *bo = buf_new(NULL, R * C * sizeof(float));
+    em_buffer *bx = buf_new(storage, nstore * sizeof(float)),
+              *bo = buf_new(NULL, R * C * sizeof(float));
     em_lang_bind binds[] = {em_lang_bind_type("F", EM_F32)};
     em_lang_spec spec = {binds, 1, w, NULL};
     em_arg args[] = {em_arg_tensor(bx, 0, nstore / w, 2, shape, xstride),
@@ -451,7 +471,8 @@ static void test_line_width_picked_for_layout(void **state)
     em_lang_module_free(m);
 }
 
-/* ---- generics --------------------------------------------------------------------------------------- */
+/* ---- generics
+ * --------------------------------------------------------------------------------------- */
 
 static const char *generic_src =
     "inline<T: float> T square_plus(T v, T c) { return v * v + c; }\n"

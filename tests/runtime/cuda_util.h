@@ -121,33 +121,48 @@ static inline bool cu_is_cubin(const void *image, size_t size, unsigned sm)
 /* ---- IR kernels for the CUDA code generator ------------------------------------------------ */
 
 /* out[0] += sum(in): each cube sums its units' values through shared memory (after a barrier);
- * unit 0 adds the cube's sum atomically. Launch with cube_dim.x == 256. */
-static inline em_ir_kernel *cu_ir_shared_sum(void)
+ * unit 0 adds the cube's sum atomically. Unit u's value sits at s[u * spread], so the shared
+ * array holds 256 * spread floats: spread 64 makes 64 KiB, more than fits statically, which the
+ * generator puts in dynamic shared memory. Launch with cube_dim.x == 256. */
+static inline em_ir_kernel *cu_ir_shared_sum_spread(const char *name, uint32_t spread)
 {
-    em_ir_kernel *k = em_ir_kernel_new("shared_sum");
+    em_ir_kernel *k = em_ir_kernel_new(name);
     em_type f = em_ty(EM_F32), u = em_ty(EM_U32);
     em_ir_mem in = em_ir_param_buffer(k, "in", f, EM_READ, 0);
     em_ir_mem out = em_ir_param_buffer(k, "out", f, EM_READ_WRITE, 0);
-    em_ir_mem s = em_ir_shared(k, "s", f, 256);
+    em_ir_mem s = em_ir_shared(k, "s", f, 256 * spread);
     em_ir_val unit = em_ir_builtin(k, EM_UNIT_POS);
     em_ir_val pos = em_ir_builtin(k, EM_ABSOLUTE_POS);
+    em_ir_val sp = em_ir_u32(k, spread);
     em_ir_val v = em_ir_var(k, f, "v");
     em_ir_assign(k, v, em_ir_const_float(k, f, 0.0));
     em_ir_if_begin(k, em_ir_binary(k, EM_OP_LT, pos, em_ir_len(k, in)));
     em_ir_assign(k, v, em_ir_load(k, in, pos));
     em_ir_end(k);
-    em_ir_store(k, s, unit, v);
+    em_ir_store(k, s, em_ir_binary(k, EM_OP_MUL, unit, sp), v);
     em_ir_sync_cube(k);
     em_ir_if_begin(k, em_ir_binary(k, EM_OP_EQ, unit, em_ir_u32(k, 0)));
     em_ir_val acc = em_ir_var(k, f, "acc");
     em_ir_assign(k, acc, em_ir_const_float(k, f, 0.0));
     em_ir_val j = em_ir_var(k, u, "j");
     em_ir_range_begin(k, j, em_ir_u32(k, 0), em_ir_u32(k, 256), em_ir_u32(k, 1), false);
-    em_ir_assign(k, acc, em_ir_binary(k, EM_OP_ADD, acc, em_ir_load(k, s, j)));
+    em_ir_assign(k, acc, em_ir_binary(k, EM_OP_ADD, acc,
+                                      em_ir_load(k, s, em_ir_binary(k, EM_OP_MUL, j, sp))));
     em_ir_end(k);
     em_ir_atomic(k, EM_OP_ATOMIC_ADD, out, em_ir_u32(k, 0), acc, EM_IR_NONE);
     em_ir_end(k);
     return k;
+}
+
+static inline em_ir_kernel *cu_ir_shared_sum(void)
+{
+    return cu_ir_shared_sum_spread("shared_sum", 1);
+}
+
+/* The same in 64 KiB of shared memory (dynamic shared memory on CUDA). */
+static inline em_ir_kernel *cu_ir_big_shared_sum(void)
+{
+    return cu_ir_shared_sum_spread("big_shared_sum", 64);
 }
 
 /* out[0] += sum(in) through plane sums: lane 0 of each plane adds its plane's sum. */

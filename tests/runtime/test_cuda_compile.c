@@ -1,9 +1,10 @@
 /* test_cuda_compile.c — compiling CUDA through NVRTC without any GPU: hand-written kernels (the
  * driver's launch ABI, shared memory, atomics, warp shuffles, half and bfloat16) to sm_90 cubins
  * and to PTX; a source with an error gives NVRTC's log in the message; malformed architectures
- * are refused; and kernels from the CUDA code generator (once it exists) compile for sm_90, one
- * at a time and as a batch. Also checks that the CUDA backend explains itself when it has no
- * device. Every NVRTC test is skipped when NVRTC is missing. */
+ * are refused; kernels from the CUDA code generator, as the CUDA driver generates them (with its
+ * dynamic shared memory symbols), compile for sm_90, one at a time and as a batch. Also checks
+ * that the CUDA backend explains itself when it has no device. Every NVRTC test is skipped when
+ * NVRTC is missing. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 
 #include "kernel/codegen/codegen.h"
 #include "runtime/cuda_util.h"
+#include "runtime/driver.h"
 
 static void test_handwritten_to_sm90_cubin(void **state)
 {
@@ -122,32 +124,6 @@ static void test_version_and_options(void **state)
 
 /* ---- generated kernels -------------------------------------------------------------------- */
 
-/* The generated CUDA source of k, or skips the test while the CUDA code generator is absent. */
-static char *generated_or_skip(const em_ir_kernel *k)
-{
-    char *src = em_kernel_source(k, "cuda");
-    if (!src && em_last_status() == EM_ERR_UNSUPPORTED) {
-        fprintf(stderr, "skipped: no CUDA code generator yet (%s)\n", em_last_error());
-        skip();
-    }
-    if (!src)
-        fail_msg("generating CUDA for %s: %s", em_ir_kernel_name(k), em_last_error());
-    return src;
-}
-
-static void compile_or_fail(const char *what, const char *src)
-{
-    void *bin = NULL;
-    size_t size = 0;
-    if (em_nvrtc_compile(src, "sm_90", NULL, &bin, &size) != EM_OK) {
-        fprintf(stderr, "---- generated source of %s ----\n%s\n----\n", what, src);
-        fail_msg("%s: %s", what, em_last_error());
-    }
-    assert_true(cu_is_cubin(bin, size, 90));
-    assert_non_null(memmem(bin, size, what, strlen(what)));
-    free(bin);
-}
-
 static em_ir_kernel *axpb_kernel(void)
 {
     em_ir_kernel *k = em_ir_kernel_new("axpb_gen");
@@ -164,8 +140,61 @@ static em_ir_kernel *axpb_kernel(void)
 }
 
 typedef em_ir_kernel *(*kernel_maker)(void);
-static const kernel_maker MAKERS[] = {axpb_kernel, cu_ir_shared_sum, cu_ir_plane_sum,
-                                      cu_ir_tensor_scale};
+static const kernel_maker MAKERS[] = {axpb_kernel, cu_ir_shared_sum, cu_ir_big_shared_sum,
+                                      cu_ir_plane_sum, cu_ir_tensor_scale};
+
+/* The capabilities of an H200. */
+static em_caps h200_caps(void)
+{
+    em_caps caps;
+    memset(&caps, 0, sizeof(caps));
+    snprintf(caps.target, sizeof(caps.target), "cuda");
+    snprintf(caps.arch, sizeof(caps.arch), "sm_90");
+    snprintf(caps.device_name, sizeof(caps.device_name), "NVIDIA H200");
+    caps.plane_dim = 32;
+    caps.max_cube_units = 1024;
+    caps.max_cube_dim[0] = caps.max_cube_dim[1] = 1024;
+    caps.max_cube_dim[2] = 64;
+    caps.max_shared = 232448;
+    caps.memory_total = (uint64_t)141 << 30;
+    caps.compute_units = 132;
+    for (int s = 0; s < EM_SCALAR_COUNT; s++)
+        caps.dtype[s] = true;
+    caps.float_atomic_add = caps.plane_ops = caps.matrix = caps.print = true;
+    return caps;
+}
+
+/* What the CUDA driver compiles for ks (verified and simplified in place): the generator's source
+ * plus the driver's dynamic shared memory symbols. */
+static char *driver_source(em_ir_kernel **ks, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (em_ir_verify(ks[i], 0) != EM_OK || em_ir_simplify(ks[i]) != EM_OK)
+            fail_msg("%s: %s", em_ir_kernel_name(ks[i]), em_last_error());
+    }
+    em_caps caps = h200_caps();
+    char *src = em_rt_cuda_driver.generate(NULL, (const em_ir_kernel *const *)ks, n, &caps);
+    if (!src)
+        fail_msg("generating CUDA for %s%s: %s", em_ir_kernel_name(ks[0]), n > 1 ? "..." : "",
+                 em_last_error());
+    return src;
+}
+
+/* Compiles src for sm_90 and checks that every kernel (and symbol) named is in the cubin. */
+static void compile_and_find(const char *src, const char *const *names, size_t nnames)
+{
+    void *bin = NULL;
+    size_t size = 0;
+    if (em_nvrtc_compile(src, "sm_90", NULL, &bin, &size) != EM_OK) {
+        fprintf(stderr, "---- generated source ----\n%s\n----\n", src);
+        fail_msg("%s", em_last_error());
+    }
+    assert_true(cu_is_cubin(bin, size, 90));
+    for (size_t i = 0; i < nnames; i++)
+        if (!memmem(bin, size, names[i], strlen(names[i])))
+            fail_msg("%s is not in the cubin", names[i]);
+    free(bin);
+}
 
 static void test_ir_kernels_verify(void **state)
 {
@@ -185,8 +214,9 @@ static void test_generated_kernels_compile(void **state)
     CU_SKIP_WITHOUT_NVRTC();
     for (size_t i = 0; i < EM_ARRAY_LEN(MAKERS); i++) {
         em_ir_kernel *k = MAKERS[i]();
-        char *src = generated_or_skip(k);
-        compile_or_fail(em_ir_kernel_name(k), src);
+        char *src = driver_source(&k, 1);
+        const char *name = em_ir_kernel_name(k);
+        compile_and_find(src, &name, 1);
         free(src);
         em_ir_kernel_free(k);
     }
@@ -197,47 +227,38 @@ static void test_generated_batch_compiles(void **state)
     (void)state;
     CU_SKIP_WITHOUT_NVRTC();
     em_ir_kernel *ks[EM_ARRAY_LEN(MAKERS)];
-    for (size_t i = 0; i < EM_ARRAY_LEN(MAKERS); i++) {
+    const char *names[EM_ARRAY_LEN(MAKERS)];
+    for (size_t i = 0; i < EM_ARRAY_LEN(MAKERS); i++)
         ks[i] = MAKERS[i]();
-        assert_int_equal(em_ir_verify(ks[i], 0), EM_OK);
-        assert_int_equal(em_ir_simplify(ks[i]), EM_OK);
-    }
-    /* the capabilities of an H200 */
-    em_caps caps;
-    memset(&caps, 0, sizeof(caps));
-    snprintf(caps.target, sizeof(caps.target), "cuda");
-    snprintf(caps.arch, sizeof(caps.arch), "sm_90");
-    caps.plane_dim = 32;
-    caps.max_cube_units = 1024;
-    caps.max_cube_dim[0] = caps.max_cube_dim[1] = 1024;
-    caps.max_cube_dim[2] = 64;
-    caps.max_shared = 232448;
-    caps.compute_units = 132;
-    for (int s = 0; s < EM_SCALAR_COUNT; s++)
-        caps.dtype[s] = true;
-    caps.float_atomic_add = caps.plane_ops = caps.matrix = caps.print = true;
-    char *src = em_codegen("cuda", (const em_ir_kernel *const *)ks, EM_ARRAY_LEN(ks), &caps);
-    if (!src && em_last_status() == EM_ERR_UNSUPPORTED) {
-        for (size_t i = 0; i < EM_ARRAY_LEN(ks); i++)
-            em_ir_kernel_free(ks[i]);
-        fprintf(stderr, "skipped: no CUDA code generator yet (%s)\n", em_last_error());
-        skip();
-    }
-    if (!src)
-        fail_msg("em_codegen(cuda): %s", em_last_error());
-    void *bin = NULL;
-    size_t size = 0;
-    if (em_nvrtc_compile(src, "sm_90", NULL, &bin, &size) != EM_OK) {
-        fprintf(stderr, "---- generated batch ----\n%s\n----\n", src);
-        fail_msg("batch: %s", em_last_error());
-    }
-    for (size_t i = 0; i < EM_ARRAY_LEN(ks); i++) {
-        const char *name = em_ir_kernel_name(ks[i]);
-        assert_non_null(memmem(bin, size, name, strlen(name)));
-        em_ir_kernel_free(ks[i]);
-    }
-    free(bin);
+    char *src = driver_source(ks, EM_ARRAY_LEN(ks));
+    for (size_t i = 0; i < EM_ARRAY_LEN(MAKERS); i++)
+        names[i] = em_ir_kernel_name(ks[i]);
+    compile_and_find(src, names, EM_ARRAY_LEN(names));
     free(src);
+    for (size_t i = 0; i < EM_ARRAY_LEN(ks); i++)
+        em_ir_kernel_free(ks[i]);
+}
+
+/* A kernel with more than 48 KiB of shared memory gets its size as a symbol in the module; one
+ * within 48 KiB does not. */
+static void test_dynamic_shared_memory_symbol(void **state)
+{
+    (void)state;
+    CU_SKIP_WITHOUT_NVRTC();
+    em_ir_kernel *ks[2] = {cu_ir_big_shared_sum(), cu_ir_shared_sum()};
+    char *src = driver_source(ks, 2);
+    assert_true(em_codegen_cuda_dynamic_smem(ks[0]) >= 64 * 1024);
+    assert_int_equal(em_codegen_cuda_dynamic_smem(ks[1]), 0);
+    char want[128];
+    snprintf(want, sizeof(want), "emk_smem_big_shared_sum = %zuu;",
+             em_codegen_cuda_dynamic_smem(ks[0]));
+    assert_non_null(strstr(src, want));
+    assert_null(strstr(src, "emk_smem_shared_sum"));
+    const char *names[] = {"big_shared_sum", "shared_sum", "emk_smem_big_shared_sum"};
+    compile_and_find(src, names, EM_ARRAY_LEN(names));
+    free(src);
+    em_ir_kernel_free(ks[0]);
+    em_ir_kernel_free(ks[1]);
 }
 
 /* ---- the backend without a device --------------------------------------------------------- */
@@ -282,6 +303,7 @@ int main(void)
         cmocka_unit_test(test_ir_kernels_verify),
         cmocka_unit_test(test_generated_kernels_compile),
         cmocka_unit_test(test_generated_batch_compiles),
+        cmocka_unit_test(test_dynamic_shared_memory_symbol),
         cmocka_unit_test(test_backend_explains_itself),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

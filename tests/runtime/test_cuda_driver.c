@@ -1,13 +1,14 @@
-/* test_cuda_driver.c — the CUDA driver on a real GPU: capabilities, buffer round trips through
- * the pinned staging ring (sizes from 1 byte to several staging slots, odd offsets, device
- * copies), out-of-memory reported as EM_ERR_NOMEM, hand-written kernels run through the driver's
- * build/load/function/launch (elementwise with strided metadata and scalars of every width, the
- * metadata ring over thousands of unsynchronized launches, a block reduction
- * in more than 48 KiB of dynamic shared memory, integer and float atomics with warp shuffles,
- * half and bfloat16), corrupt and truncated cubins refused with EM_ERR_CORRUPT, timing events,
- * and generated kernels through em_kernel_compile/em_launch once the CUDA code generator exists.
- * The device is $EMBER_TEST_DEVICE when it names a CUDA device, else cuda:0; every test is
- * skipped when the machine has none (scripts/gpu-test.sh runs them on the GPU machine). */
+/* test_cuda_driver.c — the CUDA driver on a real GPU: capabilities; buffer round trips through
+ * the pinned staging ring (1 byte to several staging slots, odd offsets, device copies);
+ * out-of-memory reported as EM_ERR_NOMEM; hand-written kernels run through the driver's
+ * build/load/function/launch (strided elementwise with scalars of every width, the metadata ring
+ * over thousands of unsynchronized launches, a block reduction in more than 48 KiB of dynamic
+ * shared memory, integer and float atomics with warp shuffles, half and bfloat16); corrupt and
+ * truncated cubins refused with EM_ERR_CORRUPT; timing events; refused launches; and generated
+ * kernels through em_kernel_compile / em_launch (elementwise with a disk-cache hit, plane and
+ * shared-memory reductions, one in 64 KiB of dynamic shared memory, a transposed rank-2 tensor
+ * with an f16 input). The device is $EMBER_TEST_DEVICE when it names a CUDA device, else cuda:0;
+ * every test is skipped when the machine has none (scripts/gpu-test.sh runs them on the GPU). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -497,13 +498,14 @@ static void test_generated_reductions(void **state)
 {
     (void)state;
     em_device *dev = open_or_skip();
-    em_ir_kernel *ks[2] = {cu_ir_plane_sum(), NULL};
-    em_kernel *kerns[2];
+    em_ir_kernel *ks[3] = {cu_ir_plane_sum(), NULL, NULL};
+    em_kernel *kerns[3];
     kerns[0] = compile_or_skip(dev, ks[0]); /* skips (freeing ks[0]) without a generator */
     ks[1] = cu_ir_shared_sum();
-    kerns[1] = em_kernel_compile(dev, ks[1]);
-    if (!kerns[1])
-        fail_msg("compiling %s: %s", em_ir_kernel_name(ks[1]), em_last_error());
+    ks[2] = cu_ir_big_shared_sum(); /* 64 KiB: dynamic shared memory */
+    for (int i = 1; i < 3; i++)
+        if (!(kerns[i] = em_kernel_compile(dev, ks[i])))
+            fail_msg("compiling %s: %s", em_ir_kernel_name(ks[i]), em_last_error());
     const uint32_t n = 256 * 1000;
     float *in = malloc(n * sizeof(float));
     double want = 0;
@@ -513,7 +515,7 @@ static void test_generated_reductions(void **state)
     }
     em_buffer *bi = em_buffer_alloc(dev, n * sizeof(float)), *bo = em_buffer_alloc(dev, 4);
     assert_int_equal(em_buffer_write(bi, 0, in, n * sizeof(float)), EM_OK);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         assert_int_equal(em_buffer_fill_zero(bo), EM_OK);
         em_arg args[2] = {em_arg_buffer(bi, n), em_arg_buffer(bo, 1)};
         uint32_t count[3] = {n / 256, 1, 1}, dim[3] = {256, 1, 1};
@@ -523,11 +525,63 @@ static void test_generated_reductions(void **state)
         assert_int_equal(em_buffer_read(bo, 0, &got, 4), EM_OK);
         assert_float_equal(got, want, want * 1e-5);
     }
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         em_ir_kernel_free(ks[i]);
     em_buffer_free(bi);
     em_buffer_free(bo);
     free(in);
+    em_device_close(dev);
+}
+
+/* IEEE half bits of a small non-negative float that half represents exactly. */
+static uint16_t f16_bits(float v)
+{
+    if (v == 0.0f)
+        return 0;
+    int e = 0;
+    float m = frexpf(v, &e); /* v = m * 2^e, m in [0.5, 1) */
+    return (uint16_t)((unsigned)(e - 1 + 15) << 10 | (unsigned)((m * 2.0f - 1.0f) * 1024.0f));
+}
+
+/* A rank-2 tensor view (transposed: strides (1, rows)), an f16 array and an f32 scalar through a
+ * generated kernel: the metadata and every argument kind arrive where the generator expects. */
+static void test_generated_tensor_f16(void **state)
+{
+    (void)state;
+    em_device *dev = open_or_skip();
+    em_ir_kernel *k = cu_ir_tensor_scale();
+    em_kernel *kern = compile_or_skip(dev, k);
+    enum { ROWS = 300, COLS = 7, N = ROWS * COLS };
+    float *x = malloc(N * sizeof(float)), *out = malloc(N * sizeof(float));
+    uint16_t *h = malloc(N * sizeof(uint16_t));
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)i;                  /* x[r, c] = r + c * ROWS */
+        h[i] = f16_bits((float)(i % 16) * 0.25f);
+    }
+    em_buffer *bx = em_buffer_alloc(dev, N * sizeof(float)), *bo = em_buffer_alloc(dev, N * 4);
+    em_buffer *bh = em_buffer_alloc(dev, N * sizeof(uint16_t));
+    assert_int_equal(em_buffer_write(bx, 0, x, N * sizeof(float)), EM_OK);
+    assert_int_equal(em_buffer_write(bh, 0, h, N * sizeof(uint16_t)), EM_OK);
+    int64_t shape[2] = {ROWS, COLS}, stride[2] = {1, ROWS};
+    em_arg args[4] = {em_arg_tensor(bx, 0, N, 2, shape, stride), em_arg_buffer(bh, N),
+                      em_arg_buffer(bo, N), em_arg_f32(1.5f)};
+    uint32_t count[3] = {(N + 127) / 128, 1, 1}, dim[3] = {128, 1, 1};
+    if (em_launch(kern, count, dim, args, 4) != EM_OK)
+        fail_msg("launch: %s", em_last_error());
+    assert_int_equal(em_buffer_read(bo, 0, out, N * sizeof(float)), EM_OK);
+    for (int i = 0; i < N; i++) {
+        int r = i / COLS, c = i % COLS;
+        float want = (float)(r + c * ROWS) * 1.5f + (float)(i % 16) * 0.25f;
+        if (out[i] != want)
+            fail_msg("out[%d] = %g, want %g", i, out[i], want);
+    }
+    em_buffer_free(bx);
+    em_buffer_free(bo);
+    em_buffer_free(bh);
+    free(x);
+    free(out);
+    free(h);
+    em_ir_kernel_free(k);
     em_device_close(dev);
 }
 
@@ -547,6 +601,7 @@ int main(void)
         cmocka_unit_test(test_too_many_units_refused),
         cmocka_unit_test(test_generated_axpb_and_cache),
         cmocka_unit_test(test_generated_reductions),
+        cmocka_unit_test(test_generated_tensor_f16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,7 +15,14 @@
 #include "runtime/rt.h"
 #include "runtime/rt_util.h"
 
-/* Opens vulkan:0, or skips the test (saying why) when the machine has none. */
+/* The device under test: $EMBER_TEST_DEVICE when it names a Vulkan device, else vulkan:0. */
+static const char *test_device(void)
+{
+    const char *e = getenv("EMBER_TEST_DEVICE");
+    return e && strncmp(e, "vulkan:", 7) == 0 ? e : "vulkan:0";
+}
+
+/* Opens the device under test, or skips the test (saying why) when the machine has none. */
 static em_device *open_or_skip(void)
 {
     em_backend_info info[8];
@@ -26,9 +33,8 @@ static em_device *open_or_skip(void)
             skip();
         }
     }
-    em_device *dev = em_device_open("vulkan:0");
-    if (!dev)
-        fail_msg("em_device_open(vulkan:0): %s", em_last_error());
+    em_device *dev = em_device_open(test_device());
+    if (!dev) fail_msg("em_device_open(%s): %s", test_device(), em_last_error());
     return dev;
 }
 
@@ -37,8 +43,7 @@ static char tmp_dir[1024]; /* this run's scratch directory (removed at the end) 
 /* A path in this run's scratch directory. */
 static void temp_file(const char *name, char *out, size_t size)
 {
-    if (!tmp_dir[0])
-        rt_fresh_dir("vk", tmp_dir, sizeof(tmp_dir));
+    if (!tmp_dir[0]) rt_fresh_dir("vk", tmp_dir, sizeof(tmp_dir));
     assert_true(tmp_dir[0] != '\0');
     snprintf(out, size, "%s/%s", tmp_dir, name);
 }
@@ -51,10 +56,8 @@ static int probe_child(const char *expect)
     em_backend_info info[8];
     size_t n = em_backend_list(info, 8);
     for (size_t i = 0; i < n && i < 8; i++) {
-        if (strcmp(info[i].name, "vulkan") != 0)
-            continue;
-        if (info[i].device_count == 0 && strstr(info[i].why, expect))
-            return 0;
+        if (strcmp(info[i].name, "vulkan") != 0) continue;
+        if (info[i].device_count == 0 && strstr(info[i].why, expect)) return 0;
         fprintf(stderr, "probe: %d devices, why '%s' (expected '%s')\n", info[i].device_count,
                 info[i].why, expect);
         return 1;
@@ -85,34 +88,36 @@ static void test_probe_reasons(void **state)
     em_device *dev = open_or_skip();
     em_device_close(dev);
     /* no ICD at all: the loader finds no driver */
-    assert_int_equal(probe_with_env("VK_ICD_FILENAMES", "/nonexistent/icd.json", "no Vulkan "
-                                    "driver (ICD)"), 0);
+    assert_int_equal(probe_with_env("VK_ICD_FILENAMES", "/nonexistent/icd.json",
+                                    "no usable "
+                                    "Vulkan driver (ICD)"),
+                     0);
 }
 
 static void test_open_caps(void **state)
 {
     (void)state;
     em_device *dev = open_or_skip();
-    assert_string_equal(em_device_name(dev), "vulkan:0");
+    assert_string_equal(em_device_name(dev), test_device());
     const em_caps *caps = em_device_caps(dev);
     assert_string_equal(caps->target, "glsl");
     assert_non_null(strstr(caps->arch, "spirv-vulkan1."));
     assert_true(strlen(caps->device_name) > 0);
     assert_true(caps->max_cube_units >= 128);
-    for (int i = 0; i < 3; i++)
-        assert_true(caps->max_cube_dim[i] >= 1);
+    for (int i = 0; i < 3; i++) assert_true(caps->max_cube_dim[i] >= 1);
     assert_true(caps->max_shared >= 16384);
     assert_true(caps->memory_total > 0);
     assert_true(caps->plane_dim >= 1);
     assert_true(caps->dtype[EM_F32] && caps->dtype[EM_I32] && caps->dtype[EM_U32]);
     assert_false(caps->dtype[EM_BF16]);
     assert_false(caps->matrix);
-    fprintf(stderr, "vulkan:0 = %s (%s), plane %u%s, shared %llu, f16 %d f64 %d i8 %d i64 %d, "
-            "float atomics %d\n", caps->device_name, caps->arch, caps->plane_dim,
-            caps->plane_ops ? " with ops" : "", (unsigned long long)caps->max_shared,
-            caps->dtype[EM_F16], caps->dtype[EM_F64], caps->dtype[EM_I8], caps->dtype[EM_I64],
-            caps->float_atomic_add);
-    em_device *again = em_device_open("vulkan:0");
+    fprintf(stderr,
+            "vulkan:0 = %s (%s), plane %u%s, shared %llu, f16 %d f64 %d i8 %d i64 %d, "
+            "float atomics %d\n",
+            caps->device_name, caps->arch, caps->plane_dim, caps->plane_ops ? " with ops" : "",
+            (unsigned long long)caps->max_shared, caps->dtype[EM_F16], caps->dtype[EM_F64],
+            caps->dtype[EM_I8], caps->dtype[EM_I64], caps->float_atomic_add);
+    em_device *again = em_device_open(test_device());
     assert_ptr_equal(again, dev);
     em_device_close(again);
     assert_null(em_device_open("vulkan:31"));
@@ -129,8 +134,7 @@ static void round_trips(em_device *dev)
     uint32_t *host = malloc(n * 4), *back = malloc(n * 4);
     assert_non_null(host);
     assert_non_null(back);
-    for (size_t i = 0; i < n; i++)
-        host[i] = (uint32_t)(i * 2654435761u);
+    for (size_t i = 0; i < n; i++) host[i] = (uint32_t)(i * 2654435761u);
     em_buffer *a = em_buffer_alloc(dev, n * 4), *b = em_buffer_alloc(dev, n * 4);
     assert_non_null(a);
     assert_non_null(b);
@@ -182,7 +186,7 @@ static void test_buffers_staged(void **state)
     em_device *probe = open_or_skip(); /* skips before the environment changes */
     em_device_close(probe);
     setenv("EMBER_VK_STAGING", "1", 1);
-    em_device *dev = em_device_open("vulkan:0");
+    em_device *dev = em_device_open(test_device());
     unsetenv("EMBER_VK_STAGING");
     assert_non_null(dev);
     round_trips(dev);
@@ -206,7 +210,9 @@ static void test_out_of_memory(void **state)
 /* ---- hand-written GLSL through the driver ---------------------------------------------------- */
 
 /* y[i] = a * x[i] + y[i] + bias for i < len(y): parameters x (0), a (1, f32 scalar), y (2),
- * bias (3, i32 scalar), so the buffers sit at bindings 0 and 2 and the metadata at 4. */
+ * bias (3, i32 scalar), so the buffers sit at bindings 0 and 2 and the metadata at 4, as the GLSL
+ * generator lays them out (codegen/glsl.c): metadata in u64 words (x.len, y.len) read as uint
+ * pairs, scalars in 8-byte push-constant slots. */
 static const char *AXPY_GLSL =
     "//@@ember-kernel axpy\n"
     "#version 450\n"
@@ -214,12 +220,12 @@ static const char *AXPY_GLSL =
     "layout(std430, binding = 0) readonly buffer B0 { float x[]; };\n"
     "layout(std430, binding = 2) buffer B2 { float y[]; };\n"
     "layout(std430, binding = 4) readonly buffer Meta { uint meta[]; };\n"
-    "layout(push_constant) uniform P { float a; int bias; } pc;\n"
+    "layout(push_constant) uniform P { layout(offset = 0) float a; layout(offset = 8) int bias; } "
+    "pc;\n"
     "void main() {\n"
     "    uint i = gl_GlobalInvocationID.x;\n"
-    "    uint xo = meta[1], yl = meta[2], yo = meta[3];\n"
-    "    if (i < yl)\n"
-    "        y[yo + i] = pc.a * x[xo + i] + y[yo + i] + float(pc.bias);\n"
+    "    if (i < meta[2])\n"
+    "        y[i] = pc.a * x[i] + y[i] + float(pc.bias);\n"
     "}\n";
 
 typedef struct built {
@@ -234,17 +240,15 @@ static void build_load(em_device *dev, const char *glsl, built *b)
     b->dev = dev;
     temp_file("k.spv", b->path, sizeof(b->path));
     em_status st = dev->drv->build(dev->state, glsl, b->path);
-    if (st != EM_OK)
-        fail_msg("build: %s", em_last_error());
+    if (st != EM_OK) fail_msg("build: %s", em_last_error());
     st = dev->drv->load(dev->state, b->path, &b->module);
-    if (st != EM_OK)
-        fail_msg("load: %s", em_last_error());
+    if (st != EM_OK) fail_msg("load: %s", em_last_error());
 }
 
 static em_drv_arg buf_arg(em_buffer *buf, em_scalar s, size_t offset, uint64_t len)
 {
-    em_drv_arg a = {.kind = EM_PARAM_BUFFER, .type = em_ty(s), .mem = buf->mem, .offset = offset,
-                    .len = len};
+    em_drv_arg a = {
+        .kind = EM_PARAM_BUFFER, .type = em_ty(s), .mem = buf->mem, .offset = offset, .len = len};
     return a;
 }
 
@@ -260,14 +264,13 @@ static void test_glsl_axpy(void **state)
     assert_non_null(strstr(em_last_error(), "axpy"));
     assert_int_equal(dev->drv->function(dev->state, b.module, "axpy", &fn), EM_OK);
 
-    const uint32_t n = 1000, xoff = 3, yoff = 4; /* x at an unaligned offset (12 bytes) */
+    const uint32_t n = 1000, xoff = 8, yoff = 4; /* element offsets of 32 and 16 bytes */
     float *hx = malloc((n + xoff) * 4), *hy = malloc((n + yoff + 5) * 4);
     float *out = malloc((n + yoff + 5) * 4);
-    for (uint32_t i = 0; i < n + xoff; i++)
-        hx[i] = (float)i * 0.25f;
-    for (uint32_t i = 0; i < n + yoff + 5; i++)
-        hy[i] = (float)i;
-    em_buffer *x = em_buffer_alloc(dev, (n + xoff) * 4), *y = em_buffer_alloc(dev, (n + yoff + 5) * 4);
+    for (uint32_t i = 0; i < n + xoff; i++) hx[i] = (float)i * 0.25f;
+    for (uint32_t i = 0; i < n + yoff + 5; i++) hy[i] = (float)i;
+    em_buffer *x = em_buffer_alloc(dev, (n + xoff) * 4),
+              *y = em_buffer_alloc(dev, (n + yoff + 5) * 4);
     assert_int_equal(em_buffer_write(x, 0, hx, (n + xoff) * 4), EM_OK);
     assert_int_equal(em_buffer_write(y, 0, hy, (n + yoff + 5) * 4), EM_OK);
     em_drv_arg args[4] = {
@@ -276,6 +279,13 @@ static void test_glsl_axpy(void **state)
         buf_arg(y, EM_F32, yoff * 4, n),
         {.kind = EM_PARAM_SCALAR, .type = em_ty(EM_I32), .value.i = -3},
     };
+    /* an offset the device cannot bind at (12 bytes: not a multiple of 16) is refused */
+    args[0].offset = 12;
+    em_drv_launch bad = {{1, 1, 1}, {64, 1, 1}, args, 4};
+    assert_int_equal(dev->drv->launch(dev->state, fn, &bad), EM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(em_last_error(), "argument 0"));
+    assert_non_null(strstr(em_last_error(), "minStorageBufferOffsetAlignment"));
+    args[0].offset = xoff * 4;
     /* two launches with different cube dimensions: two pipelines */
     uint32_t dims[2] = {64, 100};
     for (int r = 0; r < 2; r++) {
@@ -286,10 +296,8 @@ static void test_glsl_axpy(void **state)
     for (uint32_t i = 0; i < n + yoff + 5; i++) {
         float want = hy[i];
         if (i >= yoff && i < yoff + n)
-            for (int r = 0; r < 2; r++)
-                want = 2.0f * hx[i - yoff + xoff] + want - 3.0f;
-        if (out[i] != want)
-            fail_msg("y[%u] = %g, want %g", i, out[i], want);
+            for (int r = 0; r < 2; r++) want = 2.0f * hx[i - yoff + xoff] + want - 3.0f;
+        if (out[i] != want) fail_msg("y[%u] = %g, want %g", i, out[i], want);
     }
     em_buffer_free(x);
     em_buffer_free(y);
@@ -328,8 +336,7 @@ static void test_many_launches(void **state)
     double t1 = em_rt_now();
     float h[256];
     assert_int_equal(em_buffer_read(y, 0, h, n * 4), EM_OK);
-    for (uint32_t i = 0; i < n; i++)
-        assert_true(h[i] == (float)rounds);
+    for (uint32_t i = 0; i < n; i++) assert_true(h[i] == (float)rounds);
     fprintf(stderr, "%u launches in %.1f ms (%.1f us each)\n", rounds, (t1 - t0) * 1e3,
             (t1 - t0) * 1e6 / rounds);
     em_buffer_free(x);
@@ -412,8 +419,7 @@ static void test_glsl_batch(void **state)
     /* reduction with barriers; a fixed local size refuses other cube dimensions */
     const uint32_t n = 1000, cubes = (n + 127) / 128;
     float *hx = malloc(n * 4), sums[8];
-    for (uint32_t i = 0; i < n; i++)
-        hx[i] = (float)(i % 17);
+    for (uint32_t i = 0; i < n; i++) hx[i] = (float)(i % 17);
     em_buffer *x = em_buffer_alloc(dev, n * 4), *s = em_buffer_alloc(dev, cubes * 4);
     assert_int_equal(em_buffer_write(x, 0, hx, n * 4), EM_OK);
     em_drv_arg ra[2] = {buf_arg(x, EM_F32, 0, n), buf_arg(s, EM_F32, 0, cubes)};
@@ -422,8 +428,7 @@ static void test_glsl_batch(void **state)
     assert_int_equal(em_buffer_read(s, 0, sums, cubes * 4), EM_OK);
     for (uint32_t c = 0; c < cubes; c++) {
         double want = 0;
-        for (uint32_t i = c * 128; i < n && i < c * 128 + 128; i++)
-            want += hx[i];
+        for (uint32_t i = c * 128; i < n && i < c * 128 + 128; i++) want += hx[i];
         assert_true(fabs(sums[c] - want) < 1e-3);
     }
     rl.cube_dim[0] = 64;
@@ -441,8 +446,7 @@ static void test_glsl_batch(void **state)
     uint32_t *ht = malloc(rows * 4);
     assert_int_equal(em_buffer_read(t, 0, ht, rows * 4), EM_OK);
     for (uint32_t r = 0; r < rows; r++)
-        if (ht[r] != r + 1)
-            fail_msg("row %u: %u", r, ht[r]);
+        if (ht[r] != r + 1) fail_msg("row %u: %u", r, ht[r]);
     free(ht);
     /* a kernel reading gl_NumWorkGroups cannot be split */
     em_drv_launch big = {{1, rows, 1}, {1, 1, 1}, ga, 1};
@@ -490,18 +494,17 @@ static void test_glsl_error_message(void **state)
     temp_file("bad.spv", path, sizeof(path));
     int tried = 0;
     for (size_t c = 0; c < EM_ARRAY_LEN(COMPILERS); c++) {
-        if (!use_compiler(dev, COMPILERS[c]))
-            continue;
+        if (!use_compiler(dev, COMPILERS[c])) continue;
         tried++;
         assert_int_equal(dev->drv->build(dev->state, bad, path), EM_ERR_COMPILE);
         const char *msg = em_last_error();
         fprintf(stderr, "compile error as reported:\n%s\n", msg);
-        assert_non_null(strstr(msg, COMPILERS[c]));            /* names the compiler */
+        assert_non_null(strstr(msg, COMPILERS[c])); /* names the compiler */
         assert_non_null(strstr(msg, "broken"));
-        assert_non_null(strstr(msg, "undefined_thing"));       /* the compiler's own words */
-        assert_non_null(strstr(msg, "broken.comp:4"));         /* file:line of the shader */
+        assert_non_null(strstr(msg, "undefined_thing")); /* the compiler's own words */
+        assert_non_null(strstr(msg, "broken.comp:4"));   /* file:line of the shader */
         assert_non_null(strstr(msg, "4 |     float v = undefined_thing")); /* the line itself */
-        assert_null(strstr(msg, "/tmp"));                      /* no temp paths */
+        assert_null(strstr(msg, "/tmp"));                                  /* no temp paths */
         assert_null(strstr(msg, EMBER_TEST_TMP));
         /* a source that names no kernel */
         assert_int_equal(dev->drv->build(dev->state, "#version 450\nvoid main(){}\n", path),
@@ -524,11 +527,12 @@ static void test_glsl_error_message(void **state)
 static int spirv_val(const char *path, const char *env)
 {
     char cmd[2400];
-    snprintf(cmd, sizeof(cmd), "command -v spirv-val >/dev/null 2>&1 || exit 127; "
-             "spirv-val --target-env %s '%s'", env, path);
+    snprintf(cmd, sizeof(cmd),
+             "command -v spirv-val >/dev/null 2>&1 || exit 127; "
+             "spirv-val --target-env %s '%s'",
+             env, path);
     int rc = system(cmd);
-    if (rc == -1 || !WIFEXITED(rc))
-        return 1;
+    if (rc == -1 || !WIFEXITED(rc)) return 1;
     return WEXITSTATUS(rc) == 127 ? -1 : WEXITSTATUS(rc);
 }
 
@@ -538,8 +542,7 @@ static void test_spirv_val_and_entry_name(void **state)
     em_device *dev = open_or_skip();
     const char *env = strstr(em_device_caps(dev)->arch, "vulkan1.");
     for (size_t c = 0; c < EM_ARRAY_LEN(COMPILERS); c++) {
-        if (!use_compiler(dev, COMPILERS[c]))
-            continue;
+        if (!use_compiler(dev, COMPILERS[c])) continue;
         built b;
         build_load(dev, AXPY_GLSL, &b);
         int rc = spirv_val(b.path, env);
@@ -664,24 +667,16 @@ static void test_events(void **state)
 
 int main(int argc, char **argv)
 {
-    if (argc == 3 && strcmp(argv[1], "--probe-why") == 0)
-        return probe_child(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--probe-why") == 0) return probe_child(argv[2]);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_open_caps),
-        cmocka_unit_test(test_probe_reasons),
-        cmocka_unit_test(test_buffers_mapped),
-        cmocka_unit_test(test_buffers_staged),
-        cmocka_unit_test(test_out_of_memory),
-        cmocka_unit_test(test_glsl_axpy),
-        cmocka_unit_test(test_many_launches),
-        cmocka_unit_test(test_glsl_batch),
-        cmocka_unit_test(test_glsl_error_message),
-        cmocka_unit_test(test_spirv_val_and_entry_name),
-        cmocka_unit_test(test_corrupt_binaries),
-        cmocka_unit_test(test_events),
+        cmocka_unit_test(test_open_caps),          cmocka_unit_test(test_probe_reasons),
+        cmocka_unit_test(test_buffers_mapped),     cmocka_unit_test(test_buffers_staged),
+        cmocka_unit_test(test_out_of_memory),      cmocka_unit_test(test_glsl_axpy),
+        cmocka_unit_test(test_many_launches),      cmocka_unit_test(test_glsl_batch),
+        cmocka_unit_test(test_glsl_error_message), cmocka_unit_test(test_spirv_val_and_entry_name),
+        cmocka_unit_test(test_corrupt_binaries),   cmocka_unit_test(test_events),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    if (tmp_dir[0])
-        em_remove_tree(tmp_dir);
+    if (tmp_dir[0]) em_remove_tree(tmp_dir);
     return failed;
 }

@@ -5,5 +5,7 @@
 
 int em_cli_info(int argc, char **argv);   /* info.c: devices found, and why others are missing */
 int em_cli_kernel(int argc, char **argv); /* kernel.c: check / dump kernels */
+int em_cli_tokenize(int argc, char **argv); /* tokenize.c: text <-> token ids */
+int em_cli_data(int argc, char **argv);     /* data.c: token shards, tokenizer training */
 
 #endif

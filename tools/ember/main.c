@@ -20,6 +20,8 @@ typedef struct command {
 static const command COMMANDS[] = {
     {"info", em_cli_info, "list backends and devices, their capabilities, or why they are missing"},
     {"kernel", em_cli_kernel, "check, dump and run kernels"},
+    {"tokenize", em_cli_tokenize, "print the token ids of a text (or decode ids back to text)"},
+    {"data", em_cli_data, "prepare token shards from text, train a BPE tokenizer"},
 };
 
 static void usage(FILE *out)

@@ -182,6 +182,13 @@ static bool is_root(uint16_t op)
     }
 }
 
+/* A store to local memory: needed only when something loads that memory. */
+static bool local_store(cg *g, const em_ir_inst *in)
+{
+    const em_ir_memory *m = in->op == EM_OP_STORE ? cg_mem_at(g, in->mem) : NULL;
+    return m && m->space == EM_MEM_LOCAL;
+}
+
 /* The variable, matrix or temporary an instruction writes (0 when none). */
 static em_ir_val written(const em_ir_inst *in)
 {
@@ -217,13 +224,25 @@ static bool liveness(cg *g)
         size_t top = 0;
         for (uint32_t i = 0; i < ni; i++) {
             const em_ir_inst *in = em_ir_inst_at(g->k, i);
-            if (in && g->region_of[i] != -3 && is_root(in->op)) {
+            if (in && g->region_of[i] != -3 && is_root(in->op) && !local_store(g, in)) {
                 g->needed[i] = 1;
                 work[top++] = i;
             }
         }
         while (top) {
             const em_ir_inst *in = em_ir_inst_at(g->k, work[--top]);
+            const em_ir_memory *mem = in->op == EM_OP_LOAD ? cg_mem_at(g, in->mem) : NULL;
+            if (mem && mem->space == EM_MEM_LOCAL && !g->mems[in->mem].loaded) {
+                /* local memory that is read: its stores matter */
+                g->mems[in->mem].loaded = true;
+                for (uint32_t i = 0; i < ni; i++) {
+                    const em_ir_inst *st = em_ir_inst_at(g->k, i);
+                    if (st && st->op == EM_OP_STORE && st->mem == in->mem && g->region_of[i] != -3 && !g->needed[i]) {
+                        g->needed[i] = 1;
+                        work[top++] = i;
+                    }
+                }
+            }
             em_ir_val reads[EM_IR_MAX_ARGS];
             unsigned n = cg_reads(in, reads);
             for (unsigned r = 0; r < n; r++) {
@@ -577,6 +596,22 @@ static bool is_kind(cg *g, em_ir_val v, em_ir_val_kind kind)
     return x && x->kind == kind;
 }
 
+/* True when the block (or a block inside it) has a break, continue or return: compilers drop the
+ * unroll annotation of such loops, with a warning, when they see they end at once. */
+static bool block_leaves(cg *g, uint32_t b, unsigned depth)
+{
+    const em_ir_block *blk = em_ir_block_at(g->k, b);
+    for (size_t i = 0; blk && i < blk->len && depth < 1000; i++) {
+        const em_ir_inst *in = em_ir_inst_at(g->k, blk->items[i]);
+        if (!in) continue;
+        if (in->op == EM_OP_BREAK || in->op == EM_OP_CONTINUE || in->op == EM_OP_RETURN) return true;
+        if (is_control(in->op) &&
+            (block_leaves(g, in->blocks[0], depth + 1) || block_leaves(g, in->blocks[1], depth + 1)))
+            return true;
+    }
+    return false;
+}
+
 /* The increment of a range counter: counter += step, wrapping without undefined behaviour. */
 static void range_step(cg *g, em_strbuf *out, em_scalar s, const char *ctr, const char *step)
 {
@@ -624,7 +659,7 @@ static int open_range(cg *g, uint32_t idx, const em_ir_inst *in, bool hoist_all)
         g->indent++;
         opened++;
     }
-    if (in->imm && !hoist_all) cg_line(g, "EM_UNROLL");
+    if (in->imm && !hoist_all && !block_leaves(g, in->blocks[0], 0)) cg_line(g, "EM_UNROLL");
     em_strbuf inc;
     em_sb_init(&inc);
     range_step(g, &inc, s, ctr.data, names[2]);
@@ -810,8 +845,9 @@ static void emit_cube_inst(cg *g, uint32_t idx)
         return;
     case EM_OP_IF: {
         em_strbuf c = opnd(g, in->args[0]);
-        if (c.data) cg_strip_parens(c.data);
-        if (per_unit(g, in->args[0]) && g->state) {
+        bool lead = per_unit(g, in->args[0]) && g->state;
+        if (c.data && !lead) cg_strip_parens(c.data); /* with lead_ it follows && */
+        if (lead) {
             g->lead = true;
             cg_line(g, "lead_ = em_lead(state_, units_);");
             cg_line(g, "if (lead_ < units_ && %s) { /* uniform: the first running unit decides */", c.data);

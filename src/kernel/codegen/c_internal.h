@@ -51,6 +51,7 @@ typedef struct cg_mem {
     char *name;       /* C identifier (NULL when unused) */
     uint8_t store;    /* a cg_store */
     bool used;        /* accessed by an emitted instruction */
+    bool loaded;      /* local memory: read by a needed load (else its stores are dropped) */
     bool loop_region; /* accessed in a region inside a cube-level loop */
     bool listed;      /* already in its region's declaration list */
     int32_t region;   /* as for values */
@@ -85,6 +86,7 @@ typedef struct cg_needs {
     bool div[EM_SCALAR_COUNT];                    /* integer division */
     bool rem[EM_SCALAR_COUNT];                    /* integer remainder */
     bool sat[EM_SCALAR_COUNT];                    /* saturating double -> integer */
+    bool minmax[EM_SCALAR_COUNT];                 /* integer min / max / clamp */
     bool atomic[11][EM_SCALAR_COUNT];             /* atomics, by op - EM_OP_ATOMIC_ADD */
     bool f16, bf16;   /* f16 / bf16 <-> float */
     bool d2h, d2b;    /* double -> f16 / bf16 (through round-to-odd) */

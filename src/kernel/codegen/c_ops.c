@@ -312,6 +312,12 @@ bool cg_strip_parens(char *e)
 {
     size_t n = strlen(e);
     if (n < 2 || e[0] != '(' || !is_atomic(e)) return false;
+    int depth = 0;
+    for (size_t j = 1; j + 1 < n; j++) { /* a comma expression keeps its parentheses */
+        if (e[j] == '(') depth++;
+        else if (e[j] == ')') depth--;
+        else if (e[j] == ',' && depth == 0) return false;
+    }
     memmove(e, e + 1, n - 2);
     e[n - 2] = 0;
     return true;
@@ -423,14 +429,11 @@ static void binary_expr(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, e
     case EM_OP_MAX:
         if (flt) {
             float_call(g, sb, in, lane, float_fn(op), 2, s);
-        } else if (integer) {
-            S("(");
+        } else if (integer) { /* a helper call: no self-comparison when a and b coincide */
+            g->needs->minmax[s] = true;
+            em_sb_printf(sb, "em_%s_%s(", op == EM_OP_MIN ? "min" : "max", em_scalar_name(s));
             OP(0);
-            S(op == EM_OP_MIN ? " < " : " > ");
-            OP(1);
-            S(" ? ");
-            OP(0);
-            S(" : ");
+            S(", ");
             OP(1);
             S(")");
         } else {
@@ -445,11 +448,17 @@ static void binary_expr(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, e
     case EM_OP_OR:
     case EM_OP_XOR:
         if (s == EM_BOOL) {
-            S("(");
-            OP(0);
-            S(op == EM_OP_AND ? " && " : op == EM_OP_OR ? " || " : " != ");
-            OP(1);
-            S(")");
+            em_strbuf a, b;
+            em_sb_init(&a);
+            em_sb_init(&b);
+            cg_operand(g, &a, in->args[0], lane);
+            cg_operand(g, &b, in->args[1], lane);
+            if (strcmp(a.data, b.data) == 0) /* x op x: keep the compiler from calling it tautological */
+                em_sb_printf(sb, op == EM_OP_XOR ? "((void)%s, false)" : "%s", a.data);
+            else
+                em_sb_printf(sb, "(%s %s %s)", a.data, op == EM_OP_AND ? "&&" : op == EM_OP_OR ? "||" : "!=", b.data);
+            em_sb_free(&a);
+            em_sb_free(&b);
         } else if (integer) {
             em_sb_printf(sb, "(%s)(", cg_ctype(s));
             OP(0);
@@ -480,11 +489,25 @@ static void binary_expr(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, e
     case EM_OP_LT:
     case EM_OP_LE:
     case EM_OP_GT:
-    case EM_OP_GE:
-        OPF(0);
-        em_sb_printf(sb, " %s ", sym[op]);
-        OPF(1);
+    case EM_OP_GE: {
+        em_strbuf a, b;
+        em_sb_init(&a);
+        em_sb_init(&b);
+        operand_f(g, &a, in->args[0], lane);
+        operand_f(g, &b, in->args[1], lane);
+        if (strcmp(a.data, b.data) != 0) {
+            em_sb_printf(sb, "%s %s %s", a.data, sym[op], b.data);
+        } else { /* x CMP x, written out so that no compiler calls it tautological */
+            bool holds = op == EM_OP_EQ || op == EM_OP_LE || op == EM_OP_GE;
+            if (!flt || op == EM_OP_LT || op == EM_OP_GT) /* still evaluated: it may be its only use */
+                em_sb_printf(sb, "((void)%s, %s)", a.data, flt || !holds ? "false" : "true");
+            else
+                em_sb_printf(sb, "%sisnan(%s)", holds ? "!" : "", a.data);
+        }
+        em_sb_free(&a);
+        em_sb_free(&b);
         return;
+    }
     default:
         *ok = false;
         return;
@@ -561,14 +584,9 @@ static void unary_expr(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, em
         return;
     case EM_OP_ISNAN:
     case EM_OP_ISINF:
-        if (is_half(s)) {
-            S("((");
-            OP(0);
-            em_sb_printf(sb, " & 0x7fffu) %s %s)", op == EM_OP_ISNAN ? ">" : "==",
-                         s == EM_F16 ? "0x7c00u" : "0x7f80u");
-        } else if (flt) {
+        if (flt) {
             S(op == EM_OP_ISNAN ? "isnan(" : "isinf(");
-            OP(0);
+            OPF(0);
             S(")");
         } else {
             *ok = false;
@@ -590,7 +608,7 @@ static void unary_expr(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, em
             } else {
                 S("((uint64_t)");
                 OP(0);
-                em_sb_printf(sb, " ? (uint32_t)__builtin_%sll((uint64_t)", op == EM_OP_CLZ ? "clz" : "ctz");
+                em_sb_printf(sb, " != 0u ? (uint32_t)__builtin_%sll((uint64_t)", op == EM_OP_CLZ ? "clz" : "ctz");
                 OP(0);
                 S(") : 64u)");
             }
@@ -601,7 +619,7 @@ static void unary_expr(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, em
         } else {
             em_sb_printf(sb, "((%s)", u);
             OP(0);
-            em_sb_printf(sb, " ? (uint32_t)__builtin_%s((uint32_t)(%s)", op == EM_OP_CLZ ? "clz" : "ctz", u);
+            em_sb_printf(sb, " != 0u ? (uint32_t)__builtin_%s((uint32_t)(%s)", op == EM_OP_CLZ ? "clz" : "ctz", u);
             OP(0);
             if (op == EM_OP_CLZ && w < 32)
                 em_sb_printf(sb, ") - %uu : %uu)", 32 - w, w);
@@ -665,20 +683,13 @@ static void ternary_expr(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, 
             S(")");
             round_close(sb, s);
         } else if (em_scalar_is_int(s)) {
-            S("(");
+            g->needs->minmax[s] = true;
+            em_sb_printf(sb, "em_clamp_%s(", em_scalar_name(s));
             OP(0);
-            S(" < ");
+            S(", ");
             OP(1);
-            S(" ? ");
-            OP(1);
-            S(" : ");
-            OP(0);
-            S(" > ");
+            S(", ");
             OP(2);
-            S(" ? ");
-            OP(2);
-            S(" : ");
-            OP(0);
             S(")");
         } else {
             *ok = false;
@@ -791,7 +802,9 @@ static void assign_lanes(cg *g, em_ir_val dst, const em_ir_inst *in, lane_fn fn)
     em_sb_init(&lv);
     fn(g, &e, in, line);
     cg_operand(g, &lv, dst, line);
-    if (!line) {
+    if (!decl && strcmp(lv.data, e.data) == 0) {
+        /* x = x: nothing to do (and compilers warn about it) */
+    } else if (!line) {
         if (decl)
             cg_line(g, "%s %s = %s;", vt, c->name, e.data);
         else
@@ -926,6 +939,14 @@ static void emit_bitcast(cg *g, const em_ir_inst *in)
             cg_literal(&src, (em_scalar)a->type.scalar, a->c);
             cg_line(g, "%s bits_ = %s;", st, src.data);
         }
+        cg_line(g, "memcpy(&%s, &bits_, sizeof %s);", lv.data, lv.data);
+        g->indent--;
+        cg_line(g, "}");
+    } else if (g->vals[in->args[0]].store == CG_REMAT) { /* an expression: no address either */
+        cg_operand(g, &src, in->args[0], false);
+        cg_line(g, "{");
+        g->indent++;
+        cg_line(g, "%s bits_ = %s;", cg_vtype(g, a->type, sb2), src.data);
         cg_line(g, "memcpy(&%s, &bits_, sizeof %s);", lv.data, lv.data);
         g->indent--;
         cg_line(g, "}");

@@ -238,13 +238,14 @@ static const char head[] =
     "#endif\n";
 
 static const char f16_helpers[] =
-    "\n/* f16 <-> float, rounding to nearest even; NaN stays NaN, overflow becomes infinity. */\n"
+    "\n/* f16 <-> float, rounding to nearest even; NaN stays NaN (made quiet), overflow becomes\n"
+    " * infinity. */\n"
     "EM_HELPER float em_h2f(em_f16 h)\n"
     "{\n"
     "    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;\n"
     "    float f;\n"
     "    if (e == 0x1fu) {\n"
-    "        x = s | 0x7f800000u | (m << 13);\n"
+    "        x = s | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u); /* NaNs come out quiet */\n"
     "    } else if (e != 0) {\n"
     "        x = s | ((e + 112u) << 23) | (m << 13);\n"
     "    } else {\n"
@@ -275,10 +276,11 @@ static const char f16_helpers[] =
     "}\n";
 
 static const char bf16_helpers[] =
-    "\n/* bf16 <-> float, rounding to nearest even; NaN stays NaN. */\n"
+    "\n/* bf16 <-> float, rounding to nearest even; NaN stays NaN (made quiet). */\n"
     "EM_HELPER float em_b2f(em_bf16 b)\n"
     "{\n"
     "    uint32_t x = (uint32_t)b << 16;\n"
+    "    if ((x & 0x7fffffffu) > 0x7f800000u) x |= 0x400000u; /* NaNs come out quiet */\n"
     "    float f;\n"
     "    memcpy(&f, &x, 4);\n"
     "    return f;\n"
@@ -374,9 +376,9 @@ static void int_helpers(em_strbuf *sb, const cg_needs *n)
         [EM_I64] = "INT64_MAX", [EM_U8] = "UINT8_MAX", [EM_U16] = "UINT16_MAX",
         [EM_U32] = "UINT32_MAX", [EM_U64] = "UINT64_MAX"};
     bool any = false;
-    for (int s = EM_I8; s <= EM_U64; s++) any = any || n->div[s] || n->rem[s] || n->sat[s];
+    for (int s = EM_I8; s <= EM_U64; s++) any = any || n->div[s] || n->rem[s] || n->sat[s] || n->minmax[s];
     if (!any) return;
-    em_sb_append(sb, "\n/* Integer division never traps: a / 0 == a, a % 0 == 0, MIN / -1 == MIN, MIN % -1 == 0\n"
+    em_sb_append(sb, "\n/* Integer helpers. Division never traps: a / 0 == a, a % 0 == 0, MIN / -1 == MIN, MIN % -1 == 0\n"
                      " * (the rule of every ember target). Float to integer casts saturate; NaN gives 0. */\n");
     for (int s = EM_I8; s <= EM_U64; s++) {
         const char *t = ctypes[s], *name = em_scalar_name((em_scalar)s);
@@ -401,6 +403,12 @@ static void int_helpers(em_strbuf *sb, const cg_needs *n)
             else
                 em_sb_printf(sb, "EM_HELPER %s em_rem_%s(%s a, %s b) { return b ? (%s)(a %% b) : 0; }\n",
                              t, name, t, t, t);
+        }
+        if (n->minmax[s]) {
+            em_sb_printf(sb, "EM_HELPER %s em_min_%s(%s a, %s b) { return a < b ? a : b; }\n", t, name, t, t);
+            em_sb_printf(sb, "EM_HELPER %s em_max_%s(%s a, %s b) { return a > b ? a : b; }\n", t, name, t, t);
+            em_sb_printf(sb, "EM_HELPER %s em_clamp_%s(%s x, %s lo, %s hi) { return x < lo ? lo : x > hi ? hi : x; }\n",
+                         t, name, t, t, t);
         }
         if (n->sat[s]) {
             if (sgn)

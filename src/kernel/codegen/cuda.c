@@ -737,7 +737,9 @@ static const char prelude_vecops[] =
     "    { emv<T, N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = a.v[i] OP b; return r; } \\\n"
     "    template <typename T, int N> __device__ __forceinline__ emv<T, N> operator OP(T a, emv<T, N> b) \\\n"
     "    { emv<T, N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = a OP b.v[i]; return r; }\n"
-    "EM_LINE_OP(+)\nEM_LINE_OP(-)\nEM_LINE_OP(*)\nEM_LINE_OP(/)\n";
+    "EM_LINE_OP(+)\nEM_LINE_OP(-)\nEM_LINE_OP(*)\nEM_LINE_OP(/)\n"
+    "template <typename T, int N> __device__ __forceinline__ emv<T, N> operator-(emv<T, N> a)\n"
+    "{ emv<T, N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = -a.v[i]; return r; }\n";
 
 /* Scalar and line converters between storage type S and compute type C, named TO and FROM. */
 #define CONVERTERS(S, C, TO, FROM)                                                                 \

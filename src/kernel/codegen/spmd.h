@@ -85,6 +85,7 @@ typedef struct em_spmd_dialect {
     bool index32;       /* memory indices must be 32-bit (64-bit ones are converted to u32) */
     bool rem_via_div;   /* signed % is not C's remainder: compute a - (a / b) * b */
     bool float_rem_expr; /* no fmod: float % is a - b * trunc(a / b) */
+    bool vector_math;   /* float functions (exp, sqrt...) take whole vector lines (not em_ helpers) */
 
     /* Declaration "T name" of a variable of compute type t (arrays put [N] after the name). */
     void (*decl)(em_spmd *e, em_type t, const char *name, em_strbuf *sb);
@@ -164,10 +165,13 @@ struct em_spmd {
     char **vname;          /* per value id: identifier (NULL for constants and unused values) */
     char **mname;          /* per memory id: identifier */
     uint8_t *vused;        /* per value id: referenced by a reachable instruction */
+    uint32_t *vfirst;      /* per value id: the first instruction referencing it (for messages) */
     uint8_t *mflags;       /* per memory id: EM_MEMF_* */
     uint32_t *meta_off;    /* per parameter: first metadata word (buffer parameters) */
     uint32_t meta_words;   /* metadata words of the kernel */
     unsigned fresh;        /* counter for emitter-made names */
+    char **scratch;        /* strings made by em_spmd_str / em_spmd_take (a stack) */
+    size_t scratch_len, scratch_cap;
     void *priv;            /* the dialect's own state */
 };
 
@@ -188,6 +192,11 @@ em_caps em_spmd_default_caps(const char *target, uint32_t plane_dim);
 void em_spmd_line(em_spmd *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Records the first error: "TARGET: kernel NAME[: inst N `TEXT`]: message". */
 void em_spmd_fail(em_spmd *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A string that lives until the instruction being emitted is done (printf-style); "" when out of
+ * memory (the error is then set). em_spmd_take does the same with a strbuf's contents (resetting
+ * it). */
+const char *em_spmd_str(em_spmd *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *em_spmd_take(em_spmd *e, em_strbuf *sb);
 /* A value (NULL when out of range). */
 const em_ir_value *em_spmd_value(const em_spmd *e, em_ir_val v);
 /* A value as an expression: its identifier, or a literal for a scalar constant. */

@@ -6,7 +6,10 @@
 
 #include "kernel/lang/internal.h"
 
-#define M1(n, op) {n, BI_MATH1, 1, 1, op, 0}
+#define M1(n, op)                                                                                  \
+    {                                                                                              \
+        n, BI_MATH1, 1, 1, op, 0                                                                   \
+    }
 
 const lang_builtin em_lang_builtins_table[] = {
     M1("exp", EM_OP_EXP),
@@ -92,7 +95,7 @@ int em_lang_builtin_find(const char *name)
 /* Targets first (has(cuda) is true when compiling for that code generator), then features read
  * from the target's em_caps. */
 const char *const em_lang_capabilities[] = {
-    "c", "cuda", "opencl", "glsl", "wgsl", "msl", "hip",
+    "c",         "cuda",   "opencl",           "glsl",  "wgsl", "msl", "hip",
     "plane_ops", "matrix", "float_atomic_add", "print", NULL,
 };
 
@@ -107,12 +110,18 @@ bool em_lang_bound_allows(gen_bound b, em_scalar s)
 {
     if ((unsigned)s >= EM_SCALAR_COUNT) return false;
     switch (b) {
-    case BOUND_ANY: return true;
-    case BOUND_NUM: return s != EM_BOOL;
-    case BOUND_FLOAT: return em_scalar_is_float(s);
-    case BOUND_INT: return em_scalar_is_int(s);
-    case BOUND_SINT: return em_scalar_is_int(s) && em_scalar_is_signed(s);
-    case BOUND_UINT: return em_scalar_is_int(s) && !em_scalar_is_signed(s);
+    case BOUND_ANY:
+        return true;
+    case BOUND_NUM:
+        return s != EM_BOOL;
+    case BOUND_FLOAT:
+        return em_scalar_is_float(s);
+    case BOUND_INT:
+        return em_scalar_is_int(s);
+    case BOUND_SINT:
+        return em_scalar_is_int(s) && em_scalar_is_signed(s);
+    case BOUND_UINT:
+        return em_scalar_is_int(s) && !em_scalar_is_signed(s);
     }
     return false;
 }
@@ -120,8 +129,12 @@ bool em_lang_bound_allows(gen_bound b, em_scalar s)
 em_scalar em_lang_bound_default(gen_bound b)
 {
     switch (b) {
-    case BOUND_INT: case BOUND_SINT: return EM_I32;
-    case BOUND_UINT: return EM_U32;
-    default: return EM_F32;
+    case BOUND_INT:
+    case BOUND_SINT:
+        return EM_I32;
+    case BOUND_UINT:
+        return EM_U32;
+    default:
+        return EM_F32;
     }
 }

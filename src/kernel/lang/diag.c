@@ -9,9 +9,12 @@
 #include "kernel/lang/internal.h"
 
 struct em_lang_diags {
-    struct { em_lang_diag *items; size_t len, cap; } list; /* kept diagnostics (strings owned) */
-    size_t dropped;                                          /* errors beyond the limit */
-    bool stopped;                                            /* a call reached the limit and stopped */
+    struct {
+        em_lang_diag *items;
+        size_t len, cap;
+    } list;         /* kept diagnostics (strings owned) */
+    size_t dropped; /* errors beyond the limit */
+    bool stopped;   /* a call reached the limit and stopped */
 };
 
 em_lang_diags *em_lang_diags_new(void)
@@ -46,8 +49,14 @@ void em_lang_diags_free(em_lang_diags *d)
     free(d);
 }
 
-size_t em_lang_diags_count(const em_lang_diags *d) { return d ? d->list.len : 0; }
-size_t em_lang_diags_dropped(const em_lang_diags *d) { return d ? d->dropped : 0; }
+size_t em_lang_diags_count(const em_lang_diags *d)
+{
+    return d ? d->list.len : 0;
+}
+size_t em_lang_diags_dropped(const em_lang_diags *d)
+{
+    return d ? d->dropped : 0;
+}
 
 const em_lang_diag *em_lang_diags_at(const em_lang_diags *d, size_t i)
 {
@@ -67,7 +76,10 @@ void em_lang_diags_move(em_lang_diags *to, em_lang_diags *from)
     from->stopped = false;
 }
 
-static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
 
 /* Copies line `line` (1-based) of text, without its newline. */
 static char *copy_line(const char *text, size_t len, uint32_t line)
@@ -127,8 +139,8 @@ bool em_lang_verror(lang_sink *s, lpos pos, const char *hint, const char *fmt, v
     char msg[512];
     vsnprintf(msg, sizeof(msg), fmt, ap);
     const lang_file *f = s && pos.file < s->nfiles ? &s->files[pos.file] : NULL;
-    push(s, f ? f->name : "<input>", pos.line, pos.col, f ? copy_line(f->text, f->len, pos.line) : NULL,
-         hint, msg);
+    push(s, f ? f->name : "<input>", pos.line, pos.col,
+         f ? copy_line(f->text, f->len, pos.line) : NULL, hint, msg);
     return false;
 }
 
@@ -142,7 +154,10 @@ void em_lang_error_nopos(lang_sink *s, const char *fmt, ...)
     push(s, NULL, 0, 0, NULL, NULL, msg);
 }
 
-bool em_lang_sink_full(const lang_sink *s) { return s && s->errors >= EM_LANG_MAX_ERRORS; }
+bool em_lang_sink_full(const lang_sink *s)
+{
+    return s && s->errors >= EM_LANG_MAX_ERRORS;
+}
 
 char *em_lang_diags_format(const em_lang_diags *d)
 {
@@ -164,11 +179,13 @@ char *em_lang_diags_format(const em_lang_diags *d)
         }
         if (g->hint) em_sb_printf(&sb, "hint: %s\n", g->hint);
     }
-    if (d && d->stopped) em_sb_printf(&sb, "error: too many errors; stopped after %d\n", EM_LANG_MAX_ERRORS);
+    if (d && d->stopped)
+        em_sb_printf(&sb, "error: too many errors; stopped after %d\n", EM_LANG_MAX_ERRORS);
     return em_sb_take(&sb);
 }
 
-/* ---- hints ------------------------------------------------------------------------------------ */
+/* ---- hints ------------------------------------------------------------------------------------
+ */
 
 /* Levenshtein distance, giving up (returning limit + 1) past `limit`. */
 static unsigned edit_distance(const char *a, const char *b, unsigned limit)

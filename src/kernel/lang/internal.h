@@ -15,16 +15,16 @@
 
 /* ---- limits (every input stays within them or gets a diagnostic) ---------------------------- */
 
-#define LANG_MAX_NEST 96           /* nesting of statements in the parser */
-#define LANG_MAX_HEIGHT 256        /* height of one expression tree */
-#define LANG_MAX_ARGS 16           /* arguments of one call */
-#define LANG_MAX_GENERICS 32       /* generic parameters of one function */
-#define LANG_MAX_PARAMS 64         /* parameters of one function */
-#define LANG_MAX_INLINE 48         /* helper calls inlined inside one another */
-#define LANG_MAX_UNROLL 4096       /* iterations of one comptime for */
-#define LANG_MAX_WORK 400000       /* statements + expressions lowered for one kernel */
-#define LANG_MAX_INSTS 200000      /* IR instructions in one kernel */
-#define LANG_MAX_ARRAY (1u << 24)  /* elements of a shared or local array */
+#define LANG_MAX_NEST 96            /* nesting of statements in the parser */
+#define LANG_MAX_HEIGHT 256         /* height of one expression tree */
+#define LANG_MAX_ARGS 16            /* arguments of one call */
+#define LANG_MAX_GENERICS 32        /* generic parameters of one function */
+#define LANG_MAX_PARAMS 64          /* parameters of one function */
+#define LANG_MAX_INLINE 48          /* helper calls inlined inside one another */
+#define LANG_MAX_UNROLL 4096        /* iterations of one comptime for */
+#define LANG_MAX_WORK 400000        /* statements + expressions lowered for one kernel */
+#define LANG_MAX_INSTS 200000       /* IR instructions in one kernel */
+#define LANG_MAX_ARRAY (1u << 24)   /* elements of a shared or local array */
 #define LANG_MAX_SOURCE (16u << 20) /* bytes of one source file */
 
 /* ---- sources and positions ------------------------------------------------------------------- */
@@ -49,7 +49,8 @@ typedef struct lang_sink {
     unsigned errors;        /* errors reported during this call */
 } lang_sink;
 
-/* Reports an error at `pos`; `hint` may be NULL. Returns false (so callers can `return err(...)`). */
+/* Reports an error at `pos`; `hint` may be NULL. Returns false (so callers can `return err(...)`).
+ */
 bool em_lang_error(lang_sink *s, lpos pos, const char *hint, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 bool em_lang_verror(lang_sink *s, lpos pos, const char *hint, const char *fmt, va_list ap);
@@ -68,35 +69,94 @@ void em_lang_diags_move(em_lang_diags *to, em_lang_diags *from);
 typedef enum tok_kind {
     T_EOF = 0,
     T_IDENT,
-    T_INT,   /* integer literal: tok.ival */
-    T_FLOAT, /* float literal: tok.fval */
+    T_INT,    /* integer literal: tok.ival */
+    T_FLOAT,  /* float literal: tok.fval */
     T_STRING, /* string literal: tok.str (escapes decoded) */
-    T_TYPE,  /* scalar type keyword: tok.scalar */
+    T_TYPE,   /* scalar type keyword: tok.scalar */
     /* punctuation */
-    T_LPAREN, T_RPAREN, T_LBRACE, T_RBRACE, T_LBRACKET, T_RBRACKET,
-    T_COMMA, T_SEMI, T_COLON, T_DOT, T_QUESTION,
+    T_LPAREN,
+    T_RPAREN,
+    T_LBRACE,
+    T_RBRACE,
+    T_LBRACKET,
+    T_RBRACKET,
+    T_COMMA,
+    T_SEMI,
+    T_COLON,
+    T_DOT,
+    T_QUESTION,
     /* operators */
-    T_PLUS, T_MINUS, T_STAR, T_SLASH, T_PERCENT, T_AMP, T_PIPE, T_CARET, T_TILDE, T_BANG,
-    T_LT, T_GT, T_LE, T_GE, T_EQEQ, T_NE, T_SHL, T_SHR, T_ANDAND, T_OROR,
-    T_ASSIGN, T_PLUSEQ, T_MINUSEQ, T_STAREQ, T_SLASHEQ, T_PERCENTEQ, T_AMPEQ, T_PIPEEQ,
-    T_CARETEQ, T_SHLEQ, T_SHREQ, T_PLUSPLUS, T_MINUSMINUS,
+    T_PLUS,
+    T_MINUS,
+    T_STAR,
+    T_SLASH,
+    T_PERCENT,
+    T_AMP,
+    T_PIPE,
+    T_CARET,
+    T_TILDE,
+    T_BANG,
+    T_LT,
+    T_GT,
+    T_LE,
+    T_GE,
+    T_EQEQ,
+    T_NE,
+    T_SHL,
+    T_SHR,
+    T_ANDAND,
+    T_OROR,
+    T_ASSIGN,
+    T_PLUSEQ,
+    T_MINUSEQ,
+    T_STAREQ,
+    T_SLASHEQ,
+    T_PERCENTEQ,
+    T_AMPEQ,
+    T_PIPEEQ,
+    T_CARETEQ,
+    T_SHLEQ,
+    T_SHREQ,
+    T_PLUSPLUS,
+    T_MINUSMINUS,
     /* keywords */
-    T_KERNEL, T_INLINE, T_VOID, T_CONST, T_COMPTIME, T_SHARED, T_IF, T_ELSE, T_FOR, T_IN,
-    T_WHILE, T_BREAK, T_CONTINUE, T_RETURN, T_TRUE, T_FALSE, T_AUTO, T_LINE, T_TENSOR, T_ARRAY,
-    T_MATRIX, T_BITCAST, T_INTRINSIC, T_CUBE_DIM,
+    T_KERNEL,
+    T_INLINE,
+    T_VOID,
+    T_CONST,
+    T_COMPTIME,
+    T_SHARED,
+    T_IF,
+    T_ELSE,
+    T_FOR,
+    T_IN,
+    T_WHILE,
+    T_BREAK,
+    T_CONTINUE,
+    T_RETURN,
+    T_TRUE,
+    T_FALSE,
+    T_AUTO,
+    T_LINE,
+    T_TENSOR,
+    T_ARRAY,
+    T_MATRIX,
+    T_BITCAST,
+    T_INTRINSIC,
+    T_CUBE_DIM,
     T_COUNT
 } tok_kind;
 
 typedef struct token {
-    uint16_t kind;   /* a tok_kind */
-    uint8_t scalar;  /* T_TYPE: an em_scalar */
+    uint16_t kind;    /* a tok_kind */
+    uint8_t scalar;   /* T_TYPE: an em_scalar */
     bool is_unsigned; /* T_INT: written with a u suffix (a u32 literal) */
-    lpos pos;        /* first character */
+    lpos pos;         /* first character */
     const char *text; /* points into the source (identifiers, for messages) */
-    uint32_t len;    /* bytes of text */
-    int64_t ival;    /* T_INT */
-    double fval;     /* T_FLOAT */
-    char *str;       /* T_STRING / T_IDENT: NUL-terminated copy in the arena */
+    uint32_t len;     /* bytes of text */
+    int64_t ival;     /* T_INT */
+    double fval;      /* T_FLOAT */
+    char *str;        /* T_STRING / T_IDENT: NUL-terminated copy in the arena */
 } token;
 
 typedef struct token_vec {
@@ -106,7 +166,8 @@ typedef struct token_vec {
 
 /* Appends the tokens of file `file` to `out` (ending with one T_EOF). Lexical errors go to the
  * sink; strings are copied into `arena`. False only when out of memory. */
-bool em_lang_lex(const lang_file *f, uint32_t file, em_arena *arena, lang_sink *sink, token_vec *out);
+bool em_lang_lex(const lang_file *f, uint32_t file, em_arena *arena, lang_sink *sink,
+                 token_vec *out);
 /* "identifier", "'+'", "'kernel'"... for messages. */
 const char *em_lang_tok_name(tok_kind k);
 
@@ -169,23 +230,23 @@ typedef enum sym_kind {
 } sym_kind;
 
 struct ast_expr {
-    uint8_t kind;      /* an ex_kind */
-    uint8_t sym;       /* names and calls: a sym_kind */
-    uint16_t op;       /* unary/binary: the operator's tok_kind */
-    uint16_t height;   /* height of the tree below (1 for leaves) */
-    lpos pos;          /* where the expression starts */
-    lpos op_pos;       /* binary/ternary: the operator; calls: the callee */
-    int64_t ival;      /* EX_INT, EX_BOOL */
-    double fval;       /* EX_FLOAT */
-    const char *str;   /* EX_STRING / EX_INTRINSIC name (arena) */
-    const char *name;  /* EX_NAME, EX_CALL callee */
-    ast_expr *a, *b, *c;  /* operands */
-    ast_expr **args;   /* EX_CALL / EX_CAST / EX_INTRINSIC arguments */
-    uint32_t nargs;    /* entries in args */
-    ast_type *type;    /* EX_CAST, EX_BITCAST, EX_INTRINSIC (NULL = void); EX_CALL type casts */
-    int32_t slot;      /* resolved: local slot, generic index, builtin id, position */
-    ast_func *func;    /* SYM_FUNC */
-    ast_global *global; /* SYM_GLOBAL */
+    uint8_t kind;        /* an ex_kind */
+    uint8_t sym;         /* names and calls: a sym_kind */
+    uint16_t op;         /* unary/binary: the operator's tok_kind */
+    uint16_t height;     /* height of the tree below (1 for leaves) */
+    lpos pos;            /* where the expression starts */
+    lpos op_pos;         /* binary/ternary: the operator; calls: the callee */
+    int64_t ival;        /* EX_INT, EX_BOOL */
+    double fval;         /* EX_FLOAT */
+    const char *str;     /* EX_STRING / EX_INTRINSIC name (arena) */
+    const char *name;    /* EX_NAME, EX_CALL callee */
+    ast_expr *a, *b, *c; /* operands */
+    ast_expr **args;     /* EX_CALL / EX_CAST / EX_INTRINSIC arguments */
+    uint32_t nargs;      /* entries in args */
+    ast_type *type;      /* EX_CAST, EX_BITCAST, EX_INTRINSIC (NULL = void); EX_CALL type casts */
+    int32_t slot;        /* resolved: local slot, generic index, builtin id, position */
+    ast_func *func;      /* SYM_FUNC */
+    ast_global *global;  /* SYM_GLOBAL */
 };
 
 typedef enum st_kind {
@@ -199,38 +260,38 @@ typedef enum st_kind {
     ST_WHILE,     /* while (cond) body */
     ST_BREAK,
     ST_CONTINUE,
-    ST_RETURN,    /* return [value]; */
-    ST_EMPTY,     /* ; */
+    ST_RETURN, /* return [value]; */
+    ST_EMPTY,  /* ; */
 } st_kind;
 
 enum { STORE_LOCAL = 0, STORE_SHARED };
 
 struct ast_stmt {
-    uint8_t kind;       /* an st_kind */
-    bool is_comptime;   /* comptime if / comptime for / comptime declaration */
-    bool is_const;      /* const declaration */
-    uint8_t storage;    /* ST_DECL: STORE_LOCAL or STORE_SHARED */
-    bool may_return;    /* resolve: a return statement lies inside */
-    bool assigned;      /* resolve (ST_DECL): written after its declaration */
-    uint16_t op;        /* ST_ASSIGN: the assignment operator */
-    lpos pos;           /* first token */
-    lpos name_pos;      /* declared name / assignment operator */
-    ast_type *type;     /* ST_DECL / ST_FOR variable type (NULL = inferred) / ST_MATRIX elem */
-    const char *name;   /* declared name (ST_DECL, ST_FOR, ST_MATRIX) */
-    int32_t slot;       /* resolve: the declaration's slot */
+    uint8_t kind;        /* an st_kind */
+    bool is_comptime;    /* comptime if / comptime for / comptime declaration */
+    bool is_const;       /* const declaration */
+    uint8_t storage;     /* ST_DECL: STORE_LOCAL or STORE_SHARED */
+    bool may_return;     /* resolve: a return statement lies inside */
+    bool assigned;       /* resolve (ST_DECL): written after its declaration */
+    uint16_t op;         /* ST_ASSIGN: the assignment operator */
+    lpos pos;            /* first token */
+    lpos name_pos;       /* declared name / assignment operator */
+    ast_type *type;      /* ST_DECL / ST_FOR variable type (NULL = inferred) / ST_MATRIX elem */
+    const char *name;    /* declared name (ST_DECL, ST_FOR, ST_MATRIX) */
+    int32_t slot;        /* resolve: the declaration's slot */
     ast_expr *array_len; /* ST_DECL arrays */
-    ast_expr *init;     /* ST_DECL initializer, ST_EXPR expression, ST_RETURN value, ST_ASSIGN rhs */
-    ast_expr *lhs;      /* ST_ASSIGN target */
-    ast_expr *cond;     /* ST_IF / ST_WHILE condition; ST_FOR start */
-    ast_expr *end;      /* ST_FOR end */
-    ast_expr *step;     /* ST_FOR step (NULL = 1) */
-    ast_expr *dims[3];  /* ST_MATRIX m, n, k */
-    uint8_t role;       /* ST_MATRIX: an em_mat_role */
-    uint8_t layout;     /* ST_MATRIX: an em_mat_layout */
-    ast_stmt *body;     /* ST_IF then, ST_FOR / ST_WHILE body */
-    ast_stmt *els;      /* ST_IF else */
-    ast_stmt **stmts;   /* ST_BLOCK */
-    uint32_t nstmts;    /* entries in stmts */
+    ast_expr *init;    /* ST_DECL initializer, ST_EXPR expression, ST_RETURN value, ST_ASSIGN rhs */
+    ast_expr *lhs;     /* ST_ASSIGN target */
+    ast_expr *cond;    /* ST_IF / ST_WHILE condition; ST_FOR start */
+    ast_expr *end;     /* ST_FOR end */
+    ast_expr *step;    /* ST_FOR step (NULL = 1) */
+    ast_expr *dims[3]; /* ST_MATRIX m, n, k */
+    uint8_t role;      /* ST_MATRIX: an em_mat_role */
+    uint8_t layout;    /* ST_MATRIX: an em_mat_layout */
+    ast_stmt *body;    /* ST_IF then, ST_FOR / ST_WHILE body */
+    ast_stmt *els;     /* ST_IF else */
+    ast_stmt **stmts;  /* ST_BLOCK */
+    uint32_t nstmts;   /* entries in stmts */
 };
 
 typedef enum gen_bound {
@@ -250,30 +311,30 @@ typedef struct ast_generic {
 } ast_generic;
 
 typedef struct ast_param {
-    const char *name;  /* parameter name */
-    lpos pos;          /* where its name is */
-    lpos type_pos;     /* where its type starts */
-    ast_type *type;    /* declared type */
-    bool is_const;     /* const tensor / array */
-    bool is_comptime;  /* comptime parameter (kernels) */
-    bool assigned;     /* resolve: written in the body */
-    ast_expr *def;     /* comptime default */
+    const char *name; /* parameter name */
+    lpos pos;         /* where its name is */
+    lpos type_pos;    /* where its type starts */
+    ast_type *type;   /* declared type */
+    bool is_const;    /* const tensor / array */
+    bool is_comptime; /* comptime parameter (kernels) */
+    bool assigned;    /* resolve: written in the body */
+    ast_expr *def;    /* comptime default */
 } ast_param;
 
 struct ast_func {
-    const char *name;     /* kernel or helper name */
-    lpos pos;             /* where the name is */
-    bool is_kernel;       /* kernel (entry point) or helper (inlined) */
-    bool resolved;        /* resolve finished without errors in its signature */
+    const char *name;      /* kernel or helper name */
+    lpos pos;              /* where the name is */
+    bool is_kernel;        /* kernel (entry point) or helper (inlined) */
+    bool resolved;         /* resolve finished without errors in its signature */
     ast_generic *generics; /* generic parameters */
     uint32_t ngenerics;
-    ast_param *params;    /* parameters, in order */
+    ast_param *params; /* parameters, in order */
     uint32_t nparams;
-    ast_type *ret;        /* return type (void for kernels) */
-    ast_stmt *body;       /* the body block */
+    ast_type *ret;         /* return type (void for kernels) */
+    ast_stmt *body;        /* the body block */
     ast_expr *cube_dim[3]; /* kernels: fixed cube dims (NULL = chosen at launch) */
-    uint32_t nslots;      /* resolve: parameters + local declarations */
-    uint32_t index;       /* position in the module's function list */
+    uint32_t nslots;       /* resolve: parameters + local declarations */
+    uint32_t index;        /* position in the module's function list */
 };
 
 struct ast_global {
@@ -285,34 +346,41 @@ struct ast_global {
 };
 
 typedef struct ast_module {
-    struct { ast_func **items; size_t len, cap; } funcs;     /* kernels and helpers */
-    struct { ast_global **items; size_t len, cap; } globals; /* module-level constants */
+    struct {
+        ast_func **items;
+        size_t len, cap;
+    } funcs; /* kernels and helpers */
+    struct {
+        ast_global **items;
+        size_t len, cap;
+    } globals; /* module-level constants */
 } ast_module;
 
 /* Parses the tokens of one file into `mod` (nodes in `arena`). Syntax errors go to the sink. */
 bool em_lang_parse(const token_vec *toks, em_arena *arena, lang_sink *sink, ast_module *mod);
 
-/* ---- builtin functions ------------------------------------------------------------------------ */
+/* ---- builtin functions ------------------------------------------------------------------------
+ */
 
 typedef enum bi_class {
-    BI_MATH1,    /* float math of one operand: ir_op */
-    BI_ABS,      /* abs: numbers */
-    BI_FLOATPRED, /* isnan, isinf */
-    BI_BITCOUNT, /* popcount, clz, ctz */
-    BI_MINMAX,   /* min, max: numbers */
-    BI_POW,      /* pow */
-    BI_CLAMP,    /* clamp(x, lo, hi) */
-    BI_FMA,      /* fma(a, b, c) */
-    BI_SELECT,   /* select(c, a, b) */
-    BI_LEN,      /* len(t) */
-    BI_SHAPE,    /* shape(t, d) / stride(t, d): ir_op */
-    BI_RANK,     /* rank(t) */
-    BI_LANES,    /* lanes(x) */
-    BI_SYNC,     /* sync_cube, sync_plane, fence_cube, fence_device: ir_op, imm */
-    BI_PLANE1,   /* plane reductions / scans of one operand */
+    BI_MATH1,      /* float math of one operand: ir_op */
+    BI_ABS,        /* abs: numbers */
+    BI_FLOATPRED,  /* isnan, isinf */
+    BI_BITCOUNT,   /* popcount, clz, ctz */
+    BI_MINMAX,     /* min, max: numbers */
+    BI_POW,        /* pow */
+    BI_CLAMP,      /* clamp(x, lo, hi) */
+    BI_FMA,        /* fma(a, b, c) */
+    BI_SELECT,     /* select(c, a, b) */
+    BI_LEN,        /* len(t) */
+    BI_SHAPE,      /* shape(t, d) / stride(t, d): ir_op */
+    BI_RANK,       /* rank(t) */
+    BI_LANES,      /* lanes(x) */
+    BI_SYNC,       /* sync_cube, sync_plane, fence_cube, fence_device: ir_op, imm */
+    BI_PLANE1,     /* plane reductions / scans of one operand */
     BI_PLANE_BOOL, /* plane_all, plane_any, plane_ballot */
-    BI_PLANE2,   /* plane_broadcast, plane_shuffle*: value and lane */
-    BI_ATOMIC,   /* atomic_*: ir_op */
+    BI_PLANE2,     /* plane_broadcast, plane_shuffle*: value and lane */
+    BI_ATOMIC,     /* atomic_*: ir_op */
     BI_MAT_FILL,
     BI_MAT_LOAD,
     BI_MAT_MMA,
@@ -339,7 +407,8 @@ int em_lang_builtin_find(const char *name);
 /* Target and capability names accepted by has(...), ending with NULL. */
 extern const char *const em_lang_capabilities[];
 
-/* ---- resolve and lower ------------------------------------------------------------------------- */
+/* ---- resolve and lower -------------------------------------------------------------------------
+ */
 
 /* Binds every name of the module and checks what does not depend on bindings (declarations,
  * arity, control flow, recursion, intrinsic guards). Returns false when errors were reported. */
@@ -347,12 +416,12 @@ bool em_lang_resolve(ast_module *mod, lang_sink *sink);
 
 /* The bindings of one specialization after validation against a kernel's declaration. */
 typedef struct lang_binding {
-    em_scalar generic[32];     /* generic index -> bound type */
-    bool have_comptime[64];    /* parameter index -> value given */
-    em_ir_const comptime[64];  /* parameter index -> comptime value (as the parameter's type) */
-    unsigned line_width;       /* lanes of line(T) */
-    const em_caps *caps;       /* target (NULL = portable) */
-    bool check_mode;           /* missing comptime values default to 1/false/1.0 */
+    em_scalar generic[32];    /* generic index -> bound type */
+    bool have_comptime[64];   /* parameter index -> value given */
+    em_ir_const comptime[64]; /* parameter index -> comptime value (as the parameter's type) */
+    unsigned line_width;      /* lanes of line(T) */
+    const em_caps *caps;      /* target (NULL = portable) */
+    bool check_mode;          /* missing comptime values default to 1/false/1.0 */
 } lang_binding;
 
 /* Lowers kernel `f` for `b` into a new IR kernel; NULL when errors were reported (or out of

@@ -11,47 +11,121 @@
 #include "kernel/lang/internal.h"
 
 typedef struct lexer {
-    const char *src; /* file text */
-    size_t len;      /* bytes */
-    size_t i;        /* next byte */
-    uint32_t line;   /* current line (1-based) */
+    const char *src;   /* file text */
+    size_t len;        /* bytes */
+    size_t i;          /* next byte */
+    uint32_t line;     /* current line (1-based) */
     size_t line_start; /* offset of the current line's first byte */
-    uint32_t file;   /* file index for positions */
-    em_arena *arena; /* strings */
-    lang_sink *sink; /* diagnostics */
+    uint32_t file;     /* file index for positions */
+    em_arena *arena;   /* strings */
+    lang_sink *sink;   /* diagnostics */
 } lexer;
 
-static const struct { const char *text; tok_kind kind; } keywords[] = {
-    {"kernel", T_KERNEL},     {"inline", T_INLINE},   {"void", T_VOID},
-    {"const", T_CONST},       {"comptime", T_COMPTIME}, {"shared", T_SHARED},
-    {"if", T_IF},             {"else", T_ELSE},       {"for", T_FOR},
-    {"in", T_IN},             {"while", T_WHILE},     {"break", T_BREAK},
-    {"continue", T_CONTINUE}, {"return", T_RETURN},   {"true", T_TRUE},
-    {"false", T_FALSE},       {"auto", T_AUTO},       {"line", T_LINE},
-    {"tensor", T_TENSOR},     {"array", T_ARRAY},     {"matrix", T_MATRIX},
-    {"bitcast", T_BITCAST},   {"intrinsic", T_INTRINSIC}, {"cube_dim", T_CUBE_DIM},
+static const struct {
+    const char *text;
+    tok_kind kind;
+} keywords[] = {
+    {"kernel", T_KERNEL},
+    {"inline", T_INLINE},
+    {"void", T_VOID},
+    {"const", T_CONST},
+    {"comptime", T_COMPTIME},
+    {"shared", T_SHARED},
+    {"if", T_IF},
+    {"else", T_ELSE},
+    {"for", T_FOR},
+    {"in", T_IN},
+    {"while", T_WHILE},
+    {"break", T_BREAK},
+    {"continue", T_CONTINUE},
+    {"return", T_RETURN},
+    {"true", T_TRUE},
+    {"false", T_FALSE},
+    {"auto", T_AUTO},
+    {"line", T_LINE},
+    {"tensor", T_TENSOR},
+    {"array", T_ARRAY},
+    {"matrix", T_MATRIX},
+    {"bitcast", T_BITCAST},
+    {"intrinsic", T_INTRINSIC},
+    {"cube_dim", T_CUBE_DIM},
 };
 
 static const char *const tok_names[T_COUNT] = {
-    [T_EOF] = "end of file", [T_IDENT] = "identifier", [T_INT] = "integer literal",
-    [T_FLOAT] = "float literal", [T_STRING] = "string literal", [T_TYPE] = "type name",
-    [T_LPAREN] = "'('", [T_RPAREN] = "')'", [T_LBRACE] = "'{'", [T_RBRACE] = "'}'",
-    [T_LBRACKET] = "'['", [T_RBRACKET] = "']'", [T_COMMA] = "','", [T_SEMI] = "';'",
-    [T_COLON] = "':'", [T_DOT] = "'.'", [T_QUESTION] = "'?'", [T_PLUS] = "'+'", [T_MINUS] = "'-'",
-    [T_STAR] = "'*'", [T_SLASH] = "'/'", [T_PERCENT] = "'%'", [T_AMP] = "'&'", [T_PIPE] = "'|'",
-    [T_CARET] = "'^'", [T_TILDE] = "'~'", [T_BANG] = "'!'", [T_LT] = "'<'", [T_GT] = "'>'",
-    [T_LE] = "'<='", [T_GE] = "'>='", [T_EQEQ] = "'=='", [T_NE] = "'!='", [T_SHL] = "'<<'",
-    [T_SHR] = "'>>'", [T_ANDAND] = "'&&'", [T_OROR] = "'||'", [T_ASSIGN] = "'='",
-    [T_PLUSEQ] = "'+='", [T_MINUSEQ] = "'-='", [T_STAREQ] = "'*='", [T_SLASHEQ] = "'/='",
-    [T_PERCENTEQ] = "'%='", [T_AMPEQ] = "'&='", [T_PIPEEQ] = "'|='", [T_CARETEQ] = "'^='",
-    [T_SHLEQ] = "'<<='", [T_SHREQ] = "'>>='", [T_PLUSPLUS] = "'++'", [T_MINUSMINUS] = "'--'",
-    [T_KERNEL] = "'kernel'", [T_INLINE] = "'inline'", [T_VOID] = "'void'", [T_CONST] = "'const'",
-    [T_COMPTIME] = "'comptime'", [T_SHARED] = "'shared'", [T_IF] = "'if'", [T_ELSE] = "'else'",
-    [T_FOR] = "'for'", [T_IN] = "'in'", [T_WHILE] = "'while'", [T_BREAK] = "'break'",
-    [T_CONTINUE] = "'continue'", [T_RETURN] = "'return'", [T_TRUE] = "'true'",
-    [T_FALSE] = "'false'", [T_AUTO] = "'auto'", [T_LINE] = "'line'", [T_TENSOR] = "'tensor'",
-    [T_ARRAY] = "'array'", [T_MATRIX] = "'matrix'", [T_BITCAST] = "'bitcast'",
-    [T_INTRINSIC] = "'intrinsic'", [T_CUBE_DIM] = "'cube_dim'",
+    [T_EOF] = "end of file",
+    [T_IDENT] = "identifier",
+    [T_INT] = "integer literal",
+    [T_FLOAT] = "float literal",
+    [T_STRING] = "string literal",
+    [T_TYPE] = "type name",
+    [T_LPAREN] = "'('",
+    [T_RPAREN] = "')'",
+    [T_LBRACE] = "'{'",
+    [T_RBRACE] = "'}'",
+    [T_LBRACKET] = "'['",
+    [T_RBRACKET] = "']'",
+    [T_COMMA] = "','",
+    [T_SEMI] = "';'",
+    [T_COLON] = "':'",
+    [T_DOT] = "'.'",
+    [T_QUESTION] = "'?'",
+    [T_PLUS] = "'+'",
+    [T_MINUS] = "'-'",
+    [T_STAR] = "'*'",
+    [T_SLASH] = "'/'",
+    [T_PERCENT] = "'%'",
+    [T_AMP] = "'&'",
+    [T_PIPE] = "'|'",
+    [T_CARET] = "'^'",
+    [T_TILDE] = "'~'",
+    [T_BANG] = "'!'",
+    [T_LT] = "'<'",
+    [T_GT] = "'>'",
+    [T_LE] = "'<='",
+    [T_GE] = "'>='",
+    [T_EQEQ] = "'=='",
+    [T_NE] = "'!='",
+    [T_SHL] = "'<<'",
+    [T_SHR] = "'>>'",
+    [T_ANDAND] = "'&&'",
+    [T_OROR] = "'||'",
+    [T_ASSIGN] = "'='",
+    [T_PLUSEQ] = "'+='",
+    [T_MINUSEQ] = "'-='",
+    [T_STAREQ] = "'*='",
+    [T_SLASHEQ] = "'/='",
+    [T_PERCENTEQ] = "'%='",
+    [T_AMPEQ] = "'&='",
+    [T_PIPEEQ] = "'|='",
+    [T_CARETEQ] = "'^='",
+    [T_SHLEQ] = "'<<='",
+    [T_SHREQ] = "'>>='",
+    [T_PLUSPLUS] = "'++'",
+    [T_MINUSMINUS] = "'--'",
+    [T_KERNEL] = "'kernel'",
+    [T_INLINE] = "'inline'",
+    [T_VOID] = "'void'",
+    [T_CONST] = "'const'",
+    [T_COMPTIME] = "'comptime'",
+    [T_SHARED] = "'shared'",
+    [T_IF] = "'if'",
+    [T_ELSE] = "'else'",
+    [T_FOR] = "'for'",
+    [T_IN] = "'in'",
+    [T_WHILE] = "'while'",
+    [T_BREAK] = "'break'",
+    [T_CONTINUE] = "'continue'",
+    [T_RETURN] = "'return'",
+    [T_TRUE] = "'true'",
+    [T_FALSE] = "'false'",
+    [T_AUTO] = "'auto'",
+    [T_LINE] = "'line'",
+    [T_TENSOR] = "'tensor'",
+    [T_ARRAY] = "'array'",
+    [T_MATRIX] = "'matrix'",
+    [T_BITCAST] = "'bitcast'",
+    [T_INTRINSIC] = "'intrinsic'",
+    [T_CUBE_DIM] = "'cube_dim'",
 };
 
 const char *em_lang_tok_name(tok_kind k)
@@ -111,8 +185,14 @@ static void skip_space(lexer *L)
     }
 }
 
-static bool is_ident_start(int c) { return isalpha(c) || c == '_'; }
-static bool is_ident_char(int c) { return isalnum(c) || c == '_'; }
+static bool is_ident_start(int c)
+{
+    return isalpha(c) || c == '_';
+}
+static bool is_ident_char(int c)
+{
+    return isalnum(c) || c == '_';
+}
 
 static void lex_ident(lexer *L, token *t)
 {
@@ -195,8 +275,8 @@ static void lex_number(lexer *L, token *t)
         while (is_ident_char(peekc(L, 0))) L->i++;
     }
     if (bad_suffix) {
-        em_lang_error(L->sink, t->pos, NULL, "invalid suffix on number '%.*s'",
-                      (int)(L->i - start), L->src + start);
+        em_lang_error(L->sink, t->pos, NULL, "invalid suffix on number '%.*s'", (int)(L->i - start),
+                      L->src + start);
         t->kind = T_INT;
         t->ival = 0;
         return;
@@ -221,8 +301,9 @@ static void lex_number(lexer *L, token *t)
     errno = 0;
     unsigned long long v = strtoull(digits, NULL, base);
     if (errno == ERANGE || v > (unsigned long long)INT64_MAX) {
-        em_lang_error(L->sink, t->pos, NULL, "integer literal '%s' is too large (the limit is %lld)",
-                      buf, (long long)INT64_MAX);
+        em_lang_error(L->sink, t->pos, NULL,
+                      "integer literal '%s' is too large (the limit is %lld)", buf,
+                      (long long)INT64_MAX);
         v = 0;
     }
     t->ival = (int64_t)v;
@@ -243,11 +324,21 @@ static void lex_string(lexer *L, token *t)
         if (c == '\\' && L->i < L->len) {
             char e = L->src[L->i++];
             switch (e) {
-            case 'n': c = '\n'; break;
-            case 't': c = '\t'; break;
-            case '\\': c = '\\'; break;
-            case '"': c = '"'; break;
-            case '0': c = 0; break;
+            case 'n':
+                c = '\n';
+                break;
+            case 't':
+                c = '\t';
+                break;
+            case '\\':
+                c = '\\';
+                break;
+            case '"':
+                c = '"';
+                break;
+            case '0':
+                c = 0;
+                break;
             default:
                 em_lang_error(L->sink, at(L, L->i - 2), NULL, "unknown escape sequence '\\%c'",
                               isprint((unsigned char)e) ? e : '?');
@@ -269,19 +360,25 @@ static void lex_string(lexer *L, token *t)
 }
 
 /* Operators, longest first. */
-static const struct { const char *text; tok_kind kind; } ops[] = {
-    {"<<=", T_SHLEQ}, {">>=", T_SHREQ}, {"<=", T_LE},       {">=", T_GE},       {"==", T_EQEQ},
-    {"!=", T_NE},     {"<<", T_SHL},    {">>", T_SHR},      {"&&", T_ANDAND},   {"||", T_OROR},
-    {"+=", T_PLUSEQ}, {"-=", T_MINUSEQ}, {"*=", T_STAREQ},  {"/=", T_SLASHEQ},  {"%=", T_PERCENTEQ},
-    {"&=", T_AMPEQ},  {"|=", T_PIPEEQ}, {"^=", T_CARETEQ},  {"++", T_PLUSPLUS}, {"--", T_MINUSMINUS},
-    {"(", T_LPAREN},  {")", T_RPAREN},  {"{", T_LBRACE},    {"}", T_RBRACE},    {"[", T_LBRACKET},
-    {"]", T_RBRACKET}, {",", T_COMMA},  {";", T_SEMI},      {":", T_COLON},     {".", T_DOT},
-    {"?", T_QUESTION}, {"+", T_PLUS},   {"-", T_MINUS},     {"*", T_STAR},      {"/", T_SLASH},
-    {"%", T_PERCENT}, {"&", T_AMP},     {"|", T_PIPE},      {"^", T_CARET},     {"~", T_TILDE},
-    {"!", T_BANG},    {"<", T_LT},      {">", T_GT},        {"=", T_ASSIGN},
+static const struct {
+    const char *text;
+    tok_kind kind;
+} ops[] = {
+    {"<<=", T_SHLEQ},  {">>=", T_SHREQ},  {"<=", T_LE},        {">=", T_GE},
+    {"==", T_EQEQ},    {"!=", T_NE},      {"<<", T_SHL},       {">>", T_SHR},
+    {"&&", T_ANDAND},  {"||", T_OROR},    {"+=", T_PLUSEQ},    {"-=", T_MINUSEQ},
+    {"*=", T_STAREQ},  {"/=", T_SLASHEQ}, {"%=", T_PERCENTEQ}, {"&=", T_AMPEQ},
+    {"|=", T_PIPEEQ},  {"^=", T_CARETEQ}, {"++", T_PLUSPLUS},  {"--", T_MINUSMINUS},
+    {"(", T_LPAREN},   {")", T_RPAREN},   {"{", T_LBRACE},     {"}", T_RBRACE},
+    {"[", T_LBRACKET}, {"]", T_RBRACKET}, {",", T_COMMA},      {";", T_SEMI},
+    {":", T_COLON},    {".", T_DOT},      {"?", T_QUESTION},   {"+", T_PLUS},
+    {"-", T_MINUS},    {"*", T_STAR},     {"/", T_SLASH},      {"%", T_PERCENT},
+    {"&", T_AMP},      {"|", T_PIPE},     {"^", T_CARET},      {"~", T_TILDE},
+    {"!", T_BANG},     {"<", T_LT},       {">", T_GT},         {"=", T_ASSIGN},
 };
 
-bool em_lang_lex(const lang_file *f, uint32_t file, em_arena *arena, lang_sink *sink, token_vec *out)
+bool em_lang_lex(const lang_file *f, uint32_t file, em_arena *arena, lang_sink *sink,
+                 token_vec *out)
 {
     lexer L = {f->text, f->len, 0, 1, 0, file, arena, sink};
     for (;;) {

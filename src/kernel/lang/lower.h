@@ -39,107 +39,110 @@ typedef struct lv {
 
 /* One function being lowered: the kernel, or one inlined call of a helper. */
 typedef struct frame {
-    const ast_func *fn;        /* the function */
-    lv *slots;                 /* fn->nslots bindings (parameters, then locals) */
+    const ast_func *fn;                    /* the function */
+    lv *slots;                             /* fn->nslots bindings (parameters, then locals) */
     em_scalar generics[LANG_MAX_GENERICS]; /* bound generic types */
-    unsigned width;            /* lanes of line(T) written without a width */
-    em_type ret_type;          /* helpers: the result type */
-    bool ret_void;             /* helpers: returns nothing */
-    bool tail_return;          /* helpers: the only return is the body's last statement */
-    em_ir_val ret_var;         /* helpers (not tail_return): the result variable */
-    em_ir_val done_var;        /* helpers (not tail_return): set once a return ran */
-    unsigned loops;            /* IR loops open in this frame (a return breaks out of them) */
-    lv result;                 /* tail_return helpers: the value returned */
-    struct frame *parent;      /* the caller's frame */
+    unsigned width;                        /* lanes of line(T) written without a width */
+    em_type ret_type;                      /* helpers: the result type */
+    bool ret_void;                         /* helpers: returns nothing */
+    bool tail_return;     /* helpers: the only return is the body's last statement */
+    em_ir_val ret_var;    /* helpers (not tail_return): the result variable */
+    em_ir_val done_var;   /* helpers (not tail_return): set once a return ran */
+    unsigned loops;       /* IR loops open in this frame (a return breaks out of them) */
+    lv result;            /* tail_return helpers: the value returned */
+    struct frame *parent; /* the caller's frame */
 } frame;
 
 typedef struct lower {
-    const ast_module *mod;  /* the module */
-    const lang_binding *b;  /* the specialization */
-    lang_sink *sink;        /* diagnostics */
-    em_ir_kernel *k;        /* the kernel being built */
-    frame *fr;              /* the innermost frame */
-    lv *globals;            /* module constants, evaluated on first use */
-    uint8_t *global_state;  /* per constant: 0 not yet, 1 being evaluated, 2 done */
-    unsigned inline_depth;  /* helper calls open */
-    unsigned ir_depth;      /* IR blocks open */
-    unsigned long work;     /* statements and expressions lowered */
-    bool abort;             /* a limit was hit: stop lowering */
-    bool oom;               /* out of memory */
+    const ast_module *mod; /* the module */
+    const lang_binding *b; /* the specialization */
+    lang_sink *sink;       /* diagnostics */
+    em_ir_kernel *k;       /* the kernel being built */
+    frame *fr;             /* the innermost frame */
+    lv *globals;           /* module constants, evaluated on first use */
+    uint8_t *global_state; /* per constant: 0 not yet, 1 being evaluated, 2 done */
+    unsigned inline_depth; /* helper calls open */
+    unsigned ir_depth;     /* IR blocks open */
+    unsigned long work;    /* statements and expressions lowered */
+    bool abort;            /* a limit was hit: stop lowering */
+    bool oom;              /* out of memory */
 } lower;
 
 /* ---- lower_value.c ------------------------------------------------------------------------- */
 
-lv lv_err(void);
-lv lv_void(void);
-lv lv_rt(em_type ty, em_ir_val v);
-lv lv_const_int(em_scalar s, int64_t v);   /* a typed comptime integer (or bool) */
-lv lv_const_uint(em_scalar s, uint64_t v);
-lv lv_const_float(em_scalar s, double v);
-lv lv_const_bool(bool v);
-bool lv_is_value(const lv *x);              /* V_RT, V_CONST or an untyped literal */
-bool lv_is_comptime(const lv *x);           /* V_CONST or an untyped literal */
-bool lv_is_untyped(const lv *x);
+lv em_lang_lv_err(void);
+lv em_lang_lv_void(void);
+lv em_lang_lv_rt(em_type ty, em_ir_val v);
+lv em_lang_lv_const_int(em_scalar s, int64_t v); /* a typed comptime integer (or bool) */
+lv em_lang_lv_const_uint(em_scalar s, uint64_t v);
+lv em_lang_lv_const_float(em_scalar s, double v);
+lv em_lang_lv_const_bool(bool v);
+bool em_lang_lv_is_value(const lv *x);    /* V_RT, V_CONST or an untyped literal */
+bool em_lang_lv_is_comptime(const lv *x); /* V_CONST or an untyped literal */
+bool em_lang_lv_is_untyped(const lv *x);
 
 /* "f32", "line(f32, 4)", "bool" — into a static-per-call buffer of the caller. */
-void type_str(em_type t, char *out, size_t outsz);
+void em_lang_type_str(em_type t, char *out, size_t outsz);
 /* Describes a value's type for messages ("f32", "integer literal", "array 'x'"). */
-void lv_desc(const lv *x, char *out, size_t outsz);
+void em_lang_lv_desc(const lv *x, char *out, size_t outsz);
 
-/* Reports an error once per lowering (V_ERR operands are silent). Always returns lv_err(). */
-lv lerr(lower *L, lpos pos, const char *hint, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Reports an error once per lowering (V_ERR operands are silent). Always returns em_lang_lv_err().
+ */
+lv em_lang_lerr(lower *L, lpos pos, const char *hint, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Requires x to be a value; reports what it is otherwise. */
-bool need_value(lower *L, const lv *x, lpos pos, const char *what);
+bool em_lang_need_value(lower *L, const lv *x, lpos pos, const char *what);
 /* Gives an untyped literal its default type (i32 / f32); typed values pass through. */
-lv lv_default(lower *L, lv x, lpos pos);
+lv em_lang_lv_default(lower *L, lv x, lpos pos);
 /* Implicit conversion of x to `to` (literals take the type, scalars broadcast to lines of the
  * same scalar kind); reports a mismatch naming both types and `what`. */
-lv coerce(lower *L, lv x, em_type to, lpos pos, const char *what);
+lv em_lang_coerce(lower *L, lv x, em_type to, lpos pos, const char *what);
 /* Explicit conversion (casts): any scalar kind to any other, scalar to line. */
-lv convert(lower *L, lv x, em_type to, lpos pos);
+lv em_lang_convert(lower *L, lv x, em_type to, lpos pos);
 /* The IR value of x (constants become IR constants of x's type). */
-em_ir_val materialize(lower *L, const lv *x);
+em_ir_val em_lang_materialize(lower *L, const lv *x);
 /* A comptime integer value of x (any integer type or untyped), for sizes, bounds and indices. */
-bool comptime_int(lower *L, const lv *x, lpos pos, const char *what, int64_t *out);
+bool em_lang_comptime_int(lower *L, const lv *x, lpos pos, const char *what, int64_t *out);
 /* A comptime bool. */
-bool comptime_bool(lower *L, const lv *x, lpos pos, const char *what, bool *out);
+bool em_lang_comptime_bool(lower *L, const lv *x, lpos pos, const char *what, bool *out);
 /* An index or lane: any integer value converted to u32. */
-lv to_index(lower *L, lv x, lpos pos, const char *what);
+lv em_lang_to_index(lower *L, lv x, lpos pos, const char *what);
 /* A bool scalar condition. */
-bool need_cond(lower *L, const lv *x, lpos pos, const char *what);
+bool em_lang_need_cond(lower *L, const lv *x, lpos pos, const char *what);
 
 /* Binary operator (a token kind: T_PLUS...) on two values, with folding and typing. */
-lv binop(lower *L, int op, lv a, lv b, lpos pos);
+lv em_lang_binop(lower *L, int op, lv a, lv b, lpos pos);
 /* Unary operator (T_MINUS, T_BANG, T_TILDE, T_PLUS). */
-lv unop(lower *L, int op, lv a, lpos pos);
+lv em_lang_unop(lower *L, int op, lv a, lpos pos);
 /* Brings two operands to one type for a lane-wise operation (literals, broadcasting); false after
  * reporting a mismatch. `opname` is used in messages. */
-bool unify2(lower *L, lv *a, lv *b, lpos pos, const char *opname);
-const char *op_text(int op);
+bool em_lang_unify2(lower *L, lv *a, lv *b, lpos pos, const char *opname);
+const char *em_lang_op_text(int op);
 
 /* ---- lower_expr.c ---------------------------------------------------------------------------- */
 
 /* Lowers an expression; `hint` (may be NULL) is the type the context expects, used only where an
  * expression has no type of its own (a conditional between two literals). */
-lv lower_expr(lower *L, const ast_expr *e, const em_type *hint);
+lv em_lang_lower_expr(lower *L, const ast_expr *e, const em_type *hint);
 /* The em_type of a written type in the current frame (line widths folded). */
-bool lower_type(lower *L, const ast_type *t, em_type *out);
+bool em_lang_lower_type(lower *L, const ast_type *t, em_type *out);
 /* Marks one unit of work; false (after reporting once) when the kernel grew past the limits. */
-bool tick(lower *L, lpos pos);
+bool em_lang_tick(lower *L, lpos pos);
 /* Opens / closes IR blocks while counting nesting. */
-bool ir_open(lower *L, lpos pos);
-void ir_close(lower *L);
+bool em_lang_ir_open(lower *L, lpos pos);
+void em_lang_ir_close(lower *L);
 
 /* ---- lower_call.c ---------------------------------------------------------------------------- */
 
-lv lower_builtin(lower *L, const ast_expr *e);
+lv em_lang_lower_builtin(lower *L, const ast_expr *e);
 
-/* ---- lower.c ----------------------------------------------------------------------------------- */
+/* ---- lower.c -----------------------------------------------------------------------------------
+ */
 
 /* Lowers the statements of a block (with the guards that helper returns need). */
-void lower_stmts(lower *L, ast_stmt *const *stmts, uint32_t n);
+void em_lang_lower_stmts(lower *L, ast_stmt *const *stmts, uint32_t n);
 /* Binds a helper parameter / local: a variable when assigned later, else the value itself. */
-lv bind_local(lower *L, lv value, em_type ty, bool assigned, const char *name);
+lv em_lang_bind_local(lower *L, lv value, em_type ty, bool assigned, const char *name);
 
 #endif

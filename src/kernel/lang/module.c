@@ -11,15 +11,16 @@
 #include "kernel/lang/internal.h"
 
 struct em_lang_module {
-    em_arena arena;        /* syntax tree, tokens' strings */
-    lang_file *files;      /* the sources */
+    em_arena arena;   /* syntax tree, tokens' strings */
+    lang_file *files; /* the sources */
     size_t nfiles;
-    ast_module ast;        /* kernels, helpers, constants */
-    pthread_mutex_t lock;  /* guards cache */
-    em_map cache;          /* binding key -> em_ir_kernel (owned) */
+    ast_module ast;       /* kernels, helpers, constants */
+    pthread_mutex_t lock; /* guards cache */
+    em_map cache;         /* binding key -> em_ir_kernel (owned) */
 };
 
-/* ---- results and errors ------------------------------------------------------------------------ */
+/* ---- results and errors ------------------------------------------------------------------------
+ */
 
 /* Sets em_last_error to the formatted diagnostics and hands them to the caller's list. */
 static void publish(em_lang_diags *tmp, em_lang_diags *out, em_status status)
@@ -53,8 +54,10 @@ void em_lang_module_free(em_lang_module *m)
     free(m);
 }
 
-em_lang_module *em_lang_module_from_strings(const char *const *names, const char *const *sources,
-                                            size_t n, em_lang_diags *diags)
+/* Loads n sources; lens[i] gives each one's length (NULL: NUL-terminated strings), so that files
+ * with NUL bytes reach the lexer whole. */
+static em_lang_module *load(const char *const *names, const char *const *sources, const size_t *lens,
+                            size_t n, em_lang_diags *diags)
 {
     em_lang_diags *tmp = em_lang_diags_new();
     em_lang_module *m = calloc(1, sizeof(*m));
@@ -71,16 +74,21 @@ em_lang_module *em_lang_module_from_strings(const char *const *names, const char
     for (size_t i = 0; i < n; i++) {
         const char *src = sources[i] ? sources[i] : "";
         m->files[i].name = strdup(names && names[i] ? names[i] : "<string>");
-        m->files[i].len = strlen(src);
-        m->files[i].text = strdup(src);
+        m->files[i].len = lens ? lens[i] : strlen(src);
+        m->files[i].text = malloc(m->files[i].len + 1);
+        if (m->files[i].text) {
+            memcpy(m->files[i].text, src, m->files[i].len);
+            m->files[i].text[m->files[i].len] = 0;
+        }
         oom |= !m->files[i].name || !m->files[i].text;
         m->nfiles = i + 1;
     }
     lang_sink sink = {tmp, m->files, m->nfiles, 0};
     for (size_t i = 0; i < n && !oom; i++) {
         if (m->files[i].len > LANG_MAX_SOURCE) {
-            em_lang_error(&sink, (lpos){(uint32_t)i, 1, 1}, NULL, "source file is too large (%zu bytes, the limit is %u)",
-                          m->files[i].len, LANG_MAX_SOURCE);
+            em_lang_error(&sink, (lpos){(uint32_t)i, 1, 1}, NULL,
+                          "source file is too large (%zu bytes, the limit is %u)", m->files[i].len,
+                          LANG_MAX_SOURCE);
             continue;
         }
         token_vec toks = {0};
@@ -105,7 +113,14 @@ em_lang_module *em_lang_module_from_strings(const char *const *names, const char
     return m;
 }
 
-em_lang_module *em_lang_module_from_string(const char *filename, const char *source, em_lang_diags *diags)
+em_lang_module *em_lang_module_from_strings(const char *const *names, const char *const *sources,
+                                            size_t n, em_lang_diags *diags)
+{
+    return load(names, sources, NULL, n, diags);
+}
+
+em_lang_module *em_lang_module_from_string(const char *filename, const char *source,
+                                           em_lang_diags *diags)
 {
     return em_lang_module_from_strings(&filename, &source, 1, diags);
 }
@@ -115,17 +130,14 @@ em_lang_module *em_lang_module_from_file(const char *path, em_lang_diags *diags)
     size_t len = 0;
     char *text = em_file_read(path, &len);
     if (!text) return NULL;
-    if (memchr(text, 0, len)) {
-        /* keep NUL bytes visible to the lexer, which reports them, instead of cutting the file */
-        for (size_t i = 0; i < len; i++)
-            if (!text[i]) text[i] = '\x01';
-    }
-    em_lang_module *m = em_lang_module_from_string(path, text, diags);
+    const char *src = text;
+    em_lang_module *m = load(&path, &src, &len, 1, diags);
     free(text);
     return m;
 }
 
-/* ---- kernels ------------------------------------------------------------------------------------ */
+/* ---- kernels ------------------------------------------------------------------------------------
+ */
 
 static const ast_func *find_kernel(const em_lang_module *m, const char *name)
 {
@@ -152,9 +164,13 @@ const char *em_lang_kernel_name(const em_lang_module *m, size_t i)
     return NULL;
 }
 
-bool em_lang_has_kernel(const em_lang_module *m, const char *kernel) { return find_kernel(m, kernel) != NULL; }
+bool em_lang_has_kernel(const em_lang_module *m, const char *kernel)
+{
+    return find_kernel(m, kernel) != NULL;
+}
 
-/* ---- bindings --------------------------------------------------------------------------------------- */
+/* ---- bindings
+ * --------------------------------------------------------------------------------------- */
 
 static bool parse_int_text(const char *text, int64_t *out)
 {
@@ -174,7 +190,8 @@ static bool int_in_range(em_scalar s, int64_t v)
 {
     if (s == EM_BOOL) return v == 0 || v == 1;
     int bits = (int)em_scalar_size(s) * 8;
-    if (em_scalar_is_signed(s)) return bits >= 64 || (v >= -(INT64_C(1) << (bits - 1)) && v < (INT64_C(1) << (bits - 1)));
+    if (em_scalar_is_signed(s))
+        return bits >= 64 || (v >= -(INT64_C(1) << (bits - 1)) && v < (INT64_C(1) << (bits - 1)));
     return v >= 0 && (bits >= 64 || (uint64_t)v < (UINT64_C(1) << bits));
 }
 
@@ -189,9 +206,16 @@ static bool bind_comptime(lang_sink *sink, const ast_func *f, const ast_param *q
     double fv = 0;
     bool is_float_val = false;
     switch (bd->kind) {
-    case EM_BIND_INT: iv = bd->i; break;
-    case EM_BIND_BOOL: iv = bd->b; break;
-    case EM_BIND_FLOAT: fv = bd->f; is_float_val = true; break;
+    case EM_BIND_INT:
+        iv = bd->i;
+        break;
+    case EM_BIND_BOOL:
+        iv = bd->b;
+        break;
+    case EM_BIND_FLOAT:
+        fv = bd->f;
+        is_float_val = true;
+        break;
     case EM_BIND_TEXT:
         if (!bd->text) goto bad;
         if (em_scalar_is_float(s)) {
@@ -203,7 +227,8 @@ static bool bind_comptime(lang_sink *sink, const ast_func *f, const ast_param *q
             goto bad;
         }
         break;
-    default: goto bad;
+    default:
+        goto bad;
     }
     if (em_scalar_is_float(s)) {
         c.f = is_float_val ? fv : (double)iv;
@@ -214,8 +239,9 @@ static bool bind_comptime(lang_sink *sink, const ast_func *f, const ast_param *q
         c.i = iv != 0;
     } else {
         if (!int_in_range(s, iv)) {
-            em_lang_error_nopos(sink, "value %lld for comptime parameter '%s' of kernel '%s' does not fit in '%s'",
-                                (long long)iv, q->name, f->name, tn);
+            em_lang_error_nopos(
+                sink, "value %lld for comptime parameter '%s' of kernel '%s' does not fit in '%s'",
+                (long long)iv, q->name, f->name, tn);
             return false;
         }
         if (em_scalar_is_signed(s))
@@ -227,8 +253,9 @@ static bool bind_comptime(lang_sink *sink, const ast_func *f, const ast_param *q
     out->have_comptime[i] = true;
     return true;
 bad:
-    em_lang_error_nopos(sink, "bad value for comptime parameter '%s' of kernel '%s': expected a value of type '%s'",
-                        q->name, f->name, tn);
+    em_lang_error_nopos(
+        sink, "bad value for comptime parameter '%s' of kernel '%s': expected a value of type '%s'",
+        q->name, f->name, tn);
     return false;
 }
 
@@ -237,8 +264,10 @@ static bool bind_one(lang_sink *sink, const ast_func *f, const em_lang_bind *bd,
     const char *name = bd->name ? bd->name : "";
     if (!strcmp(name, "LINE_WIDTH")) {
         int64_t w = 0;
-        if (bd->kind == EM_BIND_INT) w = bd->i;
-        else if (bd->kind != EM_BIND_TEXT || !bd->text || !parse_int_text(bd->text, &w)) w = -1;
+        if (bd->kind == EM_BIND_INT)
+            w = bd->i;
+        else if (bd->kind != EM_BIND_TEXT || !bd->text || !parse_int_text(bd->text, &w))
+            w = -1;
         if (w < 1 || w > EM_MAX_LANES) {
             em_lang_error_nopos(sink, "LINE_WIDTH must be between 1 and %d", EM_MAX_LANES);
             return false;
@@ -249,16 +278,19 @@ static bool bind_one(lang_sink *sink, const ast_func *f, const em_lang_bind *bd,
     for (uint32_t g = 0; g < f->ngenerics; g++) {
         const ast_generic *gen = &f->generics[g];
         if (strcmp(gen->name, name)) continue;
-        em_scalar s = bd->kind == EM_BIND_TYPE ? bd->type
-                      : bd->kind == EM_BIND_TEXT && bd->text ? em_scalar_parse(bd->text) : EM_SCALAR_COUNT;
+        em_scalar s = bd->kind == EM_BIND_TYPE               ? bd->type
+                      : bd->kind == EM_BIND_TEXT && bd->text ? em_scalar_parse(bd->text)
+                                                             : EM_SCALAR_COUNT;
         if ((unsigned)s >= EM_SCALAR_COUNT) {
-            em_lang_error_nopos(sink, "generic '%s' of kernel '%s' must be bound to a scalar type (f32, i32...)",
-                                name, f->name);
+            em_lang_error_nopos(
+                sink, "generic '%s' of kernel '%s' must be bound to a scalar type (f32, i32...)",
+                name, f->name);
             return false;
         }
         if (!em_lang_bound_allows((gen_bound)gen->bound, s)) {
-            em_lang_error_nopos(sink, "type '%s' does not satisfy the bound '%s' of generic '%s' of kernel '%s'",
-                                em_scalar_name(s), em_lang_bound_name((gen_bound)gen->bound), name, f->name);
+            em_lang_error_nopos(
+                sink, "type '%s' does not satisfy the bound '%s' of generic '%s' of kernel '%s'",
+                em_scalar_name(s), em_lang_bound_name((gen_bound)gen->bound), name, f->name);
             return false;
         }
         out->generic[g] = s;
@@ -268,8 +300,9 @@ static bool bind_one(lang_sink *sink, const ast_func *f, const em_lang_bind *bd,
         const ast_param *q = &f->params[i];
         if (strcmp(q->name, name)) continue;
         if (!q->is_comptime) {
-            em_lang_error_nopos(sink, "parameter '%s' of kernel '%s' is not comptime: pass it at launch", name,
-                                f->name);
+            em_lang_error_nopos(sink,
+                                "parameter '%s' of kernel '%s' is not comptime: pass it at launch",
+                                name, f->name);
             return false;
         }
         return bind_comptime(sink, f, q, i, bd, out);
@@ -282,35 +315,38 @@ static bool bind_one(lang_sink *sink, const ast_func *f, const em_lang_bind *bd,
     cands[nc++] = "LINE_WIDTH";
     char hint[256];
     bool h = em_lang_nearest(name, cands, nc, hint, sizeof(hint));
-    em_lang_error_nopos(sink, "kernel '%s' has no generic or comptime parameter named '%s'%s%s", f->name, name,
-                        h ? "; " : "", h ? hint : "");
+    em_lang_error_nopos(sink, "kernel '%s' has no generic or comptime parameter named '%s'%s%s",
+                        f->name, name, h ? "; " : "", h ? hint : "");
     return false;
 }
 
-static bool make_binding(lang_sink *sink, const ast_func *f, const em_lang_spec *spec, bool check_mode,
-                         lang_binding *out)
+static bool make_binding(lang_sink *sink, const ast_func *f, const em_lang_spec *spec,
+                         bool check_mode, lang_binding *out)
 {
     memset(out, 0, sizeof(*out));
     out->check_mode = check_mode;
     out->line_width = spec && spec->line_width ? spec->line_width : 1;
     out->caps = spec ? spec->caps : NULL;
     if (out->line_width > EM_MAX_LANES) {
-        em_lang_error_nopos(sink, "line width %u is out of range (1 to %d)", out->line_width, EM_MAX_LANES);
+        em_lang_error_nopos(sink, "line width %u is out of range (1 to %d)", out->line_width,
+                            EM_MAX_LANES);
         return false;
     }
     for (uint32_t g = 0; g < f->ngenerics; g++) {
         const ast_generic *gen = &f->generics[g];
-        out->generic[g] = gen->def ? (em_scalar)gen->def->scalar : em_lang_bound_default((gen_bound)gen->bound);
+        out->generic[g] =
+            gen->def ? (em_scalar)gen->def->scalar : em_lang_bound_default((gen_bound)gen->bound);
     }
     bool ok = true;
     for (size_t i = 0; spec && i < spec->nbinds; i++) ok &= bind_one(sink, f, &spec->binds[i], out);
     return ok;
 }
 
-/* ---- specialization ------------------------------------------------------------------------------ */
+/* ---- specialization
+ * ------------------------------------------------------------------------------ */
 
-static em_ir_kernel *specialize(const em_lang_module *m, const char *kernel, const em_lang_spec *spec,
-                                em_lang_diags *diags, bool check_mode)
+static em_ir_kernel *specialize(const em_lang_module *m, const char *kernel,
+                                const em_lang_spec *spec, em_lang_diags *diags, bool check_mode)
 {
     em_lang_diags *tmp = em_lang_diags_new();
     if (!tmp) return NULL;
@@ -327,8 +363,8 @@ static em_ir_kernel *specialize(const em_lang_module *m, const char *kernel, con
             if (m->ast.funcs.items[i]->is_kernel) cands[nc++] = m->ast.funcs.items[i]->name;
         char hint[256];
         bool h = kernel && em_lang_nearest(kernel, cands, nc, hint, sizeof(hint));
-        em_lang_error_nopos(&sink, "no kernel named '%s'%s%s", kernel ? kernel : "(null)", h ? "; " : "",
-                            h ? hint : "");
+        em_lang_error_nopos(&sink, "no kernel named '%s'%s%s", kernel ? kernel : "(null)",
+                            h ? "; " : "", h ? hint : "");
         status = EM_ERR_NOT_FOUND;
     } else {
         lang_binding b;
@@ -345,8 +381,8 @@ static em_ir_kernel *specialize(const em_lang_module *m, const char *kernel, con
     return k;
 }
 
-em_ir_kernel *em_lang_specialize(const em_lang_module *m, const char *kernel, const em_lang_spec *spec,
-                                 em_lang_diags *diags)
+em_ir_kernel *em_lang_specialize(const em_lang_module *m, const char *kernel,
+                                 const em_lang_spec *spec, em_lang_diags *diags)
 {
     return specialize(m, kernel, spec, diags, false);
 }
@@ -385,21 +421,32 @@ static void spec_key(const char *kernel, const em_lang_spec *spec, em_strbuf *sb
         const em_lang_bind *b = &spec->binds[i];
         em_sb_printf(sb, "|%s=%u:", b->name ? b->name : "", b->kind);
         switch (b->kind) {
-        case EM_BIND_TYPE: em_sb_printf(sb, "%d", (int)b->type); break;
-        case EM_BIND_INT: em_sb_printf(sb, "%lld", (long long)b->i); break;
-        case EM_BIND_FLOAT: em_sb_printf(sb, "%a", b->f); break;
-        case EM_BIND_BOOL: em_sb_printf(sb, "%d", b->b); break;
-        default: em_sb_printf(sb, "%s", b->text ? b->text : ""); break;
+        case EM_BIND_TYPE:
+            em_sb_printf(sb, "%d", (int)b->type);
+            break;
+        case EM_BIND_INT:
+            em_sb_printf(sb, "%lld", (long long)b->i);
+            break;
+        case EM_BIND_FLOAT:
+            em_sb_printf(sb, "%a", b->f);
+            break;
+        case EM_BIND_BOOL:
+            em_sb_printf(sb, "%d", b->b);
+            break;
+        default:
+            em_sb_printf(sb, "%s", b->text ? b->text : "");
+            break;
         }
     }
     const em_caps *c = spec->caps;
     if (c)
-        em_sb_printf(sb, "|t=%s:%d%d%d%d:%llu", c->target, c->plane_ops, c->matrix, c->float_atomic_add, c->print,
-                     (unsigned long long)c->max_shared);
+        em_sb_printf(sb, "|t=%s:%d%d%d%d:%llu", c->target, c->plane_ops, c->matrix,
+                     c->float_atomic_add, c->print, (unsigned long long)c->max_shared);
 }
 
 /* The specialization for `spec`, lowered once per distinct binding; owned by the module. */
-static const em_ir_kernel *cached(const em_lang_module *cm, const char *kernel, const em_lang_spec *spec)
+static const em_ir_kernel *cached(const em_lang_module *cm, const char *kernel,
+                                  const em_lang_spec *spec)
 {
     em_lang_module *m = (em_lang_module *)cm; /* only the cache, guarded by the lock, changes */
     em_strbuf key;
@@ -432,7 +479,8 @@ static const em_ir_kernel *cached(const em_lang_module *cm, const char *kernel, 
     return k;
 }
 
-em_kernel *em_lang_compile(em_device *dev, const em_lang_module *m, const char *kernel, const em_lang_spec *spec)
+em_kernel *em_lang_compile(em_device *dev, const em_lang_module *m, const char *kernel,
+                           const em_lang_spec *spec)
 {
     if (!dev || !m || !kernel) {
         em_set_error(EM_ERR_INVALID, "em_lang_compile: missing device, module or kernel name");
@@ -447,8 +495,9 @@ em_kernel *em_lang_compile(em_device *dev, const em_lang_module *m, const char *
     return out;
 }
 
-em_status em_lang_launch(em_device *dev, const em_lang_module *m, const char *kernel, const em_lang_spec *spec,
-                         const uint32_t cube_count[3], const uint32_t cube_dim[3], const em_arg *args, size_t nargs)
+em_status em_lang_launch(em_device *dev, const em_lang_module *m, const char *kernel,
+                         const em_lang_spec *spec, const uint32_t cube_count[3],
+                         const uint32_t cube_dim[3], const em_arg *args, size_t nargs)
 {
     em_kernel *k = em_lang_compile(dev, m, kernel, spec);
     if (!k) return em_last_status() != EM_OK ? em_last_status() : EM_ERR_INVALID;
@@ -457,7 +506,8 @@ em_status em_lang_launch(em_device *dev, const em_lang_module *m, const char *ke
     return st;
 }
 
-/* ---- built-in kernels ------------------------------------------------------------------------------- */
+/* ---- built-in kernels
+ * ------------------------------------------------------------------------------- */
 
 typedef struct {
     const char *name;   /* file stem */
@@ -475,9 +525,10 @@ static void load_builtins(void)
     while (em_builtin_kernel_sources[n].name) n++;
     const char **names = calloc(n ? n : 1, sizeof(char *));
     const char **sources = calloc(n ? n : 1, sizeof(char *));
-    char (*paths)[96] = calloc(n ? n : 1, 96);
+    char(*paths)[96] = calloc(n ? n : 1, 96);
     if (!names || !sources || !paths) {
-        snprintf(builtins_error, sizeof(builtins_error), "out of memory loading the built-in kernels");
+        snprintf(builtins_error, sizeof(builtins_error),
+                 "out of memory loading the built-in kernels");
     } else {
         for (size_t i = 0; i < n; i++) {
             snprintf(paths[i], 96, "%s.ek", em_builtin_kernel_sources[i].name);
@@ -485,7 +536,8 @@ static void load_builtins(void)
             sources[i] = em_builtin_kernel_sources[i].source;
         }
         builtins_module = em_lang_module_from_strings(names, sources, n, NULL);
-        if (!builtins_module) snprintf(builtins_error, sizeof(builtins_error), "%s", em_last_error());
+        if (!builtins_module)
+            snprintf(builtins_error, sizeof(builtins_error), "%s", em_last_error());
     }
     free(names);
     free(sources);

@@ -11,28 +11,35 @@
 #include "kernel/lang/internal.h"
 
 typedef struct parser {
-    const token *t;    /* tokens (ending with T_EOF) */
-    size_t n;          /* number of tokens */
-    size_t i;          /* next token */
-    em_arena *arena;   /* nodes */
-    lang_sink *sink;   /* diagnostics */
-    ast_module *mod;   /* output */
-    unsigned depth;    /* statement nesting */
-    bool panic;        /* an error was reported in the current statement: stay quiet until sync */
-    bool oom;          /* an allocation failed */
+    const token *t;  /* tokens (ending with T_EOF) */
+    size_t n;        /* number of tokens */
+    size_t i;        /* next token */
+    em_arena *arena; /* nodes */
+    lang_sink *sink; /* diagnostics */
+    ast_module *mod; /* output */
+    unsigned depth;  /* statement nesting */
+    bool panic;      /* an error was reported in the current statement: stay quiet until sync */
+    bool oom;        /* an allocation failed */
     const ast_generic *gens; /* generics of the function being parsed (to spot type names) */
     uint32_t ngens;
 } parser;
 
-/* ---- helpers ---------------------------------------------------------------------------------- */
+/* ---- helpers ----------------------------------------------------------------------------------
+ */
 
-static const token *peek(const parser *p) { return &p->t[p->i]; }
+static const token *peek(const parser *p)
+{
+    return &p->t[p->i];
+}
 static const token *peek_at(const parser *p, size_t ahead)
 {
     size_t j = p->i + ahead;
     return &p->t[j < p->n ? j : p->n - 1];
 }
-static bool at_kind(const parser *p, tok_kind k) { return peek(p)->kind == k; }
+static bool at_kind(const parser *p, tok_kind k)
+{
+    return peek(p)->kind == k;
+}
 static const token *next(parser *p)
 {
     const token *t = peek(p);
@@ -165,8 +172,15 @@ static bool is_generic_name(const parser *p, const token *t)
 static bool is_type_start(const parser *p, const token *t)
 {
     switch (t->kind) {
-    case T_TYPE: case T_LINE: case T_TENSOR: case T_ARRAY: case T_VOID: case T_AUTO: return true;
-    default: return is_generic_name(p, t);
+    case T_TYPE:
+    case T_LINE:
+    case T_TENSOR:
+    case T_ARRAY:
+    case T_VOID:
+    case T_AUTO:
+        return true;
+    default:
+        return is_generic_name(p, t);
     }
 }
 
@@ -186,7 +200,8 @@ static size_t skip_type(const parser *p, size_t j)
     return 0;
 }
 
-/* ---- expressions ------------------------------------------------------------------------------ */
+/* ---- expressions ------------------------------------------------------------------------------
+ */
 
 static ast_expr *parse_expr(parser *p);
 static ast_type *parse_type(parser *p);
@@ -202,7 +217,10 @@ static ast_expr *new_expr(parser *p, ex_kind kind, lpos pos)
     return e;
 }
 
-static uint16_t height_of(const ast_expr *e) { return e ? e->height : 0; }
+static uint16_t height_of(const ast_expr *e)
+{
+    return e ? e->height : 0;
+}
 
 /* Sets e's height from its children; reports (once) a tree too tall to lower safely. */
 static ast_expr *finish(parser *p, ast_expr *e)
@@ -215,7 +233,8 @@ static ast_expr *finish(parser *p, ast_expr *e)
         if (height_of(e->args[i]) > h) h = height_of(e->args[i]);
     if (e->type && e->type->arg && height_of(e->type->arg) > h) h = height_of(e->type->arg);
     if (h + 1 > LANG_MAX_HEIGHT) {
-        error_at(p, e->pos, NULL, "expression nested too deeply (more than %d levels)", LANG_MAX_HEIGHT);
+        error_at(p, e->pos, NULL, "expression nested too deeply (more than %d levels)",
+                 LANG_MAX_HEIGHT);
         h = LANG_MAX_HEIGHT;
     }
     e->height = (uint16_t)(h + 1);
@@ -307,7 +326,8 @@ static ast_expr *parse_primary(parser *p)
         ast_type *ty = parse_type(p);
         if (!ty) return NULL;
         if (!at_kind(p, T_LPAREN)) {
-            /* a type used as an argument (sizeof(f32), is_float(F)); resolve rejects it elsewhere */
+            /* a type used as an argument (sizeof(f32), is_float(F)); resolve rejects it elsewhere
+             */
             e = new_expr(p, EX_NAME, t->pos);
             if (!e) return NULL;
             e->type = ty;
@@ -416,14 +436,18 @@ static ast_expr *parse_unary(parser *p)
 {
     const token *t = peek(p);
     switch (t->kind) {
-    case T_MINUS: case T_BANG: case T_TILDE: case T_PLUS: {
+    case T_MINUS:
+    case T_BANG:
+    case T_TILDE:
+    case T_PLUS: {
         next(p);
         ast_expr *e = new_expr(p, EX_UNARY, t->pos);
         if (!e) return NULL;
         e->op = t->kind;
         /* count unary chains against the height limit before recursing */
         if (++p->depth > LANG_MAX_HEIGHT) {
-            error_at(p, t->pos, NULL, "expression nested too deeply (more than %d levels)", LANG_MAX_HEIGHT);
+            error_at(p, t->pos, NULL, "expression nested too deeply (more than %d levels)",
+                     LANG_MAX_HEIGHT);
             p->depth--;
             return NULL;
         }
@@ -431,7 +455,8 @@ static ast_expr *parse_unary(parser *p)
         p->depth--;
         return e->a ? finish(p, e) : NULL;
     }
-    case T_PLUSPLUS: case T_MINUSMINUS:
+    case T_PLUSPLUS:
+    case T_MINUSMINUS:
         error_at(p, t->pos, NULL, "'%s' is a statement, not an expression",
                  t->kind == T_PLUSPLUS ? "++" : "--");
         return NULL;
@@ -446,7 +471,8 @@ static ast_expr *parse_unary(parser *p)
                 e->type = parse_type(p);
                 if (!e->type || !expect(p, T_RPAREN, NULL)) return NULL;
                 if (++p->depth > LANG_MAX_HEIGHT) {
-                    error_at(p, t->pos, NULL, "expression nested too deeply (more than %d levels)", LANG_MAX_HEIGHT);
+                    error_at(p, t->pos, NULL, "expression nested too deeply (more than %d levels)",
+                             LANG_MAX_HEIGHT);
                     p->depth--;
                     return NULL;
                 }
@@ -470,17 +496,36 @@ static ast_expr *parse_unary(parser *p)
 static int precedence(tok_kind k)
 {
     switch (k) {
-    case T_OROR: return 1;
-    case T_ANDAND: return 2;
-    case T_PIPE: return 3;
-    case T_CARET: return 4;
-    case T_AMP: return 5;
-    case T_EQEQ: case T_NE: return 6;
-    case T_LT: case T_LE: case T_GT: case T_GE: return 7;
-    case T_SHL: case T_SHR: return 8;
-    case T_PLUS: case T_MINUS: return 9;
-    case T_STAR: case T_SLASH: case T_PERCENT: return 10;
-    default: return 0;
+    case T_OROR:
+        return 1;
+    case T_ANDAND:
+        return 2;
+    case T_PIPE:
+        return 3;
+    case T_CARET:
+        return 4;
+    case T_AMP:
+        return 5;
+    case T_EQEQ:
+    case T_NE:
+        return 6;
+    case T_LT:
+    case T_LE:
+    case T_GT:
+    case T_GE:
+        return 7;
+    case T_SHL:
+    case T_SHR:
+        return 8;
+    case T_PLUS:
+    case T_MINUS:
+        return 9;
+    case T_STAR:
+    case T_SLASH:
+    case T_PERCENT:
+        return 10;
+    default:
+        return 0;
     }
 }
 
@@ -499,7 +544,8 @@ static ast_expr *parse_binary(parser *p, int min_prec)
         e->op_pos = t->pos;
         e->a = lhs;
         if (++p->depth > LANG_MAX_HEIGHT) {
-            error_at(p, t->pos, NULL, "expression nested too deeply (more than %d levels)", LANG_MAX_HEIGHT);
+            error_at(p, t->pos, NULL, "expression nested too deeply (more than %d levels)",
+                     LANG_MAX_HEIGHT);
             p->depth--;
             return NULL;
         }
@@ -513,7 +559,8 @@ static ast_expr *parse_binary(parser *p, int min_prec)
 static ast_expr *parse_expr(parser *p)
 {
     if (++p->depth > LANG_MAX_HEIGHT) {
-        error_at(p, peek(p)->pos, NULL, "expression nested too deeply (more than %d levels)", LANG_MAX_HEIGHT);
+        error_at(p, peek(p)->pos, NULL, "expression nested too deeply (more than %d levels)",
+                 LANG_MAX_HEIGHT);
         p->depth--;
         return NULL;
     }
@@ -535,7 +582,8 @@ static ast_expr *parse_expr(parser *p)
     return c;
 }
 
-/* ---- types ------------------------------------------------------------------------------------- */
+/* ---- types -------------------------------------------------------------------------------------
+ */
 
 static ast_type *new_type(parser *p, ty_kind kind, lpos pos)
 {
@@ -568,13 +616,19 @@ static ast_type *parse_type(parser *p)
     case T_AUTO:
         next(p);
         return new_type(p, TY_AUTO, t->pos);
-    case T_LINE: case T_TENSOR: case T_ARRAY: {
+    case T_LINE:
+    case T_TENSOR:
+    case T_ARRAY: {
         next(p);
-        ty = new_type(p, t->kind == T_LINE ? TY_LINE : t->kind == T_TENSOR ? TY_TENSOR : TY_ARRAY,
+        ty = new_type(p,
+                      t->kind == T_LINE     ? TY_LINE
+                      : t->kind == T_TENSOR ? TY_TENSOR
+                                            : TY_ARRAY,
                       t->pos);
-        if (!ty || !expect(p, T_LPAREN, t->kind == T_LINE     ? "after 'line'"
-                                        : t->kind == T_TENSOR ? "after 'tensor'"
-                                                              : "after 'array'"))
+        if (!ty || !expect(p, T_LPAREN,
+                           t->kind == T_LINE     ? "after 'line'"
+                           : t->kind == T_TENSOR ? "after 'tensor'"
+                                                 : "after 'array'"))
             return NULL;
         if (++p->depth > LANG_MAX_NEST) {
             error_at(p, t->pos, NULL, "type nested too deeply");
@@ -600,7 +654,8 @@ static ast_type *parse_type(parser *p)
     }
 }
 
-/* ---- statements -------------------------------------------------------------------------------- */
+/* ---- statements --------------------------------------------------------------------------------
+ */
 
 static ast_stmt *parse_stmt(parser *p);
 
@@ -620,7 +675,10 @@ static ast_stmt *parse_block(parser *p)
     if (!expect(p, T_LBRACE, NULL)) return NULL;
     ast_stmt *b = new_stmt(p, ST_BLOCK, pos);
     if (!b) return NULL;
-    struct { ast_stmt **items; size_t len, cap; } list = {0};
+    struct {
+        ast_stmt **items;
+        size_t len, cap;
+    } list = {0};
     while (!at_kind(p, T_RBRACE) && !at_kind(p, T_EOF) && !p->oom && !em_lang_sink_full(p->sink)) {
         size_t before = p->i;
         ast_stmt *s = parse_stmt(p);
@@ -629,7 +687,8 @@ static ast_stmt *parse_block(parser *p)
         if (p->i == before) next(p); /* always make progress */
     }
     if (!at_kind(p, T_RBRACE)) {
-        error_at(p, peek(p)->pos, NULL, "expected '}' to close the block opened at line %u", pos.line);
+        error_at(p, peek(p)->pos, NULL, "expected '}' to close the block opened at line %u",
+                 pos.line);
     } else {
         next(p);
     }
@@ -719,7 +778,8 @@ static ast_stmt *parse_for(parser *p, lpos pos, bool comptime)
     uint32_t nargs = 0;
     if (!parse_args(p, &args, &nargs, false)) return NULL;
     if (nargs < 1 || nargs > 3) {
-        error_at(p, r->pos, NULL, "range takes 1 to 3 arguments (end; start, end; start, end, step)");
+        error_at(p, r->pos, NULL,
+                 "range takes 1 to 3 arguments (end; start, end; start, end, step)");
         return NULL;
     }
     s->cond = nargs >= 2 ? args[0] : NULL;
@@ -739,10 +799,15 @@ static ast_stmt *parse_matrix(parser *p, lpos pos)
     lpos rpos;
     const char *role = expect_ident(p, "a matrix role (a, b or acc)", &rpos);
     if (!role) return NULL;
-    if (!strcmp(role, "a")) s->role = EM_MAT_A;
-    else if (!strcmp(role, "b")) s->role = EM_MAT_B;
-    else if (!strcmp(role, "acc")) s->role = EM_MAT_ACC;
-    else return error_at(p, rpos, NULL, "unknown matrix role '%s' (expected a, b or acc)", role), NULL;
+    if (!strcmp(role, "a"))
+        s->role = EM_MAT_A;
+    else if (!strcmp(role, "b"))
+        s->role = EM_MAT_B;
+    else if (!strcmp(role, "acc"))
+        s->role = EM_MAT_ACC;
+    else
+        return error_at(p, rpos, NULL, "unknown matrix role '%s' (expected a, b or acc)", role),
+               NULL;
     if (!expect(p, T_COMMA, "after the matrix role")) return NULL;
     s->type = parse_type(p);
     if (!s->type) return NULL;
@@ -756,9 +821,14 @@ static ast_stmt *parse_matrix(parser *p, lpos pos)
         lpos lp;
         const char *layout = expect_ident(p, "a layout (row_major or col_major)", &lp);
         if (!layout) return NULL;
-        if (!strcmp(layout, "row_major")) s->layout = EM_ROW_MAJOR;
-        else if (!strcmp(layout, "col_major")) s->layout = EM_COL_MAJOR;
-        else return error_at(p, lp, NULL, "unknown layout '%s' (expected row_major or col_major)", layout), NULL;
+        if (!strcmp(layout, "row_major"))
+            s->layout = EM_ROW_MAJOR;
+        else if (!strcmp(layout, "col_major"))
+            s->layout = EM_COL_MAJOR;
+        else
+            return error_at(p, lp, NULL, "unknown layout '%s' (expected row_major or col_major)",
+                            layout),
+                   NULL;
     }
     if (!expect(p, T_RPAREN, "after the matrix type")) return NULL;
     s->name = expect_ident(p, "a name for the matrix", &s->name_pos);
@@ -788,8 +858,17 @@ static ast_stmt *parse_simple(parser *p)
     const token *op = peek(p);
     ast_stmt *s;
     switch (op->kind) {
-    case T_ASSIGN: case T_PLUSEQ: case T_MINUSEQ: case T_STAREQ: case T_SLASHEQ: case T_PERCENTEQ:
-    case T_AMPEQ: case T_PIPEEQ: case T_CARETEQ: case T_SHLEQ: case T_SHREQ:
+    case T_ASSIGN:
+    case T_PLUSEQ:
+    case T_MINUSEQ:
+    case T_STAREQ:
+    case T_SLASHEQ:
+    case T_PERCENTEQ:
+    case T_AMPEQ:
+    case T_PIPEEQ:
+    case T_CARETEQ:
+    case T_SHLEQ:
+    case T_SHREQ:
         next(p);
         s = new_stmt(p, ST_ASSIGN, pos);
         if (!s) return NULL;
@@ -799,7 +878,8 @@ static ast_stmt *parse_simple(parser *p)
         s->init = parse_expr(p);
         if (!s->init) return NULL;
         break;
-    case T_PLUSPLUS: case T_MINUSMINUS:
+    case T_PLUSPLUS:
+    case T_MINUSMINUS:
         next(p);
         s = new_stmt(p, ST_ASSIGN, pos);
         if (!s) return NULL;
@@ -816,7 +896,8 @@ static ast_stmt *parse_simple(parser *p)
         s->init = e;
     }
     if (at_kind(p, T_ASSIGN) || at_kind(p, T_PLUSEQ)) {
-        error_at(p, peek(p)->pos, NULL, "assignments cannot be chained: an assignment is a statement");
+        error_at(p, peek(p)->pos, NULL,
+                 "assignments cannot be chained: an assignment is a statement");
         return NULL;
     }
     return expect(p, T_SEMI, "after the statement") ? s : NULL;
@@ -827,10 +908,15 @@ static ast_stmt *parse_stmt_inner(parser *p)
     const token *t = peek(p);
     lpos pos = t->pos;
     switch (t->kind) {
-    case T_LBRACE: return parse_block(p);
-    case T_SEMI: next(p); return new_stmt(p, ST_EMPTY, pos);
-    case T_IF: return parse_if(p, pos, false);
-    case T_FOR: return parse_for(p, pos, false);
+    case T_LBRACE:
+        return parse_block(p);
+    case T_SEMI:
+        next(p);
+        return new_stmt(p, ST_EMPTY, pos);
+    case T_IF:
+        return parse_if(p, pos, false);
+    case T_FOR:
+        return parse_for(p, pos, false);
     case T_WHILE: {
         next(p);
         ast_stmt *s = new_stmt(p, ST_WHILE, pos);
@@ -840,10 +926,13 @@ static ast_stmt *parse_stmt_inner(parser *p)
         s->body = parse_stmt(p);
         return s->body ? s : NULL;
     }
-    case T_BREAK: case T_CONTINUE: {
+    case T_BREAK:
+    case T_CONTINUE: {
         next(p);
         ast_stmt *s = new_stmt(p, t->kind == T_BREAK ? ST_BREAK : ST_CONTINUE, pos);
-        return s && expect(p, T_SEMI, t->kind == T_BREAK ? "after 'break'" : "after 'continue'") ? s : NULL;
+        return s && expect(p, T_SEMI, t->kind == T_BREAK ? "after 'break'" : "after 'continue'")
+                   ? s
+                   : NULL;
     }
     case T_RETURN: {
         next(p);
@@ -884,8 +973,10 @@ static ast_stmt *parse_stmt_inner(parser *p)
         if (!s->type) return NULL;
         return parse_decl_rest(p, s);
     }
-    case T_MATRIX: return parse_matrix(p, pos);
-    case T_KERNEL: case T_INLINE:
+    case T_MATRIX:
+        return parse_matrix(p, pos);
+    case T_KERNEL:
+    case T_INLINE:
         error_at(p, pos, NULL, "functions cannot be declared inside a function");
         return NULL;
     case T_ELSE:
@@ -918,7 +1009,8 @@ static ast_stmt *parse_stmt_inner(parser *p)
 static ast_stmt *parse_stmt(parser *p)
 {
     if (++p->depth > LANG_MAX_NEST) {
-        error_at(p, peek(p)->pos, NULL, "statements nested too deeply (more than %d levels)", LANG_MAX_NEST);
+        error_at(p, peek(p)->pos, NULL, "statements nested too deeply (more than %d levels)",
+                 LANG_MAX_NEST);
         p->depth--;
         /* skip the rest of the nesting quickly without recursing */
         return NULL;
@@ -955,7 +1047,8 @@ static bool parse_generics(parser *p, ast_func *f)
     uint32_t n = 0;
     do {
         if (n == LANG_MAX_GENERICS)
-            return error_at(p, peek(p)->pos, NULL, "too many generic parameters (at most %d)", LANG_MAX_GENERICS);
+            return error_at(p, peek(p)->pos, NULL, "too many generic parameters (at most %d)",
+                            LANG_MAX_GENERICS);
         ast_generic g = {0};
         g.name = expect_ident(p, "a generic parameter name", &g.pos);
         if (!g.name) return false;
@@ -987,13 +1080,17 @@ static bool parse_params(parser *p, ast_func *f)
     if (!at_kind(p, T_RPAREN)) {
         do {
             if (n == LANG_MAX_PARAMS)
-                return error_at(p, peek(p)->pos, NULL, "too many parameters (at most %d)", LANG_MAX_PARAMS);
+                return error_at(p, peek(p)->pos, NULL, "too many parameters (at most %d)",
+                                LANG_MAX_PARAMS);
             ast_param q = {0};
             q.type_pos = peek(p)->pos;
             for (;;) {
-                if (accept(p, T_CONST)) q.is_const = true;
-                else if (accept(p, T_COMPTIME)) q.is_comptime = true;
-                else break;
+                if (accept(p, T_CONST))
+                    q.is_const = true;
+                else if (accept(p, T_COMPTIME))
+                    q.is_comptime = true;
+                else
+                    break;
             }
             q.type_pos = peek(p)->pos;
             q.type = parse_type(p);
@@ -1010,7 +1107,8 @@ static bool parse_params(parser *p, ast_func *f)
     if (!at_kind(p, T_RPAREN)) {
         char found[64];
         describe(peek(p), found, sizeof(found));
-        return error_at(p, peek(p)->pos, NULL, "expected ',' or ')' after a parameter, found %s", found);
+        return error_at(p, peek(p)->pos, NULL, "expected ',' or ')' after a parameter, found %s",
+                        found);
     }
     next(p);
     if (n) {
@@ -1043,8 +1141,7 @@ static bool parse_func(parser *p)
         uint32_t nargs = 0;
         lpos cpos = p->t[p->i - 1].pos;
         if (!parse_args(p, &args, &nargs, false)) return false;
-        if (nargs < 1 || nargs > 3)
-            return error_at(p, cpos, NULL, "cube_dim takes 1 to 3 sizes");
+        if (nargs < 1 || nargs > 3) return error_at(p, cpos, NULL, "cube_dim takes 1 to 3 sizes");
         for (uint32_t i = 0; i < nargs; i++) f->cube_dim[i] = args[i];
     }
     if (!at_kind(p, T_LBRACE)) {
@@ -1104,9 +1201,13 @@ bool em_lang_parse(const token_vec *toks, em_arena *arena, lang_sink *sink, ast_
             bool h = t->kind == T_IDENT && t->str &&
                      em_lang_nearest(t->str, starts, EM_ARRAY_LEN(starts), hint, sizeof(hint));
             if (t->kind == T_IDENT && peek_at(p, 1)->kind == T_IDENT && !h)
-                snprintf(hint, sizeof(hint), "a helper returning a generic type is declared 'inline<T: float> T name(...)'"), h = true;
+                snprintf(
+                    hint, sizeof(hint),
+                    "a helper returning a generic type is declared 'inline<T: float> T name(...)'"),
+                    h = true;
             ok = error_at(p, t->pos, h ? hint : NULL,
-                          "expected a declaration (kernel, helper function or const), found %s", found);
+                          "expected a declaration (kernel, helper function or const), found %s",
+                          found);
         }
         if (!ok || p->panic) sync_top(p);
         if (p->i == before) next(p);

@@ -28,19 +28,25 @@ typedef struct call_edge {
 } call_edge;
 
 typedef struct resolver {
-    ast_module *mod;  /* the module */
-    lang_sink *sink;  /* diagnostics */
-    em_map funcs;     /* name -> ast_func */
-    em_map globals;   /* name -> ast_global (only those resolved so far) */
-    ast_func *fn;     /* function being resolved (NULL for module constants) */
-    struct { scope_entry *items; size_t len, cap; } scope; /* visible locals, innermost last */
-    uint32_t depth;   /* current block depth */
+    ast_module *mod; /* the module */
+    lang_sink *sink; /* diagnostics */
+    em_map funcs;    /* name -> ast_func */
+    em_map globals;  /* name -> ast_global (only those resolved so far) */
+    ast_func *fn;    /* function being resolved (NULL for module constants) */
+    struct {
+        scope_entry *items;
+        size_t len, cap;
+    } scope;                                   /* visible locals, innermost last */
+    uint32_t depth;                            /* current block depth */
     bool loop_comptime[LANG_MAX_NEST * 2 + 2]; /* enclosing loops of this function: comptime? */
-    unsigned loops;   /* entries in loop_comptime */
+    unsigned loops;                            /* entries in loop_comptime */
     const char *guards[LANG_MAX_NEST * 2 + 2]; /* targets of enclosing comptime if (has(T)) */
     unsigned nguards;
-    struct { call_edge *items; size_t len, cap; } edges; /* helper calls */
-    bool oom;         /* an allocation failed */
+    struct {
+        call_edge *items;
+        size_t len, cap;
+    } edges;  /* helper calls */
+    bool oom; /* an allocation failed */
 } resolver;
 
 static bool is_position(const char *name, int *which)
@@ -54,7 +60,8 @@ static bool is_position(const char *name, int *which)
     return false;
 }
 
-/* ---- hints ------------------------------------------------------------------------------------ */
+/* ---- hints ------------------------------------------------------------------------------------
+ */
 
 typedef struct cand_list {
     const char **items; /* candidate names */
@@ -93,7 +100,8 @@ static bool call_hint(resolver *r, const char *name, char *out, size_t outsz)
 {
     cand_list c = {0};
     add_map_keys(&c, &r->funcs);
-    for (size_t i = 0; i < em_lang_builtins_count; i++) cand_push(&c, em_lang_builtins_table[i].name);
+    for (size_t i = 0; i < em_lang_builtins_count; i++)
+        cand_push(&c, em_lang_builtins_table[i].name);
     for (uint32_t g = 0; r->fn && g < r->fn->ngenerics; g++) cand_push(&c, r->fn->generics[g].name);
     bool ok = em_lang_nearest(name, c.items, c.len, out, outsz);
     free(c.items);
@@ -102,15 +110,21 @@ static bool call_hint(resolver *r, const char *name, char *out, size_t outsz)
 
 static bool type_hint(resolver *r, const char *name, char *out, size_t outsz)
 {
-    static const struct { const char *c; const char *scalar; } cnames[] = {
-        {"float", "f32"}, {"double", "f64"}, {"half", "f16"}, {"int", "i32"}, {"uint", "u32"},
-        {"unsigned", "u32"}, {"char", "i8"}, {"short", "i16"}, {"long", "i64"}, {"size_t", "u64"},
-        {"int32_t", "i32"}, {"uint32_t", "u32"}, {"int64_t", "i64"}, {"uint64_t", "u64"},
+    static const struct {
+        const char *c;
+        const char *scalar;
+    } cnames[] = {
+        {"float", "f32"},   {"double", "f64"},   {"half", "f16"},    {"int", "i32"},
+        {"uint", "u32"},    {"unsigned", "u32"}, {"char", "i8"},     {"short", "i16"},
+        {"long", "i64"},    {"size_t", "u64"},   {"int32_t", "i32"}, {"uint32_t", "u32"},
+        {"int64_t", "i64"}, {"uint64_t", "u64"},
     };
     for (size_t i = 0; i < EM_ARRAY_LEN(cnames); i++) {
         if (!strcmp(name, cnames[i].c)) {
-            snprintf(out, outsz, "scalar types are named bool, i8..i64, u8..u64, f16, bf16, f32, f64: "
-                                 "did you mean '%s'?", cnames[i].scalar);
+            snprintf(out, outsz,
+                     "scalar types are named bool, i8..i64, u8..u64, f16, bf16, f32, f64: "
+                     "did you mean '%s'?",
+                     cnames[i].scalar);
             return true;
         }
     }
@@ -122,7 +136,8 @@ static bool type_hint(resolver *r, const char *name, char *out, size_t outsz)
     return ok;
 }
 
-/* ---- scopes ----------------------------------------------------------------------------------- */
+/* ---- scopes -----------------------------------------------------------------------------------
+ */
 
 static scope_entry *lookup(resolver *r, const char *name)
 {
@@ -145,11 +160,13 @@ static bool declare(resolver *r, const char *name, lpos pos, ent_kind kind, ast_
         scope_entry *e = &r->scope.items[i];
         if (e->depth != r->depth) break;
         if (!strcmp(e->name, name))
-            return em_lang_error(r->sink, pos, NULL, "redefinition of '%s' (first declared at line %u)",
-                                 name, e->pos.line);
+            return em_lang_error(r->sink, pos, NULL,
+                                 "redefinition of '%s' (first declared at line %u)", name,
+                                 e->pos.line);
     }
     if (find_generic(r->fn, name) >= 0)
-        return em_lang_error(r->sink, pos, NULL, "'%s' is already the name of a generic type", name);
+        return em_lang_error(r->sink, pos, NULL, "'%s' is already the name of a generic type",
+                             name);
     int which;
     if (is_position(name, &which) || !strcmp(name, "LINE_WIDTH"))
         return em_lang_error(r->sink, pos, NULL, "'%s' is a built-in name and cannot be redeclared",
@@ -161,9 +178,13 @@ static bool declare(resolver *r, const char *name, lpos pos, ent_kind kind, ast_
     return true;
 }
 
-static void pop_to(resolver *r, size_t len) { r->scope.len = len; }
+static void pop_to(resolver *r, size_t len)
+{
+    r->scope.len = len;
+}
 
-/* ---- types ------------------------------------------------------------------------------------ */
+/* ---- types ------------------------------------------------------------------------------------
+ */
 
 typedef enum type_ctx {
     TC_VALUE,  /* local variables, casts: scalar, generic, line */
@@ -181,7 +202,8 @@ static bool resolve_type(resolver *r, ast_type *t, type_ctx ctx)
 {
     if (!t) return false;
     switch (t->kind) {
-    case TY_SCALAR: return true;
+    case TY_SCALAR:
+        return true;
     case TY_NAME: {
         int g = find_generic(r->fn, t->name);
         if (g >= 0) {
@@ -219,7 +241,8 @@ static bool resolve_type(resolver *r, ast_type *t, type_ctx ctx)
     return false;
 }
 
-/* ---- expressions ------------------------------------------------------------------------------ */
+/* ---- expressions ------------------------------------------------------------------------------
+ */
 
 static bool resolve_name(resolver *r, ast_expr *e, bool allow_type)
 {
@@ -287,8 +310,8 @@ static bool resolve_builtin_call(resolver *r, ast_expr *e, int id)
     e->slot = id;
     if (e->nargs < b->min_args || e->nargs > b->max_args) {
         if (b->min_args == b->max_args)
-            return em_lang_error(r->sink, e->op_pos, NULL, "'%s' takes %u argument%s, got %u", b->name,
-                                 b->min_args, b->min_args == 1 ? "" : "s", e->nargs);
+            return em_lang_error(r->sink, e->op_pos, NULL, "'%s' takes %u argument%s, got %u",
+                                 b->name, b->min_args, b->min_args == 1 ? "" : "s", e->nargs);
         return em_lang_error(r->sink, e->op_pos, NULL, "'%s' takes %u to %u arguments, got %u",
                              b->name, b->min_args, b->max_args, e->nargs);
     }
@@ -324,14 +347,17 @@ static bool resolve_builtin_call(resolver *r, ast_expr *e, int id)
 static bool resolve_call(resolver *r, ast_expr *e)
 {
     scope_entry *s = lookup(r, e->name);
-    if (s) return em_lang_error(r->sink, e->op_pos, NULL, "'%s' is a variable, not a function", e->name);
+    if (s)
+        return em_lang_error(r->sink, e->op_pos, NULL, "'%s' is a variable, not a function",
+                             e->name);
     int g = find_generic(r->fn, e->name);
     if (g >= 0) { /* F(x): a cast to a generic type */
         e->sym = SYM_TYPE_CAST;
         e->slot = g;
         if (e->nargs != 1)
-            return em_lang_error(r->sink, e->op_pos, NULL, "a conversion to '%s' takes 1 argument, got %u",
-                                 e->name, e->nargs);
+            return em_lang_error(r->sink, e->op_pos, NULL,
+                                 "a conversion to '%s' takes 1 argument, got %u", e->name,
+                                 e->nargs);
         return resolve_args(r, e, 0);
     }
     ast_func *f = em_map_gets(&r->funcs, e->name);
@@ -343,8 +369,8 @@ static bool resolve_call(resolver *r, ast_expr *e)
         e->func = f;
         bool ok = resolve_args(r, e, 0);
         if (e->nargs != f->nparams)
-            return em_lang_error(r->sink, e->op_pos, NULL, "'%s' takes %u argument%s, got %u", f->name,
-                                 f->nparams, f->nparams == 1 ? "" : "s", e->nargs);
+            return em_lang_error(r->sink, e->op_pos, NULL, "'%s' takes %u argument%s, got %u",
+                                 f->name, f->nparams, f->nparams == 1 ? "" : "s", e->nargs);
         call_edge edge = {r->fn, f, e->op_pos};
         if (r->fn && !EM_VEC_PUSH(&r->edges, edge)) r->oom = true;
         return ok;
@@ -362,12 +388,17 @@ static bool resolve_expr(resolver *r, ast_expr *e, bool allow_type)
 {
     if (!e) return false;
     switch (e->kind) {
-    case EX_INT: case EX_FLOAT: case EX_BOOL: return true;
+    case EX_INT:
+    case EX_FLOAT:
+    case EX_BOOL:
+        return true;
     case EX_STRING:
         return em_lang_error(r->sink, e->pos, NULL,
                              "string literals are only allowed in print and intrinsic");
-    case EX_NAME: return resolve_name(r, e, allow_type);
-    case EX_UNARY: return resolve_expr(r, e->a, false);
+    case EX_NAME:
+        return resolve_name(r, e, allow_type);
+    case EX_UNARY:
+        return resolve_expr(r, e->a, false);
     case EX_BINARY: {
         bool ok = resolve_expr(r, e->a, false);
         return resolve_expr(r, e->b, false) && ok;
@@ -381,24 +412,28 @@ static bool resolve_expr(resolver *r, ast_expr *e, bool allow_type)
         bool ok = resolve_expr(r, e->a, false);
         return resolve_expr(r, e->b, false) && ok;
     }
-    case EX_CALL: return resolve_call(r, e);
+    case EX_CALL:
+        return resolve_call(r, e);
     case EX_CAST: {
         bool ok = resolve_type(r, e->type, TC_VALUE);
         if (e->type && e->type->kind != TY_LINE && e->nargs != 1)
-            ok = em_lang_error(r->sink, e->pos, NULL, "a conversion takes 1 argument, got %u", e->nargs);
+            ok = em_lang_error(r->sink, e->pos, NULL, "a conversion takes 1 argument, got %u",
+                               e->nargs);
         return resolve_args(r, e, 0) && ok;
     }
     case EX_BITCAST: {
         bool ok = resolve_type(r, e->type, TC_VALUE);
         if (e->nargs != 1)
-            return em_lang_error(r->sink, e->pos, NULL, "bitcast takes 1 argument, got %u", e->nargs);
+            return em_lang_error(r->sink, e->pos, NULL, "bitcast takes 1 argument, got %u",
+                                 e->nargs);
         return resolve_args(r, e, 0) && ok;
     }
     case EX_INTRINSIC: {
         bool ok = !e->type || e->type->kind == TY_VOID || resolve_type(r, e->type, TC_VALUE);
         const char *name = e->args[0]->str;
         if (e->nargs > 1 + EM_IR_MAX_ARGS)
-            ok = em_lang_error(r->sink, e->pos, NULL, "intrinsic takes at most %d arguments after its name",
+            ok = em_lang_error(r->sink, e->pos, NULL,
+                               "intrinsic takes at most %d arguments after its name",
                                EM_IR_MAX_ARGS);
         const char *guard = NULL;
         for (unsigned i = 0; i < r->nguards; i++) {
@@ -406,17 +441,19 @@ static bool resolve_expr(resolver *r, ast_expr *e, bool allow_type)
             if (!strncmp(name, r->guards[i], n) && name[n] == '.') guard = r->guards[i];
         }
         if (!guard)
-            ok = em_lang_error(r->sink, e->pos,
-                               "write it inside 'comptime if (has(cuda)) { ... }' for the target it names",
-                               "intrinsic '%s' is not guarded by 'comptime if (has(TARGET))' for its target",
-                               name);
+            ok = em_lang_error(
+                r->sink, e->pos,
+                "write it inside 'comptime if (has(cuda)) { ... }' for the target it names",
+                "intrinsic '%s' is not guarded by 'comptime if (has(TARGET))' for its target",
+                name);
         return resolve_args(r, e, 1) && ok;
     }
     }
     return false;
 }
 
-/* ---- statements -------------------------------------------------------------------------------- */
+/* ---- statements --------------------------------------------------------------------------------
+ */
 
 static bool resolve_stmt(resolver *r, ast_stmt *s);
 
@@ -445,22 +482,23 @@ static bool resolve_target(resolver *r, ast_expr *lhs, bool whole)
     scope_entry *s = lookup(r, lhs->name);
     if (!s) return false;
     if (s->kind == E_LOOP)
-        return em_lang_error(r->sink, lhs->pos, NULL, "cannot assign to loop variable '%s'", lhs->name);
+        return em_lang_error(r->sink, lhs->pos, NULL, "cannot assign to loop variable '%s'",
+                             lhs->name);
     if (s->kind == E_MATRIX)
         return em_lang_error(r->sink, lhs->pos, "use mat_fill, mat_load or mat_mma",
                              "cannot assign to matrix '%s'", lhs->name);
     if (s->kind == E_PARAM) {
         if (s->param->is_comptime)
-            return em_lang_error(r->sink, lhs->pos, NULL, "cannot assign to comptime parameter '%s'",
-                                 lhs->name);
+            return em_lang_error(r->sink, lhs->pos, NULL,
+                                 "cannot assign to comptime parameter '%s'", lhs->name);
         if (s->param->is_const)
-            return em_lang_error(r->sink, lhs->pos, NULL, "cannot write to read-only parameter '%s'",
-                                 lhs->name);
+            return em_lang_error(r->sink, lhs->pos, NULL,
+                                 "cannot write to read-only parameter '%s'", lhs->name);
         ty_kind tk = (ty_kind)s->param->type->kind;
         if (whole && (tk == TY_TENSOR || tk == TY_ARRAY))
             return em_lang_error(r->sink, lhs->pos, "assign its elements: name[i] = value",
-                                 "cannot assign to %s '%s' as a whole", tk == TY_TENSOR ? "tensor" : "array",
-                                 lhs->name);
+                                 "cannot assign to %s '%s' as a whole",
+                                 tk == TY_TENSOR ? "tensor" : "array", lhs->name);
         s->param->assigned = true;
         return true;
     }
@@ -480,18 +518,24 @@ static bool ends_in_return(const ast_stmt *s)
 {
     if (!s) return false;
     switch (s->kind) {
-    case ST_RETURN: return true;
-    case ST_BLOCK: return s->nstmts && ends_in_return(s->stmts[s->nstmts - 1]);
-    case ST_IF: return s->els && ends_in_return(s->body) && ends_in_return(s->els);
-    default: return false;
+    case ST_RETURN:
+        return true;
+    case ST_BLOCK:
+        return s->nstmts && ends_in_return(s->stmts[s->nstmts - 1]);
+    case ST_IF:
+        return s->els && ends_in_return(s->body) && ends_in_return(s->els);
+    default:
+        return false;
     }
 }
 
 static bool resolve_decl(resolver *r, ast_stmt *s)
 {
-    bool ok = resolve_type(r, s->type, s->array_len || s->storage == STORE_SHARED ? TC_MEM : TC_LOCAL);
+    bool ok =
+        resolve_type(r, s->type, s->array_len || s->storage == STORE_SHARED ? TC_MEM : TC_LOCAL);
     if (s->type && s->type->kind == TY_AUTO && s->array_len)
-        ok = em_lang_error(r->sink, s->type->pos, NULL, "an array needs an element type, not 'auto'");
+        ok = em_lang_error(r->sink, s->type->pos, NULL,
+                           "an array needs an element type, not 'auto'");
     if (s->type && s->type->kind == TY_AUTO && !s->init)
         ok = em_lang_error(r->sink, s->name_pos, NULL, "'auto' variable '%s' needs an initializer",
                            s->name);
@@ -523,7 +567,8 @@ static bool resolve_for(resolver *r, ast_stmt *s)
     if (s->type) {
         ok &= resolve_type(r, s->type, TC_VALUE);
         if (s->type->kind == TY_LINE)
-            ok = em_lang_error(r->sink, s->type->pos, NULL, "a loop variable must be a scalar integer");
+            ok = em_lang_error(r->sink, s->type->pos, NULL,
+                               "a loop variable must be a scalar integer");
     }
     ok &= declare(r, s->name, s->name_pos, E_LOOP, s, NULL, &s->slot);
     r->loop_comptime[r->loops++] = s->is_comptime;
@@ -541,7 +586,8 @@ static bool resolve_for(resolver *r, ast_stmt *s)
 static const char *guard_target(const ast_stmt *s)
 {
     const ast_expr *c = s->cond;
-    if (!s->is_comptime || c->kind != EX_CALL || c->sym != SYM_BUILTIN || c->nargs != 1) return NULL;
+    if (!s->is_comptime || c->kind != EX_CALL || c->sym != SYM_BUILTIN || c->nargs != 1)
+        return NULL;
     if (em_lang_builtins_table[c->slot].cls != BI_HAS || c->args[0]->kind != EX_NAME) return NULL;
     return c->args[0]->name;
 }
@@ -562,7 +608,8 @@ static bool resolve_stmt(resolver *r, ast_stmt *s)
         pop_to(r, mark);
         return ok;
     }
-    case ST_DECL: return resolve_decl(r, s);
+    case ST_DECL:
+        return resolve_decl(r, s);
     case ST_MATRIX:
         ok &= resolve_type(r, s->type, TC_ELEM);
         for (int d = 0; d < 3; d++) ok &= resolve_expr(r, s->dims[d], false);
@@ -585,7 +632,8 @@ static bool resolve_stmt(resolver *r, ast_stmt *s)
         s->may_return = s->body->may_return || (s->els && s->els->may_return);
         return ok;
     }
-    case ST_FOR: return resolve_for(r, s);
+    case ST_FOR:
+        return resolve_for(r, s);
     case ST_WHILE:
         ok &= resolve_expr(r, s->cond, false);
         r->loop_comptime[r->loops++] = false;
@@ -596,11 +644,11 @@ static bool resolve_stmt(resolver *r, ast_stmt *s)
     case ST_BREAK:
     case ST_CONTINUE: {
         const char *what = s->kind == ST_BREAK ? "break" : "continue";
-        if (!r->loops)
-            return em_lang_error(r->sink, s->pos, NULL, "'%s' outside of a loop", what);
+        if (!r->loops) return em_lang_error(r->sink, s->pos, NULL, "'%s' outside of a loop", what);
         if (r->loop_comptime[r->loops - 1])
-            return em_lang_error(r->sink, s->pos, "use a runtime 'for' loop when it must stop early",
-                                 "'%s' cannot leave a comptime for (its iterations are unrolled)", what);
+            return em_lang_error(
+                r->sink, s->pos, "use a runtime 'for' loop when it must stop early",
+                "'%s' cannot leave a comptime for (its iterations are unrolled)", what);
         return true;
     }
     case ST_RETURN: {
@@ -615,7 +663,8 @@ static bool resolve_stmt(resolver *r, ast_stmt *s)
                                  r->fn->name);
         return ok;
     }
-    case ST_EMPTY: return true;
+    case ST_EMPTY:
+        return true;
     }
     return false;
 }
@@ -640,11 +689,12 @@ static bool resolve_signature(resolver *r, ast_func *f)
                 ok = em_lang_error(r->sink, gen->pos, NULL, "generic parameter '%s' declared twice",
                                    gen->name);
         if (em_scalar_parse(gen->name) < EM_SCALAR_COUNT)
-            ok = em_lang_error(r->sink, gen->pos, NULL, "'%s' is a scalar type and cannot name a generic",
-                               gen->name);
+            ok = em_lang_error(r->sink, gen->pos, NULL,
+                               "'%s' is a scalar type and cannot name a generic", gen->name);
         if (gen->def) {
             if (gen->def->kind != TY_SCALAR)
-                ok = em_lang_error(r->sink, gen->def->pos, NULL, "a generic's default must be a scalar type");
+                ok = em_lang_error(r->sink, gen->def->pos, NULL,
+                                   "a generic's default must be a scalar type");
             else if (!em_lang_bound_allows((gen_bound)gen->bound, (em_scalar)gen->def->scalar))
                 ok = em_lang_error(r->sink, gen->def->pos, NULL,
                                    "default type '%s' does not satisfy the bound '%s' of '%s'",
@@ -665,20 +715,25 @@ static bool resolve_signature(resolver *r, ast_func *f)
             ok = em_lang_error(r->sink, q->type->pos, NULL,
                                "a comptime parameter must have a scalar type such as u32 or bool");
         if (q->is_const && !mem)
-            ok = em_lang_error(r->sink, q->type_pos, NULL, "only tensor and array parameters can be const");
+            ok = em_lang_error(r->sink, q->type_pos, NULL,
+                               "only tensor and array parameters can be const");
         if (q->def && !q->is_comptime)
-            ok = em_lang_error(r->sink, q->def->pos, NULL, "only comptime parameters can have a default");
+            ok = em_lang_error(r->sink, q->def->pos, NULL,
+                               "only comptime parameters can have a default");
         if (q->def) ok &= resolve_expr(r, q->def, false);
         ok &= declare(r, q->name, q->pos, E_PARAM, NULL, q, NULL);
     }
     if (!f->is_kernel) {
         for (uint32_t g = 0; g < f->ngenerics; g++) {
             bool used = false;
-            for (uint32_t i = 0; i < f->nparams; i++) used |= mentions_generic(f->params[i].type, (int)g);
+            for (uint32_t i = 0; i < f->nparams; i++)
+                used |= mentions_generic(f->params[i].type, (int)g);
             if (!used)
-                ok = em_lang_error(r->sink, f->generics[g].pos, NULL,
-                                   "generic parameter '%s' of '%s' is not used by any parameter, so it "
-                                   "cannot be inferred", f->generics[g].name, f->name);
+                ok = em_lang_error(
+                    r->sink, f->generics[g].pos, NULL,
+                    "generic parameter '%s' of '%s' is not used by any parameter, so it "
+                    "cannot be inferred",
+                    f->generics[g].name, f->name);
         }
     }
     return ok;
@@ -733,7 +788,8 @@ static bool check_cycles(resolver *r)
                 if (e->from->index != u) continue;
                 size_t v = e->to->index;
                 if (state[v] == 1) {
-                    ok = em_lang_error(r->sink, e->pos, "helpers are inlined at each call, so they cannot "
+                    ok = em_lang_error(r->sink, e->pos,
+                                       "helpers are inlined at each call, so they cannot "
                                        "call themselves directly or indirectly",
                                        "recursive call to '%s'", e->to->name);
                 } else if (state[v] == 0) {
@@ -761,16 +817,18 @@ static bool resolve_global(resolver *r, ast_global *g)
 {
     bool ok = true;
     if (g->type->kind != TY_SCALAR && g->type->kind != TY_AUTO)
-        ok = em_lang_error(r->sink, g->type->pos, NULL, "a module constant must have a scalar type");
+        ok =
+            em_lang_error(r->sink, g->type->pos, NULL, "a module constant must have a scalar type");
     ok &= resolve_expr(r, g->init, false);
     if (em_map_gets(&r->globals, g->name))
         ok = em_lang_error(r->sink, g->pos, NULL, "redefinition of constant '%s'", g->name);
     else if (em_map_gets(&r->funcs, g->name))
-        ok = em_lang_error(r->sink, g->pos, NULL, "'%s' is already the name of a function", g->name);
+        ok =
+            em_lang_error(r->sink, g->pos, NULL, "'%s' is already the name of a function", g->name);
     int which;
     if (is_position(g->name, &which) || !strcmp(g->name, "LINE_WIDTH"))
-        ok = em_lang_error(r->sink, g->pos, NULL, "'%s' is a built-in name and cannot be redeclared",
-                           g->name);
+        ok = em_lang_error(r->sink, g->pos, NULL,
+                           "'%s' is a built-in name and cannot be redeclared", g->name);
     if (!em_map_puts(&r->globals, g->name, g)) r->oom = true;
     return ok;
 }
@@ -789,19 +847,21 @@ bool em_lang_resolve(ast_module *mod, lang_sink *sink)
         f->index = (uint32_t)i;
         ast_func *prev = em_map_gets(&r->funcs, f->name);
         if (prev) {
-            ok = em_lang_error(sink, f->pos, NULL, "redefinition of '%s' (first defined at line %u)",
-                               f->name, prev->pos.line);
+            ok =
+                em_lang_error(sink, f->pos, NULL, "redefinition of '%s' (first defined at line %u)",
+                              f->name, prev->pos.line);
             continue;
         }
         if (em_lang_builtin_find(f->name) >= 0) {
-            ok = em_lang_error(sink, f->pos, NULL, "'%s' is a builtin function and cannot be redefined",
-                               f->name);
+            ok = em_lang_error(sink, f->pos, NULL,
+                               "'%s' is a builtin function and cannot be redefined", f->name);
             continue;
         }
         if (!em_map_puts(&r->funcs, f->name, f)) r->oom = true;
     }
     /* constants first, in order: each sees those before it */
-    for (size_t i = 0; i < mod->globals.len && !r->oom; i++) ok &= resolve_global(r, mod->globals.items[i]);
+    for (size_t i = 0; i < mod->globals.len && !r->oom; i++)
+        ok &= resolve_global(r, mod->globals.items[i]);
     for (size_t i = 0; i < mod->funcs.len && !r->oom && !em_lang_sink_full(sink); i++)
         ok &= resolve_func(r, mod->funcs.items[i]);
     if (ok && !r->oom) ok = check_cycles(r);

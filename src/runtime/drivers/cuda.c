@@ -12,17 +12,21 @@
  * several copies in flight, and return when the bytes are in the caller's memory. When pinned
  * memory cannot be had, copies fall back to pageable asynchronous copies on the same stream.
  *
- * Compilation: the CUDA code generator writes the source (em_codegen("cuda", ...)); build runs
+ * Compilation: the CUDA code generator writes the source (em_codegen_cuda); build runs
  * NVRTC for the device's architecture and writes the cubin (sm_90a on compute capability 9.0, so
  * that wgmma and the other sm_90a features are available; sm_XY elsewhere). A device newer than
  * NVRTC knows gets PTX for the newest architecture NVRTC has, which the driver JIT-compiles at
  * load. load checks the image (an ELF cubin for an NVIDIA GPU whose headers and sections lie
  * inside the file, or PTX text) before cuModuleLoadData, and maps image errors to EM_ERR_CORRUPT.
  *
- * Launch ABI (see launch below and the codegen's kernel/codegen/cuda.c): every kernel is an
- * extern "C" __global__ function; its parameters come in the IR's order; a module may define
- * `unsigned int emk_smem_NAME` holding the dynamic shared memory kernel NAME needs. Above 48 KiB
- * the function is allowed more with cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES).
+ * Launch ABI (stated at the top of kernel/codegen/cuda.c): every kernel is an extern "C"
+ * __global__ function taking the IR's parameters in order — buffers as device pointers to element
+ * 0, scalars by value (f16 and bf16 as float, bool as unsigned char) — and last a pointer to the
+ * launch's tensor metadata (u64 words: per buffer len, shape, stride). The metadata is written to
+ * a pinned ring and copied to a device ring on the stream before each launch (see meta_ring).
+ * Kernels whose shared memory lives in dynamic shared memory get `unsigned int emk_smem_NAME`
+ * appended to their source by generate; function() reads it, and above 48 KiB allows the kernel
+ * that much with cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES).
  *
  * Errors: every CUresult is checked; a message names the device, the call and the CUDA error
  * (cuGetErrorName and cuGetErrorString). A kernel fault surfaces at the next synchronizing call,
@@ -735,11 +739,41 @@ static em_status cuda_copy(void *state, void *dst, size_t dst_offset, const void
 
 /* ---- compilation ----------------------------------------------------------------------------- */
 
+/* The code generator's source, followed by `extern "C" __device__ unsigned int emk_smem_NAME = N;`
+ * for each kernel that needs N bytes of dynamic shared memory: the number then travels inside the
+ * cubin (and the disk cache), and function() reads it back with cuModuleGetGlobal. */
 static char *cuda_generate(void *state, const em_ir_kernel *const *ks, size_t n,
                            const em_caps *caps)
 {
     (void)state;
-    return em_codegen("cuda", ks, n, caps);
+    char *src = em_codegen_cuda(ks, n, caps);
+    if (!src)
+        return NULL;
+    em_strbuf sb;
+    em_sb_init(&sb);
+    for (size_t i = 0; i < n; i++) {
+        size_t bytes = em_codegen_cuda_dynamic_smem(ks[i]);
+        if (!bytes)
+            continue;
+        if (!sb.len)
+            em_sb_append(&sb, "\n/* dynamic shared memory per kernel, read by the CUDA driver */\n");
+        em_sb_printf(&sb, "extern \"C\" __device__ unsigned int emk_smem_%s = %zuu;\n",
+                     em_ir_kernel_name(ks[i]), bytes);
+    }
+    if (!sb.len) {
+        em_sb_free(&sb);
+        return src;
+    }
+    em_strbuf all;
+    em_sb_init(&all);
+    em_sb_append(&all, src);
+    em_sb_append(&all, sb.data);
+    free(src);
+    em_sb_free(&sb);
+    char *out = em_sb_take(&all);
+    if (!out)
+        em_set_error(EM_ERR_NOMEM, "out of memory generating CUDA source");
+    return out;
 }
 
 static em_status cuda_compiler_id(void *state, char *out, size_t out_size)
@@ -910,23 +944,31 @@ static void cuda_unload(void *state, void *module)
     free(m);
 }
 
-/* Reads the optional `unsigned int emk_smem_NAME` of a module: dynamic shared memory bytes. */
+/* Reads the optional `unsigned int emk_smem_NAME` of a module (see cuda_generate): dynamic shared
+ * memory bytes. */
 static em_status read_dyn_smem(cuda_device *d, cuda_module *m, const char *kernel, unsigned *out)
 {
     *out = 0;
-    char sym[160];
-    snprintf(sym, sizeof(sym), "emk_smem_%s", kernel);
+    size_t n = strlen("emk_smem_") + strlen(kernel) + 1;
+    char *sym = malloc(n);
+    if (!sym)
+        return em_set_error(EM_ERR_NOMEM, "cuda:%d: out of memory", d->index);
+    snprintf(sym, n, "emk_smem_%s", kernel);
     CUdeviceptr p = 0;
     size_t size = 0;
     CUresult r = lib.cu.ModuleGetGlobal(&p, &size, m->mod, sym);
+    em_status st = EM_OK;
     if (r == CUDA_ERROR_NOT_FOUND)
-        return EM_OK;
-    if (r != CUDA_SUCCESS)
-        return cu_fail(d, r, EM_ERR_DEVICE, "cuModuleGetGlobal(%s)", sym);
-    if (size != sizeof(unsigned))
-        return em_set_error(EM_ERR_CORRUPT, "cuda:%d: %s has %zu bytes, expected %zu", d->index,
-                            sym, size, sizeof(unsigned));
-    return cuda_read(d, (const void *)(uintptr_t)p, 0, out, sizeof(*out));
+        st = EM_OK;
+    else if (r != CUDA_SUCCESS)
+        st = cu_fail(d, r, EM_ERR_DEVICE, "cuModuleGetGlobal(%s)", sym);
+    else if (size != sizeof(unsigned))
+        st = em_set_error(EM_ERR_CORRUPT, "cuda:%d: %s has %zu bytes, expected %zu", d->index,
+                          sym, size, sizeof(unsigned));
+    else
+        st = cuda_read(d, (const void *)(uintptr_t)p, 0, out, sizeof(*out));
+    free(sym);
+    return st;
 }
 
 static em_status cuda_function(void *state, void *module, const char *kernel_name, void **fn)

@@ -3,8 +3,8 @@
  * ICD loader and a machine without OpenCL still builds and runs. <CL/cl.h> and <CL/cl_ext.h> are
  * included for their types and constants only: each pointer's type is taken from the header's own
  * prototype with __typeof__, so a signature can never drift from the real one, and no symbol of
- * the library is referenced. Optional functions may be missing (older loaders); the driver checks
- * them before use. */
+ * the library is referenced. Every function listed is required: a loader without one of them is
+ * reported as unusable. */
 #ifndef EM_RUNTIME_DRIVERS_OPENCL_API_H
 #define EM_RUNTIME_DRIVERS_OPENCL_API_H
 
@@ -17,7 +17,7 @@
 #include <CL/cl.h>
 #include <CL/cl_ext.h> /* CL_PLATFORM_NOT_FOUND_KHR, CL_DEVICE_SUB_GROUP_SIZES_INTEL */
 
-/* X(name): required functions. */
+/* X(name): every function the driver calls (all in OpenCL 1.2). */
 #define EM_CL_REQUIRED_FUNCS(X)                                                                    \
     X(clGetPlatformIDs)                                                                            \
     X(clGetPlatformInfo)                                                                           \
@@ -28,6 +28,7 @@
     X(clCreateCommandQueue)                                                                        \
     X(clReleaseCommandQueue)                                                                       \
     X(clCreateBuffer)                                                                              \
+    X(clCreateSubBuffer)                                                                           \
     X(clReleaseMemObject)                                                                          \
     X(clEnqueueReadBuffer)                                                                         \
     X(clEnqueueWriteBuffer)                                                                        \
@@ -49,15 +50,11 @@
     X(clGetEventProfilingInfo)                                                                     \
     X(clReleaseEvent)
 
-/* X(name): optional functions (OpenCL 2.1+; NULL when the loader lacks them). */
-#define EM_CL_OPTIONAL_FUNCS(X) X(clGetKernelSubGroupInfo)
-
 /* The loaded library: one pointer per function, named as in OpenCL. */
 typedef struct em_cl_api {
     void *lib; /* dlopen handle of libOpenCL.so.1 (kept for the life of the process) */
 #define EM_CL_FIELD(name) __typeof__(&name) name;
     EM_CL_REQUIRED_FUNCS(EM_CL_FIELD)
-    EM_CL_OPTIONAL_FUNCS(EM_CL_FIELD)
 #undef EM_CL_FIELD
 } em_cl_api;
 

@@ -50,6 +50,7 @@
 
 const char *em_rt_vk_result_name(VkResult r)
 {
+    /* clang-format off */
     switch (r) {
 #define R(x) case x: return #x;
         R(VK_SUCCESS) R(VK_NOT_READY) R(VK_TIMEOUT) R(VK_EVENT_SET) R(VK_EVENT_RESET)
@@ -65,6 +66,7 @@ const char *em_rt_vk_result_name(VkResult r)
     default:
         return "unknown VkResult";
     }
+    /* clang-format on */
 }
 
 em_status em_rt_vk_fail(const char *call, VkResult r)
@@ -79,35 +81,39 @@ em_status em_rt_vk_fail(const char *call, VkResult r)
 /* ---- the loader and the instance ------------------------------------------------------------- */
 
 static struct {
-    pthread_mutex_t lock;            /* guards everything below */
-    bool tried;                      /* the instance was attempted (result below) */
-    char why[256];                   /* why there is no usable device ("" when there is) */
-    void *lib;                       /* libvulkan.so.1 */
-    PFN_vkGetInstanceProcAddr gipa;  /* the loader's entry point */
-    VkInstance instance;             /* the process's instance */
-    uint32_t api_version;            /* the instance's API version */
+    pthread_mutex_t lock;           /* guards everything below */
+    bool tried;                     /* the instance was attempted (result below) */
+    char why[256];                  /* why there is no usable device ("" when there is) */
+    void *lib;                      /* libvulkan.so.1 */
+    PFN_vkGetInstanceProcAddr gipa; /* the loader's entry point */
+    VkInstance instance;            /* the process's instance */
+    uint32_t api_version;           /* the instance's API version */
     EM_VK_GLOBAL_FUNCS(EM_VK_DECLARE)
     EM_VK_INSTANCE_FUNCS(EM_VK_DECLARE)
     VkPhysicalDevice phys[VK_MAX_PHYS]; /* usable devices, best first */
-    uint32_t nphys;                  /* how many */
+    uint32_t nphys;                     /* how many */
 } G = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static bool has_extension(const VkExtensionProperties *exts, uint32_t n, const char *name)
 {
     for (uint32_t i = 0; i < n; i++)
-        if (strcmp(exts[i].extensionName, name) == 0)
-            return true;
+        if (strcmp(exts[i].extensionName, name) == 0) return true;
     return false;
 }
 
 static int type_rank(VkPhysicalDeviceType t)
 {
     switch (t) {
-    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 0;
-    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 1;
-    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
-    case VK_PHYSICAL_DEVICE_TYPE_CPU: return 3;
-    default: return 4;
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+        return 0;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+        return 1;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+        return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+        return 3;
+    default:
+        return 4;
     }
 }
 
@@ -116,12 +122,10 @@ static bool has_compute_queue(VkPhysicalDevice p)
     uint32_t n = 0;
     G.vkGetPhysicalDeviceQueueFamilyProperties(p, &n, NULL);
     VkQueueFamilyProperties q[64];
-    if (n > 64)
-        n = 64;
+    if (n > 64) n = 64;
     G.vkGetPhysicalDeviceQueueFamilyProperties(p, &n, q);
     for (uint32_t i = 0; i < n; i++)
-        if ((q[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && q[i].queueCount > 0)
-            return true;
+        if ((q[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && q[i].queueCount > 0) return true;
     return false;
 }
 
@@ -150,8 +154,7 @@ static void pick_devices(VkPhysicalDevice *all, uint32_t n)
         while (at > 0) {
             VkPhysicalDeviceProperties q;
             G.vkGetPhysicalDeviceProperties(G.phys[at - 1], &q);
-            if (type_rank(q.deviceType) <= r)
-                break;
+            if (type_rank(q.deviceType) <= r) break;
             G.phys[at] = G.phys[at - 1];
             at--;
         }
@@ -159,16 +162,17 @@ static void pick_devices(VkPhysicalDevice *all, uint32_t n)
         G.nphys++;
     }
     if (!G.nphys)
-        snprintf(G.why, sizeof(G.why), "%u Vulkan device%s, none usable (ember needs Vulkan 1.1 "
-                 "and a compute queue): %s", n, n == 1 ? "" : "s", skipped);
+        snprintf(G.why, sizeof(G.why),
+                 "%u Vulkan device%s, none usable (ember needs Vulkan 1.1 "
+                 "and a compute queue): %s",
+                 n, n == 1 ? "" : "s", skipped);
 }
 
 /* Opens the loader, creates the instance and lists the devices; once per process. Called with
  * G.lock held. */
 static void init_instance_locked(void)
 {
-    if (G.tried)
-        return;
+    if (G.tried) return;
     G.tried = true;
     G.lib = dlopen(VK_LIBRARY, RTLD_NOW | RTLD_LOCAL);
     if (!G.lib) {
@@ -192,10 +196,10 @@ static void init_instance_locked(void)
         snprintf(G.why, sizeof(G.why), "%s lacks vkCreateInstance", VK_LIBRARY);
         return;
     }
-    if (enum_version)
-        enum_version(&loader_version);
+    if (enum_version) enum_version(&loader_version);
     if (loader_version < VK_API_VERSION_1_1) {
-        snprintf(G.why, sizeof(G.why), "the Vulkan loader supports only Vulkan 1.0; ember needs "
+        snprintf(G.why, sizeof(G.why),
+                 "the Vulkan loader supports only Vulkan 1.0; ember needs "
                  "1.1");
         return;
     }
@@ -204,8 +208,7 @@ static void init_instance_locked(void)
     VkExtensionProperties exts[256];
     uint32_t next = 256;
     VkResult r = G.vkEnumerateInstanceExtensionProperties(NULL, &next, exts);
-    if (r != VK_SUCCESS && r != VK_INCOMPLETE)
-        next = 0;
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE) next = 0;
     const char *enabled[2];
     uint32_t nenabled = 0;
     VkInstanceCreateFlags flags = 0;
@@ -228,9 +231,10 @@ static void init_instance_locked(void)
     };
     r = G.vkCreateInstance(&ci, NULL, &G.instance);
     if (r == VK_ERROR_INCOMPATIBLE_DRIVER) {
-        snprintf(G.why, sizeof(G.why), "no Vulkan driver (ICD) is installed: vkCreateInstance "
-                 "returned VK_ERROR_INCOMPATIBLE_DRIVER (install a GPU driver, or Mesa's lavapipe "
-                 "for the CPU)");
+        snprintf(G.why, sizeof(G.why),
+                 "no usable Vulkan driver (ICD): vkCreateInstance "
+                 "returned VK_ERROR_INCOMPATIBLE_DRIVER (none is installed, or none could start; "
+                 "VK_LOADER_DEBUG=error says which; Mesa's lavapipe runs on the CPU)");
         return;
     }
     if (r != VK_SUCCESS) {
@@ -243,7 +247,7 @@ static void init_instance_locked(void)
 #undef LOAD_INSTANCE
 #define CHECK_INSTANCE(name)                                                                       \
     if (!G.name) {                                                                                 \
-        snprintf(G.why, sizeof(G.why), "the Vulkan loader lacks %s", #name);                      \
+        snprintf(G.why, sizeof(G.why), "the Vulkan loader lacks %s", #name);                       \
         return;                                                                                    \
     }
     EM_VK_INSTANCE_FUNCS(CHECK_INSTANCE)
@@ -257,7 +261,8 @@ static void init_instance_locked(void)
         return;
     }
     if (n == 0) {
-        snprintf(G.why, sizeof(G.why), "the Vulkan loader found no device (no driver (ICD) that "
+        snprintf(G.why, sizeof(G.why),
+                 "the Vulkan loader found no device (no driver (ICD) that "
                  "sees hardware; VK_DRIVER_FILES / VK_ICD_FILENAMES choose ICDs)");
         return;
     }
@@ -269,8 +274,7 @@ static int vk_probe(char *why, size_t why_size)
     pthread_mutex_lock(&G.lock);
     init_instance_locked();
     int n = (int)G.nphys;
-    if (!n && why && why_size)
-        snprintf(why, why_size, "%s", G.why);
+    if (!n && why && why_size) snprintf(why, why_size, "%s", G.why);
     pthread_mutex_unlock(&G.lock);
     return n;
 }
@@ -286,13 +290,13 @@ typedef struct vk_support {
     VkPhysicalDeviceShaderAtomicFloatFeaturesEXT af;
     VkPhysicalDeviceSubgroupProperties subgroup;
     VkPhysicalDeviceMaintenance3Properties m3;
-    VkPhysicalDeviceSubgroupSizeControlFeatures ssc;   /* Vulkan 1.3 devices */
+    VkPhysicalDeviceSubgroupSizeControlFeatures ssc;    /* Vulkan 1.3 devices */
     VkPhysicalDeviceSubgroupSizeControlProperties sscp; /* Vulkan 1.3 devices */
-    bool has_12;          /* Vulkan 1.2 structs are valid */
-    bool has_13;          /* Vulkan 1.3 structs are valid */
-    bool atomic_float;    /* VK_EXT_shader_atomic_float is present */
-    bool portability;     /* VK_KHR_portability_subset must be enabled */
-    bool sm_builtins;     /* VK_NV_shader_sm_builtins (SM count) */
+    bool has_12;                                        /* Vulkan 1.2 structs are valid */
+    bool has_13;                                        /* Vulkan 1.3 structs are valid */
+    bool atomic_float;                                  /* VK_EXT_shader_atomic_float is present */
+    bool portability; /* VK_KHR_portability_subset must be enabled */
+    bool sm_builtins; /* VK_NV_shader_sm_builtins (SM count) */
 } vk_support;
 
 static void query_support(em_vk_device *d, vk_support *s)
@@ -341,8 +345,7 @@ static void query_support(em_vk_device *d, vk_support *s)
     s->subgroup.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
     s->m3.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES;
     s->m3.pNext = &s->subgroup;
-    if (s->has_13)
-        s->subgroup.pNext = &s->sscp;
+    if (s->has_13) s->subgroup.pNext = &s->sscp;
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
                                       .pNext = &s->m3};
     G.vkGetPhysicalDeviceProperties2(d->phys, &p2);
@@ -365,18 +368,15 @@ static bool pick_queue(em_vk_device *d, uint32_t *valid_bits)
     uint32_t n = 0;
     G.vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &n, NULL);
     VkQueueFamilyProperties q[64];
-    if (n > 64)
-        n = 64;
+    if (n > 64) n = 64;
     G.vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &n, q);
     int best = -1;
     for (uint32_t i = 0; i < n; i++) {
-        if (!(q[i].queueFlags & VK_QUEUE_COMPUTE_BIT) || !q[i].queueCount)
-            continue;
+        if (!(q[i].queueFlags & VK_QUEUE_COMPUTE_BIT) || !q[i].queueCount) continue;
         if (best < 0 || (q[best].timestampValidBits == 0 && q[i].timestampValidBits > 0))
             best = (int)i;
     }
-    if (best < 0)
-        return false;
+    if (best < 0) return false;
     d->queue_family = (uint32_t)best;
     *valid_bits = q[best].timestampValidBits;
     return true;
@@ -389,8 +389,8 @@ static em_status create_device(em_vk_device *d, const vk_support *s)
     f2.features.shaderFloat64 = s->f2.features.shaderFloat64;
     f2.features.shaderInt64 = s->f2.features.shaderInt64;
     f2.features.shaderInt16 = s->f2.features.shaderInt16;
-    VkPhysicalDeviceVulkan11Features f11 = {.sType =
-                                                VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+    VkPhysicalDeviceVulkan11Features f11 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
     f11.storageBuffer16BitAccess = s->f11.storageBuffer16BitAccess;
     f11.uniformAndStorageBuffer16BitAccess = s->f11.uniformAndStorageBuffer16BitAccess;
     f11.storagePushConstant16 = s->f11.storagePushConstant16;
@@ -400,8 +400,8 @@ static em_status create_device(em_vk_device *d, const vk_support *s)
         .uniformAndStorageBuffer16BitAccess = s->f11.uniformAndStorageBuffer16BitAccess,
         .storagePushConstant16 = s->f11.storagePushConstant16,
     };
-    VkPhysicalDeviceVulkan12Features f12 = {.sType =
-                                                VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    VkPhysicalDeviceVulkan12Features f12 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     f12.shaderFloat16 = s->f12.shaderFloat16;
     f12.shaderInt8 = s->f12.shaderInt8;
     f12.storageBuffer8BitAccess = s->f12.storageBuffer8BitAccess;
@@ -427,8 +427,7 @@ static em_status create_device(em_vk_device *d, const vk_support *s)
         exts[nexts++] = "VK_EXT_shader_atomic_float";
         chain = &af;
     }
-    if (s->portability)
-        exts[nexts++] = "VK_KHR_portability_subset";
+    if (s->portability) exts[nexts++] = "VK_KHR_portability_subset";
     if (d->size_control) {
         ssc.pNext = chain;
         chain = &ssc;
@@ -481,8 +480,7 @@ static int find_type(const em_vk_device *d, uint32_t bits, VkMemoryPropertyFlags
     int best = -1, best_score = -1;
     for (uint32_t i = 0; i < d->mem_props.memoryTypeCount; i++) {
         VkMemoryPropertyFlags f = d->mem_props.memoryTypes[i].propertyFlags;
-        if (!(bits & (1u << i)) || (f & want) != want)
-            continue;
+        if (!(bits & (1u << i)) || (f & want) != want) continue;
         int score = ((f & prefer) == prefer ? 2 : 0) + ((f & avoid) ? 0 : 1);
         if (score > best_score) {
             best = (int)i;
@@ -513,19 +511,17 @@ static em_status choose_memory(em_vk_device *d)
     bool uma = d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ||
                d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU;
     const char *staging = getenv("EMBER_VK_STAGING"); /* force staged transfers (tests) */
-    if (staging && strcmp(staging, "1") == 0)
-        uma = false;
+    if (staging && strcmp(staging, "1") == 0) uma = false;
     int t = uma ? find_type(d, req.memoryTypeBits, local | host, cached, 0) : -1;
     d->direct = t >= 0;
-    if (t < 0)
-        t = find_type(d, req.memoryTypeBits, local, 0, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT);
-    if (t < 0)
-        t = find_type(d, req.memoryTypeBits, 0, local, 0);
+    if (t < 0) t = find_type(d, req.memoryTypeBits, local, 0, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT);
+    if (t < 0) t = find_type(d, req.memoryTypeBits, 0, local, 0);
     int s = find_type(d, req.memoryTypeBits, host, cached, 0);
     if (t < 0 || s < 0)
-        return em_set_error(EM_ERR_UNSUPPORTED, "vulkan: %s has no usable memory type for "
-                            "storage buffers%s", d->props.deviceName,
-                            s < 0 ? " in host-visible coherent memory" : "");
+        return em_set_error(EM_ERR_UNSUPPORTED,
+                            "vulkan: %s has no usable memory type for "
+                            "storage buffers%s",
+                            d->props.deviceName, s < 0 ? " in host-visible coherent memory" : "");
     d->buffer_type = (uint32_t)t;
     d->staging_type = (uint32_t)s;
     d->heap_size = d->mem_props.memoryHeaps[d->mem_props.memoryTypes[t].heapIndex].size;
@@ -571,12 +567,9 @@ static em_status make_buffer(em_vk_device *d, VkDeviceSize bytes, uint32_t type,
 
 static void drop_buffer(em_vk_device *d, em_vk_mem *m)
 {
-    if (m->map)
-        d->fn.vkUnmapMemory(d->device, m->memory);
-    if (m->buffer)
-        d->fn.vkDestroyBuffer(d->device, m->buffer, NULL);
-    if (m->memory)
-        d->fn.vkFreeMemory(d->device, m->memory, NULL);
+    if (m->map) d->fn.vkUnmapMemory(d->device, m->memory);
+    if (m->buffer) d->fn.vkDestroyBuffer(d->device, m->buffer, NULL);
+    if (m->memory) d->fn.vkFreeMemory(d->device, m->memory, NULL);
     memset(m, 0, sizeof(*m));
 }
 
@@ -606,8 +599,7 @@ static em_status create_stream(em_vk_device *d, uint32_t timestamp_bits)
                d->fn.vkCreateDescriptorPool(d->device, &dpi, NULL, &f->pool));
         em_vk_mem arena;
         em_status st = make_buffer(d, d->arena_size, d->staging_type, true, &arena);
-        if (st != EM_OK)
-            return st;
+        if (st != EM_OK) return st;
         f->arena = arena.buffer;
         f->arena_mem = arena.memory;
         f->arena_map = arena.map;
@@ -621,8 +613,7 @@ static em_status create_stream(em_vk_device *d, uint32_t timestamp_bits)
                                      .queryCount = QUERIES};
         VK_TRY("vkCreateQueryPool", d->fn.vkCreateQueryPool(d->device, &qpi, NULL, &d->queries));
         d->query_used = calloc(QUERIES, 1);
-        if (!d->query_used)
-            return em_set_error(EM_ERR_NOMEM, "out of memory");
+        if (!d->query_used) return em_set_error(EM_ERR_NOMEM, "out of memory");
         d->query_count = QUERIES;
         d->timestamp_mask = timestamp_bits >= 64 ? UINT64_MAX : (UINT64_C(1) << timestamp_bits) - 1;
         d->timestamp_ns = d->props.limits.timestampPeriod;
@@ -639,11 +630,10 @@ static void fill_caps(em_vk_device *d, const vk_support *s, em_caps *caps)
     snprintf(caps->device_name, sizeof(caps->device_name), "%.127s", d->props.deviceName);
     caps->plane_dim = s->subgroup.subgroupSize ? s->subgroup.subgroupSize : 1;
     caps->max_cube_units = l->maxComputeWorkGroupInvocations;
-    for (int i = 0; i < 3; i++)
-        caps->max_cube_dim[i] = l->maxComputeWorkGroupSize[i];
+    for (int i = 0; i < 3; i++) caps->max_cube_dim[i] = l->maxComputeWorkGroupSize[i];
     caps->max_shared = l->maxComputeSharedMemorySize;
-    caps->memory_total = d->mem_props.memoryHeaps[d->mem_props.memoryTypes[d->buffer_type]
-                                                      .heapIndex].size;
+    caps->memory_total =
+        d->mem_props.memoryHeaps[d->mem_props.memoryTypes[d->buffer_type].heapIndex].size;
     if (s->sm_builtins)
         caps->compute_units = sm_count(d);
     else if (d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU)
@@ -657,8 +647,8 @@ static void fill_caps(em_vk_device *d, const vk_support *s, em_caps *caps)
     caps->dtype[EM_F16] = s->has_12 && s->f12.shaderFloat16 && s->f11.storageBuffer16BitAccess;
     caps->dtype[EM_F64] = s->f2.features.shaderFloat64;
     caps->dtype[EM_BF16] = false;
-    caps->float_atomic_add = s->atomic_float && s->af.shaderBufferFloat32AtomicAdd &&
-                             s->af.shaderSharedFloat32AtomicAdd;
+    caps->float_atomic_add =
+        s->atomic_float && s->af.shaderBufferFloat32AtomicAdd && s->af.shaderSharedFloat32AtomicAdd;
     const VkSubgroupFeatureFlags need =
         VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_VOTE_BIT |
         VK_SUBGROUP_FEATURE_ARITHMETIC_BIT | VK_SUBGROUP_FEATURE_BALLOT_BIT |
@@ -676,19 +666,14 @@ static void destroy_device(em_vk_device *d)
         d->fn.vkDeviceWaitIdle(d->device);
         for (unsigned i = 0; i < EM_VK_FRAMES; i++) {
             em_vk_frame *f = &d->frames[i];
-            if (f->fence)
-                d->fn.vkDestroyFence(d->device, f->fence, NULL);
-            if (f->pool)
-                d->fn.vkDestroyDescriptorPool(d->device, f->pool, NULL);
+            if (f->fence) d->fn.vkDestroyFence(d->device, f->fence, NULL);
+            if (f->pool) d->fn.vkDestroyDescriptorPool(d->device, f->pool, NULL);
             em_vk_mem arena = {f->arena, f->arena_mem, f->arena_map, d->arena_size};
             drop_buffer(d, &arena);
         }
-        if (d->cmd_pool)
-            d->fn.vkDestroyCommandPool(d->device, d->cmd_pool, NULL);
-        if (d->pipeline_cache)
-            d->fn.vkDestroyPipelineCache(d->device, d->pipeline_cache, NULL);
-        if (d->queries)
-            d->fn.vkDestroyQueryPool(d->device, d->queries, NULL);
+        if (d->cmd_pool) d->fn.vkDestroyCommandPool(d->device, d->cmd_pool, NULL);
+        if (d->pipeline_cache) d->fn.vkDestroyPipelineCache(d->device, d->pipeline_cache, NULL);
+        if (d->queries) d->fn.vkDestroyQueryPool(d->device, d->queries, NULL);
         d->fn.vkDestroyDevice(d->device, NULL);
     }
     free(d->query_used);
@@ -711,8 +696,7 @@ static em_status vk_open(int index, em_caps *caps, void **out)
         return em_set_error(EM_ERR_NOT_FOUND, "vulkan: no device %d (%s)", index,
                             why[0] ? why : "index out of range");
     em_vk_device *d = calloc(1, sizeof(*d));
-    if (!d)
-        return em_set_error(EM_ERR_NOMEM, "out of memory opening vulkan:%d", index);
+    if (!d) return em_set_error(EM_ERR_NOMEM, "out of memory opening vulkan:%d", index);
     pthread_mutex_init(&d->lock, NULL);
     pthread_mutex_init(&d->cc_lock, NULL);
     d->phys = phys;
@@ -738,19 +722,15 @@ static em_status vk_open(int index, em_caps *caps, void **out)
     d->subgroup_size = s.subgroup.subgroupSize;
     d->max_group_subgroups = s.sscp.maxComputeWorkgroupSubgroups;
     d->ssbo_align = d->props.limits.minStorageBufferOffsetAlignment;
-    if (d->ssbo_align < 16)
-        d->ssbo_align = 16;
+    if (d->ssbo_align < 16) d->ssbo_align = 16;
     uint32_t ts_bits = 0;
     em_status st = EM_OK;
     if (!pick_queue(d, &ts_bits))
         st = em_set_error(EM_ERR_UNSUPPORTED, "vulkan: %s has no compute queue",
                           d->props.deviceName);
-    if (st == EM_OK)
-        st = create_device(d, &s);
-    if (st == EM_OK)
-        st = choose_memory(d);
-    if (st == EM_OK)
-        st = create_stream(d, ts_bits);
+    if (st == EM_OK) st = create_device(d, &s);
+    if (st == EM_OK) st = choose_memory(d);
+    if (st == EM_OK) st = create_stream(d, ts_bits);
     if (st != EM_OK) {
         em_error_context("vulkan:%d (%s)", index, d->props.deviceName);
         destroy_device(d);
@@ -771,11 +751,9 @@ static em_status vk_open(int index, em_caps *caps, void **out)
 /* Waits for a submitted frame and makes it reusable. */
 static em_status frame_wait(em_vk_device *d, em_vk_frame *f)
 {
-    if (!f->in_flight)
-        return EM_OK;
+    if (!f->in_flight) return EM_OK;
     VkResult r = d->fn.vkWaitForFences(d->device, 1, &f->fence, VK_TRUE, UINT64_MAX);
-    if (r != VK_SUCCESS)
-        return em_rt_vk_fail("vkWaitForFences", r);
+    if (r != VK_SUCCESS) return em_rt_vk_fail("vkWaitForFences", r);
     f->in_flight = false;
     VK_TRY("vkResetFences", d->fn.vkResetFences(d->device, 1, &f->fence));
     VK_TRY("vkResetDescriptorPool", d->fn.vkResetDescriptorPool(d->device, f->pool, 0));
@@ -791,8 +769,7 @@ em_status em_rt_vk_frame_begin(em_vk_device *d, em_vk_frame **out)
     em_vk_frame *f = &d->frames[d->cur];
     if (!f->recording) {
         em_status st = frame_wait(d, f);
-        if (st != EM_OK)
-            return st;
+        if (st != EM_OK) return st;
         if (f->sets) { /* an earlier frame that was begun but never submitted (an error) */
             VK_TRY("vkResetDescriptorPool", d->fn.vkResetDescriptorPool(d->device, f->pool, 0));
         }
@@ -820,16 +797,15 @@ void em_rt_vk_barrier(em_vk_device *d, em_vk_frame *f, bool to_host)
     };
     VkPipelineStageFlags stages =
         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-    d->fn.vkCmdPipelineBarrier(f->cmd, stages, to_host ? VK_PIPELINE_STAGE_HOST_BIT : stages, 0,
-                               1, &mb, 0, NULL, 0, NULL);
+    d->fn.vkCmdPipelineBarrier(f->cmd, stages, to_host ? VK_PIPELINE_STAGE_HOST_BIT : stages, 0, 1,
+                               &mb, 0, NULL, 0, NULL);
 }
 
 /* Submits the frame being recorded (if it holds work) and moves on to the next. */
 em_status em_rt_vk_frame_submit(em_vk_device *d)
 {
     em_vk_frame *f = &d->frames[d->cur];
-    if (!f->recording)
-        return EM_OK;
+    if (!f->recording) return EM_OK;
     if (!f->commands) {
         /* nothing recorded: leave it open for the next command; what failed launches took of
          * the arena and the pool is not referenced by anything */
@@ -869,8 +845,7 @@ em_status em_rt_vk_sync_locked(em_vk_device *d)
     em_status st = em_rt_vk_frame_submit(d);
     for (unsigned i = 0; i < EM_VK_FRAMES; i++) {
         em_status s2 = frame_wait(d, &d->frames[i]);
-        if (st == EM_OK)
-            st = s2;
+        if (st == EM_OK) st = s2;
     }
     return st;
 }
@@ -880,17 +855,13 @@ em_status em_rt_vk_sync_locked(em_vk_device *d)
 em_status em_rt_vk_kick(em_vk_device *d)
 {
     em_vk_frame *f = &d->frames[d->cur];
-    if (f->commands >= EM_VK_MAX_COMMANDS)
-        return em_rt_vk_frame_submit(d);
+    if (f->commands >= EM_VK_MAX_COMMANDS) return em_rt_vk_frame_submit(d);
     for (unsigned i = 0; i < EM_VK_FRAMES; i++) {
         em_vk_frame *o = &d->frames[i];
-        if (!o->in_flight)
-            continue;
+        if (!o->in_flight) continue;
         VkResult r = d->fn.vkGetFenceStatus(d->device, o->fence);
-        if (r == VK_NOT_READY)
-            return EM_OK; /* busy: keep batching */
-        if (r != VK_SUCCESS)
-            return em_rt_vk_fail("vkGetFenceStatus", r);
+        if (r == VK_NOT_READY) return EM_OK; /* busy: keep batching */
+        if (r != VK_SUCCESS) return em_rt_vk_fail("vkGetFenceStatus", r);
     }
     return em_rt_vk_frame_submit(d);
 }
@@ -907,8 +878,7 @@ em_status em_rt_vk_frame_room(em_vk_device *d, uint32_t sets, VkDeviceSize bytes
     for (int attempt = 0; attempt < 2; attempt++) {
         em_vk_frame *f;
         em_status st = em_rt_vk_frame_begin(d, &f);
-        if (st != EM_OK)
-            return st;
+        if (st != EM_OK) return st;
         VkDeviceSize off = (f->arena_used + align - 1) / align * align;
         if (off + bytes <= d->arena_size && f->sets + sets <= EM_VK_SETS_PER_FRAME &&
             f->commands < EM_VK_MAX_COMMANDS) {
@@ -917,8 +887,7 @@ em_status em_rt_vk_frame_room(em_vk_device *d, uint32_t sets, VkDeviceSize bytes
             *offset = off;
             return EM_OK;
         }
-        if ((st = em_rt_vk_frame_submit(d)) != EM_OK)
-            return st;
+        if ((st = em_rt_vk_frame_submit(d)) != EM_OK) return st;
     }
     return em_set_error(EM_ERR_INTERNAL, "vulkan: a fresh frame had no room");
 }
@@ -938,14 +907,13 @@ static em_status vk_alloc(void *state, size_t bytes, void **out)
 {
     em_vk_device *d = state;
     em_vk_mem *m = calloc(1, sizeof(*m));
-    if (!m)
-        return em_set_error(EM_ERR_NOMEM, "out of host memory");
-    if (bytes == 0)
-        bytes = 4;
+    if (!m) return em_set_error(EM_ERR_NOMEM, "out of host memory");
+    if (bytes == 0) bytes = 4;
     bytes = (bytes + 3) & ~(size_t)3; /* copies and bindings work in whole words */
     if (bytes > d->heap_size || bytes > d->max_allocation) {
         free(m);
-        return em_set_error(EM_ERR_NOMEM, "vulkan: out of memory: %zu bytes is more than %s "
+        return em_set_error(EM_ERR_NOMEM,
+                            "vulkan: out of memory: %zu bytes is more than %s "
                             "can allocate at once (heap %llu bytes, largest allocation %llu)",
                             bytes, d->props.deviceName, (unsigned long long)d->heap_size,
                             (unsigned long long)d->max_allocation);
@@ -964,10 +932,10 @@ static void vk_free(void *state, void *mem, size_t bytes)
     (void)bytes;
     em_vk_device *d = state;
     em_vk_mem *m = mem;
-    if (!m)
-        return;
+    if (!m) return;
     pthread_mutex_lock(&d->lock);
-    if (has_pending(d) && em_rt_vk_sync_locked(d) != EM_OK) /* queued work may still use the block */
+    if (has_pending(d) &&
+        em_rt_vk_sync_locked(d) != EM_OK) /* queued work may still use the block */
         EM_LOGW("vulkan: freeing a buffer after a failed sync: %s", em_last_error());
     drop_buffer(d, m);
     pthread_mutex_unlock(&d->lock);
@@ -980,8 +948,7 @@ static em_status write_locked(em_vk_device *d, em_vk_mem *m, size_t offset, cons
     if (m->map) {
         if (has_pending(d)) {
             em_status st = em_rt_vk_sync_locked(d);
-            if (st != EM_OK)
-                return st;
+            if (st != EM_OK) return st;
         }
         memcpy((uint8_t *)m->map + offset, src, bytes);
         return EM_OK;
@@ -991,15 +958,13 @@ static em_status write_locked(em_vk_device *d, em_vk_mem *m, size_t offset, cons
         em_vk_frame *f;
         VkDeviceSize off;
         em_status st = em_rt_vk_frame_room(d, 0, chunk, 16, &f, &off);
-        if (st != EM_OK)
-            return st;
+        if (st != EM_OK) return st;
         memcpy(f->arena_map + off, src, chunk);
         em_rt_vk_barrier(d, f, false);
         VkBufferCopy region = {off, offset, chunk};
         d->fn.vkCmdCopyBuffer(f->cmd, f->arena, m->buffer, 1, &region);
         f->commands++;
-        if ((st = em_rt_vk_kick(d)) != EM_OK)
-            return st;
+        if ((st = em_rt_vk_kick(d)) != EM_OK) return st;
         src += chunk;
         offset += chunk;
         bytes -= chunk;
@@ -1021,8 +986,7 @@ static em_status read_locked(em_vk_device *d, const em_vk_mem *m, size_t offset,
 {
     if (m->map) {
         em_status st = em_rt_vk_sync_locked(d);
-        if (st != EM_OK)
-            return st;
+        if (st != EM_OK) return st;
         memcpy(dst, (const uint8_t *)m->map + offset, bytes);
         return EM_OK;
     }
@@ -1031,14 +995,12 @@ static em_status read_locked(em_vk_device *d, const em_vk_mem *m, size_t offset,
         em_vk_frame *f;
         VkDeviceSize off;
         em_status st = em_rt_vk_frame_room(d, 0, chunk, 16, &f, &off);
-        if (st != EM_OK)
-            return st;
+        if (st != EM_OK) return st;
         em_rt_vk_barrier(d, f, false);
         VkBufferCopy region = {offset, off, chunk};
         d->fn.vkCmdCopyBuffer(f->cmd, m->buffer, f->arena, 1, &region);
         f->commands++;
-        if ((st = em_rt_vk_frame_submit(d)) != EM_OK || (st = frame_wait(d, f)) != EM_OK)
-            return st;
+        if ((st = em_rt_vk_frame_submit(d)) != EM_OK || (st = frame_wait(d, f)) != EM_OK) return st;
         memcpy(dst, f->arena_map + off, chunk); /* the frame is idle until the next begin */
         dst += chunk;
         offset += chunk;
@@ -1060,13 +1022,11 @@ static em_status copy_locked(em_vk_device *d, em_vk_mem *dst, size_t doff, const
                              size_t soff, size_t bytes)
 {
     bool overlap = dst == src && doff < soff + bytes && soff < doff + bytes;
-    if (overlap && doff == soff)
-        return EM_OK;
+    if (overlap && doff == soff) return EM_OK;
     em_vk_mem tmp = {0};
     if (overlap) { /* vkCmdCopyBuffer forbids overlapping regions: go through a temporary */
         em_status st = make_buffer(d, bytes, d->buffer_type, false, &tmp);
-        if (st != EM_OK)
-            return st;
+        if (st != EM_OK) return st;
     }
     em_vk_frame *f;
     em_status st = em_rt_vk_frame_begin(d, &f);
@@ -1084,8 +1044,7 @@ static em_status copy_locked(em_vk_device *d, em_vk_mem *dst, size_t doff, const
         f->commands++;
         st = overlap ? em_rt_vk_sync_locked(d) : em_rt_vk_kick(d);
     }
-    if (overlap)
-        drop_buffer(d, &tmp);
+    if (overlap) drop_buffer(d, &tmp);
     return st;
 }
 
@@ -1093,8 +1052,7 @@ static em_status vk_copy(void *state, void *dst, size_t dst_offset, const void *
                          size_t src_offset, size_t bytes)
 {
     em_vk_device *d = state;
-    if (!bytes)
-        return EM_OK;
+    if (!bytes) return EM_OK;
     pthread_mutex_lock(&d->lock);
     em_status st = copy_locked(d, dst, dst_offset, src, src_offset, bytes);
     pthread_mutex_unlock(&d->lock);
@@ -1106,8 +1064,7 @@ static void vk_close(void *state)
     em_vk_device *d = state;
     pthread_mutex_lock(&d->lock);
     if (em_rt_vk_sync_locked(d) != EM_OK)
-        EM_LOGW("vulkan: closing %s after a failed sync: %s", d->props.deviceName,
-                em_last_error());
+        EM_LOGW("vulkan: closing %s after a failed sync: %s", d->props.deviceName, em_last_error());
     pthread_mutex_unlock(&d->lock);
     destroy_device(d);
 }
@@ -1117,7 +1074,7 @@ static void vk_close(void *state)
 static char *vk_generate(void *state, const em_ir_kernel *const *ks, size_t n, const em_caps *caps)
 {
     (void)state;
-    return em_codegen("glsl", ks, n, caps);
+    return em_codegen_glsl(ks, n, caps);
 }
 
 const em_driver em_rt_vulkan_driver = {

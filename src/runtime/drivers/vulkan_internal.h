@@ -129,8 +129,8 @@ typedef struct em_vk_mem {
 
 /* Which GLSL -> SPIR-V compiler builds this device's shaders. */
 typedef enum em_vk_compiler_kind {
-    EM_VK_SHADERC = 0,   /* libshaderc, dlopen'd */
-    EM_VK_GLSLANG_TOOL,  /* the glslangValidator executable */
+    EM_VK_SHADERC = 0,  /* libshaderc, dlopen'd */
+    EM_VK_GLSLANG_TOOL, /* the glslangValidator executable */
 } em_vk_compiler_kind;
 
 typedef struct em_vk_device {
@@ -142,7 +142,7 @@ typedef struct em_vk_device {
     uint32_t api_version;             /* the device's Vulkan version (at most the instance's) */
     VkPhysicalDeviceProperties props; /* properties and limits */
     VkPhysicalDeviceMemoryProperties mem_props; /* memory types and heaps */
-    uint32_t buffer_type;             /* memory type of buffers */
+    uint32_t buffer_type;                       /* memory type of buffers */
     uint32_t staging_type;            /* memory type of frame arenas (host-visible, coherent) */
     bool direct;                      /* buffers are host-visible: read/write map them */
     VkDeviceSize heap_size;           /* bytes of the heap buffers come from */
@@ -174,36 +174,36 @@ typedef struct em_vk_device {
 
 /* One push-constant member as reflected from the SPIR-V: where and what it is. */
 typedef struct em_vk_push_member {
-    uint32_t offset;  /* byte offset in the block */
-    uint8_t kind;     /* 0 unsigned int, 1 signed int, 2 float */
-    uint8_t bits;     /* 8, 16, 32 or 64 */
+    uint32_t offset; /* byte offset in the block */
+    uint8_t kind;    /* 0 unsigned int, 1 signed int, 2 float */
+    uint8_t bits;    /* 8, 16, 32 or 64 */
 } em_vk_push_member;
 
 /* One kernel of a module: its shader, interface and pipelines (one per cube dimension). */
 typedef struct em_vk_kernel {
-    char *name;                      /* the entry point's name (the kernel's name) */
-    VkShaderModule shader;           /* the module holding the entry point */
+    char *name;                       /* the entry point's name (the kernel's name) */
+    VkShaderModule shader;            /* the module holding the entry point */
     VkDescriptorSetLayout set_layout; /* set 0: the storage buffers */
-    VkPipelineLayout layout;         /* set 0 and the push-constant range */
-    uint32_t nbindings;              /* storage-buffer bindings in set 0 */
-    uint32_t *bindings;              /* their binding numbers, ascending */
-    uint32_t npush;                  /* push-constant members (scalar parameters, in order) */
-    em_vk_push_member *push;         /* the members */
-    uint32_t push_size;              /* bytes of the push-constant block (0 when none) */
-    uint32_t local_size[3];          /* LocalSize from the shader */
-    bool spec_size[3];               /* axis taken from specialization constant 0/1/2 */
-    bool num_groups;                 /* reads gl_NumWorkGroups (grid cannot be split) */
-    bool subgroups;                  /* uses sub-group operations or built-ins */
+    VkPipelineLayout layout;          /* set 0 and the push-constant range */
+    uint32_t nbindings;               /* storage-buffer bindings in set 0 */
+    uint32_t *bindings;               /* their binding numbers, ascending */
+    uint32_t npush;                   /* push-constant members (scalar parameters, in order) */
+    em_vk_push_member *push;          /* the members */
+    uint32_t push_size;               /* bytes of the push-constant block (0 when none) */
+    uint32_t local_size[3];           /* LocalSize from the shader */
+    bool spec_size[3];                /* axis taken from specialization constant 0/1/2 */
+    bool num_groups;                  /* reads gl_NumWorkGroups (grid cannot be split) */
+    bool subgroups;                   /* uses sub-group operations or built-ins */
     struct {
-        uint32_t dim[3];             /* cube dimension it was made for */
+        uint32_t dim[3]; /* cube dimension it was made for */
         VkPipeline pipeline;
-    } *pipes;
-    size_t npipes, cap_pipes;        /* pipelines made so far */
+    } * pipes;
+    size_t npipes, cap_pipes; /* pipelines made so far */
 } em_vk_kernel;
 
 typedef struct em_vk_module {
-    size_t n;            /* kernels */
-    em_vk_kernel *k;     /* the kernels */
+    size_t n;        /* kernels */
+    em_vk_kernel *k; /* the kernels */
 } em_vk_module;
 
 /* ---- shared between vulkan.c and vulkan_spirv.c ---------------------------------------------- */
@@ -217,8 +217,7 @@ em_status em_rt_vk_fail(const char *call, VkResult r);
 #define VK_TRY(call_name, expr)                                                                    \
     do {                                                                                           \
         VkResult vk_try_r_ = (expr);                                                               \
-        if (vk_try_r_ != VK_SUCCESS)                                                               \
-            return em_rt_vk_fail(call_name, vk_try_r_);                                            \
+        if (vk_try_r_ != VK_SUCCESS) return em_rt_vk_fail(call_name, vk_try_r_);                   \
     } while (0)
 
 /* The command stream (vulkan.c). Except em_rt_vk_sync, all are called with d->lock held. */

@@ -59,19 +59,19 @@ typedef struct sc_compiler *sc_compiler_t;
 typedef struct sc_options *sc_options_t;
 typedef struct sc_result *sc_result_t;
 enum {
-    SC_COMPUTE_SHADER = 2,        /* shaderc_compute_shader */
-    SC_TARGET_ENV_VULKAN = 0,     /* shaderc_target_env_vulkan */
-    SC_OPT_PERFORMANCE = 2,       /* shaderc_optimization_level_performance */
-    SC_STATUS_SUCCESS = 0,        /* shaderc_compilation_status_success */
+    SC_COMPUTE_SHADER = 2,    /* shaderc_compute_shader */
+    SC_TARGET_ENV_VULKAN = 0, /* shaderc_target_env_vulkan */
+    SC_OPT_PERFORMANCE = 2,   /* shaderc_optimization_level_performance */
+    SC_STATUS_SUCCESS = 0,    /* shaderc_compilation_status_success */
 };
 
 static struct {
     pthread_once_t once;
-    void *lib;                 /* the library, or NULL (why says why) */
-    char path[256];            /* what was opened */
-    char why[512];             /* why no library could be used */
-    sc_compiler_t compiler;    /* one compiler for the process (thread-safe) */
-    char version[160];         /* "spv 1.6 rev 1, generator 0x..." */
+    void *lib;              /* the library, or NULL (why says why) */
+    char path[256];         /* what was opened */
+    char why[512];          /* why no library could be used */
+    sc_compiler_t compiler; /* one compiler for the process (thread-safe) */
+    char version[160];      /* "spv 1.6 rev 1": the SPIR-V it writes */
     sc_compiler_t (*compiler_initialize)(void);
     sc_options_t (*options_initialize)(void);
     void (*options_release)(sc_options_t);
@@ -90,8 +90,7 @@ static struct {
 static bool sc_bind(void *lib)
 {
 #define SYM(field, name)                                                                           \
-    if (!(*(void **)&SC.field = dlsym(lib, name)))                                                 \
-        return false;
+    if (!(*(void **)&SC.field = dlsym(lib, name))) return false;
     SYM(compiler_initialize, "shaderc_compiler_initialize")
     SYM(options_initialize, "shaderc_compile_options_initialize")
     SYM(options_release, "shaderc_compile_options_release")
@@ -156,8 +155,8 @@ static void sc_load(void)
 
 static struct {
     pthread_mutex_t lock;
-    char *exe;           /* the executable the version is for */
-    char version[160];   /* its first --version line ("" when it cannot run) */
+    char *exe;         /* the executable the version is for */
+    char version[160]; /* its first --version line ("" when it cannot run) */
 } GT = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Runs argv with stdin from /dev/null, collecting stdout and stderr into out. Returns 0 and sets
@@ -165,8 +164,7 @@ static struct {
 static int run_capture(char *const *argv, em_strbuf *out, int *status)
 {
     int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0)
-        return errno;
+    if (pipe2(fds, O_CLOEXEC) != 0) return errno;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -183,12 +181,9 @@ static int run_capture(char *const *argv, em_strbuf *out, int *status)
     char chunk[4096];
     for (;;) {
         ssize_t r = read(fds[0], chunk, sizeof(chunk));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        if (out->len < 65536)
-            em_sb_appendn(out, chunk, (size_t)r);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        if (out->len < 65536) em_sb_appendn(out, chunk, (size_t)r);
     }
     close(fds[0]);
     while (waitpid(pid, status, 0) < 0) {
@@ -218,10 +213,9 @@ static void glslang_version(const char *exe, char *out, size_t size)
         em_strbuf sb;
         em_sb_init(&sb);
         int status = 0;
-        if (run_capture(argv, &sb, &status) == 0 && WIFEXITED(status) &&
-            WEXITSTATUS(status) == 0 && sb.data && sb.len)
-            snprintf(GT.version, sizeof(GT.version), "%.*s", (int)strcspn(sb.data, "\n"),
-                     sb.data);
+        if (run_capture(argv, &sb, &status) == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+            sb.data && sb.len)
+            snprintf(GT.version, sizeof(GT.version), "%.*s", (int)strcspn(sb.data, "\n"), sb.data);
         em_sb_free(&sb);
     }
     snprintf(out, size, "%s", GT.version);
@@ -232,8 +226,8 @@ static void glslang_version(const char *exe, char *out, size_t size)
 
 typedef struct compiler_choice {
     em_vk_compiler_kind kind;
-    char exe[256];        /* glslangValidator: the executable */
-    char ident[480];      /* identity for compiler_id */
+    char exe[256];   /* glslangValidator: the executable */
+    char ident[480]; /* identity for compiler_id */
 } compiler_choice;
 
 /* Picks the compiler ($EMBER_VK_COMPILER, else shaderc when it loads, else glslangValidator).
@@ -244,8 +238,10 @@ static em_status choose_compiler(compiler_choice *c)
     bool want_sc = !force || !*force || strcmp(force, "auto") == 0 || strcmp(force, "shaderc") == 0;
     bool want_gl = !force || !*force || strcmp(force, "auto") == 0 || strcmp(force, "glslang") == 0;
     if (!want_sc && !want_gl)
-        return em_set_error(EM_ERR_INVALID, "vulkan: EMBER_VK_COMPILER is '%s'; expected "
-                            "shaderc, glslang or auto", force);
+        return em_set_error(EM_ERR_INVALID,
+                            "vulkan: EMBER_VK_COMPILER is '%s'; expected "
+                            "shaderc, glslang or auto",
+                            force);
     memset(c, 0, sizeof(*c));
     if (want_sc) {
         pthread_once(&SC.once, sc_load);
@@ -269,7 +265,8 @@ static em_status choose_compiler(compiler_choice *c)
                         want_sc ? "libshaderc: " : "", want_sc ? SC.why : "",
                         want_sc && want_gl ? "; " : "", want_gl ? glslang_exe() : "",
                         want_gl ? " cannot be run (install glslang-tools, or a working "
-                                  "libshaderc.so.1)" : "");
+                                  "libshaderc.so.1)"
+                                : "");
 }
 
 em_status em_rt_vk_compiler_id(void *state, char *out, size_t out_size)
@@ -291,8 +288,7 @@ em_status em_rt_vk_compiler_id(void *state, char *out, size_t out_size)
             EM_LOGD("vulkan: compiler identity: %s", d->cc_id);
         }
     }
-    if (st == EM_OK)
-        snprintf(out, out_size, "%s", d->cc_id);
+    if (st == EM_OK) snprintf(out, out_size, "%s", d->cc_id);
     pthread_mutex_unlock(&d->cc_lock);
     return st;
 }
@@ -325,12 +321,10 @@ static void quote_log(em_strbuf *sb, const char *log, const char *path, const ch
     for (const char *p = text.data ? text.data : ""; *p && sb->len - start < MAX_LOG_SHOWN;) {
         size_t n = strcspn(p, "\n");
         size_t t = n;
-        while (t && (p[t - 1] == ' ' || p[t - 1] == '\r'))
-            t--;
+        while (t && (p[t - 1] == ' ' || p[t - 1] == '\r')) t--;
         bool skip = t == 0 || (t == strlen(shown) && strncmp(p, shown, t) == 0) ||
                     strncmp(p, "SPIR-V is not generated", 23) == 0;
-        if (!skip)
-            em_sb_printf(sb, "%s%.*s", sb->len > start ? "\n" : "", (int)t, p);
+        if (!skip) em_sb_printf(sb, "%s%.*s", sb->len > start ? "\n" : "", (int)t, p);
         p += n + (p[n] == '\n');
     }
     em_sb_free(&text);
@@ -339,17 +333,14 @@ static void quote_log(em_strbuf *sb, const char *log, const char *path, const ch
     snprintf(needle, sizeof(needle), "%s:", shown);
     const char *at = sb->data ? strstr(sb->data + start, needle) : NULL;
     long line = 0;
-    if (at)
-        line = strtol(at + strlen(needle), NULL, 10);
+    if (at) line = strtol(at + strlen(needle), NULL, 10);
     if (line > 0) {
         const char *s = src;
         for (long i = 1; i < line && s; i++) {
             s = strchr(s, '\n');
-            if (s)
-                s++;
+            if (s) s++;
         }
-        if (s && *s)
-            em_sb_printf(sb, "\n  %ld | %.*s", line, (int)strcspn(s, "\n"), s);
+        if (s && *s) em_sb_printf(sb, "\n  %ld | %.*s", line, (int)strcspn(s, "\n"), s);
     }
 }
 
@@ -362,8 +353,8 @@ static em_status compile_shaderc(em_vk_device *d, const char *name, const char *
     SC.set_optimization_level(opts, SC_OPT_PERFORMANCE);
     char file[300];
     snprintf(file, sizeof(file), "%s.comp", name);
-    sc_result_t r = SC.compile_into_spv(SC.compiler, src, strlen(src), SC_COMPUTE_SHADER, file,
-                                        "main", opts);
+    sc_result_t r =
+        SC.compile_into_spv(SC.compiler, src, strlen(src), SC_COMPUTE_SHADER, file, "main", opts);
     SC.options_release(opts);
     if (!r)
         return em_set_error(EM_ERR_NOMEM, "vulkan: shaderc_compile_into_spv returned no result");
@@ -372,8 +363,10 @@ static em_status compile_shaderc(em_vk_device *d, const char *name, const char *
         em_strbuf sb;
         em_sb_init(&sb);
         quote_log(&sb, SC.result_get_error_message(r), NULL, file, src);
-        st = em_set_error(EM_ERR_COMPILE, "vulkan: shaderc failed to compile kernel %s (GLSL "
-                          "-> SPIR-V):\n%s", name, sb.data ? sb.data : "");
+        st = em_set_error(EM_ERR_COMPILE,
+                          "vulkan: shaderc failed to compile kernel %s (GLSL "
+                          "-> SPIR-V):\n%s",
+                          name, sb.data ? sb.data : "");
         em_sb_free(&sb);
     } else {
         size_t len = SC.result_get_length(r);
@@ -397,10 +390,17 @@ static em_status compile_glslang(em_vk_device *d, const compiler_choice *c, cons
     snprintf(outp, sizeof(outp), "%s.k%zu.spv", tmp_base, index);
     snprintf(shown, sizeof(shown), "%s.comp", name);
     em_status st = em_file_write_atomic(in, src, strlen(src));
-    if (st != EM_OK)
-        return em_error_context("vulkan: writing the shader for glslangValidator");
-    char *argv[] = {(char *)c->exe, "-V", "--target-env", (char *)d->env_name, "-S", "comp",
-                    "-o", outp, in, NULL};
+    if (st != EM_OK) return em_error_context("vulkan: writing the shader for glslangValidator");
+    char *argv[] = {(char *)c->exe,
+                    "-V",
+                    "--target-env",
+                    (char *)d->env_name,
+                    "-S",
+                    "comp",
+                    "-o",
+                    outp,
+                    in,
+                    NULL};
     em_strbuf log;
     em_sb_init(&log);
     int status = 0;
@@ -411,8 +411,10 @@ static em_status compile_glslang(em_vk_device *d, const compiler_choice *c, cons
         em_strbuf sb;
         em_sb_init(&sb);
         quote_log(&sb, log.data ? log.data : "", in, shown, src);
-        st = em_set_error(EM_ERR_COMPILE, "vulkan: glslangValidator failed to compile kernel %s "
-                          "(GLSL -> SPIR-V):\n%s", name, sb.data ? sb.data : "");
+        st = em_set_error(EM_ERR_COMPILE,
+                          "vulkan: glslangValidator failed to compile kernel %s "
+                          "(GLSL -> SPIR-V):\n%s",
+                          name, sb.data ? sb.data : "");
         em_sb_free(&sb);
     } else {
         size_t len = 0;
@@ -433,8 +435,8 @@ static em_status compile_glslang(em_vk_device *d, const compiler_choice *c, cons
 /* ---- SPIR-V ---------------------------------------------------------------------------------- */
 
 enum {
-    OP_NAME_ENTRY = 15,   /* OpEntryPoint */
-    OP_EXEC_MODE = 16,    /* OpExecutionMode */
+    OP_NAME_ENTRY = 15, /* OpEntryPoint */
+    OP_EXEC_MODE = 16,  /* OpExecutionMode */
     OP_TYPE_BOOL = 20,
     OP_TYPE_INT = 21,
     OP_TYPE_FLOAT = 22,
@@ -454,7 +456,7 @@ enum {
     BUILTIN_SUBGROUP_SIZE = 36,
     BUILTIN_SUBGROUP_LOCAL_ID = 41,
     OP_CAPABILITY = 17,
-    CAP_GROUP_NON_UNIFORM = 61,      /* GroupNonUniform .. GroupNonUniformQuad: 61..68 */
+    CAP_GROUP_NON_UNIFORM = 61, /* GroupNonUniform .. GroupNonUniformQuad: 61..68 */
     CAP_GROUP_NON_UNIFORM_QUAD = 68,
     DEC_BLOCK = 2,
     DEC_BUFFER_BLOCK = 3,
@@ -472,27 +474,27 @@ enum {
 
 /* Per-id facts gathered in one pass. */
 typedef struct id_info {
-    uint16_t op;        /* defining opcode (types, constants, variables) */
-    uint32_t a, b, c;   /* operands: see reflect() */
-    int32_t binding;    /* Binding decoration (-1 none) */
-    int32_t set;        /* DescriptorSet decoration (-1 none) */
-    int32_t spec_id;    /* SpecId decoration (-1 none) */
-    uint8_t block;      /* 1 Block, 2 BufferBlock */
+    uint16_t op;      /* defining opcode (types, constants, variables) */
+    uint32_t a, b, c; /* operands: see reflect() */
+    int32_t binding;  /* Binding decoration (-1 none) */
+    int32_t set;      /* DescriptorSet decoration (-1 none) */
+    int32_t spec_id;  /* SpecId decoration (-1 none) */
+    uint8_t block;    /* 1 Block, 2 BufferBlock */
 } id_info;
 
 /* What load needs from one module. */
 typedef struct reflection {
-    char name[256];            /* entry point name */
-    size_t entry_at;           /* word index of the OpEntryPoint (for renaming) */
-    uint32_t local[3];         /* LocalSize */
-    bool spec[3];              /* specialization constants 0/1/2 exist */
-    uint32_t bindings[64];     /* storage-buffer bindings of set 0 */
+    char name[256];        /* entry point name */
+    size_t entry_at;       /* word index of the OpEntryPoint (for renaming) */
+    uint32_t local[3];     /* LocalSize */
+    bool spec[3];          /* specialization constants 0/1/2 exist */
+    uint32_t bindings[64]; /* storage-buffer bindings of set 0 */
     uint32_t nbindings;
     em_vk_push_member push[64]; /* push-constant members in order */
     uint32_t npush;
-    uint32_t push_size;        /* bytes */
-    bool num_groups;           /* reads gl_NumWorkGroups */
-    bool subgroups;            /* uses sub-group operations or built-ins */
+    uint32_t push_size; /* bytes */
+    bool num_groups;    /* reads gl_NumWorkGroups */
+    bool subgroups;     /* uses sub-group operations or built-ins */
 } reflection;
 
 static em_status corrupt(const char *what, const char *detail)
@@ -507,8 +509,7 @@ static bool read_string(const uint32_t *w, size_t at, size_t end, char *out, siz
     const char *s = (const char *)(w + at);
     size_t max = (end - at) * 4;
     size_t len = strnlen(s, max);
-    if (len == max || len + 1 > size)
-        return false;
+    if (len == max || len + 1 > size) return false;
     memcpy(out, s, len + 1);
     *words = len / 4 + 1;
     return true;
@@ -518,14 +519,12 @@ static bool read_string(const uint32_t *w, size_t at, size_t end, char *out, siz
 static bool member_type(const id_info *ids, uint32_t bound, uint32_t t, em_vk_push_member *pm,
                         uint32_t *size)
 {
-    if (t >= bound)
-        return false;
+    if (t >= bound) return false;
     const id_info *ti = &ids[t];
     uint32_t count = 1;
     if (ti->op == OP_TYPE_VECTOR) { /* a = component type, b = count */
         count = ti->b;
-        if (ti->a >= bound)
-            return false;
+        if (ti->a >= bound) return false;
         ti = &ids[ti->a];
     }
     if (ti->op == OP_TYPE_INT) { /* a = width, b = signedness */
@@ -537,8 +536,7 @@ static bool member_type(const id_info *ids, uint32_t bound, uint32_t t, em_vk_pu
     } else {
         return false;
     }
-    if (pm->bits != 8 && pm->bits != 16 && pm->bits != 32 && pm->bits != 64)
-        return false;
+    if (pm->bits != 8 && pm->bits != 16 && pm->bits != 32 && pm->bits != 64) return false;
     *size = pm->bits / 8 * count;
     return true;
 }
@@ -555,11 +553,11 @@ static em_status reflect(const uint32_t *w, size_t n, const char *what, reflecti
     if (bound == 0 || bound > MAX_BOUND || w[4] != 0)
         return corrupt(what, "bad SPIR-V header (id bound or schema)");
     id_info *ids = calloc(bound, sizeof(*ids));
-    if (!ids)
-        return em_set_error(EM_ERR_NOMEM, "out of memory reading %s", what);
-    for (uint32_t i = 0; i < bound; i++)
-        ids[i].binding = ids[i].set = ids[i].spec_id = -1;
-    typedef struct { uint32_t s, m, off; } member_offset;
+    if (!ids) return em_set_error(EM_ERR_NOMEM, "out of memory reading %s", what);
+    for (uint32_t i = 0; i < bound; i++) ids[i].binding = ids[i].set = ids[i].spec_id = -1;
+    typedef struct {
+        uint32_t s, m, off;
+    } member_offset;
     member_offset *offs = NULL;
     size_t noffs = 0, cap_offs = 0;
     em_status st = EM_OK;
@@ -618,8 +616,9 @@ static em_status reflect(const uint32_t *w, size_t n, const char *what, reflecti
                 break;
             }
             if (op == OP_VARIABLE) { /* result type, result id, storage class */
-                ids[o[1]] = (id_info){OP_VARIABLE, o[0], o[2], 0, ids[o[1]].binding,
-                                      ids[o[1]].set, ids[o[1]].spec_id, ids[o[1]].block};
+                ids[o[1]] = (id_info){
+                    OP_VARIABLE,       o[0],           o[2], 0, ids[o[1]].binding, ids[o[1]].set,
+                    ids[o[1]].spec_id, ids[o[1]].block};
             } else {
                 id_info *t = &ids[o[0]];
                 t->op = (uint16_t)op;
@@ -692,8 +691,7 @@ static em_status reflect(const uint32_t *w, size_t n, const char *what, reflecti
         }
         i += wc;
     }
-    if (st == EM_OK && !have_entry)
-        st = corrupt(what, "no GLCompute entry point");
+    if (st == EM_OK && !have_entry) st = corrupt(what, "no GLCompute entry point");
     if (st == EM_OK && last_op != OP_FUNCTION_END) /* every module ends with a function */
         st = corrupt(what, "truncated SPIR-V module (it does not end with OpFunctionEnd)");
 
@@ -701,29 +699,38 @@ static em_status reflect(const uint32_t *w, size_t n, const char *what, reflecti
         const id_info *v = &ids[id];
         if (v->spec_id >= 0 && v->spec_id < 3 && v->op == OP_SPEC_CONSTANT)
             out->spec[v->spec_id] = true;
-        if (v->op != OP_VARIABLE)
-            continue;
+        if (v->op != OP_VARIABLE) continue;
         uint32_t storage = v->b;
         const id_info *ptr = v->a < bound ? &ids[v->a] : NULL;
         uint32_t pointee = ptr && ptr->op == OP_TYPE_POINTER ? ptr->b : bound;
         const id_info *block = pointee < bound ? &ids[pointee] : NULL;
         if (storage == SC_STORAGE_BUFFER || (storage == SC_UNIFORM && block && block->block)) {
             if (storage == SC_UNIFORM && block->block == 1) {
-                st = em_set_error(EM_ERR_UNSUPPORTED, "vulkan: %s uses a uniform buffer; ember "
-                                  "kernels bind storage buffers only", what);
+                st = em_set_error(EM_ERR_UNSUPPORTED,
+                                  "vulkan: %s uses a uniform buffer; ember "
+                                  "kernels bind storage buffers only",
+                                  what);
                 break;
             }
             if (v->binding < 0 || (v->set > 0)) {
-                st = em_set_error(EM_ERR_UNSUPPORTED, "vulkan: %s: a storage buffer outside "
-                                  "descriptor set 0 or without a binding", what);
+                st = em_set_error(EM_ERR_UNSUPPORTED,
+                                  "vulkan: %s: a storage buffer outside "
+                                  "descriptor set 0 or without a binding",
+                                  what);
                 break;
             }
             if (out->nbindings >= EM_ARRAY_LEN(out->bindings)) {
-                st = em_set_error(EM_ERR_UNSUPPORTED, "vulkan: %s has more than %zu storage "
-                                  "buffers", what, EM_ARRAY_LEN(out->bindings));
+                st = em_set_error(EM_ERR_UNSUPPORTED,
+                                  "vulkan: %s has more than %zu storage "
+                                  "buffers",
+                                  what, EM_ARRAY_LEN(out->bindings));
                 break;
             }
-            uint32_t b = (uint32_t)v->binding, at = out->nbindings++;
+            uint32_t b = (uint32_t)v->binding;
+            bool seen = false; /* two views of one buffer share a binding */
+            for (uint32_t q = 0; q < out->nbindings && !seen; q++) seen = out->bindings[q] == b;
+            if (seen) continue;
+            uint32_t at = out->nbindings++;
             while (at > 0 && out->bindings[at - 1] > b) { /* keep them sorted */
                 out->bindings[at] = out->bindings[at - 1];
                 at--;
@@ -737,8 +744,10 @@ static em_status reflect(const uint32_t *w, size_t n, const char *what, reflecti
             uint32_t nm = block->b;
             const uint32_t *members = w + block->a + 2;
             if (nm > EM_ARRAY_LEN(out->push)) {
-                st = em_set_error(EM_ERR_UNSUPPORTED, "vulkan: %s: push-constant block with "
-                                  "%u members", what, nm);
+                st = em_set_error(EM_ERR_UNSUPPORTED,
+                                  "vulkan: %s: push-constant block with "
+                                  "%u members",
+                                  what, nm);
                 break;
             }
             for (uint32_t m = 0; m < nm && st == EM_OK; m++) {
@@ -751,12 +760,13 @@ static em_status reflect(const uint32_t *w, size_t n, const char *what, reflecti
                         found = true;
                     }
                 if (!found || !member_type(ids, bound, members[m], pm, &size)) {
-                    st = em_set_error(EM_ERR_UNSUPPORTED, "vulkan: %s: push-constant member %u "
-                                      "is not a scalar with an offset", what, m);
+                    st = em_set_error(EM_ERR_UNSUPPORTED,
+                                      "vulkan: %s: push-constant member %u "
+                                      "is not a scalar with an offset",
+                                      what, m);
                     break;
                 }
-                if (pm->offset + size > out->push_size)
-                    out->push_size = pm->offset + size;
+                if (pm->offset + size > out->push_size) out->push_size = pm->offset + size;
             }
             out->npush = nm;
         }
@@ -764,10 +774,8 @@ static em_status reflect(const uint32_t *w, size_t n, const char *what, reflecti
     if (st == EM_OK && local_by_id) {
         for (int a = 0; a < 3; a++) {
             uint32_t c = local_ids[a];
-            if (c >= bound)
-                continue;
-            if (ids[c].spec_id == a)
-                out->spec[a] = true;
+            if (c >= bound) continue;
+            if (ids[c].spec_id == a) out->spec[a] = true;
             out->local[a] = ids[c].a;
         }
     }
@@ -785,12 +793,10 @@ static em_status rename_entry(const spirv *in, size_t at, const char *name, spir
     size_t len = strlen(name);
     size_t name_words = len / 4 + 1;
     size_t new_wc = wc - old_name_words + name_words;
-    if (new_wc > 0xffff)
-        return em_set_error(EM_ERR_INVALID, "vulkan: kernel name too long");
+    if (new_wc > 0xffff) return em_set_error(EM_ERR_INVALID, "vulkan: kernel name too long");
     out->n = in->n - wc + new_wc;
     out->words = calloc(out->n, 4);
-    if (!out->words)
-        return em_set_error(EM_ERR_NOMEM, "out of memory");
+    if (!out->words) return em_set_error(EM_ERR_NOMEM, "out of memory");
     uint32_t *o = out->words;
     memcpy(o, w, at * 4);
     o[at] = (uint32_t)(new_wc << 16) | OP_NAME_ENTRY;
@@ -806,8 +812,8 @@ static em_status rename_entry(const spirv *in, size_t at, const char *name, spir
 
 typedef struct segment {
     char name[256];
-    const char *text;  /* start of the shader (after its separator line) */
-    size_t len;        /* bytes */
+    const char *text; /* start of the shader (after its separator line) */
+    size_t len;       /* bytes */
 } segment;
 
 /* Splits a batch at its separator lines. *preamble_len gets the bytes before the first one. */
@@ -815,8 +821,7 @@ static em_status split_source(const char *src, segment **out, size_t *n, size_t 
 {
     size_t cap = 4, count = 0;
     segment *segs = malloc(cap * sizeof(*segs));
-    if (!segs)
-        return em_set_error(EM_ERR_NOMEM, "out of memory");
+    if (!segs) return em_set_error(EM_ERR_NOMEM, "out of memory");
     *preamble_len = 0;
     const char *p = src;
     while (p && *p) {
@@ -825,8 +830,8 @@ static em_status split_source(const char *src, segment **out, size_t *n, size_t 
         p = nl ? nl + 1 : NULL;
         if (strncmp(line, SEPARATOR, strlen(SEPARATOR)) != 0) {
             if (count)
-                segs[count - 1].len = (size_t)((p ? p : line + strlen(line)) -
-                                               segs[count - 1].text);
+                segs[count - 1].len =
+                    (size_t)((p ? p : line + strlen(line)) - segs[count - 1].text);
             else
                 *preamble_len = (size_t)((p ? p : line + strlen(line)) - src);
             continue;
@@ -858,8 +863,10 @@ static em_status split_source(const char *src, segment **out, size_t *n, size_t 
     }
     if (!count) {
         free(segs);
-        return em_set_error(EM_ERR_INVALID, "vulkan: the GLSL source names no kernel (no '%s"
-                            "NAME' line)", SEPARATOR);
+        return em_set_error(EM_ERR_INVALID,
+                            "vulkan: the GLSL source names no kernel (no '%s"
+                            "NAME' line)",
+                            SEPARATOR);
     }
     *out = segs;
     *n = count;
@@ -870,26 +877,21 @@ static em_status write_file(const char *path, const void *a, size_t alen, const 
                             size_t blen)
 {
     FILE *f = fopen(path, "wb");
-    if (!f)
-        return em_set_error(EM_ERR_IO, "vulkan: cannot create %s: %s", path, strerror(errno));
+    if (!f) return em_set_error(EM_ERR_IO, "vulkan: cannot create %s: %s", path, strerror(errno));
     bool ok = fwrite(a, 1, alen, f) == alen && (!blen || fwrite(b, 1, blen, f) == blen);
     ok = (fclose(f) == 0) && ok;
-    if (!ok)
-        return em_set_error(EM_ERR_IO, "vulkan: cannot write %s: %s", path, strerror(errno));
+    if (!ok) return em_set_error(EM_ERR_IO, "vulkan: cannot write %s: %s", path, strerror(errno));
     return EM_OK;
 }
 
 /* Writes one module as it is, or several as a batch container. */
 static em_status write_binary(const char *path, spirv *mods, size_t n)
 {
-    if (n == 1)
-        return write_file(path, mods[0].words, mods[0].n * 4, NULL, 0);
+    if (n == 1) return write_file(path, mods[0].words, mods[0].n * 4, NULL, 0);
     size_t words = 3;
-    for (size_t i = 0; i < n; i++)
-        words += 1 + mods[i].n;
+    for (size_t i = 0; i < n; i++) words += 1 + mods[i].n;
     uint32_t *buf = malloc(words * 4);
-    if (!buf)
-        return em_set_error(EM_ERR_NOMEM, "out of memory");
+    if (!buf) return em_set_error(EM_ERR_NOMEM, "out of memory");
     memcpy(buf, BATCH_MAGIC, 8);
     buf[2] = (uint32_t)n;
     size_t at = 3;
@@ -908,16 +910,14 @@ em_status em_rt_vk_build(void *state, const char *source, const char *out_path)
     em_vk_device *d = state;
     compiler_choice c;
     em_status st = choose_compiler(&c);
-    if (st != EM_OK)
-        return st;
+    if (st != EM_OK) return st;
     segment *segs = NULL;
     size_t n = 0, pre = 0;
-    if ((st = split_source(source, &segs, &n, &pre)) != EM_OK)
-        return st;
+    if ((st = split_source(source, &segs, &n, &pre)) != EM_OK) return st;
     if (n > MAX_BATCH) {
         free(segs);
-        return em_set_error(EM_ERR_UNSUPPORTED, "vulkan: %zu kernels in one batch (at most %d)",
-                            n, MAX_BATCH);
+        return em_set_error(EM_ERR_UNSUPPORTED, "vulkan: %zu kernels in one batch (at most %d)", n,
+                            MAX_BATCH);
     }
     spirv *mods = calloc(n, sizeof(*mods));
     if (!mods) {
@@ -934,22 +934,20 @@ em_status em_rt_vk_build(void *state, const char *source, const char *out_path)
         memcpy(text + pre, segs[i].text, segs[i].len);
         text[pre + segs[i].len] = '\0';
         spirv raw = {0};
-        st = c.kind == EM_VK_SHADERC ? compile_shaderc(d, segs[i].name, text, &raw)
-                                     : compile_glslang(d, &c, out_path, i, segs[i].name, text, &raw);
+        st = c.kind == EM_VK_SHADERC
+                 ? compile_shaderc(d, segs[i].name, text, &raw)
+                 : compile_glslang(d, &c, out_path, i, segs[i].name, text, &raw);
         free(text);
         reflection refl;
         char what[300];
         snprintf(what, sizeof(what), "compiled kernel %s", segs[i].name);
         if (st == EM_OK && (st = reflect(raw.words, raw.n, what, &refl)) != EM_OK)
             em_error_context("the compiler's output");
-        if (st == EM_OK)
-            st = rename_entry(&raw, refl.entry_at, segs[i].name, &mods[i]);
+        if (st == EM_OK) st = rename_entry(&raw, refl.entry_at, segs[i].name, &mods[i]);
         free(raw.words);
     }
-    if (st == EM_OK)
-        st = write_binary(out_path, mods, n);
-    for (size_t i = 0; i < n; i++)
-        free(mods[i].words);
+    if (st == EM_OK) st = write_binary(out_path, mods, n);
+    for (size_t i = 0; i < n; i++) free(mods[i].words);
     free(mods);
     free(segs);
     return st;
@@ -962,12 +960,9 @@ static void free_kernel(em_vk_device *d, em_vk_kernel *k)
     for (size_t i = 0; i < k->npipes; i++)
         d->fn.vkDestroyPipeline(d->device, k->pipes[i].pipeline, NULL);
     free(k->pipes);
-    if (k->layout)
-        d->fn.vkDestroyPipelineLayout(d->device, k->layout, NULL);
-    if (k->set_layout)
-        d->fn.vkDestroyDescriptorSetLayout(d->device, k->set_layout, NULL);
-    if (k->shader)
-        d->fn.vkDestroyShaderModule(d->device, k->shader, NULL);
+    if (k->layout) d->fn.vkDestroyPipelineLayout(d->device, k->layout, NULL);
+    if (k->set_layout) d->fn.vkDestroyDescriptorSetLayout(d->device, k->set_layout, NULL);
+    if (k->shader) d->fn.vkDestroyShaderModule(d->device, k->shader, NULL);
     free(k->bindings);
     free(k->push);
     free(k->name);
@@ -983,8 +978,7 @@ static em_status make_kernel(em_vk_device *d, const uint32_t *w, size_t n, const
     k->bindings = malloc((r->nbindings ? r->nbindings : 1) * sizeof(uint32_t));
     k->npush = r->npush;
     k->push = malloc((r->npush ? r->npush : 1) * sizeof(*k->push));
-    if (!k->name || !k->bindings || !k->push)
-        return em_set_error(EM_ERR_NOMEM, "out of memory");
+    if (!k->name || !k->bindings || !k->push) return em_set_error(EM_ERR_NOMEM, "out of memory");
     memcpy(k->bindings, r->bindings, r->nbindings * sizeof(uint32_t));
     memcpy(k->push, r->push, r->npush * sizeof(*k->push));
     k->push_size = r->push_size;
@@ -993,13 +987,14 @@ static em_status make_kernel(em_vk_device *d, const uint32_t *w, size_t n, const
     k->num_groups = r->num_groups;
     k->subgroups = r->subgroups;
     if (k->push_size > d->props.limits.maxPushConstantsSize || k->push_size > 256)
-        return em_set_error(EM_ERR_UNSUPPORTED, "vulkan: kernel %s needs %u bytes of push "
-                            "constants; %s has %u", k->name, k->push_size, d->props.deviceName,
+        return em_set_error(EM_ERR_UNSUPPORTED,
+                            "vulkan: kernel %s needs %u bytes of push "
+                            "constants; %s has %u",
+                            k->name, k->push_size, d->props.deviceName,
                             d->props.limits.maxPushConstantsSize);
 
-    VkShaderModuleCreateInfo smi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                    .codeSize = n * 4,
-                                    .pCode = w};
+    VkShaderModuleCreateInfo smi = {
+        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = n * 4, .pCode = w};
     VK_TRY("vkCreateShaderModule", d->fn.vkCreateShaderModule(d->device, &smi, NULL, &k->shader));
     VkDescriptorSetLayoutBinding lb[64];
     for (uint32_t i = 0; i < k->nbindings; i++)
@@ -1031,8 +1026,7 @@ static em_status split_binary(const uint32_t *w, size_t nwords, const char *path
     if (nwords >= 1 && w[0] == SPIRV_MAGIC) {
         *mods = malloc(sizeof(**mods));
         *lens = malloc(sizeof(**lens));
-        if (!*mods || !*lens)
-            return em_set_error(EM_ERR_NOMEM, "out of memory");
+        if (!*mods || !*lens) return em_set_error(EM_ERR_NOMEM, "out of memory");
         (*mods)[0] = w;
         (*lens)[0] = nwords;
         *count = 1;
@@ -1041,12 +1035,10 @@ static em_status split_binary(const uint32_t *w, size_t nwords, const char *path
     if (nwords < 3 || memcmp(w, BATCH_MAGIC, 8) != 0)
         return corrupt(path, "neither a SPIR-V module nor an ember SPIR-V batch");
     size_t n = w[2];
-    if (n == 0 || n > MAX_BATCH)
-        return corrupt(path, "bad module count in batch");
+    if (n == 0 || n > MAX_BATCH) return corrupt(path, "bad module count in batch");
     *mods = malloc(n * sizeof(**mods));
     *lens = malloc(n * sizeof(**lens));
-    if (!*mods || !*lens)
-        return em_set_error(EM_ERR_NOMEM, "out of memory");
+    if (!*mods || !*lens) return em_set_error(EM_ERR_NOMEM, "out of memory");
     size_t at = 3;
     for (size_t i = 0; i < n; i++) {
         if (at >= nwords || w[at] > nwords - at - 1)
@@ -1055,8 +1047,7 @@ static em_status split_binary(const uint32_t *w, size_t nwords, const char *path
         (*mods)[i] = w + at + 1;
         at += 1 + w[at];
     }
-    if (at != nwords)
-        return corrupt(path, "trailing bytes after the last module");
+    if (at != nwords) return corrupt(path, "trailing bytes after the last module");
     *count = n;
     return EM_OK;
 }
@@ -1066,11 +1057,9 @@ em_status em_rt_vk_load(void *state, const char *path, void **out)
     em_vk_device *d = state;
     size_t len = 0;
     char *data = em_file_read(path, &len);
-    if (!data)
-        return em_last_status();
+    if (!data) return em_last_status();
     em_status st = EM_OK;
-    if (len % 4 || len < 12)
-        st = corrupt(path, "size is not a whole number of 32-bit words");
+    if (len % 4 || len < 12) st = corrupt(path, "size is not a whole number of 32-bit words");
     const uint32_t **mods = NULL;
     size_t *lens = NULL, n = 0;
     if (st == EM_OK)
@@ -1084,17 +1073,14 @@ em_status em_rt_vk_load(void *state, const char *path, void **out)
         reflection r;
         char what[4200];
         snprintf(what, sizeof(what), "%s (module %zu)", path, i);
-        if ((st = reflect(mods[i], lens[i], what, &r)) != EM_OK)
-            break;
+        if ((st = reflect(mods[i], lens[i], what, &r)) != EM_OK) break;
         for (size_t j = 0; j < m->n; j++)
             if (strcmp(m->k[j].name, r.name) == 0)
                 st = corrupt(path, "two modules with one entry point name");
-        if (st != EM_OK)
-            break;
+        if (st != EM_OK) break;
         st = make_kernel(d, mods[i], lens[i], &r, &m->k[i]);
         m->n = i + 1;
-        if (st != EM_OK)
-            em_error_context("loading %s", path);
+        if (st != EM_OK) em_error_context("loading %s", path);
     }
     free(mods);
     free(lens);
@@ -1111,14 +1097,12 @@ void em_rt_vk_unload(void *state, void *module)
 {
     em_vk_device *d = state;
     em_vk_module *m = module;
-    if (!m)
-        return;
+    if (!m) return;
     /* queued launches may still use the pipelines */
     if (em_rt_vk_sync(d) != EM_OK)
         EM_LOGW("vulkan: unloading a module after a failed sync: %s", em_last_error());
     pthread_mutex_lock(&d->lock);
-    for (size_t i = 0; i < m->n; i++)
-        free_kernel(d, &m->k[i]);
+    for (size_t i = 0; i < m->n; i++) free_kernel(d, &m->k[i]);
     pthread_mutex_unlock(&d->lock);
     free(m->k);
     free(m);
@@ -1138,8 +1122,10 @@ em_status em_rt_vk_function(void *state, void *module, const char *name, void **
     em_sb_init(&names);
     for (size_t i = 0; i < m->n && i < 16; i++)
         em_sb_printf(&names, "%s%s", i ? ", " : "", m->k[i].name);
-    em_status st = em_set_error(EM_ERR_NOT_FOUND, "vulkan: no kernel '%s' in the module (it "
-                                "holds %s)", name, names.data ? names.data : "");
+    em_status st = em_set_error(EM_ERR_NOT_FOUND,
+                                "vulkan: no kernel '%s' in the module (it "
+                                "holds %s)",
+                                name, names.data ? names.data : "");
     em_sb_free(&names);
     return st;
 }
@@ -1155,15 +1141,15 @@ em_status em_rt_vk_pipeline(em_vk_device *d, em_vk_kernel *k, const uint32_t dim
     }
     for (int a = 0; a < 3; a++)
         if (!k->spec_size[a] && k->local_size[a] != dim[a])
-            return em_set_error(EM_ERR_INVALID, "vulkan: kernel %s is compiled for cubes of "
-                                "%ux%ux%u units and cannot run with %ux%ux%u", k->name,
-                                k->local_size[0], k->local_size[1], k->local_size[2], dim[0],
-                                dim[1], dim[2]);
+            return em_set_error(EM_ERR_INVALID,
+                                "vulkan: kernel %s is compiled for cubes of "
+                                "%ux%ux%u units and cannot run with %ux%ux%u",
+                                k->name, k->local_size[0], k->local_size[1], k->local_size[2],
+                                dim[0], dim[1], dim[2]);
     if (k->npipes == k->cap_pipes) {
         size_t nc = k->cap_pipes ? k->cap_pipes * 2 : 4;
         void *g = realloc(k->pipes, nc * sizeof(*k->pipes));
-        if (!g)
-            return em_set_error(EM_ERR_NOMEM, "out of memory");
+        if (!g) return em_set_error(EM_ERR_NOMEM, "out of memory");
         k->pipes = g;
         k->cap_pipes = nc;
     }

@@ -1,0 +1,131 @@
+/* internal.h — what the tensor layer's files share: the tensor and storage structs, creation of
+ * result tensors, input checks that set errors in the house style, host dtype conversions, the
+ * scope hooks, and the launcher that binds a kernel of src/kernels/tensor_*.ek to tensors. */
+#ifndef EM_TENSOR_INTERNAL_H
+#define EM_TENSOR_INTERNAL_H
+
+#include <stdatomic.h>
+
+#include "base/base.h"
+#include "ember/lang.h"
+#include "ember/tensor.h"
+
+/* A reference-counted device buffer shared by every view on it. */
+typedef struct tn_storage {
+    atomic_int refs;  /* views holding it */
+    em_buffer *buf;   /* the device buffer (NULL for zero bytes) */
+    em_device *dev;   /* its device */
+    size_t bytes;     /* size of buf */
+} tn_storage;
+
+struct em_tensor {
+    atomic_int refs;             /* references to this tensor */
+    tn_storage *st;              /* the storage viewed */
+    em_scalar dtype;             /* element type */
+    int rank;                    /* dims, 0..EM_MAX_RANK */
+    int64_t shape[EM_MAX_RANK];  /* sizes */
+    int64_t stride[EM_MAX_RANK]; /* strides in elements (non-negative) */
+    int64_t offset;              /* first element, in elements from the start of the storage */
+    void *scope;                 /* the scope holding the creation reference, or NULL */
+    size_t scope_slot;           /* index in that scope's list */
+    bool taken;                  /* donated with em_take to the next op reading it */
+};
+
+/* ---- scopes (scope.c) ---- */
+/* Registers a new tensor with the current scope (if any). Returns t. */
+em_tensor *tn_scope_track(em_tensor *t);
+/* Called when a tensor is freed or its scope reference dropped: forgets it. */
+void tn_scope_forget(em_tensor *t);
+
+/* ---- tensors (tensor.c) ---- */
+/* A new tensor viewing st (retained) with the given geometry; tracked by the scope. */
+em_tensor *tn_view(const em_tensor *base, int rank, const int64_t *shape, const int64_t *stride,
+                   int64_t offset);
+/* A new contiguous tensor with uninitialized storage. */
+em_tensor *tn_new(em_device *dev, em_scalar dtype, int rank, const int64_t *shape);
+void tn_contig_strides(int rank, const int64_t *shape, int64_t *stride);
+int64_t tn_numel(int rank, const int64_t *shape);
+/* Normalizes a (possibly negative) dim for rank; -1 with the error set (naming op) when out of
+ * range. rank 0 accepts dims 0 and -1 as in PyTorch when allow_scalar. */
+int tn_dim(const char *op, int dim, int rank);
+/* "f32[2, 3]" for messages. */
+void tn_describe_shape(em_scalar dt, int rank, const int64_t *shape, char *buf, size_t size);
+bool tn_check_dtype_supported(const char *op, em_scalar dt);
+/* Checks a and b share a device (error names both). */
+bool tn_same_device(const char *op, const em_tensor *a, const em_tensor *b);
+/* Releases t if it was donated with em_take (after an op read it). */
+void tn_done(const em_tensor *t);
+/* True when t may be overwritten by its consumer (taken, only reference, sole view, contiguous). */
+bool tn_reusable(const em_tensor *t);
+
+/* ---- host dtype conversions (convert.c) ---- */
+uint16_t tn_f32_to_f16(float f);
+float tn_f16_to_f32(uint16_t h);
+uint16_t tn_f32_to_bf16(float f);
+float tn_bf16_to_f32(uint16_t h);
+/* Reads element i of a host array of dtype dt as double, and writes one. */
+double tn_host_get(em_scalar dt, const void *p, size_t i);
+void tn_host_set(em_scalar dt, void *p, size_t i, double v);
+
+/* ---- kernel launches (launch.c) ---- */
+/* The compute type of a dtype: f32 for f16/bf16/f32, f64, i64 for i64, i32 for the rest. */
+em_scalar tn_compute_type(em_scalar dt);
+/* The type transcendental functions run in for compute type ct on dev: ct, except f32 for f64 on
+ * targets without f64 math (GLSL). */
+em_scalar tn_math_type(em_device *dev, em_scalar ct);
+
+/* A kernel argument under construction. */
+typedef struct tn_arg {
+    const em_tensor *t; /* a tensor argument (viewed with rank/shape/stride below), or NULL */
+    int rank;           /* its rank as the kernel sees it */
+    int64_t shape[EM_MAX_RANK];
+    int64_t stride[EM_MAX_RANK];
+    int64_t offset;     /* in elements */
+    bool flat;          /* pass as a rank-less array over the whole storage from offset */
+    em_arg scalar;      /* a scalar argument when t is NULL */
+} tn_arg;
+
+tn_arg tn_arg_t(const em_tensor *t);                 /* t's own geometry */
+tn_arg tn_arg_flat(const em_tensor *t);              /* rank-less array from t's offset */
+tn_arg tn_arg_geom(const em_tensor *t, int rank, const int64_t *shape, const int64_t *stride,
+                   int64_t offset);
+tn_arg tn_arg_s(em_arg a);
+
+/* Launches tensor kernel `name` of the built-in module on dev with bindings, line width lw and a
+ * 3-D grid. EM_OK or the error set (prefixed with op). */
+em_status tn_launch(const char *op, em_device *dev, const char *name, const em_lang_bind *binds,
+                    size_t nbinds, unsigned lw, const uint32_t cubes[3], const uint32_t units[3],
+                    tn_arg *args, size_t nargs);
+/* 1-D grid covering n units in cubes of 256 (n must fit in u32). */
+void tn_grid_1d(uint64_t n, uint32_t cubes[3], uint32_t units[3]);
+
+/* Copies src (any view) into dst (any view of the same shape and dtype). */
+em_status tn_copy_into(const char *op, em_tensor *dst, const em_tensor *src);
+
+/* A contiguous version of t (a view when it already is, else a copy) that never consumes a
+ * donated t, for use inside ops. */
+em_tensor *tn_contig(const em_tensor *t);
+
+/* Writes value into every element of out (ops_elementwise.c). */
+em_status tn_fill(em_tensor *out, double value);
+
+/* Scalars passed to kernels as the compute type of dt. */
+em_arg tn_scalar_arg(em_scalar dt, double v);
+
+/* Elementwise entry points shared by several files (ops_elementwise.c). */
+enum {
+    TN_U_NEG = 0, TN_U_ABS, TN_U_SIGN, TN_U_EXP, TN_U_LOG, TN_U_LOG1P, TN_U_EXPM1, TN_U_SQRT,
+    TN_U_RSQRT, TN_U_RECIP, TN_U_SIN, TN_U_COS, TN_U_TANH, TN_U_ERF, TN_U_SIGMOID, TN_U_RELU,
+    TN_U_GELU, TN_U_GELU_TANH, TN_U_SILU, TN_U_SOFTPLUS, TN_U_FLOOR, TN_U_CEIL, TN_U_ROUND,
+    TN_U_CLAMP, TN_U_POWS, TN_U_ISNAN, TN_U_ISINF, TN_U_NOT, TN_U_COPY, TN_U_ADDS, TN_U_MULS,
+    TN_U_RSUBS, TN_U_RDIVS, TN_U_MAXS, TN_U_MINS, TN_U_EQS, TN_U_LTS, TN_U_GTS, TN_U_FILL,
+    TN_U_SUBS, TN_U_DIVS,
+};
+em_tensor *tn_unary(const char *op, const em_tensor *t, int code, double p0, double p1);
+/* Broadcast shape of a and b into out; false with "op: shapes A and B cannot be broadcast". */
+bool tn_broadcast(const char *op, const em_tensor *a, const em_tensor *b, int *rank,
+                  int64_t *shape);
+/* The view of t expanded to (rank, shape) with stride 0 on broadcast dims (no checks). */
+void tn_expand_geom(const em_tensor *t, int rank, const int64_t *shape, int64_t *stride);
+
+#endif

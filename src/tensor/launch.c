@@ -1,0 +1,116 @@
+/* launch.c — binds tensors to the tensor kernels of src/kernels/tensor_*.ek: turns each view into
+ * two launch arguments (the whole buffer with the view's shape and strides in scalars, then the
+ * view's offset in scalars as a u32), chooses grids, and launches through the kernel language's
+ * host API on the built-in module. */
+#include <stdio.h>
+#include <string.h>
+
+#include "tensor/internal.h"
+
+em_scalar tn_compute_type(em_scalar dt)
+{
+    switch (dt) {
+    case EM_F16: case EM_BF16: case EM_F32: return EM_F32;
+    case EM_F64: return EM_F64;
+    case EM_I64: return EM_I64;
+    default: return EM_I32;
+    }
+}
+
+em_scalar tn_math_type(em_device *dev, em_scalar ct)
+{
+    const em_caps *c = em_device_caps(dev);
+    if (ct == EM_F64 && c && !strcmp(c->target, "glsl")) return EM_F32; /* GLSL has no f64 exp/log */
+    return ct;
+}
+
+em_arg tn_scalar_arg(em_scalar dt, double v)
+{
+    em_scalar c = tn_compute_type(dt);
+    if (em_scalar_is_float(c)) return em_arg_f64(v);
+    em_arg a = em_arg_i32(0);
+    a.value_class = EM_ARG_INT;
+    a.value.i = (int64_t)v;
+    return a;
+}
+
+tn_arg tn_arg_geom(const em_tensor *t, int rank, const int64_t *shape, const int64_t *stride,
+                   int64_t offset)
+{
+    tn_arg a;
+    memset(&a, 0, sizeof a);
+    a.t = t;
+    a.rank = rank;
+    for (int i = 0; i < rank; i++) {
+        a.shape[i] = shape[i];
+        a.stride[i] = stride[i];
+    }
+    a.offset = offset;
+    return a;
+}
+
+tn_arg tn_arg_t(const em_tensor *t) { return tn_arg_geom(t, t->rank, t->shape, t->stride, t->offset); }
+
+tn_arg tn_arg_flat(const em_tensor *t)
+{
+    tn_arg a = tn_arg_geom(t, 0, NULL, NULL, t->offset);
+    a.flat = true;
+    return a;
+}
+
+tn_arg tn_arg_s(em_arg s)
+{
+    tn_arg a;
+    memset(&a, 0, sizeof a);
+    a.scalar = s;
+    return a;
+}
+
+void tn_grid_1d(uint64_t n, uint32_t cubes[3], uint32_t units[3])
+{
+    uint32_t u = 256;
+    if (n < u) u = n < 32 ? 32 : (uint32_t)((n + 31) / 32 * 32);
+    units[0] = u;
+    units[1] = units[2] = 1;
+    cubes[0] = (uint32_t)((n + u - 1) / u);
+    cubes[1] = cubes[2] = 1;
+}
+
+/* The buffer argument of a tensor: the whole storage, viewed with the tensor's shape and strides
+ * (its offset travels as the separate scalar argument that follows it in every tensor kernel). */
+static em_arg to_em_arg(const tn_arg *a, unsigned lw)
+{
+    const em_tensor *t = a->t;
+    size_t esz = em_scalar_size(t->dtype);
+    uint64_t len = (uint64_t)(t->st->bytes / esz) / lw;
+    if (len == 0) len = 1;
+    if (a->flat) return em_arg_tensor(t->st->buf, 0, len, 0, NULL, NULL);
+    if (a->rank == 0) {
+        int64_t one = 1;
+        return em_arg_tensor(t->st->buf, 0, len, 1, &one, &one);
+    }
+    return em_arg_tensor(t->st->buf, 0, len, (unsigned)a->rank, a->shape, a->stride);
+}
+
+em_status tn_launch(const char *op, em_device *dev, const char *name, const em_lang_bind *binds,
+                    size_t nbinds, unsigned lw, const uint32_t cubes[3], const uint32_t units[3],
+                    tn_arg *args, size_t nargs)
+{
+    const em_lang_module *m = em_lang_builtins();
+    if (!m) return em_error_context("%s", op);
+    em_arg ea[24];
+    size_t n = 0;
+    if (nargs > 12) return em_set_error(EM_ERR_INTERNAL, "%s: too many arguments", op);
+    for (size_t i = 0; i < nargs; i++) {
+        if (!args[i].t) {
+            ea[n++] = args[i].scalar;
+            continue;
+        }
+        ea[n++] = to_em_arg(&args[i], lw ? lw : 1);
+        ea[n++] = em_arg_u32((uint32_t)args[i].offset);
+    }
+    em_lang_spec spec = {binds, nbinds, lw ? lw : 1, NULL};
+    em_status st = em_lang_launch(dev, m, name, &spec, cubes, units, ea, n);
+    if (st != EM_OK) em_error_context("%s", op);
+    return st;
+}

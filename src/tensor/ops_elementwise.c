@@ -1,0 +1,457 @@
+/* ops_elementwise.c — unary, scalar, binary (NumPy broadcasting), where, masked_fill and cast,
+ * all through the kernels of src/kernels/tensor_elementwise.ek. The host side broadcasts the
+ * operands by strides (stride 0 on broadcast dims), merges dims that are contiguous for every
+ * operand so that a contiguous op becomes a rank-1 walk, and picks the widest line width that
+ * every operand allows. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tensor/internal.h"
+
+/* ---- geometry -------------------------------------------------------------------------------- */
+
+void tn_expand_geom(const em_tensor *t, int rank, const int64_t *shape, int64_t *stride)
+{
+    int off = rank - t->rank;
+    for (int i = 0; i < rank; i++) {
+        int j = i - off;
+        stride[i] = (j < 0 || (t->shape[j] == 1 && shape[i] != 1)) ? 0 : t->stride[j];
+    }
+}
+
+bool tn_broadcast(const char *op, const em_tensor *a, const em_tensor *b, int *rank, int64_t *shape)
+{
+    int r = a->rank > b->rank ? a->rank : b->rank;
+    for (int i = 0; i < r; i++) {
+        int ia = i - (r - a->rank), ib = i - (r - b->rank);
+        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+        if (da != db && da != 1 && db != 1) {
+            char sa[128], sb[128];
+            em_set_error(EM_ERR_INVALID, "%s: shapes %s and %s cannot be broadcast", op,
+                         em_describe(a, sa, sizeof sa), em_describe(b, sb, sizeof sb));
+            return false;
+        }
+        shape[i] = da == 1 ? db : da;
+    }
+    *rank = r;
+    return true;
+}
+
+/* A walk over `shape` shared by n operands with their strides: size-1 dims dropped, dims merged
+ * where every operand is contiguous across them. Rank at least 1. */
+typedef struct walk {
+    int rank;
+    int64_t shape[EM_MAX_RANK];
+    int64_t stride[4][EM_MAX_RANK];
+} walk;
+
+static void walk_build(walk *w, int rank, const int64_t *shape, int n, int64_t (*strides)[EM_MAX_RANK])
+{
+    w->rank = 0;
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] == 1) continue;
+        int r = w->rank;
+        if (r > 0) {
+            bool merge = true;
+            for (int k = 0; k < n; k++)
+                if (w->stride[k][r - 1] != strides[k][i] * shape[i]) merge = false;
+            if (merge) {
+                w->shape[r - 1] *= shape[i];
+                for (int k = 0; k < n; k++) w->stride[k][r - 1] = strides[k][i];
+                continue;
+            }
+        }
+        w->shape[r] = shape[i];
+        for (int k = 0; k < n; k++) w->stride[k][r] = strides[k][i];
+        w->rank++;
+    }
+    if (w->rank == 0) {
+        w->rank = 1;
+        w->shape[0] = 1;
+        for (int k = 0; k < n; k++) w->stride[k][0] = 1;
+    }
+}
+
+/* The line width every operand of the walk allows (offsets in elements). */
+static unsigned walk_width(const walk *w, int n, const int64_t *offsets)
+{
+    static const unsigned cands[] = {4, 2, 1};
+    unsigned lw = 4;
+    for (int k = 0; k < n; k++) {
+        unsigned x = em_pick_line_width((unsigned)w->rank, w->shape, w->stride[k], offsets[k], cands, 3);
+        if (x < lw) lw = x;
+    }
+    return lw;
+}
+
+/* Launches `kernel` over the walk: operands ts[0..n-1] (the last is the output). */
+static em_status run_walk(const char *op, const char *kernel, const em_lang_bind *binds, size_t nb,
+                          const em_tensor *const *ts, int n, int rank, const int64_t *shape,
+                          int64_t (*strides)[EM_MAX_RANK], const em_arg *scalars, int ns)
+{
+    int64_t numel = tn_numel(rank, shape);
+    if (numel == 0) return EM_OK;
+    walk w;
+    walk_build(&w, rank, shape, n, strides);
+    int64_t offs[4];
+    for (int k = 0; k < n; k++) offs[k] = ts[k]->offset;
+    unsigned lw = walk_width(&w, n, offs);
+    em_lang_bind b[8];
+    memcpy(b, binds, nb * sizeof *b);
+    b[nb++] = em_lang_bind_int("R", w.rank);
+    tn_arg args[8];
+    int na = 0;
+    for (int k = 0; k < n; k++) args[na++] = tn_arg_geom(ts[k], w.rank, w.shape, w.stride[k], offs[k]);
+    for (int k = 0; k < ns; k++) args[na++] = tn_arg_s(scalars[k]);
+    uint32_t cubes[3], units[3];
+    tn_grid_1d((uint64_t)numel / lw, cubes, units);
+    return tn_launch(op, ts[0]->st->dev, kernel, b, nb, lw, cubes, units, args, (size_t)na);
+}
+
+/* ---- unary ----------------------------------------------------------------------------------- */
+
+static bool is_float_only(int code)
+{
+    return (code >= TN_U_EXP && code <= TN_U_ERF) || code == TN_U_SIGMOID || code == TN_U_GELU ||
+           code == TN_U_GELU_TANH || code == TN_U_SILU || code == TN_U_SOFTPLUS || code == TN_U_POWS;
+}
+
+static bool is_predicate(int code)
+{
+    return code == TN_U_ISNAN || code == TN_U_ISINF || code == TN_U_NOT || code == TN_U_EQS ||
+           code == TN_U_LTS || code == TN_U_GTS;
+}
+
+/* out = OP(t) into an existing output view of t's shape. */
+static em_status unary_into(const char *op, const em_tensor *t, em_tensor *out, int code, double p0,
+                            double p1)
+{
+    em_scalar ct = tn_compute_type(t->dtype);
+    if (code == TN_U_COPY) ct = t->dtype == EM_BOOL ? EM_I32 : t->dtype; /* exact copies and casts */
+    em_lang_bind b[5] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("U", out->dtype),
+                         em_lang_bind_type("C", ct), em_lang_bind_int("OP", code),
+                         em_lang_bind_type("M", tn_math_type(t->st->dev, ct))};
+    int64_t strides[2][EM_MAX_RANK];
+    tn_expand_geom(t, out->rank, out->shape, strides[0]);
+    memcpy(strides[1], out->stride, sizeof strides[1]);
+    em_arg sc[2] = {tn_scalar_arg(ct, p0), tn_scalar_arg(ct, p1)};
+    if (!em_scalar_is_float(ct)) {
+        sc[0].value_class = sc[1].value_class = EM_ARG_INT;
+        sc[0].value.i = (int64_t)p0;
+        sc[1].value.i = (int64_t)p1;
+    }
+    const em_tensor *ts[2] = {t, out};
+    return run_walk(op, "tensor_unary", b, 5, ts, 2, out->rank, out->shape, strides, sc, 2);
+}
+
+em_tensor *tn_unary(const char *op, const em_tensor *t, int code, double p0, double p1)
+{
+    if (!t) return NULL;
+    if (is_float_only(code) && !em_scalar_is_float(t->dtype)) {
+        em_set_error(EM_ERR_INVALID, "%s: needs a floating-point tensor, got %s", op, em_scalar_name(t->dtype));
+        tn_done(t);
+        return NULL;
+    }
+    if (t->dtype == EM_BOOL && code != TN_U_NOT && code != TN_U_COPY && code != TN_U_FILL &&
+        code != TN_U_EQS && code != TN_U_ISNAN && code != TN_U_ISINF) {
+        em_set_error(EM_ERR_INVALID, "%s: not defined for bool tensors", op);
+        tn_done(t);
+        return NULL;
+    }
+    em_scalar odt = is_predicate(code) ? EM_BOOL : t->dtype;
+    em_tensor *out;
+    bool reuse = odt == t->dtype && tn_reusable(t);
+    if (reuse) {
+        out = (em_tensor *)t;
+        out->taken = false; /* the result: no longer donated */
+    } else {
+        out = tn_new(t->st->dev, odt, t->rank, t->shape);
+    }
+    if (!out) {
+        tn_done(t);
+        return NULL;
+    }
+    em_status st = unary_into(op, t, out, code, p0, p1);
+    if (!reuse) tn_done(t);
+    if (st != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+#define UNARY(name, code)                                                                          \
+    em_tensor *em_##name(const em_tensor *t) { return tn_unary(#name, t, code, 0, 0); }
+UNARY(neg, TN_U_NEG)
+UNARY(abs, TN_U_ABS)
+UNARY(sign, TN_U_SIGN)
+UNARY(exp, TN_U_EXP)
+UNARY(ln, TN_U_LOG)
+UNARY(log1p, TN_U_LOG1P)
+UNARY(expm1, TN_U_EXPM1)
+UNARY(sqrt, TN_U_SQRT)
+UNARY(rsqrt, TN_U_RSQRT)
+UNARY(reciprocal, TN_U_RECIP)
+UNARY(sin, TN_U_SIN)
+UNARY(cos, TN_U_COS)
+UNARY(tanh, TN_U_TANH)
+UNARY(erf, TN_U_ERF)
+UNARY(sigmoid, TN_U_SIGMOID)
+UNARY(relu, TN_U_RELU)
+UNARY(gelu, TN_U_GELU)
+UNARY(gelu_tanh, TN_U_GELU_TANH)
+UNARY(silu, TN_U_SILU)
+UNARY(softplus, TN_U_SOFTPLUS)
+UNARY(floor, TN_U_FLOOR)
+UNARY(ceil, TN_U_CEIL)
+UNARY(round, TN_U_ROUND)
+UNARY(isnan, TN_U_ISNAN)
+UNARY(isinf, TN_U_ISINF)
+UNARY(logical_not, TN_U_NOT)
+
+em_tensor *em_clamp(const em_tensor *t, double lo, double hi)
+{
+    return tn_unary("clamp", t, TN_U_CLAMP, lo, hi);
+}
+em_tensor *em_pow_scalar(const em_tensor *t, double e) { return tn_unary("pow", t, TN_U_POWS, e, 0); }
+
+#define SCALAR(name, code)                                                                         \
+    em_tensor *em_##name(const em_tensor *t, double s) { return tn_unary(#name, t, code, s, 0); }
+SCALAR(add_scalar, TN_U_ADDS)
+SCALAR(sub_scalar, TN_U_SUBS)
+SCALAR(rsub_scalar, TN_U_RSUBS)
+SCALAR(mul_scalar, TN_U_MULS)
+SCALAR(div_scalar, TN_U_DIVS)
+SCALAR(rdiv_scalar, TN_U_RDIVS)
+SCALAR(maximum_scalar, TN_U_MAXS)
+SCALAR(minimum_scalar, TN_U_MINS)
+SCALAR(eq_scalar, TN_U_EQS)
+SCALAR(lt_scalar, TN_U_LTS)
+SCALAR(gt_scalar, TN_U_GTS)
+
+/* ---- copies and casts ------------------------------------------------------------------------ */
+
+em_status tn_copy_into(const char *op, em_tensor *dst, const em_tensor *src)
+{
+    return unary_into(op, src, dst, TN_U_COPY, 0, 0);
+}
+
+em_status em_copy_(em_tensor *dst, const em_tensor *src)
+{
+    if (!dst || !src) return em_last_status() != EM_OK ? em_last_status() : EM_ERR_INVALID;
+    if (!tn_same_device("copy_", dst, src)) return EM_ERR_INVALID;
+    int r;
+    int64_t shape[EM_MAX_RANK];
+    if (!tn_broadcast("copy_", dst, src, &r, shape)) return EM_ERR_INVALID;
+    if (r != dst->rank || memcmp(shape, dst->shape, sizeof(int64_t) * (size_t)r) != 0) {
+        char sa[128], sb[128];
+        return em_set_error(EM_ERR_INVALID, "copy_: source %s does not broadcast to destination %s",
+                            em_describe(src, sb, sizeof sb), em_describe(dst, sa, sizeof sa));
+    }
+    return tn_copy_into("copy_", dst, src);
+}
+
+em_tensor *em_cast(const em_tensor *t, em_scalar dtype)
+{
+    if (!t) return NULL;
+    if (!tn_check_dtype_supported("cast", dtype)) {
+        tn_done(t);
+        return NULL;
+    }
+    em_tensor *out = tn_new(t->st->dev, dtype, t->rank, t->shape);
+    if (out && tn_copy_into("cast", out, t) != EM_OK) {
+        em_release(out);
+        out = NULL;
+    }
+    tn_done(t);
+    return out;
+}
+
+em_tensor *em_clone(const em_tensor *t) { return t ? em_cast(t, t->dtype) : NULL; }
+
+em_tensor *em_contiguous(const em_tensor *t)
+{
+    if (!t) return NULL;
+    if (em_is_contiguous(t)) {
+        if (t->taken) {
+            ((em_tensor *)t)->taken = false;
+            return (em_tensor *)t; /* the donated reference becomes the result */
+        }
+        return tn_view(t, t->rank, t->shape, t->stride, t->offset);
+    }
+    return em_clone(t);
+}
+
+/* ---- binary ---------------------------------------------------------------------------------- */
+
+enum { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN, B_REM, B_EQ, B_NE, B_LT, B_LE, B_GT,
+       B_GE, B_AND, B_OR, B_XOR };
+
+static em_tensor *binary(const char *op, const em_tensor *a, const em_tensor *b, int code)
+{
+    if (!a || !b) {
+        tn_done(a);
+        tn_done(b);
+        return NULL;
+    }
+    em_tensor *out = NULL;
+    int rank;
+    int64_t shape[EM_MAX_RANK];
+    if (!tn_same_device(op, a, b)) goto done;
+    if (a->dtype != b->dtype) {
+        em_set_error(EM_ERR_INVALID, "%s: dtypes %s and %s differ (cast one first)", op,
+                     em_scalar_name(a->dtype), em_scalar_name(b->dtype));
+        goto done;
+    }
+    bool logical = code >= B_AND;
+    if (a->dtype == EM_BOOL && !logical && code != B_EQ && code != B_NE && code != B_MAX && code != B_MIN) {
+        em_set_error(EM_ERR_INVALID, "%s: not defined for bool tensors", op);
+        goto done;
+    }
+    if (!tn_broadcast(op, a, b, &rank, shape)) goto done;
+    em_scalar odt = code >= B_EQ ? EM_BOOL : a->dtype;
+    bool reuse_a = odt == a->dtype && tn_reusable(a) && a->rank == rank &&
+                   memcmp(a->shape, shape, sizeof(int64_t) * (size_t)rank) == 0;
+    bool reuse_b = !reuse_a && a != b && odt == b->dtype && tn_reusable(b) && b->rank == rank &&
+                   memcmp(b->shape, shape, sizeof(int64_t) * (size_t)rank) == 0;
+    if (reuse_a) {
+        out = (em_tensor *)a;
+        out->taken = false;
+    } else if (reuse_b) {
+        out = (em_tensor *)b;
+        out->taken = false;
+    } else {
+        out = tn_new(a->st->dev, odt, rank, shape);
+    }
+    if (!out) goto done;
+    em_scalar ct = tn_compute_type(a->dtype);
+    em_lang_bind bd[5] = {em_lang_bind_type("T", a->dtype), em_lang_bind_type("U", odt),
+                          em_lang_bind_type("C", ct), em_lang_bind_int("OP", code),
+                          em_lang_bind_type("M", tn_math_type(a->st->dev, ct))};
+    int64_t strides[3][EM_MAX_RANK];
+    tn_expand_geom(a, rank, shape, strides[0]);
+    tn_expand_geom(b, rank, shape, strides[1]);
+    memcpy(strides[2], out->stride, sizeof strides[2]);
+    const em_tensor *ts[3] = {a, b, out};
+    em_status st = run_walk(op, "tensor_binary", bd, 5, ts, 3, rank, shape, strides, NULL, 0);
+    if (out == a || out == b) {
+        tn_done(out == a ? b : a);
+        if (st != EM_OK) {
+            em_release(out);
+            return NULL;
+        }
+        return out;
+    }
+    if (st != EM_OK) {
+        em_release(out);
+        out = NULL;
+    }
+done:
+    tn_done(a);
+    if (b != a) tn_done(b);
+    return out;
+}
+
+#define BINARY(name, code)                                                                         \
+    em_tensor *em_##name(const em_tensor *a, const em_tensor *b) { return binary(#name, a, b, code); }
+BINARY(add, B_ADD)
+BINARY(sub, B_SUB)
+BINARY(mul, B_MUL)
+BINARY(div, B_DIV)
+BINARY(pow, B_POW)
+BINARY(maximum, B_MAX)
+BINARY(minimum, B_MIN)
+BINARY(remainder, B_REM)
+BINARY(eq, B_EQ)
+BINARY(ne, B_NE)
+BINARY(lt, B_LT)
+BINARY(le, B_LE)
+BINARY(gt, B_GT)
+BINARY(ge, B_GE)
+BINARY(logical_and, B_AND)
+BINARY(logical_or, B_OR)
+BINARY(logical_xor, B_XOR)
+
+/* ---- where and masked_fill ------------------------------------------------------------------- */
+
+static em_tensor *where3(const char *op, const em_tensor *c, const em_tensor *a, const em_tensor *b)
+{
+    em_tensor *out = NULL;
+    int r1, rank;
+    int64_t s1[EM_MAX_RANK], shape[EM_MAX_RANK];
+    if (!tn_same_device(op, c, a) || !tn_same_device(op, a, b)) return NULL;
+    if (c->dtype != EM_BOOL) {
+        em_set_error(EM_ERR_INVALID, "%s: the condition must be bool, got %s", op, em_scalar_name(c->dtype));
+        return NULL;
+    }
+    if (a->dtype != b->dtype) {
+        em_set_error(EM_ERR_INVALID, "%s: dtypes %s and %s differ (cast one first)", op,
+                     em_scalar_name(a->dtype), em_scalar_name(b->dtype));
+        return NULL;
+    }
+    if (!tn_broadcast(op, a, b, &r1, s1)) return NULL;
+    em_tensor tmp = *a; /* only its shape is read */
+    tmp.rank = r1;
+    memcpy(tmp.shape, s1, sizeof s1);
+    if (!tn_broadcast(op, c, &tmp, &rank, shape)) return NULL;
+    out = tn_new(a->st->dev, a->dtype, rank, shape);
+    if (!out) return NULL;
+    em_lang_bind bd[1] = {em_lang_bind_type("T", a->dtype)};
+    int64_t strides[4][EM_MAX_RANK];
+    tn_expand_geom(c, rank, shape, strides[0]);
+    tn_expand_geom(a, rank, shape, strides[1]);
+    tn_expand_geom(b, rank, shape, strides[2]);
+    memcpy(strides[3], out->stride, sizeof strides[3]);
+    const em_tensor *ts[4] = {c, a, b, out};
+    if (run_walk(op, "tensor_where", bd, 1, ts, 4, rank, shape, strides, NULL, 0) != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+em_tensor *em_where(const em_tensor *cond, const em_tensor *a, const em_tensor *b)
+{
+    em_tensor *out = cond && a && b ? where3("where", cond, a, b) : NULL;
+    tn_done(cond);
+    if (a != cond) tn_done(a);
+    if (b != a && b != cond) tn_done(b);
+    return out;
+}
+
+em_tensor *em_masked_fill(const em_tensor *t, const em_tensor *mask, double value)
+{
+    em_tensor *out = NULL;
+    if (t && mask) {
+        em_tensor *v = em_scalar_tensor(t->st->dev, t->dtype, value);
+        if (v) out = where3("masked_fill", mask, v, t);
+        em_release(v);
+        if (out && (out->rank != t->rank || memcmp(out->shape, t->shape, sizeof(int64_t) * (size_t)t->rank))) {
+            char sa[128], sb[128];
+            em_set_error(EM_ERR_INVALID, "masked_fill: mask %s does not broadcast to %s",
+                         em_describe(mask, sa, sizeof sa), em_describe(t, sb, sizeof sb));
+            em_release(out);
+            out = NULL;
+        }
+    }
+    tn_done(t);
+    if (mask != t) tn_done(mask);
+    return out;
+}
+
+em_status tn_fill(em_tensor *out, double value)
+{
+    return unary_into("fill", out, out, TN_U_FILL, value, 0);
+}
+
+em_tensor *tn_contig(const em_tensor *t)
+{
+    if (em_is_contiguous(t)) return tn_view(t, t->rank, t->shape, t->stride, t->offset);
+    em_tensor *out = tn_new(t->st->dev, t->dtype, t->rank, t->shape);
+    if (out && tn_copy_into("contiguous", out, t) != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    return out;
+}

@@ -1,0 +1,205 @@
+/* ops_index.c — indexing: index_select, embedding, gather, scatter and scatter_add, through the
+ * kernels of src/kernels/tensor_index.ek. Index tensors (i32 or i64) are read back and checked on
+ * the host first, so an out-of-range index is an error with a message rather than a stray read. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor/internal.h"
+
+/* Checks every index of idx lies in [0, n); false with the error naming the first bad one. */
+static bool check_indices(const char *op, const em_tensor *idx, int64_t n)
+{
+    if (idx->dtype != EM_I32 && idx->dtype != EM_I64) {
+        em_set_error(EM_ERR_INVALID, "%s: indices must be i32 or i64, got %s", op, em_scalar_name(idx->dtype));
+        return false;
+    }
+    size_t cnt = (size_t)em_numel(idx);
+    if (!cnt) return true;
+    void *host = malloc(cnt * 8);
+    if (!host) {
+        em_set_error(EM_ERR_NOMEM, "%s: out of host memory", op);
+        return false;
+    }
+    bool ok = em_to_host(idx, host, cnt * 8) == EM_OK;
+    for (size_t i = 0; ok && i < cnt; i++) {
+        int64_t v = idx->dtype == EM_I32 ? ((int32_t *)host)[i] : ((int64_t *)host)[i];
+        if (v < 0 || v >= n) {
+            em_set_error(EM_ERR_INVALID, "%s: index %lld is out of range for a dim of size %lld", op,
+                         (long long)v, (long long)n);
+            ok = false;
+        }
+    }
+    free(host);
+    return ok;
+}
+
+static bool check_pair(const char *op, const em_tensor *t, const em_tensor *idx)
+{
+    return tn_same_device(op, t, idx);
+}
+
+em_tensor *em_index_select(const em_tensor *t, int dim, const em_tensor *index)
+{
+    em_tensor *out = NULL;
+    if (!t || !index) goto done;
+    if (!check_pair("index_select", t, index)) goto done;
+    int d = tn_dim("index_select", dim, t->rank);
+    if (d < 0) goto done;
+    if (index->rank != 1) {
+        char s[128];
+        em_set_error(EM_ERR_INVALID, "index_select: the index must be 1-D, got %s", em_describe(index, s, sizeof s));
+        goto done;
+    }
+    if (t->rank == 0) {
+        em_set_error(EM_ERR_INVALID, "index_select: a 0-d tensor has no dims to index");
+        goto done;
+    }
+    if (!check_indices("index_select", index, t->shape[d])) goto done;
+    int64_t sh[EM_MAX_RANK];
+    memcpy(sh, t->shape, sizeof sh);
+    sh[d] = index->shape[0];
+    out = tn_new(t->st->dev, t->dtype, t->rank, sh);
+    if (!out || em_numel(out) == 0) goto done;
+    em_tensor *ic = tn_contig(index);
+    if (!ic) goto fail;
+    em_lang_bind b[4] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("I", index->dtype),
+                         em_lang_bind_int("R", t->rank), em_lang_bind_int("DIM", d)};
+    tn_arg args[3] = {tn_arg_t(t), tn_arg_flat(ic), tn_arg_t(out)};
+    uint32_t cubes[3], units[3];
+    tn_grid_1d((uint64_t)em_numel(out), cubes, units);
+    em_status st = tn_launch("index_select", t->st->dev, "tensor_index_select", b, 4, 1, cubes, units, args, 3);
+    em_release(ic);
+    if (st == EM_OK) goto done;
+fail:
+    em_release(out);
+    out = NULL;
+done:
+    tn_done(t);
+    if (index != t) tn_done(index);
+    return out;
+}
+
+em_tensor *em_embedding(const em_tensor *weight, const em_tensor *ids)
+{
+    if (!weight || !ids) {
+        tn_done(weight);
+        tn_done(ids);
+        return NULL;
+    }
+    if (weight->rank != 2) {
+        char s[128];
+        em_set_error(EM_ERR_INVALID, "embedding: the weight must be 2-D [V, D], got %s", em_describe(weight, s, sizeof s));
+        tn_done(weight);
+        tn_done(ids);
+        return NULL;
+    }
+    if (ids->rank >= EM_MAX_RANK) {
+        em_set_error(EM_ERR_INVALID, "embedding: ids of rank %d leave no room for the embedding dim", ids->rank);
+        tn_done(weight);
+        tn_done(ids);
+        return NULL;
+    }
+    em_shape s = em_shape_of(ids);
+    s.d[s.rank++] = weight->shape[1];
+    em_tensor *flat = em_reshape(ids, EM_SHAPE(em_numel(ids))); /* releases a donated ids */
+    em_tensor *rows = em_index_select(weight, 0, flat);
+    em_release(flat);
+    em_tensor *out = rows ? em_view(rows, s) : NULL;
+    em_release(rows);
+    return out;
+}
+
+em_tensor *em_gather(const em_tensor *t, int dim, const em_tensor *index)
+{
+    em_tensor *out = NULL;
+    if (!t || !index) goto done;
+    if (!check_pair("gather", t, index)) goto done;
+    int d = tn_dim("gather", dim, t->rank);
+    if (d < 0) goto done;
+    char s1[128], s2[128];
+    bool ok = index->rank == t->rank && t->rank > 0;
+    for (int i = 0; ok && i < t->rank; i++)
+        if (i != d && index->shape[i] > t->shape[i]) ok = false;
+    if (!ok) {
+        em_set_error(EM_ERR_INVALID, "gather: index %s does not fit input %s", em_describe(index, s1, sizeof s1),
+                     em_describe(t, s2, sizeof s2));
+        goto done;
+    }
+    if (!check_indices("gather", index, t->shape[d])) goto done;
+    out = tn_new(t->st->dev, t->dtype, index->rank, index->shape);
+    if (!out || em_numel(out) == 0) goto done;
+    em_lang_bind b[4] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("I", index->dtype),
+                         em_lang_bind_int("R", t->rank), em_lang_bind_int("DIM", d)};
+    tn_arg args[3] = {tn_arg_t(t), tn_arg_t(index), tn_arg_t(out)};
+    uint32_t cubes[3], units[3];
+    tn_grid_1d((uint64_t)em_numel(out), cubes, units);
+    if (tn_launch("gather", t->st->dev, "tensor_gather", b, 4, 1, cubes, units, args, 3) == EM_OK) goto done;
+    em_release(out);
+    out = NULL;
+done:
+    tn_done(t);
+    if (index != t) tn_done(index);
+    return out;
+}
+
+static em_tensor *scatter(const char *op, const em_tensor *t, int dim, const em_tensor *index,
+                          const em_tensor *src, bool add)
+{
+    em_tensor *out = NULL;
+    char s1[128], s2[128];
+    if (!tn_same_device(op, t, index) || !tn_same_device(op, t, src)) return NULL;
+    int d = tn_dim(op, dim, t->rank);
+    if (d < 0) return NULL;
+    if (src->dtype != t->dtype || t->dtype == EM_BOOL) {
+        em_set_error(EM_ERR_INVALID, "%s: src dtype %s must match the numeric target dtype %s", op,
+                     em_scalar_name(src->dtype), em_scalar_name(t->dtype));
+        return NULL;
+    }
+    bool ok = index->rank == t->rank && src->rank == t->rank && t->rank > 0;
+    for (int i = 0; ok && i < t->rank; i++)
+        if ((i != d && index->shape[i] > t->shape[i]) || index->shape[i] > src->shape[i]) ok = false;
+    if (!ok) {
+        em_set_error(EM_ERR_INVALID, "%s: index %s does not fit target %s and src", op,
+                     em_describe(index, s1, sizeof s1), em_describe(t, s2, sizeof s2));
+        return NULL;
+    }
+    if (!check_indices(op, index, t->shape[d])) return NULL;
+    out = tn_contig(t);
+    if (out && out->st == t->st) { /* a view of t: scatter into a copy instead */
+        em_release(out);
+        out = tn_new(t->st->dev, t->dtype, t->rank, t->shape);
+        if (out && tn_copy_into(op, out, t) != EM_OK) {
+            em_release(out);
+            out = NULL;
+        }
+    }
+    if (!out || em_numel(out) == 0 || em_numel(index) == 0) return out;
+    em_lang_bind b[5] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("I", index->dtype),
+                         em_lang_bind_int("R", t->rank), em_lang_bind_int("DIM", d), em_lang_bind_bool("ADD", add)};
+    tn_arg args[3] = {tn_arg_t(src), tn_arg_t(index), tn_arg_t(out)};
+    uint32_t cubes[3], units[3];
+    tn_grid_1d((uint64_t)em_numel(out), cubes, units);
+    if (tn_launch(op, t->st->dev, "tensor_scatter", b, 5, 1, cubes, units, args, 3) != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+em_tensor *em_scatter(const em_tensor *t, int dim, const em_tensor *index, const em_tensor *src)
+{
+    em_tensor *out = t && index && src ? scatter("scatter", t, dim, index, src, false) : NULL;
+    tn_done(t);
+    tn_done(index);
+    tn_done(src);
+    return out;
+}
+
+em_tensor *em_scatter_add(const em_tensor *t, int dim, const em_tensor *index, const em_tensor *src)
+{
+    em_tensor *out = t && index && src ? scatter("scatter_add", t, dim, index, src, true) : NULL;
+    tn_done(t);
+    tn_done(index);
+    tn_done(src);
+    return out;
+}

@@ -1,0 +1,332 @@
+/* ops_reduce.c — reductions over any set of dims (sum, mean, prod, max, min, argmax, argmin,
+ * var, std, logsumexp, all, any), cumsum, softmax/log_softmax and layer/RMS norm, through the
+ * kernels of src/kernels/tensor_reduce.ek. The reduced dims are moved last by a permuted view (no
+ * copy); one cube reduces one output element. */
+#include <math.h>
+#include <string.h>
+
+#include "tensor/internal.h"
+
+enum { R_SUM = 0, R_PROD, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN, R_MEAN, R_VAR, R_STD, R_LSE, R_ALL, R_ANY };
+
+/* Cube size for reducing n elements: a power of two in 32..256. */
+static unsigned cube_for(int64_t n, unsigned *log)
+{
+    unsigned c = 32, l = 5;
+    while (c < 256 && (int64_t)c < n) {
+        c *= 2;
+        l++;
+    }
+    *log = l;
+    return c;
+}
+
+/* Splits t's dims into kept (first) and reduced (last). Fills perm; returns the number reduced,
+ * or -1 with the error set. `all` when dims is empty. */
+static int split_dims(const char *op, const em_tensor *t, const int *dims, int ndims, int *perm, bool *red)
+{
+    memset(red, 0, sizeof(bool) * EM_MAX_RANK);
+    if (!dims || ndims == 0) {
+        for (int i = 0; i < t->rank; i++) red[i] = true;
+    } else {
+        for (int i = 0; i < ndims; i++) {
+            int d = tn_dim(op, dims[i], t->rank);
+            if (d < 0) return -1;
+            if (t->rank == 0) continue;
+            if (red[d]) {
+                em_set_error(EM_ERR_INVALID, "%s: dim %d appears more than once", op, d);
+                return -1;
+            }
+            red[d] = true;
+        }
+    }
+    int k = 0, j = 0;
+    for (int i = 0; i < t->rank; i++)
+        if (!red[i]) perm[j++] = i;
+    for (int i = 0; i < t->rank; i++)
+        if (red[i]) {
+            perm[j++] = i;
+            k++;
+        }
+    return k;
+}
+
+static em_tensor *reduce(const char *op, const em_tensor *t, const int *dims, int ndims, bool keepdim,
+                         int code, int correction)
+{
+    if (!t) return NULL;
+    em_tensor *out = NULL;
+    bool fl = em_scalar_is_float(t->dtype);
+    if ((code == R_MEAN || code == R_VAR || code == R_STD || code == R_LSE) && !fl) {
+        em_set_error(EM_ERR_INVALID, "%s: needs a floating-point tensor, got %s", op, em_scalar_name(t->dtype));
+        goto done;
+    }
+    int perm[EM_MAX_RANK];
+    bool red[EM_MAX_RANK];
+    int k = split_dims(op, t, dims, ndims, perm, red);
+    if (k < 0) goto done;
+    /* Output shape and the kernel's view of x and out. */
+    int64_t oshape[EM_MAX_RANK], kshape[EM_MAX_RANK];
+    int orank = 0, kr = 0;
+    for (int i = 0; i < t->rank; i++) {
+        if (!red[i]) kshape[kr++] = t->shape[i];
+        if (!red[i] || keepdim) oshape[orank++] = red[i] ? 1 : t->shape[i];
+    }
+    em_scalar odt = t->dtype, ct = tn_compute_type(t->dtype);
+    if ((code == R_SUM || code == R_PROD) && !fl) odt = ct = EM_I64;
+    if (code == R_ARGMAX || code == R_ARGMIN) odt = EM_I64;
+    if (code == R_ALL || code == R_ANY) {
+        odt = EM_BOOL;
+        ct = EM_I32;
+    }
+    int64_t n_inner = 1, n_outer = tn_numel(kr, kshape);
+    for (int i = 0; i < t->rank; i++)
+        if (red[i]) n_inner *= t->shape[i];
+    out = tn_new(t->st->dev, odt, orank, oshape);
+    if (!out || n_outer == 0) goto done;
+    if (n_inner == 0) {
+        double v = code == R_PROD || code == R_ALL ? 1 : code == R_LSE ? -INFINITY : 0;
+        if (code == R_MAX || code == R_MIN || code == R_ARGMAX || code == R_ARGMIN) {
+            em_set_error(EM_ERR_INVALID, "%s: cannot reduce over a zero-size dim", op);
+            em_release(out);
+            out = NULL;
+            goto done;
+        }
+        if (code == R_MEAN || code == R_VAR || code == R_STD) v = NAN;
+        if (tn_fill(out, v) != EM_OK) {
+            em_release(out);
+            out = NULL;
+        }
+        goto done;
+    }
+    int R = t->rank ? t->rank : 1;
+    int64_t xs[EM_MAX_RANK], xsh[EM_MAX_RANK], os[EM_MAX_RANK], osh[EM_MAX_RANK], cst[EM_MAX_RANK];
+    tn_contig_strides(kr, kshape, cst);
+    for (int i = 0; i < t->rank; i++) {
+        xsh[i] = t->shape[perm[i]];
+        xs[i] = t->stride[perm[i]];
+        osh[i] = i < kr ? kshape[i] : 1;
+        os[i] = i < kr ? cst[i] : 0;
+    }
+    if (t->rank == 0) {
+        xsh[0] = osh[0] = xs[0] = os[0] = 1;
+        k = 1;
+    }
+    unsigned log;
+    unsigned cube = cube_for(n_inner, &log);
+    static const int kind[] = {0, 1, 2, 3, 2, 3, 0, 0, 0, 2, 3, 2};
+    em_lang_bind b[10] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("U", odt),
+                         em_lang_bind_type("C", ct), em_lang_bind_type("M", tn_math_type(t->st->dev, ct)), em_lang_bind_int("R", R), em_lang_bind_int("K", k),
+                         em_lang_bind_int("OP", code), em_lang_bind_int("KIND", kind[code]),
+                         em_lang_bind_int("CUBE", cube), em_lang_bind_int("LOG", log)};
+    double scale = code == R_MEAN ? 1.0 / (double)n_inner : 1.0 / (double)(n_inner - correction);
+    if ((code == R_VAR || code == R_STD) && n_inner - correction <= 0) scale = NAN;
+    tn_arg args[3] = {tn_arg_geom(t, R, xsh, xs, t->offset), tn_arg_geom(out, R, osh, os, 0),
+                      tn_arg_s(tn_scalar_arg(ct, scale))};
+    if (!em_scalar_is_float(ct)) args[2] = tn_arg_s(tn_scalar_arg(ct, 0));
+    uint32_t cubes[3] = {(uint32_t)n_outer, 1, 1}, units[3] = {cube, 1, 1};
+    if (tn_launch(op, t->st->dev, "tensor_reduce", b, 10, 1, cubes, units, args, 3) != EM_OK) {
+        em_release(out);
+        out = NULL;
+    }
+done:
+    tn_done(t);
+    return out;
+}
+
+#define REDUCE(name, code)                                                                         \
+    em_tensor *em_##name(const em_tensor *t, const int *dims, int ndims, bool keepdim)             \
+    {                                                                                              \
+        return reduce(#name, t, dims, ndims, keepdim, code, 0);                                    \
+    }
+REDUCE(sum, R_SUM)
+REDUCE(mean, R_MEAN)
+REDUCE(prod, R_PROD)
+REDUCE(max, R_MAX)
+REDUCE(min, R_MIN)
+REDUCE(all, R_ALL)
+REDUCE(any, R_ANY)
+REDUCE(logsumexp, R_LSE)
+
+em_tensor *em_var(const em_tensor *t, const int *dims, int ndims, int correction, bool keepdim)
+{
+    return reduce("var", t, dims, ndims, keepdim, R_VAR, correction);
+}
+
+em_tensor *em_std(const em_tensor *t, const int *dims, int ndims, int correction, bool keepdim)
+{
+    return reduce("std", t, dims, ndims, keepdim, R_STD, correction);
+}
+
+em_tensor *em_argmax(const em_tensor *t, int dim, bool keepdim)
+{
+    return reduce("argmax", t, &dim, 1, keepdim, R_ARGMAX, 0);
+}
+
+em_tensor *em_argmin(const em_tensor *t, int dim, bool keepdim)
+{
+    return reduce("argmin", t, &dim, 1, keepdim, R_ARGMIN, 0);
+}
+
+/* ---- along one dim: softmax, cumsum ---------------------------------------------------------- */
+
+/* The geometry of t (and of a same-shape out) with dim d moved last. */
+static void dim_last(const em_tensor *t, int d, int64_t *shape, int64_t *stride)
+{
+    int j = 0;
+    for (int i = 0; i < t->rank; i++)
+        if (i != d) {
+            shape[j] = t->shape[i];
+            stride[j++] = t->stride[i];
+        }
+    shape[j] = t->shape[d];
+    stride[j] = t->stride[d];
+}
+
+static em_tensor *softmax(const char *op, const em_tensor *t, int dim, bool log_softmax)
+{
+    if (!t) return NULL;
+    em_tensor *out = NULL;
+    if (!em_scalar_is_float(t->dtype)) {
+        em_set_error(EM_ERR_INVALID, "%s: needs a floating-point tensor, got %s", op, em_scalar_name(t->dtype));
+        goto done;
+    }
+    int d = tn_dim(op, dim, t->rank);
+    if (d < 0) goto done;
+    out = tn_new(t->st->dev, t->dtype, t->rank, t->shape);
+    if (!out || em_numel(t) == 0) goto done;
+    int R = t->rank ? t->rank : 1;
+    int64_t xsh[EM_MAX_RANK] = {1}, xs[EM_MAX_RANK] = {1}, osh[EM_MAX_RANK] = {1}, os[EM_MAX_RANK] = {1};
+    if (t->rank) {
+        dim_last(t, d, xsh, xs);
+        dim_last(out, d, osh, os);
+    }
+    unsigned log;
+    unsigned cube = cube_for(xsh[R - 1], &log);
+    em_scalar ct = tn_compute_type(t->dtype);
+    em_lang_bind b[7] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("C", ct),
+                         em_lang_bind_type("M", tn_math_type(t->st->dev, ct)),
+                         em_lang_bind_int("R", R), em_lang_bind_bool("LOG_SOFTMAX", log_softmax),
+                         em_lang_bind_int("CUBE", cube), em_lang_bind_int("LOG", log)};
+    tn_arg args[2] = {tn_arg_geom(t, R, xsh, xs, t->offset), tn_arg_geom(out, R, osh, os, 0)};
+    uint32_t cubes[3] = {(uint32_t)(em_numel(t) / xsh[R - 1]), 1, 1}, units[3] = {cube, 1, 1};
+    if (tn_launch(op, t->st->dev, "tensor_softmax", b, 7, 1, cubes, units, args, 2) != EM_OK) {
+        em_release(out);
+        out = NULL;
+    }
+done:
+    tn_done(t);
+    return out;
+}
+
+em_tensor *em_softmax(const em_tensor *t, int dim) { return softmax("softmax", t, dim, false); }
+em_tensor *em_log_softmax(const em_tensor *t, int dim) { return softmax("log_softmax", t, dim, true); }
+
+em_tensor *em_cumsum(const em_tensor *t, int dim)
+{
+    if (!t) return NULL;
+    em_tensor *out = NULL;
+    int d = tn_dim("cumsum", dim, t->rank);
+    if (d < 0) goto done;
+    em_scalar odt = em_scalar_is_float(t->dtype) ? t->dtype : EM_I64;
+    out = tn_new(t->st->dev, odt, t->rank, t->shape);
+    if (!out || em_numel(t) == 0) goto done;
+    int R = t->rank ? t->rank : 1;
+    int64_t xsh[EM_MAX_RANK] = {1}, xs[EM_MAX_RANK] = {1}, osh[EM_MAX_RANK] = {1}, os[EM_MAX_RANK] = {1};
+    if (t->rank) {
+        dim_last(t, d, xsh, xs);
+        dim_last(out, d, osh, os);
+    }
+    int64_t rows = em_numel(t) / xsh[R - 1];
+    em_lang_bind b[4] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("U", odt),
+                         em_lang_bind_type("C", em_scalar_is_float(t->dtype) ? tn_compute_type(t->dtype) : EM_I64),
+                         em_lang_bind_int("R", R)};
+    tn_arg args[3] = {tn_arg_geom(t, R, xsh, xs, t->offset), tn_arg_geom(out, R, osh, os, 0),
+                      tn_arg_s(em_arg_u32((uint32_t)rows))};
+    uint32_t cubes[3], units[3];
+    tn_grid_1d((uint64_t)rows, cubes, units);
+    if (tn_launch("cumsum", t->st->dev, "tensor_cumsum", b, 4, 1, cubes, units, args, 3) != EM_OK) {
+        em_release(out);
+        out = NULL;
+    }
+done:
+    tn_done(t);
+    return out;
+}
+
+/* ---- norms ----------------------------------------------------------------------------------- */
+
+static bool check_affine(const char *op, const char *what, const em_tensor *t, int nnorm, const em_tensor *p)
+{
+    if (!p) return true;
+    bool ok = p->rank == nnorm && p->dtype == t->dtype;
+    for (int i = 0; ok && i < nnorm; i++)
+        if (p->shape[i] != t->shape[t->rank - nnorm + i]) ok = false;
+    if (!ok) {
+        char a[128], b[128];
+        em_set_error(EM_ERR_INVALID, "%s: %s %s does not match the normalized dims of %s", op, what,
+                     em_describe(p, a, sizeof a), em_describe(t, b, sizeof b));
+        return false;
+    }
+    return tn_same_device(op, t, p);
+}
+
+static em_tensor *norm(const char *op, const em_tensor *t, int nnorm, const em_tensor *w,
+                       const em_tensor *bias, double eps, bool rms)
+{
+    em_tensor *out = NULL, *wc = NULL, *bc = NULL;
+    if (!em_scalar_is_float(t->dtype)) {
+        em_set_error(EM_ERR_INVALID, "%s: needs a floating-point tensor, got %s", op, em_scalar_name(t->dtype));
+        return NULL;
+    }
+    if (nnorm < 1 || nnorm > t->rank) {
+        em_set_error(EM_ERR_INVALID, "%s: cannot normalize over the last %d dims of a tensor of rank %d", op,
+                     nnorm, t->rank);
+        return NULL;
+    }
+    if (!check_affine(op, "weight", t, nnorm, w) || !check_affine(op, "bias", t, nnorm, bias)) return NULL;
+    out = tn_new(t->st->dev, t->dtype, t->rank, t->shape);
+    if (!out || em_numel(t) == 0) return out;
+    wc = w ? tn_contig(w) : NULL;
+    bc = bias ? tn_contig(bias) : NULL;
+    if ((w && !wc) || (bias && !bc)) goto fail;
+    int64_t n = 1;
+    for (int i = t->rank - nnorm; i < t->rank; i++) n *= t->shape[i];
+    unsigned log;
+    unsigned cube = cube_for(n, &log);
+    em_lang_bind b[9] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("C", tn_compute_type(t->dtype)),
+                         em_lang_bind_int("R", t->rank), em_lang_bind_int("K", nnorm),
+                         em_lang_bind_bool("RMS", rms), em_lang_bind_bool("HAS_W", wc != NULL),
+                         em_lang_bind_bool("HAS_B", bc != NULL), em_lang_bind_int("CUBE", cube),
+                         em_lang_bind_int("LOG", log)};
+    tn_arg args[5] = {tn_arg_t(t), tn_arg_flat(wc ? wc : t), tn_arg_flat(bc ? bc : t), tn_arg_t(out),
+                      tn_arg_s(tn_scalar_arg(t->dtype, eps))};
+    uint32_t cubes[3] = {(uint32_t)(em_numel(t) / n), 1, 1}, units[3] = {cube, 1, 1};
+    if (tn_launch(op, t->st->dev, "tensor_norm", b, 9, 1, cubes, units, args, 5) != EM_OK) goto fail;
+    em_release(wc);
+    em_release(bc);
+    return out;
+fail:
+    em_release(wc);
+    em_release(bc);
+    em_release(out);
+    return NULL;
+}
+
+em_tensor *em_layer_norm(const em_tensor *t, int nnorm, const em_tensor *weight, const em_tensor *bias,
+                         double eps)
+{
+    em_tensor *out = t ? norm("layer_norm", t, nnorm, weight, bias, eps, false) : NULL;
+    tn_done(t);
+    tn_done(weight);
+    tn_done(bias);
+    return out;
+}
+
+em_tensor *em_rms_norm(const em_tensor *t, int nnorm, const em_tensor *weight, double eps)
+{
+    em_tensor *out = t ? norm("rms_norm", t, nnorm, weight, NULL, eps, true) : NULL;
+    tn_done(t);
+    tn_done(weight);
+    return out;
+}
