@@ -6,6 +6,8 @@
 
 #include "kernel/ir_internal.h"
 
+static void remember_const(em_ir_kernel *k, em_ir_val id);
+
 #define PUSH_OR_OOM(k, vec, x) (EM_VEC_PUSH(&(k)->vec, (x)) ? true : ((k)->oom = true, false))
 
 static void builder_misuse(em_ir_kernel *k, const char *what)
@@ -35,6 +37,7 @@ em_ir_kernel *em_ir_kernel_new(const char *name)
     }
     k->name = strdup(name && *name ? name : "kernel");
     em_arena_init(&k->strings, 4096);
+    em_map_init(&k->consts);
     /* slot 0 of values, memories and blocks is reserved for "none" */
     em_ir_value none_value = {0};
     em_ir_memory none_mem = {0};
@@ -59,6 +62,7 @@ void em_ir_kernel_free(em_ir_kernel *k)
     free(k->insts.items);
     free(k->params.items);
     em_arena_free(&k->strings);
+    em_map_free(&k->consts);
     free(k->name);
     free(k);
 }
@@ -76,6 +80,7 @@ em_ir_kernel *em_ir_kernel_clone(const em_ir_kernel *k)
         em_ir_value v = k->values.items[i];
         v.name = reintern(c, v.name);
         ok = EM_VEC_PUSH(&c->values, v);
+        if (ok && i > 0 && v.kind == EM_VAL_CONST) remember_const(c, (em_ir_val)i);
     }
     for (size_t i = 0; ok && i < k->mems.len; i++) {
         em_ir_memory m = k->mems.items[i];
@@ -210,16 +215,34 @@ em_ir_mem em_ir_local(em_ir_kernel *k, const char *name, em_type elem, uint32_t 
     return block_memory(k, EM_MEM_LOCAL, name, elem, length);
 }
 
+/* The key under which a constant is remembered: its type and payload bits. */
+static void const_key(em_type type, em_ir_const c, unsigned char key[10])
+{
+    key[0] = type.scalar;
+    key[1] = type.lanes;
+    memcpy(key + 2, &c.u, 8);
+}
+
+static void remember_const(em_ir_kernel *k, em_ir_val id)
+{
+    unsigned char key[10];
+    const em_ir_value *v = &k->values.items[id];
+    const_key(v->type, v->c, key);
+    if (!em_map_put(&k->consts, key, sizeof key, (void *)(uintptr_t)id)) k->oom = true;
+}
+
 static em_ir_val new_const(em_ir_kernel *k, em_type type, em_ir_const c)
 {
     if (!k) return 0;
     /* reuse an identical constant so that printing and hashing stay compact */
-    for (size_t i = 1; i < k->values.len; i++) {
-        const em_ir_value *v = &k->values.items[i];
-        if (v->kind == EM_VAL_CONST && em_type_eq(v->type, type) && v->c.u == c.u) return (em_ir_val)i;
-    }
+    unsigned char key[10];
+    const_key(type, c, key);
+    void *found = em_map_get(&k->consts, key, sizeof key);
+    if (found) return (em_ir_val)(uintptr_t)found;
     em_ir_value v = {.type = type, .kind = EM_VAL_CONST, .c = c};
-    return em_ir_new_value(k, v);
+    em_ir_val id = em_ir_new_value(k, v);
+    if (id) remember_const(k, id);
+    return id;
 }
 
 em_ir_val em_ir_const_int(em_ir_kernel *k, em_type type, int64_t v)

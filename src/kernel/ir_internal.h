@@ -28,6 +28,7 @@ struct em_ir_kernel {
     uint32_t line, col;               /* builder: current source position */
     char build_error[256];            /* first misuse of the builder ("" when none) */
     bool oom;                         /* an allocation failed while building */
+    em_map consts;                    /* (type, payload) -> constant value id, for reuse */
 };
 
 /* Appends an instruction index to a block; false on out of memory. */

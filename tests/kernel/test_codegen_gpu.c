@@ -1015,6 +1015,12 @@ static void test_rejections_name_instruction_and_target(void **state)
     em_ir_kernel_free(k);
     assert_null(em_codegen_glsl(NULL, 0, NULL));
     assert_null(em_codegen_cuda(NULL, 1, NULL));
+    /* one batch cannot hold two kernels of one name */
+    em_ir_kernel *twins[2] = {prepare(build_reduce()), prepare(build_reduce())};
+    assert_null(em_codegen_opencl((const em_ir_kernel *const *)twins, 2, NULL));
+    expect_error_has("two kernels named 'block_sum'");
+    assert_null(em_codegen_glsl((const em_ir_kernel *const *)twins, 2, NULL));
+    free_all(twins, 2);
 }
 
 /* ---- the parameter ABI ------------------------------------------------------------------------ */

@@ -2,8 +2,11 @@
  * (cli.h) and receives the arguments after `ember` (argv[0] is the command name). This file only
  * dispatches and prints the overall help and version; `ember <command> --help` is the command's
  * own business, so each command documents itself. */
+#include <execinfo.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include "ember/runtime.h"
 #include "cli.h"
 
@@ -42,8 +45,37 @@ static void usage(FILE *out)
                  "  EMBER_LOG        log level: error, warn, info, debug, trace (default warn)\n");
 }
 
+/* On a crash (a bug in ember or in a driver it loaded), prints the signal and a backtrace before
+ * dying with the same signal, so that a report from a machine without a debugger still says where.
+ * Only async-signal-safe calls are used. */
+static void crash_handler(int sig)
+{
+    static const char msg[] = "ember: crashed; backtrace follows (addr2line -e ember ADDR resolves it)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    void *frames[64];
+    int n = backtrace(frames, 64);
+    backtrace_symbols_fd(frames, n, STDERR_FILENO);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void install_crash_handler(void)
+{
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    return; /* the sanitizer's own report is better */
+#endif
+    void *warm[1];
+    backtrace(warm, 1); /* loads libgcc now, not inside the handler */
+    signal(SIGSEGV, crash_handler);
+    signal(SIGBUS, crash_handler);
+    signal(SIGFPE, crash_handler);
+    signal(SIGILL, crash_handler);
+}
+
 int main(int argc, char **argv)
 {
+    install_crash_handler();
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -833,10 +833,7 @@ static void prelude(const em_caps *caps, uint32_t needs, em_strbuf *sb)
 
 char *em_codegen_cuda(const em_ir_kernel *const *ks, size_t n, const em_caps *caps)
 {
-    if (!ks || !n) {
-        em_set_error(EM_ERR_INVALID, "CUDA code generator: no kernels");
-        return NULL;
-    }
+    if (!em_spmd_check_batch(&cuda_dialect, ks, n)) return NULL;
     em_caps c = caps ? *caps : em_spmd_default_caps("cuda", 32);
     c.plane_dim = 32; /* warps: plane ops are always native */
     c.plane_ops = true;

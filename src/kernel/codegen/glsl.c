@@ -695,10 +695,7 @@ static void header(const em_ir_kernel *k, const em_caps *caps, uint32_t needs, c
 
 char *em_codegen_glsl(const em_ir_kernel *const *ks, size_t n, const em_caps *caps)
 {
-    if (!ks || !n) {
-        em_set_error(EM_ERR_INVALID, "GLSL code generator: no kernels");
-        return NULL;
-    }
+    if (!em_spmd_check_batch(&glsl_dialect, ks, n)) return NULL;
     em_caps c = caps ? *caps : em_spmd_default_caps("glsl", 32);
     em_strbuf out, body;
     em_sb_init(&out);

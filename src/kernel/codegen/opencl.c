@@ -492,7 +492,7 @@ static const em_spmd_dialect opencl_dialect = {
               [EM_BF16] = "float", [EM_F32] = "float", [EM_F64] = "double"},
     .fn_prefix = "",
     .vector_math = true,
-    .unroll = "#pragma unroll",
+    .unroll = NULL, /* loops left to unroll have run-time bounds; clang-based compilers warn on a hint */
     .decl = cl_decl,
     .lane = cl_lane,
     .line_kind = cl_line_kind,
@@ -584,10 +584,7 @@ static void prelude(const em_caps *caps, uint32_t needs, em_strbuf *sb)
 
 char *em_codegen_opencl(const em_ir_kernel *const *ks, size_t n, const em_caps *caps)
 {
-    if (!ks || !n) {
-        em_set_error(EM_ERR_INVALID, "OpenCL code generator: no kernels");
-        return NULL;
-    }
+    if (!em_spmd_check_batch(&opencl_dialect, ks, n)) return NULL;
     em_caps c = caps ? *caps : em_spmd_default_caps("opencl", 1);
     em_strbuf body, out;
     em_sb_init(&body);

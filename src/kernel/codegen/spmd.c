@@ -1216,6 +1216,27 @@ bool em_spmd_kernel(const em_spmd_dialect *d, const em_ir_kernel *k, const em_ca
     return ok;
 }
 
+bool em_spmd_check_batch(const em_spmd_dialect *d, const em_ir_kernel *const *ks, size_t n)
+{
+    if (!ks || !n) {
+        em_set_error(EM_ERR_INVALID, "%s code generator: no kernels", d->name);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!ks[i]) {
+            em_set_error(EM_ERR_INVALID, "%s code generator: kernel %zu of the batch is NULL", d->name, i);
+            return false;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(em_ir_kernel_name(ks[i]), em_ir_kernel_name(ks[j]))) {
+                em_set_error(EM_ERR_INVALID, "%s code generator: two kernels named '%s' in one batch (one source "
+                             "cannot hold both)", d->name, em_ir_kernel_name(ks[i]));
+                return false;
+            }
+    }
+    return true;
+}
+
 em_caps em_spmd_default_caps(const char *target, uint32_t plane_dim)
 {
     em_caps c;

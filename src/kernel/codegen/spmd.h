@@ -175,12 +175,17 @@ struct em_spmd {
     void *priv;            /* the dialect's own state */
 };
 
-/* Emits one kernel with dialect d into out; the kernel must be verified and should be simplified.
- * caps must be complete (see em_spmd_default_caps). e->needs accumulates across calls when the
- * same em_spmd is reused (pass needs_in, read the result back). Returns false with the error set
- * ("TARGET: kernel NAME: inst N `TEXT`: what"). priv is handed to the dialect's hooks. */
+/* Emits one kernel with dialect d into out (the kernel is verified here; it should have been
+ * simplified). caps must be complete (see em_spmd_default_caps). *needs (may be NULL) is read and
+ * updated with the EM_NEED_* features the kernel uses, so a batch accumulates them for its
+ * prelude. priv is handed to the dialect's hooks (em_spmd.priv). Returns false with the error set
+ * ("TARGET: kernel NAME: inst N `TEXT`: what"), leaving out as it was. */
 bool em_spmd_kernel(const em_spmd_dialect *d, const em_ir_kernel *k, const em_caps *caps,
                     void *priv, em_strbuf *out, uint32_t *needs);
+
+/* Checks a batch before generation: at least one kernel, none NULL, no two with one name (one
+ * source cannot hold both). Returns false with the error set. */
+bool em_spmd_check_batch(const em_spmd_dialect *d, const em_ir_kernel *const *ks, size_t n);
 
 /* Capabilities used when a caller passes NULL: everything available, with the given plane size
  * (plane_ops when > 1). */

@@ -93,7 +93,7 @@ static void fold_block(simplifier *s, uint32_t b)
                 uint32_t *bigger = realloc(out, (m + tb->len + (n - i)) * sizeof(uint32_t));
                 if (!bigger) break;
                 out = bigger;
-                memcpy(out + m, tb->items, tb->len * sizeof(uint32_t));
+                if (tb->len) memcpy(out + m, tb->items, tb->len * sizeof(uint32_t));
                 m += tb->len;
                 tb->len = 0;
             }
@@ -236,7 +236,7 @@ static bool unroll(simplifier *s, uint32_t idx, uint32_t **out, size_t *m, size_
         em_ir_block *cb = &k->blocks.items[copy];
         if (*m + cb->len > *cap) ok = em_vec_grow((void **)out, cap, *m + cb->len, sizeof(uint32_t));
         if (ok) {
-            memcpy(*out + *m, cb->items, cb->len * sizeof(uint32_t));
+            if (cb->len) memcpy(*out + *m, cb->items, cb->len * sizeof(uint32_t));
             *m += cb->len;
         }
         cb->len = 0;
@@ -257,7 +257,7 @@ static void unroll_block(simplifier *s, uint32_t b)
         free(out);
         return;
     }
-    memcpy(items, k->blocks.items[b].items, n * sizeof(uint32_t));
+    if (n) memcpy(items, k->blocks.items[b].items, n * sizeof(uint32_t));
     for (size_t i = 0; i < n; i++) {
         uint32_t idx = items[i];
         em_ir_inst *in = &k->insts.items[idx];
