@@ -54,11 +54,17 @@ static void roundtrip(const em_tokenizer *t, const uint8_t *data, size_t size, b
     free(back);
     em_tok_stream s;
     em_tok_stream_init(&s, t);
-    char out[1024];
-    for (size_t i = 0; i < tk.len; i++)
-        if (em_tok_stream_feed(&s, tk.ids[i], out, sizeof out) < 0)
+    char small[64];
+    for (size_t i = 0; i < tk.len; i++) {
+        size_t len = 0;
+        em_tok_token_bytes(t, tk.ids[i], &len);
+        size_t cap = 3 * len + 32; /* what data.h promises is always enough */
+        char *out = malloc(cap);
+        if (!out || em_tok_stream_feed(&s, tk.ids[i], out, cap) < 0)
             __builtin_trap();
-    if (em_tok_stream_finish(&s, out, sizeof out) < 0)
+        free(out);
+    }
+    if (em_tok_stream_finish(&s, small, sizeof small) < 0)
         __builtin_trap();
     em_tokens_free(&tk);
 }

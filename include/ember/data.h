@@ -101,11 +101,11 @@ typedef struct em_tok_stream {
     size_t npending;         /* its length */
 } em_tok_stream;
 void em_tok_stream_init(em_tok_stream *s, const em_tokenizer *tok);
-/* Writes the complete characters that id completes into out (capacity cap; 64 + the token's length
- * always suffices) and returns how many bytes were written, or -1 (error set) for an unknown id or
- * a too small buffer. */
+/* Writes the complete characters that id completes into out (capacity cap; 3 x the token's length
+ * + 32 always suffices, as each invalid byte becomes the 3 bytes of U+FFFD) and returns how many
+ * bytes were written, or -1 (error set) for an unknown id or a too small buffer. */
 long em_tok_stream_feed(em_tok_stream *s, uint32_t id, char *out, size_t cap);
-/* Flushes what is held back (as U+FFFD); returns bytes written. */
+/* Flushes what is held back (as U+FFFD; 32 bytes always suffice); returns bytes written. */
 long em_tok_stream_finish(em_tok_stream *s, char *out, size_t cap);
 
 /* ---- training ------------------------------------------------------------------------------- */

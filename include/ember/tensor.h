@@ -209,7 +209,8 @@ em_tensor *em_view(const em_tensor *t, em_shape shape);
 em_tensor *em_flatten(const em_tensor *t);
 em_tensor *em_permute(const em_tensor *t, const int *perm, int n);
 em_tensor *em_transpose(const em_tensor *t, int d0, int d1);
-/* t itself (a new reference) when already contiguous, else a copy. */
+/* A new view of t when it is already contiguous (t itself when donated with em_take), else a
+ * contiguous copy. */
 em_tensor *em_contiguous(const em_tensor *t);
 /* Broadcasts size-1 dims (and new leading dims) to `shape`; -1 keeps a size. A view. */
 em_tensor *em_expand(const em_tensor *t, em_shape shape);
@@ -291,7 +292,8 @@ em_status em_topk(const em_tensor *t, int64_t k, int dim, bool largest, em_tenso
 
 /* ---- convolution and pooling (NCHW) ---------------------------------------------------------- */
 
-/* x [N, C, H, W], weight [O, C/groups, KH, KW], bias NULL or [O]. */
+/* x [N, C, H, W], weight [O, C/groups, KH, KW], bias NULL or [O]. Pools: stride 0 means the
+ * kernel size; padding at most kernel / 2; avg_pool2d counts padding as zeros (PyTorch's default). */
 em_tensor *em_conv2d(const em_tensor *x, const em_tensor *weight, const em_tensor *bias,
                      int stride, int padding, int dilation, int groups);
 em_tensor *em_max_pool2d(const em_tensor *x, int kernel, int stride, int padding);

@@ -26,6 +26,7 @@ typedef struct tok_special {
 struct em_tokenizer {
     em_tok_kind kind;       /* BPE or character */
     uint32_t nids;          /* id slots: every id (ordinary or special) is below this */
+    uint32_t ids_cap;       /* allocated id slots */
     uint8_t *pool;          /* bytes of every token, back to back */
     size_t pool_len;        /* bytes used */
     size_t pool_cap;        /* bytes allocated */

@@ -37,20 +37,27 @@ static bool grow_ids(em_tokenizer *t, uint32_t need)
 {
     if (need <= t->nids)
         return true;
-    uint32_t n = need;
-    uint64_t *off = realloc(t->off, (size_t)n * sizeof *off);
-    if (off)
-        t->off = off;
-    uint32_t *len = realloc(t->len, (size_t)n * sizeof *len);
-    if (len)
-        t->len = len;
-    uint8_t *sp = realloc(t->is_special, n);
-    if (sp)
-        t->is_special = sp;
-    if (!off || !len || !sp) {
-        em_set_error(EM_ERR_NOMEM, "out of memory growing a vocabulary to %u ids", n);
-        return false;
+    if (need > t->ids_cap) {
+        /* grow the arrays geometrically; nids itself moves to exactly `need` */
+        uint32_t cap = t->ids_cap ? t->ids_cap : 256;
+        while (cap < need)
+            cap = cap > UINT32_MAX / 2 ? need : cap * 2;
+        uint64_t *off = realloc(t->off, (size_t)cap * sizeof *off);
+        if (off)
+            t->off = off;
+        uint32_t *len = realloc(t->len, (size_t)cap * sizeof *len);
+        if (len)
+            t->len = len;
+        uint8_t *sp = realloc(t->is_special, cap);
+        if (sp)
+            t->is_special = sp;
+        if (!off || !len || !sp) {
+            em_set_error(EM_ERR_NOMEM, "out of memory growing a vocabulary to %u ids", need);
+            return false;
+        }
+        t->ids_cap = cap;
     }
+    uint32_t n = need;
     for (uint32_t i = t->nids; i < n; i++) {
         t->off[i] = 0;
         t->len[i] = 0;

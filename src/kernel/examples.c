@@ -31,7 +31,8 @@ static em_ir_kernel *example_gelu(void)
     em_ir_val i = em_ir_builtin(k, EM_ABSOLUTE_POS);
     em_ir_if_begin(k, em_ir_binary(k, EM_OP_LT, i, em_ir_len(k, in)));
     em_ir_val x = em_ir_load(k, in, i);
-    em_ir_val scaled = em_ir_binary(k, EM_OP_MUL, x, em_ir_const_float(k, em_ty(EM_F32), 0.70710678118654752));
+    em_ir_val scaled =
+        em_ir_binary(k, EM_OP_MUL, x, em_ir_const_float(k, em_ty(EM_F32), 0.70710678118654752));
     em_ir_val e = em_ir_unary(k, EM_OP_ERF, scaled);
     em_ir_val one = em_ir_binary(k, EM_OP_ADD, e, em_ir_const_float(k, em_ty(EM_F32), 1.0));
     em_ir_val y = em_ir_binary(k, EM_OP_MUL, em_ir_binary(k, EM_OP_MUL, x, one),
@@ -109,7 +110,8 @@ static em_ir_kernel *example_matmul_tiled(void)
     em_ir_val row = em_ir_builtin(k, EM_ABSOLUTE_POS_Y), col = em_ir_builtin(k, EM_ABSOLUTE_POS_X);
     em_ir_val tile = em_ir_u32(k, T);
     em_ir_val slot = em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, ty, tile), tx);
-    em_ir_val tiles = em_ir_binary(k, EM_OP_DIV, em_ir_binary(k, EM_OP_ADD, kd, em_ir_u32(k, T - 1)), tile);
+    em_ir_val tiles =
+        em_ir_binary(k, EM_OP_DIV, em_ir_binary(k, EM_OP_ADD, kd, em_ir_u32(k, T - 1)), tile);
     em_ir_val acc = em_ir_var(k, f, "acc");
     em_ir_assign(k, acc, em_ir_const_float(k, f, 0.0));
     em_ir_val t = em_ir_var(k, u, "t");
@@ -120,8 +122,10 @@ static em_ir_kernel *example_matmul_tiled(void)
     em_ir_sync_cube(k);
     em_ir_val kk = em_ir_var(k, u, "kk");
     em_ir_range_begin(k, kk, em_ir_u32(k, 0), tile, em_ir_u32(k, 1), true);
-    em_ir_val av = em_ir_load(k, as, em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, ty, tile), kk));
-    em_ir_val bv = em_ir_load(k, bs, em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, kk, tile), tx));
+    em_ir_val av =
+        em_ir_load(k, as, em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, ty, tile), kk));
+    em_ir_val bv =
+        em_ir_load(k, bs, em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, kk, tile), tx));
     em_ir_assign(k, acc, em_ir_ternary(k, EM_OP_FMA, av, bv, acc));
     em_ir_end(k);
     em_ir_sync_cube(k);
@@ -149,25 +153,25 @@ static em_ir_kernel *example_matmul_mma(void)
     em_ir_val fb = em_ir_matrix(k, EM_MAT_B, EM_F16, T, T, T, EM_ROW_MAJOR, "fb");
     em_ir_val acc = em_ir_matrix(k, EM_MAT_ACC, EM_F32, T, T, T, EM_ROW_MAJOR, "acc");
     /* one plane per tile: the tile is (CUBE_POS_Y * planes + PLANE_POS) over the x axis */
-    em_ir_val planes = em_ir_binary(k, EM_OP_DIV, em_ir_builtin(k, EM_CUBE_DIM),
-                                    em_ir_builtin(k, EM_PLANE_DIM));
-    em_ir_val tile_x = em_ir_binary(k, EM_OP_ADD,
-                                    em_ir_binary(k, EM_OP_MUL, em_ir_builtin(k, EM_CUBE_POS_X), planes),
-                                    em_ir_builtin(k, EM_PLANE_POS));
+    em_ir_val planes =
+        em_ir_binary(k, EM_OP_DIV, em_ir_builtin(k, EM_CUBE_DIM), em_ir_builtin(k, EM_PLANE_DIM));
+    em_ir_val tile_x = em_ir_binary(
+        k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, em_ir_builtin(k, EM_CUBE_POS_X), planes),
+        em_ir_builtin(k, EM_PLANE_POS));
     em_ir_val row0 = em_ir_binary(k, EM_OP_MUL, em_ir_builtin(k, EM_CUBE_POS_Y), em_ir_u32(k, T));
     em_ir_val col0 = em_ir_binary(k, EM_OP_MUL, tile_x, em_ir_u32(k, T));
     em_ir_if_begin(k, em_ir_binary(k, EM_OP_LT, col0, n));
     em_ir_mat_fill(k, acc, em_ir_const_float(k, em_ty(EM_F32), 0.0));
     em_ir_val kk = em_ir_var(k, u, "kk");
     em_ir_range_begin(k, kk, em_ir_u32(k, 0), kd, em_ir_u32(k, T), false);
-    em_ir_mat_load(k, fa, a, em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, row0, kd), kk), kd,
-                   EM_ROW_MAJOR);
+    em_ir_mat_load(k, fa, a, em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, row0, kd), kk),
+                   kd, EM_ROW_MAJOR);
     em_ir_mat_load(k, fb, b, em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, kk, n), col0), n,
                    EM_ROW_MAJOR);
     em_ir_mat_mma(k, acc, fa, fb, acc);
     em_ir_end(k);
-    em_ir_mat_store(k, c, em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, row0, n), col0), n, acc,
-                    EM_ROW_MAJOR);
+    em_ir_mat_store(k, c, em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, row0, n), col0), n,
+                    acc, EM_ROW_MAJOR);
     em_ir_end(k);
     return k;
 }
@@ -189,7 +193,7 @@ static em_ir_kernel *example_histogram(void)
 }
 
 typedef struct example {
-    const char *name;              /* sample name */
+    const char *name;             /* sample name */
     em_ir_kernel *(*build)(void); /* builds a fresh kernel */
 } example;
 
@@ -202,11 +206,13 @@ static const example examples[] = {
     {"histogram", example_histogram},
 };
 
-static const char *const example_names[] = {"add",          "gelu",       "reduce_sum",
-                                            "matmul_tiled", "matmul_mma", "histogram",
-                                            NULL};
+static const char *const example_names[] = {"add",        "gelu",      "reduce_sum", "matmul_tiled",
+                                            "matmul_mma", "histogram", NULL};
 
-const char *const *em_ir_example_names(void) { return example_names; }
+const char *const *em_ir_example_names(void)
+{
+    return example_names;
+}
 
 em_ir_kernel *em_ir_example(const char *name)
 {

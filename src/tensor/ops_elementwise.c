@@ -165,6 +165,7 @@ em_tensor *tn_unary(const char *op, const em_tensor *t, int code, double p0, dou
     if (reuse) {
         out = (em_tensor *)t;
         out->taken = false; /* the result: no longer donated */
+        if (!out->scope) tn_scope_track(out);
     } else {
         out = tn_new(t->st->dev, odt, t->rank, t->shape);
     }
@@ -275,8 +276,10 @@ em_tensor *em_contiguous(const em_tensor *t)
     if (!t) return NULL;
     if (em_is_contiguous(t)) {
         if (t->taken) {
-            ((em_tensor *)t)->taken = false;
-            return (em_tensor *)t; /* the donated reference becomes the result */
+            em_tensor *r = (em_tensor *)t;
+            r->taken = false;
+            if (!r->scope) tn_scope_track(r);
+            return r; /* the donated reference becomes the result */
         }
         return tn_view(t, t->rank, t->shape, t->stride, t->offset);
     }
@@ -315,12 +318,10 @@ static em_tensor *binary(const char *op, const em_tensor *a, const em_tensor *b,
                    memcmp(a->shape, shape, sizeof(int64_t) * (size_t)rank) == 0;
     bool reuse_b = !reuse_a && a != b && odt == b->dtype && tn_reusable(b) && b->rank == rank &&
                    memcmp(b->shape, shape, sizeof(int64_t) * (size_t)rank) == 0;
-    if (reuse_a) {
-        out = (em_tensor *)a;
+    if (reuse_a || reuse_b) {
+        out = (em_tensor *)(reuse_a ? a : b);
         out->taken = false;
-    } else if (reuse_b) {
-        out = (em_tensor *)b;
-        out->taken = false;
+        if (!out->scope) tn_scope_track(out);
     } else {
         out = tn_new(a->st->dev, odt, rank, shape);
     }

@@ -1,7 +1,8 @@
 /* scope.c — thread-local nested scopes. A scope holds the creation reference of every tensor made
  * while it is the innermost open one; em_scope_end releases them, except those kept, which move to
- * the enclosing scope (or to the caller when there is none). Releasing a scope-held tensor
- * explicitly takes it out of its scope first, so nothing is released twice. */
+ * the enclosing scope (or to the caller when there is none). A scope-held tensor whose last
+ * reference is released explicitly leaves its scope as it is freed, so nothing is released twice;
+ * a retain/release pair leaves the scope's reference in place. */
 #include <stdlib.h>
 
 #include "tensor/internal.h"

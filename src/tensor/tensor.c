@@ -91,9 +91,11 @@ static void tensor_free(em_tensor *t)
 void em_release(em_tensor *t)
 {
     if (!t) return;
-    /* Releasing the creation reference of a scope-held tensor takes it away from the scope. */
-    if (t->scope) tn_scope_forget(t);
-    if (atomic_fetch_sub(&t->refs, 1) == 1) tensor_free(t);
+    if (atomic_fetch_sub(&t->refs, 1) == 1) {
+        /* The last reference: a scope still listing the tensor forgets it. */
+        if (t->scope) tn_scope_forget(t);
+        tensor_free(t);
+    }
 }
 
 em_tensor *em_take(em_tensor *t)

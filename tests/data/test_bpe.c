@@ -20,6 +20,7 @@ static const char VARIED[] =
     "Ελληνικά κείμενα, русский текст, עברית, العربية, हिन्दी भाषा, ภาษาไทย, 日本語のテキスト, "
     "中文文本, 한국어 텍스트, Tiếng Việt, ქართული, Ṁüłţïƀÿţę ŝţřïñĝ.\n"
     "Emoji: 😀 😃 👍🏽 👨‍👩‍👧‍👦 🏳️‍🌈 🇫🇷🇯🇵 ❤️ 🧑🏿‍💻 e\xcc\x81 n\xcc\x83 \xe2\x80\x8b zero-width.\n"
+    "Before a letter: x \xef\xbb\xbfy x \xc2\x85y x \xc2\xa0y x \xe3\x80\x80y x \xe2\x80\x8by x \xe1\x9a\x80y\n"
     "Spaces:\xc2\xa0nbsp\xe3\x80\x80ideographic\xef\xbb\xbf bom \xc2\x85nel\xe2\x80\xa8ls\xe2\x80\xa9ps\n"
     "int main(void) { for (int i = 0; i < 10; i++) printf(\"%d\\n\", i * 2); return 0; }\n"
     "def f(x):\n    return {'a': [1, 2, 3], \"b\": x ** 2}  # comment\n"
@@ -258,7 +259,7 @@ static void test_stream_decoder(void **state)
     size_t n = 0;
     int split_tokens = 0;
     for (size_t i = 0; i < tk.len; i++) {
-        char out[256];
+        char out[3 * 256 + 32]; /* GPT-2's longest token is 128 bytes */
         long w = em_tok_stream_feed(&s, tk.ids[i], out, sizeof out);
         assert_true(w >= 0);
         assert_true(valid_utf8(out, (size_t)w));
@@ -344,6 +345,31 @@ static void test_tiktoken_file_and_chunks(void **state)
     assert_true(cuts > 2);
     assert_int_equal(d.len, a.len);
     assert_memory_equal(a.ids, d.ids, a.len * sizeof *a.ids);
+    /* random texts made of the characters the cut rules look at, cut at every safe point */
+    static const char *bits[] = {"a", "b", " ", "  ", "\n", "\n\n", "'s", "'", "1", ".", "\t",
+                                 "\xc3\xa9", "\xe3\x80\x80", "\xff", "\r\n"};
+    uint64_t seed = 777;
+    for (int iter = 0; iter < 2000; iter++) {
+        char txt[256];
+        size_t n = 0;
+        while (n < 200) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            const char *bit = bits[(seed >> 33) % (sizeof bits / sizeof *bits)];
+            memcpy(txt + n, bit, strlen(bit));
+            n += strlen(bit);
+        }
+        em_tokens whole = {0}, parts = {0};
+        assert_int_equal(em_tok_encode(t, txt, n, false, &whole), EM_OK);
+        for (size_t p = 0; p < n;) {
+            size_t cut = em_tok_safe_cut(txt + p, n - p, 1);
+            assert_int_equal(em_tok_encode(t, txt + p, cut, false, &parts), EM_OK);
+            p += cut;
+        }
+        assert_int_equal(whole.len, parts.len);
+        assert_memory_equal(whole.ids, parts.ids, whole.len * sizeof *whole.ids);
+        em_tokens_free(&whole);
+        em_tokens_free(&parts);
+    }
     em_tokens_free(&a);
     em_tokens_free(&b);
     em_tokens_free(&c);

@@ -130,9 +130,11 @@ static void test_prepare_folder(void **state)
     snprintf(path, sizeof path, "%s/in/sub", dir);
     mkdir(path, 0755);
     /* three documents (one in a sub-folder), sorted by path; a hidden file is skipped */
-    const char *docs[3] = {"First document. It is short.\n", "Second one, with more words in it: "
-                           "the quick brown fox jumps over the lazy dog.\n",
-                           "Third, in a folder: caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac 12345\n"};
+    const char *docs[3] = {
+        "First document. It is short.\n",
+        "Second one, with more words in it: the quick brown fox jumps over the lazy dog.\n",
+        "Third, in a folder: caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac 12345\n",
+    };
     const char *names[3] = {"a.txt", "b.txt", "sub/c.txt"};
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/in/%s", dir, names[i]);

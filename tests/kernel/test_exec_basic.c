@@ -22,7 +22,8 @@ static em_ir_kernel *k_axpb(unsigned lanes)
     em_ir_if_begin(k, em_ir_binary(k, EM_OP_LT, i, em_ir_len(k, out)));
     em_ir_val x = em_ir_load(k, a, i);
     em_ir_val y = em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, x, s), em_ir_load(k, b, i));
-    em_ir_store(k, out, i, em_ir_binary(k, EM_OP_MAX, y, em_ir_const_float(k, em_ty(EM_F32), -1000.0)));
+    em_ir_store(k, out, i,
+                em_ir_binary(k, EM_OP_MAX, y, em_ir_const_float(k, em_ty(EM_F32), -1000.0)));
     em_ir_end(k);
     return k;
 }
@@ -54,7 +55,8 @@ static void test_lines_with_tails(void **state)
         xlaunch(m, (size_t)w, XGRID(cubes, 1, 1), XGRID(32, 1, 1), args, 4);
         /* the tail, one scalar at a time (the width-1 kernel on the rest of the arrays) */
         if (tail) {
-            xarg targs[] = {xbuf(a + done, tail * sizeof(float), tail), xbuf(b + done, tail * sizeof(float), tail),
+            xarg targs[] = {xbuf(a + done, tail * sizeof(float), tail),
+                            xbuf(b + done, tail * sizeof(float), tail),
                             xbuf(out + done, tail * sizeof(float), tail), xscalar_f(s)};
             xlaunch(m, 0, XGRID(1, 1, 1), XGRID(16, 1, 1), targs, 4);
         }
@@ -81,7 +83,8 @@ static void test_example_add_gelu(void **state)
     assert_non_null(ks[0]);
     assert_non_null(ks[1]);
     xmod *m = xcompile(ks, 2);
-    float *a = malloc(N * sizeof(float)), *b = malloc(N * sizeof(float)), *out = malloc(N * sizeof(float));
+    float *a = malloc(N * sizeof(float)), *b = malloc(N * sizeof(float)),
+          *out = malloc(N * sizeof(float));
     uint64_t rng = 7;
     for (int i = 0; i < N; i++) a[i] = xrandf(&rng, -5, 5), b[i] = xrandf(&rng, -5, 5);
     xarg args[] = {xbuf(a, sizeof(float) * N, N / 4), xbuf(b, sizeof(float) * N, N / 4),
@@ -128,12 +131,17 @@ static void test_example_matmul_tiled(void **state)
     (void)state;
     enum { M = 37, N = 29, K = 53 };
     em_ir_kernel *k = em_ir_example("matmul_tiled");
-    float *a = malloc(M * K * sizeof(float)), *b = malloc(K * N * sizeof(float)), *c = malloc(M * N * sizeof(float));
+    float *a = malloc(M * K * sizeof(float)), *b = malloc(K * N * sizeof(float)),
+          *c = malloc(M * N * sizeof(float));
     uint64_t rng = 11;
     for (int i = 0; i < M * K; i++) a[i] = xrandf(&rng, -1, 1);
     for (int i = 0; i < K * N; i++) b[i] = xrandf(&rng, -1, 1);
-    xarg args[] = {xbuf(a, M * K * sizeof(float), M * K), xbuf(b, K * N * sizeof(float), K * N),
-                   xbuf(c, M * N * sizeof(float), M * N), xscalar_u(M), xscalar_u(N), xscalar_u(K)};
+    xarg args[] = {xbuf(a, M * K * sizeof(float), M * K),
+                   xbuf(b, K * N * sizeof(float), K * N),
+                   xbuf(c, M * N * sizeof(float), M * N),
+                   xscalar_u(M),
+                   xscalar_u(N),
+                   xscalar_u(K)};
     xrun(k, XGRID((N + 15) / 16, (M + 15) / 16, 1), XGRID(16, 16, 1), args, 6);
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
@@ -147,7 +155,10 @@ static void test_example_matmul_tiled(void **state)
     free(c);
 }
 
-static uint16_t f16_of(float x) { return xref_f16(x); }
+static uint16_t f16_of(float x)
+{
+    return xref_f16(x);
+}
 
 static void test_example_matmul_mma(void **state)
 {
@@ -159,14 +170,15 @@ static void test_example_matmul_mma(void **state)
     uint64_t rng = 5;
     for (int i = 0; i < M * K; i++) a[i] = f16_of(xrandf(&rng, -2, 2));
     for (int i = 0; i < K * N; i++) b[i] = f16_of(xrandf(&rng, -2, 2));
-    xarg args[] = {xbuf(a, M * K * 2, M * K), xbuf(b, K * N * 2, K * N), xbuf(c, M * N * sizeof(float), M * N),
-                   xscalar_u(N), xscalar_u(K)};
+    xarg args[] = {xbuf(a, M * K * 2, M * K), xbuf(b, K * N * 2, K * N),
+                   xbuf(c, M * N * sizeof(float), M * N), xscalar_u(N), xscalar_u(K)};
     /* PLANES planes (units, on the CPU) per cube along x, one 16x16 tile of c each */
     xrun(k, XGRID(N / 16 / PLANES, M / 16, 1), XGRID(PLANES, 1, 1), args, 5);
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             double want = 0;
-            for (int t = 0; t < K; t++) want += xref_half_value(a[i * K + t], false) * xref_half_value(b[t * N + j], false);
+            for (int t = 0; t < K; t++)
+                want += xref_half_value(a[i * K + t], false) * xref_half_value(b[t * N + j], false);
             xcheck_close("matmul_mma", (size_t)(i * N + j), c[i * N + j], want, 1e-5);
         }
     em_ir_kernel_free(k);
@@ -187,7 +199,8 @@ static void test_example_histogram(void **state)
         if (i % 3 == 0) in[i] = 5; /* contention on one bin */
         want[in[i] % BINS]++;
     }
-    xarg args[] = {xbuf(in, N * sizeof(uint32_t), N), xbuf(bins, sizeof bins, BINS), xscalar_u(BINS)};
+    xarg args[] = {xbuf(in, N * sizeof(uint32_t), N), xbuf(bins, sizeof bins, BINS),
+                   xscalar_u(BINS)};
     xrun(k, XGRID((N + 63) / 64, 1, 1), XGRID(64, 1, 1), args, 3);
     for (int i = 0; i < BINS; i++) assert_int_equal(bins[i], want[i]);
     em_ir_kernel_free(k);
@@ -201,9 +214,11 @@ static em_ir_kernel *k_positions(void)
 {
     em_ir_kernel *k = em_ir_kernel_new("positions");
     em_ir_mem out = em_ir_param_buffer(k, "out", em_ty(EM_U32), EM_WRITE, 1);
-    em_ir_val base = em_ir_binary(k, EM_OP_MUL, em_ir_builtin(k, EM_ABSOLUTE_POS), em_ir_u32(k, EM_BUILTIN_COUNT));
+    em_ir_val base = em_ir_binary(k, EM_OP_MUL, em_ir_builtin(k, EM_ABSOLUTE_POS),
+                                  em_ir_u32(k, EM_BUILTIN_COUNT));
     for (unsigned b = 0; b < EM_BUILTIN_COUNT; b++)
-        em_ir_store(k, out, em_ir_binary(k, EM_OP_ADD, base, em_ir_u32(k, b)), em_ir_builtin(k, (em_builtin)b));
+        em_ir_store(k, out, em_ir_binary(k, EM_OP_ADD, base, em_ir_u32(k, b)),
+                    em_ir_builtin(k, (em_builtin)b));
     return k;
 }
 
@@ -216,7 +231,8 @@ static void check_positions(xmod *m, const uint32_t count[3], const uint32_t dim
     xlaunch(m, 0, count, dim, args, 1);
     for (uint32_t c = 0; c < cubes; c++)
         for (uint32_t u = 0; u < units; u++) {
-            uint32_t cx = c % count[0], cy = c / count[0] % count[1], cz = c / (count[0] * count[1]);
+            uint32_t cx = c % count[0], cy = c / count[0] % count[1],
+                     cz = c / (count[0] * count[1]);
             uint32_t ux = u % dim[0], uy = u / dim[0] % dim[1], uz = u / (dim[0] * dim[1]);
             uint32_t want[EM_BUILTIN_COUNT] = {
                 [EM_ABSOLUTE_POS] = c * units + u,
@@ -246,8 +262,8 @@ static void check_positions(xmod *m, const uint32_t count[3], const uint32_t dim
             const uint32_t *got = out + ((size_t)c * units + u) * EM_BUILTIN_COUNT;
             for (int b = 0; b < EM_BUILTIN_COUNT; b++)
                 if (got[b] != want[b])
-                    fail_msg("cube %u unit %u: %s = %u, want %u", c, u, em_builtin_name((em_builtin)b), got[b],
-                             want[b]);
+                    fail_msg("cube %u unit %u: %s = %u, want %u", c, u,
+                             em_builtin_name((em_builtin)b), got[b], want[b]);
         }
     free(out);
 }
@@ -271,9 +287,9 @@ enum { MATH_OPS = 17 };
 /* out[i * MATH_OPS + j] = op_j(a[i]) (and a binary op with b[i]); isnan / isinf as 0 / 1. */
 static em_ir_kernel *k_math(void)
 {
-    static const em_ir_op unary[] = {EM_OP_EXP, EM_OP_EXP2, EM_OP_LOG, EM_OP_LOG2, EM_OP_SQRT, EM_OP_RSQRT,
-                                      EM_OP_ERF, EM_OP_TANH, EM_OP_SIN, EM_OP_COS, EM_OP_FLOOR, EM_OP_CEIL,
-                                      EM_OP_ROUND};
+    static const em_ir_op unary[] = {EM_OP_EXP,   EM_OP_EXP2, EM_OP_LOG,  EM_OP_LOG2, EM_OP_SQRT,
+                                     EM_OP_RSQRT, EM_OP_ERF,  EM_OP_TANH, EM_OP_SIN,  EM_OP_COS,
+                                     EM_OP_FLOOR, EM_OP_CEIL, EM_OP_ROUND};
     em_ir_kernel *k = em_ir_kernel_new("math_f32");
     em_type f = em_ty(EM_F32);
     em_ir_mem a = em_ir_param_buffer(k, "a", f, EM_READ, 1);
@@ -285,12 +301,14 @@ static em_ir_kernel *k_math(void)
     em_ir_val base = em_ir_binary(k, EM_OP_MUL, i, em_ir_u32(k, MATH_OPS));
     em_ir_val r[MATH_OPS];
     unsigned n = 0;
-    for (unsigned j = 0; j < sizeof unary / sizeof unary[0]; j++) r[n++] = em_ir_unary(k, unary[j], x);
+    for (unsigned j = 0; j < sizeof unary / sizeof unary[0]; j++)
+        r[n++] = em_ir_unary(k, unary[j], x);
     r[n++] = em_ir_binary(k, EM_OP_POW, em_ir_unary(k, EM_OP_ABS, x), y);
     r[n++] = em_ir_binary(k, EM_OP_REM, x, y);
     r[n++] = em_ir_cast(k, f, em_ir_unary(k, EM_OP_ISNAN, x));
     r[n++] = em_ir_cast(k, f, em_ir_unary(k, EM_OP_ISINF, x));
-    for (unsigned j = 0; j < n; j++) em_ir_store(k, out, em_ir_binary(k, EM_OP_ADD, base, em_ir_u32(k, j)), r[j]);
+    for (unsigned j = 0; j < n; j++)
+        em_ir_store(k, out, em_ir_binary(k, EM_OP_ADD, base, em_ir_u32(k, j)), r[j]);
     em_ir_end(k);
     return k;
 }
@@ -300,18 +318,22 @@ static void test_math_f32(void **state)
     (void)state;
     enum { N = 512 };
     em_ir_kernel *k = k_math();
-    float *a = malloc(N * sizeof(float)), *b = malloc(N * sizeof(float)), *out = malloc(N * MATH_OPS * sizeof(float));
+    float *a = malloc(N * sizeof(float)), *b = malloc(N * sizeof(float)),
+          *out = malloc(N * MATH_OPS * sizeof(float));
     uint64_t rng = 1234;
     for (int i = 0; i < N; i++) a[i] = xrandf(&rng, -6, 6), b[i] = xrandf(&rng, -3, 3);
-    a[0] = NAN, a[1] = INFINITY, a[2] = -INFINITY, a[3] = 2.5f, a[4] = -2.5f, a[5] = 0.5f, a[6] = -0.0f;
+    a[0] = NAN, a[1] = INFINITY, a[2] = -INFINITY, a[3] = 2.5f, a[4] = -2.5f, a[5] = 0.5f,
+    a[6] = -0.0f;
     xarg args[] = {xbuf(a, N * sizeof(float), N), xbuf(b, N * sizeof(float), N),
                    xbuf(out, N * MATH_OPS * sizeof(float), (uint64_t)N * MATH_OPS)};
     xrun(k, XGRID(N / 64, 1, 1), XGRID(64, 1, 1), args, 3);
     for (int i = 0; i < N; i++) {
         float x = a[i], y = b[i];
-        float want[MATH_OPS] = {expf(x),  exp2f(x), logf(x),    log2f(x),  sqrtf(x),         1.0f / sqrtf(x),
-                                erff(x),  tanhf(x), sinf(x),    cosf(x),   floorf(x),        ceilf(x),
-                                rintf(x), powf(fabsf(x), y),    fmodf(x, y), (float)!!isnan(x), (float)!!isinf(x)};
+        float want[MATH_OPS] = {expf(x),          exp2f(x),          logf(x),     log2f(x),
+                                sqrtf(x),         1.0f / sqrtf(x),   erff(x),     tanhf(x),
+                                sinf(x),          cosf(x),           floorf(x),   ceilf(x),
+                                rintf(x),         powf(fabsf(x), y), fmodf(x, y), (float)!!isnan(x),
+                                (float)!!isinf(x)};
         for (int j = 0; j < MATH_OPS; j++) {
             float got = out[i * MATH_OPS + j];
             if (isnan(want[j])) {
@@ -324,7 +346,8 @@ static void test_math_f32(void **state)
         }
     }
     /* round is half to even */
-    assert_true(out[3 * MATH_OPS + 12] == 2.0f && out[4 * MATH_OPS + 12] == -2.0f && out[5 * MATH_OPS + 12] == 0.0f);
+    assert_true(out[3 * MATH_OPS + 12] == 2.0f && out[4 * MATH_OPS + 12] == -2.0f &&
+                out[5 * MATH_OPS + 12] == 0.0f);
     em_ir_kernel_free(k);
     free(a);
     free(b);
@@ -334,10 +357,10 @@ static void test_math_f32(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_lines_with_tails),     cmocka_unit_test(test_example_add_gelu),
-        cmocka_unit_test(test_example_reduce_sum),   cmocka_unit_test(test_example_matmul_tiled),
-        cmocka_unit_test(test_example_matmul_mma),   cmocka_unit_test(test_example_histogram),
-        cmocka_unit_test(test_positions_3d),         cmocka_unit_test(test_math_f32),
+        cmocka_unit_test(test_lines_with_tails),   cmocka_unit_test(test_example_add_gelu),
+        cmocka_unit_test(test_example_reduce_sum), cmocka_unit_test(test_example_matmul_tiled),
+        cmocka_unit_test(test_example_matmul_mma), cmocka_unit_test(test_example_histogram),
+        cmocka_unit_test(test_positions_3d),       cmocka_unit_test(test_math_f32),
     };
     return XRUN_BOTH(tests);
 }

@@ -57,12 +57,13 @@ static inline xarg xbuf(void *host, size_t bytes, uint64_t len)
     xarg a = {.kind = EM_PARAM_BUFFER, .host = host, .bytes = bytes, .len = len};
     return a;
 }
-static inline xarg xtensor(void *host, size_t bytes, uint64_t len, unsigned rank, const int64_t *shape,
-                           const int64_t *stride)
+static inline xarg xtensor(void *host, size_t bytes, uint64_t len, unsigned rank,
+                           const int64_t *shape, const int64_t *stride)
 {
     xarg a = xbuf(host, bytes, len);
     a.rank = rank;
-    for (unsigned i = 0; i < rank && i < EM_MAX_RANK; i++) a.shape[i] = shape[i], a.stride[i] = stride[i];
+    for (unsigned i = 0; i < rank && i < EM_MAX_RANK; i++)
+        a.shape[i] = shape[i], a.stride[i] = stride[i];
     return a;
 }
 static inline xarg xscalar_u(uint64_t v)
@@ -87,13 +88,13 @@ enum { XMODE_DIRECT = 0, XMODE_RUNTIME = 1 };
 static int xmode; /* how xcompile / xlaunch run kernels (set by each group's setup) */
 
 typedef struct xmod {
-    size_t n;                          /* kernels */
+    size_t n;                               /* kernels */
     uint8_t rank[XMAX_KERNELS][XMAX_ARGS];  /* buffer parameters: rank */
     uint8_t lanes[XMAX_KERNELS][XMAX_ARGS]; /* buffer parameters: lanes of the element */
-    void *so;                          /* direct: the loaded shared object */
-    em_cpu_kernel_fn fn[XMAX_KERNELS]; /* direct: emk_NAME per kernel */
-    char path[512];                    /* direct: the generated source */
-    em_kernel *k[XMAX_KERNELS];        /* runtime: compiled kernels (owned by the device) */
+    void *so;                               /* direct: the loaded shared object */
+    em_cpu_kernel_fn fn[XMAX_KERNELS];      /* direct: emk_NAME per kernel */
+    char path[512];                         /* direct: the generated source */
+    em_kernel *k[XMAX_KERNELS];             /* runtime: compiled kernels (owned by the device) */
 } xmod;
 
 static unsigned xcounter;
@@ -109,10 +110,12 @@ static em_device *xdevice(void)
 }
 
 /* Compiles C with the system compiler into a shared object; 0 on success (output in log). */
-static inline int xcc(const char *cc, const char *extra, const char *src, const char *so, const char *log)
+static inline int xcc(const char *cc, const char *extra, const char *src, const char *so,
+                      const char *log)
 {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s -std=c11 -O2 -Wall -Werror %s -fPIC -shared -o '%s' '%s' -lm > '%s' 2>&1", cc,
+    snprintf(cmd, sizeof cmd,
+             "%s -std=c11 -O2 -Wall -Werror %s -fPIC -shared -o '%s' '%s' -lm > '%s' 2>&1", cc,
              extra, so, src, log);
     return system(cmd);
 }
@@ -148,7 +151,8 @@ static inline xmod *xcompile(em_ir_kernel *const *ks, size_t n)
     for (size_t i = 0; i < n; i++)
         for (size_t p = 0; p < em_ir_param_count(ks[i]) && p < XMAX_ARGS; p++) {
             const em_ir_param *prm = em_ir_param_at(ks[i], p);
-            const em_ir_memory *mem = prm->kind == EM_PARAM_BUFFER ? em_ir_mem_at(ks[i], prm->id) : NULL;
+            const em_ir_memory *mem =
+                prm->kind == EM_PARAM_BUFFER ? em_ir_mem_at(ks[i], prm->id) : NULL;
             m->rank[i][p] = mem ? mem->rank : 0;
             m->lanes[i][p] = mem ? mem->elem.lanes : 1;
         }
@@ -212,8 +216,8 @@ static inline void *xworker(void *arg)
 }
 
 /* Direct: the cubes split in chunks over three threads and the caller, like the CPU driver. */
-static inline void xlaunch_direct(xmod *m, size_t which, const uint32_t count[3], const uint32_t dim[3],
-                                  xarg *args, size_t nargs)
+static inline void xlaunch_direct(xmod *m, size_t which, const uint32_t count[3],
+                                  const uint32_t dim[3], xarg *args, size_t nargs)
 {
     em_cpu_buf bufs[XMAX_ARGS];
     em_cpu_scalar scalars[XMAX_ARGS];
@@ -238,13 +242,14 @@ static inline void xlaunch_direct(xmod *m, size_t which, const uint32_t count[3]
     atomic_init(&job.next, 0);
     enum { THREADS = 3 };
     pthread_t th[THREADS];
-    for (int t = 0; t < THREADS; t++) assert_int_equal(pthread_create(&th[t], NULL, xworker, &job), 0);
+    for (int t = 0; t < THREADS; t++)
+        assert_int_equal(pthread_create(&th[t], NULL, xworker, &job), 0);
     xworker(&job);
     for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
 }
 
-static inline void xlaunch_runtime(xmod *m, size_t which, const uint32_t count[3], const uint32_t dim[3],
-                                   xarg *args, size_t nargs)
+static inline void xlaunch_runtime(xmod *m, size_t which, const uint32_t count[3],
+                                   const uint32_t dim[3], xarg *args, size_t nargs)
 {
     em_arg a[XMAX_ARGS];
     em_buffer *bufs[XMAX_ARGS] = {0};
@@ -253,25 +258,29 @@ static inline void xlaunch_runtime(xmod *m, size_t which, const uint32_t count[3
         if (args[i].kind == EM_PARAM_BUFFER) {
             bufs[i] = em_buffer_alloc(xdevice(), args[i].bytes ? args[i].bytes : 1);
             if (!bufs[i]) fail_msg("em_buffer_alloc: %s", em_last_error());
-            if (args[i].bytes) assert_int_equal(em_buffer_write(bufs[i], 0, args[i].host, args[i].bytes), EM_OK);
-            a[i] = em_arg_tensor(bufs[i], 0, args[i].len, args[i].rank, args[i].shape, args[i].stride);
+            if (args[i].bytes)
+                assert_int_equal(em_buffer_write(bufs[i], 0, args[i].host, args[i].bytes), EM_OK);
+            a[i] =
+                em_arg_tensor(bufs[i], 0, args[i].len, args[i].rank, args[i].shape, args[i].stride);
         } else {
             a[i].kind = EM_PARAM_SCALAR;
             a[i].value_class = EM_ARG_AS_PARAM;
             a[i].value = args[i].value;
         }
     }
-    if (em_launch(m->k[which], count, dim, a, nargs) != EM_OK) fail_msg("em_launch: %s", em_last_error());
+    if (em_launch(m->k[which], count, dim, a, nargs) != EM_OK)
+        fail_msg("em_launch: %s", em_last_error());
     assert_int_equal(em_device_sync(xdevice()), EM_OK);
     for (size_t i = 0; i < nargs; i++) {
         if (!bufs[i]) continue;
-        if (args[i].bytes) assert_int_equal(em_buffer_read(bufs[i], 0, args[i].host, args[i].bytes), EM_OK);
+        if (args[i].bytes)
+            assert_int_equal(em_buffer_read(bufs[i], 0, args[i].host, args[i].bytes), EM_OK);
         em_buffer_free(bufs[i]);
     }
 }
 
-static inline void xlaunch(xmod *m, size_t which, const uint32_t count[3], const uint32_t dim[3], xarg *args,
-                           size_t nargs)
+static inline void xlaunch(xmod *m, size_t which, const uint32_t count[3], const uint32_t dim[3],
+                           xarg *args, size_t nargs)
 {
     assert_true(which < m->n && nargs <= XMAX_ARGS);
     /* a plain array given to a rank-1 tensor parameter is a contiguous vector */
@@ -375,8 +384,14 @@ static inline uint16_t xref_round(double x, int mant, int emin, int emax)
     uint32_t frac = (uint32_t)((r / ldexp(1.0, e) - 1.0) * ldexp(1.0, mant));
     return (uint16_t)(sign | (uint16_t)((uint32_t)(e + bias) << mant) | frac);
 }
-static inline uint16_t xref_f16(double x) { return xref_round(x, 10, -14, 15); }
-static inline uint16_t xref_bf16(double x) { return xref_round(x, 7, -126, 127); }
+static inline uint16_t xref_f16(double x)
+{
+    return xref_round(x, 10, -14, 15);
+}
+static inline uint16_t xref_bf16(double x)
+{
+    return xref_round(x, 7, -126, 127);
+}
 
 static inline double xref_half_value(uint16_t h, bool bf)
 {
@@ -384,9 +399,12 @@ static inline double xref_half_value(uint16_t h, bool bf)
     int e = (h >> mant) & ((1 << ebits) - 1);
     double frac = (double)(h & ((1u << mant) - 1));
     double v;
-    if (e == (1 << ebits) - 1) v = frac ? NAN : INFINITY;
-    else if (e == 0) v = ldexp(frac, 1 - bias - mant);
-    else v = ldexp(1.0 + frac / ldexp(1.0, mant), e - bias);
+    if (e == (1 << ebits) - 1)
+        v = frac ? NAN : INFINITY;
+    else if (e == 0)
+        v = ldexp(frac, 1 - bias - mant);
+    else
+        v = ldexp(1.0 + frac / ldexp(1.0, mant), e - bias);
     return (h & 0x8000u) ? -v : v;
 }
 
@@ -397,8 +415,8 @@ static inline void xcheck_half(const char *what, size_t i, uint16_t got, uint16_
     bool gnan = (got & 0x7fffu) > inf, wnan = (want & 0x7fffu) > inf;
     if (gnan && wnan) return;
     if (got != want)
-        fail_msg("%s[%zu]: got 0x%04x (%.9g), want 0x%04x (%.9g)", what, i, got, xref_half_value(got, bf), want,
-                 xref_half_value(want, bf));
+        fail_msg("%s[%zu]: got 0x%04x (%.9g), want 0x%04x (%.9g)", what, i, got,
+                 xref_half_value(got, bf), want, xref_half_value(want, bf));
 }
 
 #endif

@@ -10,12 +10,25 @@
 #define U32 em_ty(EM_U32)
 #define I32 em_ty(EM_I32)
 
-static em_ir_val add(em_ir_kernel *k, em_ir_val a, em_ir_val b) { return em_ir_binary(k, EM_OP_ADD, a, b); }
-static em_ir_val mul(em_ir_kernel *k, em_ir_val a, em_ir_val b) { return em_ir_binary(k, EM_OP_MUL, a, b); }
-static em_ir_val rem(em_ir_kernel *k, em_ir_val a, em_ir_val b) { return em_ir_binary(k, EM_OP_REM, a, b); }
-static em_ir_val cmp(em_ir_kernel *k, em_ir_op op, em_ir_val a, em_ir_val b) { return em_ir_binary(k, op, a, b); }
+static em_ir_val add(em_ir_kernel *k, em_ir_val a, em_ir_val b)
+{
+    return em_ir_binary(k, EM_OP_ADD, a, b);
+}
+static em_ir_val mul(em_ir_kernel *k, em_ir_val a, em_ir_val b)
+{
+    return em_ir_binary(k, EM_OP_MUL, a, b);
+}
+static em_ir_val rem(em_ir_kernel *k, em_ir_val a, em_ir_val b)
+{
+    return em_ir_binary(k, EM_OP_REM, a, b);
+}
+static em_ir_val cmp(em_ir_kernel *k, em_ir_op op, em_ir_val a, em_ir_val b)
+{
+    return em_ir_binary(k, op, a, b);
+}
 
-/* ---- early return ----------------------------------------------------------------------------- */
+/* ---- early return -----------------------------------------------------------------------------
+ */
 
 /* Units with UNIT_POS >= active return at once; the others fill shared memory, meet at a barrier,
  * read a neighbour's slot; unit 0 then returns before a second barrier region. */
@@ -52,7 +65,8 @@ static void test_early_return_before_barrier(void **state)
     em_ir_kernel *k = k_early_return();
     float in[N], out[N], out2[N];
     for (int i = 0; i < N; i++) in[i] = (float)i, out[i] = out2[i] = -1;
-    xarg args[] = {xbuf(in, sizeof in, N), xbuf(out, sizeof out, N), xbuf(out2, sizeof out2, N), xscalar_u(ACTIVE)};
+    xarg args[] = {xbuf(in, sizeof in, N), xbuf(out, sizeof out, N), xbuf(out2, sizeof out2, N),
+                   xscalar_u(ACTIVE)};
     xrun(k, XGRID(CUBES, 1, 1), XGRID(DIM, 1, 1), args, 4);
     for (int c = 0; c < CUBES; c++)
         for (int u = 0; u < DIM; u++) {
@@ -126,7 +140,8 @@ static em_ir_kernel *k_while(void)
     em_ir_break(k);
     em_ir_end(k);
     em_ir_end(k);
-    em_ir_store(k, out, em_ir_builtin(k, EM_ABSOLUTE_POS), add(k, mul(k, seen, em_ir_u32(k, 10)), rounds));
+    em_ir_store(k, out, em_ir_builtin(k, EM_ABSOLUTE_POS),
+                add(k, mul(k, seen, em_ir_u32(k, 10)), rounds));
     return k;
 }
 
@@ -140,7 +155,8 @@ static em_ir_kernel *k_uniform_if(void)
     em_ir_val rounds = em_ir_param_scalar(k, "rounds", I32);
     em_ir_mem sh = em_ir_shared(k, "ring", I32, 32);
     em_ir_val u = em_ir_builtin(k, EM_UNIT_POS), pos = em_ir_builtin(k, EM_ABSOLUTE_POS);
-    em_ir_val even = cmp(k, EM_OP_EQ, rem(k, em_ir_builtin(k, EM_CUBE_POS_X), em_ir_u32(k, 2)), em_ir_u32(k, 0));
+    em_ir_val even =
+        cmp(k, EM_OP_EQ, rem(k, em_ir_builtin(k, EM_CUBE_POS_X), em_ir_u32(k, 2)), em_ir_u32(k, 0));
     em_ir_val v = em_ir_var(k, I32, "v");
     em_ir_assign(k, v, em_ir_cast(k, I32, u));
     em_ir_if_begin(k, even);
@@ -148,7 +164,8 @@ static em_ir_kernel *k_uniform_if(void)
     em_ir_range_begin(k, r, em_ir_const_int(k, I32, 0), rounds, em_ir_const_int(k, I32, 1), false);
     em_ir_store(k, sh, u, v);
     em_ir_sync_cube(k);
-    em_ir_assign(k, v, em_ir_load(k, sh, rem(k, add(k, u, em_ir_u32(k, 1)), em_ir_builtin(k, EM_CUBE_DIM))));
+    em_ir_assign(
+        k, v, em_ir_load(k, sh, rem(k, add(k, u, em_ir_u32(k, 1)), em_ir_builtin(k, EM_CUBE_DIM))));
     em_ir_sync_cube(k);
     em_ir_end(k);
     em_ir_store(k, out, pos, v);
@@ -176,7 +193,8 @@ static void test_break_continue_while_if(void **state)
         unsigned u = (unsigned)i % DIM, n = u % 5, s = 0;
         for (unsigned t = 0; t < 6; t++)
             if ((t + u) % 2) s += t;
-        if (out[i] != n * 100 + s) fail_msg("break_continue[%d] = %u, want %u", i, out[i], n * 100 + s);
+        if (out[i] != n * 100 + s)
+            fail_msg("break_continue[%d] = %u, want %u", i, out[i], n * 100 + s);
     }
     xlaunch(m, 1, XGRID(CUBES, 1, 1), XGRID(DIM, 1, 1), args, 1);
     for (int i = 0; i < N; i++)
@@ -209,13 +227,22 @@ static em_ir_kernel *k_across(void)
     em_ir_val x = em_ir_load(k, in, pos); /* a line temp used after the barriers */
     em_ir_val acc = em_ir_var(k, f4, "acc");
     em_ir_assign(k, acc, em_ir_const_float(k, f4, 0.0));
+    em_ir_mem counts = em_ir_param_buffer(k, "counts", U32, EM_WRITE, 1);
+    em_ir_val cnt = em_ir_var(k, U32, "cnt");
     em_ir_val j = em_ir_var(k, U32, "j");
     em_ir_range_begin(k, j, em_ir_u32(k, 0), em_ir_u32(k, 4), em_ir_u32(k, 1), false);
     em_ir_store(k, loc, j, em_ir_cast(k, F32, add(k, u, j)));
     em_ir_store(k, sh, u, em_ir_binary(k, EM_OP_MUL, x, em_ir_cast(k, F32, j)));
     em_ir_sync_cube(k);
-    em_ir_val other = em_ir_load(k, sh, rem(k, add(k, u, em_ir_u32(k, 1)), em_ir_builtin(k, EM_CUBE_DIM)));
+    em_ir_val other =
+        em_ir_load(k, sh, rem(k, add(k, u, em_ir_u32(k, 1)), em_ir_builtin(k, EM_CUBE_DIM)));
     em_ir_assign(k, acc, em_ir_binary(k, EM_OP_ADD, acc, other));
+    /* a counter used only in this region, but carried from one pass of the loop to the next */
+    em_ir_if_begin(k, em_ir_binary(k, EM_OP_EQ, j, em_ir_u32(k, 0)));
+    em_ir_assign(k, cnt, em_ir_u32(k, 10));
+    em_ir_end(k);
+    em_ir_assign(k, cnt, add(k, cnt, em_ir_u32(k, 1)));
+    em_ir_store(k, counts, pos, cnt);
     em_ir_sync_cube(k);
     em_ir_end(k);
     /* sum of the local array: 4u + 6 */
@@ -226,7 +253,8 @@ static em_ir_kernel *k_across(void)
     em_ir_assign(k, h, em_ir_binary(k, EM_OP_ADD, h, em_ir_load(k, loc, q)));
     em_ir_end(k);
     em_ir_val r = em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_ADD, acc, x), h);
-    em_ir_store(k, out, pos, em_ir_insert(k, r, em_ir_u32(k, 3), em_ir_extract(k, x, em_ir_u32(k, 0))));
+    em_ir_store(k, out, pos,
+                em_ir_insert(k, r, em_ir_u32(k, 3), em_ir_extract(k, x, em_ir_u32(k, 0))));
     return k;
 }
 
@@ -236,11 +264,13 @@ static void test_values_across_barriers(void **state)
     enum { CUBES = 4, DIM = 16, N = CUBES * DIM };
     em_ir_kernel *k = k_across();
     float in[N * 4], out[N * 4];
+    uint32_t counts[N];
     for (int i = 0; i < N * 4; i++) in[i] = (float)(i % 17) - 3.5f;
-    xarg args[] = {xbuf(in, sizeof in, N), xbuf(out, sizeof out, N)};
-    xrun(k, XGRID(CUBES, 1, 1), XGRID(DIM, 1, 1), args, 2);
+    xarg args[] = {xbuf(in, sizeof in, N), xbuf(out, sizeof out, N), xbuf(counts, sizeof counts, N)};
+    xrun(k, XGRID(CUBES, 1, 1), XGRID(DIM, 1, 1), args, 3);
     for (int i = 0; i < N; i++) {
         int c = i / DIM, u = i % DIM, nb = c * DIM + (u + 1) % DIM;
+        assert_int_equal(counts[i], 14);
         for (int l = 0; l < 4; l++) {
             float acc = 0;
             for (int j = 0; j < 4; j++) acc += in[nb * 4 + l] * (float)j;
@@ -270,8 +300,10 @@ static em_ir_kernel *k_unrolled(const char *name)
     em_ir_assign(k, acc, add(k, acc, mul(k, x, em_ir_cast(k, I32, add(k, j, em_ir_u32(k, 1))))));
     em_ir_end(k);
     em_ir_val p = em_ir_var(k, I32, "p"), q = em_ir_var(k, I32, "q");
-    em_ir_range_begin(k, p, em_ir_const_int(k, I32, 0), em_ir_const_int(k, I32, 3), em_ir_const_int(k, I32, 1), true);
-    em_ir_range_begin(k, q, em_ir_const_int(k, I32, 0), em_ir_const_int(k, I32, 3), em_ir_const_int(k, I32, 1), true);
+    em_ir_range_begin(k, p, em_ir_const_int(k, I32, 0), em_ir_const_int(k, I32, 3),
+                      em_ir_const_int(k, I32, 1), true);
+    em_ir_range_begin(k, q, em_ir_const_int(k, I32, 0), em_ir_const_int(k, I32, 3),
+                      em_ir_const_int(k, I32, 1), true);
     em_ir_assign(k, acc, add(k, acc, mul(k, p, q)));
     em_ir_end(k);
     em_ir_end(k);
@@ -298,7 +330,8 @@ static void test_unrolled_loops(void **state)
         for (int i = 0; i < N; i++) {
             int32_t want = 9;
             for (int j = 0; j < 8; j++) want += in[i * 8 + j] * (j + 1);
-            if (out[i] != want) fail_msg("%s[%d] = %d, want %d", em_ir_kernel_name(ks[which]), i, out[i], want);
+            if (out[i] != want)
+                fail_msg("%s[%d] = %d, want %d", em_ir_kernel_name(ks[which]), i, out[i], want);
         }
     }
     xmod_free(m);
@@ -308,7 +341,20 @@ static void test_unrolled_loops(void **state)
 
 /* ---- atomics -------------------------------------------------------------------------------- */
 
-enum { A_ADD, A_SUB, A_MAX, A_MIN, A_AND, A_OR, A_XOR, A_XCHG, A_STORE, A_CAS_COUNT, A_SHARED, A_N };
+enum {
+    A_ADD,
+    A_SUB,
+    A_MAX,
+    A_MIN,
+    A_AND,
+    A_OR,
+    A_XOR,
+    A_XCHG,
+    A_STORE,
+    A_CAS_COUNT,
+    A_SHARED,
+    A_N
+};
 
 /* Every atomic op under contention from every unit of many cubes: u32 add/sub/and/or/xor/xchg/
  * store, i32 max, u32 min, a counter bumped through a compare-exchange loop, f32 and f64 adds,
@@ -334,12 +380,14 @@ static em_ir_kernel *k_atomics(void)
     em_ir_val x = em_ir_atomic(k, EM_OP_ATOMIC_LOAD, in, i, EM_IR_NONE, EM_IR_NONE);
     em_ir_atomic(k, EM_OP_ATOMIC_ADD, g, em_ir_u32(k, A_ADD), x, EM_IR_NONE);
     em_ir_atomic(k, EM_OP_ATOMIC_SUB, g, em_ir_u32(k, A_SUB), em_ir_u32(k, 3), EM_IR_NONE);
-    em_ir_val sx = em_ir_binary(k, EM_OP_SUB, em_ir_cast(k, I32, rem(k, x, em_ir_u32(k, 1000))), em_ir_const_int(k, I32, 500));
+    em_ir_val sx = em_ir_binary(k, EM_OP_SUB, em_ir_cast(k, I32, rem(k, x, em_ir_u32(k, 1000))),
+                                em_ir_const_int(k, I32, 500));
     em_ir_atomic(k, EM_OP_ATOMIC_MAX, gi, em_ir_const_int(k, I32, 0), sx, EM_IR_NONE);
     em_ir_atomic(k, EM_OP_ATOMIC_MIN, gi, em_ir_const_int(k, I32, 1), sx, EM_IR_NONE);
     em_ir_atomic(k, EM_OP_ATOMIC_MIN, g, em_ir_u32(k, A_MIN), x, EM_IR_NONE);
     em_ir_val bit = em_ir_binary(k, EM_OP_SHL, em_ir_u32(k, 1), rem(k, i, em_ir_u32(k, 32)));
-    em_ir_atomic(k, EM_OP_ATOMIC_AND, g, em_ir_u32(k, A_AND), em_ir_unary(k, EM_OP_NOT, bit), EM_IR_NONE);
+    em_ir_atomic(k, EM_OP_ATOMIC_AND, g, em_ir_u32(k, A_AND), em_ir_unary(k, EM_OP_NOT, bit),
+                 EM_IR_NONE);
     em_ir_atomic(k, EM_OP_ATOMIC_OR, g, em_ir_u32(k, A_OR), bit, EM_IR_NONE);
     em_ir_atomic(k, EM_OP_ATOMIC_XOR, g, em_ir_u32(k, A_XOR), x, EM_IR_NONE);
     em_ir_val old = em_ir_atomic(k, EM_OP_ATOMIC_XCHG, g, em_ir_u32(k, A_XCHG), i, EM_IR_NONE);
@@ -349,17 +397,24 @@ static em_ir_kernel *k_atomics(void)
     em_ir_end(k);
     /* a counter bumped with compare-exchange, retried until it sticks */
     em_ir_loop_begin(k);
-    em_ir_val seen = em_ir_atomic(k, EM_OP_ATOMIC_LOAD, g, em_ir_u32(k, A_CAS_COUNT), EM_IR_NONE, EM_IR_NONE);
-    em_ir_val got = em_ir_atomic(k, EM_OP_ATOMIC_CAS, g, em_ir_u32(k, A_CAS_COUNT), seen, add(k, seen, em_ir_u32(k, 1)));
+    em_ir_val seen =
+        em_ir_atomic(k, EM_OP_ATOMIC_LOAD, g, em_ir_u32(k, A_CAS_COUNT), EM_IR_NONE, EM_IR_NONE);
+    em_ir_val got = em_ir_atomic(k, EM_OP_ATOMIC_CAS, g, em_ir_u32(k, A_CAS_COUNT), seen,
+                                 add(k, seen, em_ir_u32(k, 1)));
     em_ir_if_begin(k, cmp(k, EM_OP_EQ, got, seen));
     em_ir_break(k);
     em_ir_end(k);
     em_ir_end(k);
-    em_ir_atomic(k, EM_OP_ATOMIC_ADD, gf, em_ir_u32(k, 0), em_ir_const_float(k, F32, 1.0), EM_IR_NONE);
-    em_ir_atomic(k, EM_OP_ATOMIC_SUB, gf, em_ir_u32(k, 1), em_ir_const_float(k, F32, 0.5), EM_IR_NONE);
-    em_ir_atomic(k, EM_OP_ATOMIC_ADD, gd, em_ir_u32(k, 0), em_ir_const_float(k, em_ty(EM_F64), 0.25), EM_IR_NONE);
-    em_ir_atomic(k, EM_OP_ATOMIC_ADD, g64, em_ir_u32(k, 0), em_ir_cast(k, em_ty(EM_U64), x), EM_IR_NONE);
-    em_ir_atomic(k, EM_OP_ATOMIC_ADD, local_bins, rem(k, x, em_ir_u32(k, 16)), em_ir_u32(k, 1), EM_IR_NONE);
+    em_ir_atomic(k, EM_OP_ATOMIC_ADD, gf, em_ir_u32(k, 0), em_ir_const_float(k, F32, 1.0),
+                 EM_IR_NONE);
+    em_ir_atomic(k, EM_OP_ATOMIC_SUB, gf, em_ir_u32(k, 1), em_ir_const_float(k, F32, 0.5),
+                 EM_IR_NONE);
+    em_ir_atomic(k, EM_OP_ATOMIC_ADD, gd, em_ir_u32(k, 0),
+                 em_ir_const_float(k, em_ty(EM_F64), 0.25), EM_IR_NONE);
+    em_ir_atomic(k, EM_OP_ATOMIC_ADD, g64, em_ir_u32(k, 0), em_ir_cast(k, em_ty(EM_U64), x),
+                 EM_IR_NONE);
+    em_ir_atomic(k, EM_OP_ATOMIC_ADD, local_bins, rem(k, x, em_ir_u32(k, 16)), em_ir_u32(k, 1),
+                 EM_IR_NONE);
     em_ir_end(k);
     em_ir_sync_cube(k);
     em_ir_if_begin(k, cmp(k, EM_OP_LT, u, em_ir_u32(k, 16)));
@@ -396,8 +451,12 @@ static void test_atomics_contention(void **state)
     g[A_SUB] = 3u * N + 17;
     g[A_MIN] = UINT32_MAX;
     g[A_AND] = 0xffffffffu;
-    xarg args[] = {xbuf(in, N * sizeof(uint32_t), N), xbuf(g, sizeof g, A_N), xbuf(gi, sizeof gi, 2),
-                   xbuf(gf, sizeof gf, 2), xbuf(gd, sizeof gd, 1), xbuf(g64, sizeof g64, 1),
+    xarg args[] = {xbuf(in, N * sizeof(uint32_t), N),
+                   xbuf(g, sizeof g, A_N),
+                   xbuf(gi, sizeof gi, 2),
+                   xbuf(gf, sizeof gf, 2),
+                   xbuf(gd, sizeof gd, 1),
+                   xbuf(g64, sizeof g64, 1),
                    xbuf(bins, sizeof bins, 16)};
     xrun(k, XGRID((N + DIM - 1) / DIM, 1, 1), XGRID(DIM, 1, 1), args, 7);
     assert_int_equal(g[A_ADD], want_add);
@@ -425,8 +484,10 @@ static void test_atomics_contention(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_early_return_before_barrier), cmocka_unit_test(test_break_continue_while_if),
-        cmocka_unit_test(test_values_across_barriers),      cmocka_unit_test(test_unrolled_loops),
+        cmocka_unit_test(test_early_return_before_barrier),
+        cmocka_unit_test(test_break_continue_while_if),
+        cmocka_unit_test(test_values_across_barriers),
+        cmocka_unit_test(test_unrolled_loops),
         cmocka_unit_test(test_atomics_contention),
     };
     return XRUN_BOTH(tests);

@@ -1,6 +1,6 @@
 /* test_exec_direct.c — tests of the C code generator that need the generated source itself rather
  * than the runtime: every sample kernel compiles warning-free under gcc and clang at -Wall -Wextra
- * (-O0 and -O2), errors name the instruction (intrinsics, unbuilt targets, invalid IR, bad names),
+ * (-O0 and -O2), errors name the instruction (intrinsics, unknown targets, invalid IR, bad names),
  * print writes to stderr, the source is readable (user names survive), several kernels share one
  * translation unit, and randomly built kernels that the verifier accepts always generate C that
  * compiles warning-free and runs without crashing. */
@@ -28,7 +28,8 @@ static void compile_everywhere(em_ir_kernel *const *ks, size_t n, const char *ta
     snprintf(so, sizeof so, "%s.so", path);
     snprintf(log, sizeof log, "%s.log", path);
     static const char *const ccs[] = {"gcc", "clang"};
-    const char *const flags[] = {extra ? "-O0 -Wextra" : "-O0", extra ? "-O2 -Wextra -Wshadow" : "-O2"};
+    const char *const flags[] = {extra ? "-O0 -Wextra" : "-O0",
+                                 extra ? "-O2 -Wextra -Wshadow" : "-O2"};
     for (int c = 0; c < 2; c++) {
         if (!have_compiler(ccs[c])) continue;
         for (int f = 0; f < 2; f++)
@@ -87,19 +88,13 @@ static void test_codegen_errors(void **state)
     assert_non_null(strstr(em_last_error(), "not available on the C target"));
     em_ir_kernel_free(k);
 
-    /* targets that are not built, and unknown ones */
+    /* dispatch by target name: "c" here, unknown names refused (the GPU targets have their own
+     * tests) */
     em_ir_kernel *ok = k_small("fine");
     one[0] = ok;
-    static const char *const gpu[] = {"cuda", "opencl", "glsl"};
-    for (int i = 0; i < 3; i++) {
-        char want[64];
-        snprintf(want, sizeof want, "target '%s' is not built yet", gpu[i]);
-        assert_null(em_codegen(gpu[i], one, 1, NULL));
-        assert_int_equal(em_last_status(), EM_ERR_UNSUPPORTED);
-        assert_non_null(strstr(em_last_error(), want));
-    }
     assert_null(em_codegen("metal-9000", one, 1, NULL));
     assert_int_equal(em_last_status(), EM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(em_last_error(), "metal-9000"));
     assert_null(em_codegen(NULL, one, 1, NULL));
     char *src = em_codegen("c", one, 1, NULL);
     assert_non_null(src);
@@ -134,7 +129,8 @@ static void test_codegen_errors(void **state)
     em_ir_kernel_free(empty);
 }
 
-/* ---- readability, several kernels, print ------------------------------------------------------ */
+/* ---- readability, several kernels, print ------------------------------------------------------
+ */
 
 static void test_readable_source(void **state)
 {
@@ -142,9 +138,14 @@ static void test_readable_source(void **state)
     em_ir_kernel *ks[2] = {em_ir_example("matmul_tiled"), em_ir_example("reduce_sum")};
     char *src = em_codegen_c((const em_ir_kernel *const *)ks, 2, NULL);
     assert_non_null(src);
-    static const char *const expect[] = {"void emk_matmul_tiled(", "void emk_reduce_sum(", "float *const a_tile",
-                                         "const uint32_t M = ", "acc[u_]", "/* region 1",
-                                         "for (t = 0u; t < ", "typedef struct em_cpu_launch"};
+    static const char *const expect[] = {"void emk_matmul_tiled(",
+                                         "void emk_reduce_sum(",
+                                         "float *const a_tile",
+                                         "const uint32_t M = ",
+                                         "acc[u_]",
+                                         "/* region 1",
+                                         "for (t = 0u; t < ",
+                                         "typedef struct em_cpu_launch"};
     for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++)
         if (!strstr(src, expect[i])) fail_msg("generated C lacks \"%s\":\n%s", expect[i], src);
     /* the prelude appears once for both kernels */
@@ -186,12 +187,14 @@ static void test_print(void **state)
     fclose(f);
     unlink(path);
     text[got] = 0;
-    const char *want = "unit 0: [1.5, -2] false 0 100% \"q\" %d\nunit 1: [0.25, 3] true 1 100% \"q\" %d\n";
+    const char *want =
+        "unit 0: [1.5, -2] false 0 100% \"q\" %d\nunit 1: [0.25, 3] true 1 100% \"q\" %d\n";
     if (strcmp(text, want) != 0) fail_msg("print wrote \"%s\", want \"%s\"", text, want);
     em_ir_kernel_free(k);
 }
 
-/* ---- random kernels ---------------------------------------------------------------------------- */
+/* ---- random kernels ----------------------------------------------------------------------------
+ */
 
 typedef struct gen {
     em_ir_kernel *k;
@@ -208,7 +211,10 @@ typedef struct gen {
     bool in_range[64]; /* per open loop: a range (continue is safe) or a while-loop */
 } gen;
 
-static unsigned pick(gen *g, unsigned n) { return (unsigned)(xrand_state(&g->rng) % n); }
+static unsigned pick(gen *g, unsigned n)
+{
+    return (unsigned)(xrand_state(&g->rng) % n);
+}
 
 static em_type rand_type(gen *g)
 {
@@ -216,7 +222,10 @@ static em_type rand_type(gen *g)
     return em_line((em_scalar)pick(g, EM_SCALAR_COUNT), lanes[pick(g, sizeof lanes)]);
 }
 
-static em_type type_of(gen *g, em_ir_val v) { return em_ir_value_at(g->k, v)->type; }
+static em_type type_of(gen *g, em_ir_val v)
+{
+    return em_ir_value_at(g->k, v)->type;
+}
 
 static void push(gen *g, em_ir_val v)
 {
@@ -226,7 +235,8 @@ static void push(gen *g, em_ir_val v)
 static em_ir_val konst(gen *g, em_type t)
 {
     if (t.scalar == EM_BOOL) return em_ir_const_int(g->k, t, (int64_t)pick(g, 2));
-    if (em_scalar_is_float((em_scalar)t.scalar)) return em_ir_const_float(g->k, t, (double)pick(g, 200) / 8 - 12);
+    if (em_scalar_is_float((em_scalar)t.scalar))
+        return em_ir_const_float(g->k, t, (double)pick(g, 200) / 8 - 12);
     return em_ir_const_int(g->k, t, (int64_t)pick(g, 300) - 100);
 }
 
@@ -278,9 +288,11 @@ static void gen_arith(gen *g)
     em_ir_val b = value_of(g, pick(g, 4) == 0 ? em_ty(s) : t);
     switch (pick(g, 5)) {
     case 0: { /* binary */
-        static const em_ir_op fops[] = {EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV, EM_OP_REM, EM_OP_MIN, EM_OP_MAX, EM_OP_POW};
-        static const em_ir_op iops[] = {EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV, EM_OP_REM, EM_OP_MIN,
-                                        EM_OP_MAX, EM_OP_AND, EM_OP_OR,  EM_OP_XOR, EM_OP_SHL, EM_OP_SHR};
+        static const em_ir_op fops[] = {EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV,
+                                        EM_OP_REM, EM_OP_MIN, EM_OP_MAX, EM_OP_POW};
+        static const em_ir_op iops[] = {EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV,
+                                        EM_OP_REM, EM_OP_MIN, EM_OP_MAX, EM_OP_AND,
+                                        EM_OP_OR,  EM_OP_XOR, EM_OP_SHL, EM_OP_SHR};
         static const em_ir_op bops[] = {EM_OP_AND, EM_OP_OR, EM_OP_XOR, EM_OP_EQ, EM_OP_NE};
         em_ir_op op = flt ? fops[pick(g, 8)] : integer ? iops[pick(g, 12)] : bops[pick(g, 5)];
         push(g, em_ir_binary(k, op, a, b));
@@ -292,18 +304,24 @@ static void gen_arith(gen *g)
         break;
     }
     case 2: { /* unary */
-        static const em_ir_op fops[] = {EM_OP_NEG, EM_OP_ABS, EM_OP_EXP, EM_OP_EXP2, EM_OP_LOG, EM_OP_LOG2,
-                                        EM_OP_SQRT, EM_OP_RSQRT, EM_OP_ERF, EM_OP_TANH, EM_OP_SIN, EM_OP_COS,
-                                        EM_OP_FLOOR, EM_OP_CEIL, EM_OP_ROUND, EM_OP_ISNAN, EM_OP_ISINF};
-        static const em_ir_op iops[] = {EM_OP_NEG, EM_OP_NOT, EM_OP_ABS, EM_OP_POPCOUNT, EM_OP_CLZ, EM_OP_CTZ};
+        static const em_ir_op fops[] = {
+            EM_OP_NEG,   EM_OP_ABS,   EM_OP_EXP,   EM_OP_EXP2,  EM_OP_LOG,  EM_OP_LOG2,
+            EM_OP_SQRT,  EM_OP_RSQRT, EM_OP_ERF,   EM_OP_TANH,  EM_OP_SIN,  EM_OP_COS,
+            EM_OP_FLOOR, EM_OP_CEIL,  EM_OP_ROUND, EM_OP_ISNAN, EM_OP_ISINF};
+        static const em_ir_op iops[] = {EM_OP_NEG,      EM_OP_NOT, EM_OP_ABS,
+                                        EM_OP_POPCOUNT, EM_OP_CLZ, EM_OP_CTZ};
         em_ir_op op = flt ? fops[pick(g, 17)] : integer ? iops[pick(g, 6)] : EM_OP_NOT;
         push(g, em_ir_unary(k, op, a));
         break;
     }
     case 3: { /* ternary */
-        if (flt && pick(g, 2)) push(g, em_ir_ternary(k, EM_OP_FMA, a, b, value_of(g, t)));
-        else if (s != EM_BOOL && pick(g, 2)) push(g, em_ir_ternary(k, EM_OP_CLAMP, a, b, value_of(g, em_ty(s))));
-        else push(g, em_ir_ternary(k, EM_OP_SELECT, value_of(g, em_line(EM_BOOL, pick(g, 2) ? 1 : t.lanes)), a, b));
+        if (flt && pick(g, 2))
+            push(g, em_ir_ternary(k, EM_OP_FMA, a, b, value_of(g, t)));
+        else if (s != EM_BOOL && pick(g, 2))
+            push(g, em_ir_ternary(k, EM_OP_CLAMP, a, b, value_of(g, em_ty(s))));
+        else
+            push(g, em_ir_ternary(k, EM_OP_SELECT,
+                                  value_of(g, em_line(EM_BOOL, pick(g, 2) ? 1 : t.lanes)), a, b));
         break;
     }
     default: { /* conversions and lanes */
@@ -313,20 +331,26 @@ static void gen_arith(gen *g)
             if (t.lanes != 1) to.lanes = t.lanes;
             push(g, em_ir_cast(k, to, a));
         } else if (what == 1 && s != EM_BOOL) {
-            static const em_type b4[] = {{EM_U32, 1}, {EM_F32, 1}, {EM_I16, 2}, {EM_F16, 2}, {EM_BF16, 2}, {EM_U8, 4}};
-            static const em_type b8[] = {{EM_F64, 1}, {EM_I64, 1}, {EM_F32, 2}, {EM_U16, 4}, {EM_I8, 8}};
+            static const em_type b4[] = {{EM_U32, 1}, {EM_F32, 1},  {EM_I16, 2},
+                                         {EM_F16, 2}, {EM_BF16, 2}, {EM_U8, 4}};
+            static const em_type b8[] = {
+                {EM_F64, 1}, {EM_I64, 1}, {EM_F32, 2}, {EM_U16, 4}, {EM_I8, 8}};
             size_t bytes = em_scalar_size(s) * t.lanes;
             if (bytes == 4) push(g, em_ir_bitcast(k, b4[pick(g, 6)], a));
             if (bytes == 8) push(g, em_ir_bitcast(k, b8[pick(g, 5)], a));
         } else if (what == 2 && t.lanes > 1) {
-            push(g, em_ir_extract(k, a, em_ir_binary(k, EM_OP_REM, u32_value(g), em_ir_u32(k, t.lanes))));
+            push(g, em_ir_extract(k, a,
+                                  em_ir_binary(k, EM_OP_REM, u32_value(g), em_ir_u32(k, t.lanes))));
         } else if (t.lanes > 1) {
             push(g, em_ir_insert(k, a, em_ir_u32(k, pick(g, t.lanes)), value_of(g, em_ty(s))));
         } else {
-            static const em_ir_op pops[] = {EM_OP_PLANE_SUM, EM_OP_PLANE_MAX, EM_OP_PLANE_INCLUSIVE_SUM,
-                                            EM_OP_PLANE_EXCLUSIVE_SUM, EM_OP_PLANE_SHUFFLE_XOR};
-            if (s != EM_BOOL) push(g, em_ir_plane(k, pops[pick(g, 5)], a, em_ir_u32(k, 1)));
-            else push(g, em_ir_plane(k, EM_OP_PLANE_BALLOT, a, EM_IR_NONE));
+            static const em_ir_op pops[] = {EM_OP_PLANE_SUM, EM_OP_PLANE_MAX,
+                                            EM_OP_PLANE_INCLUSIVE_SUM, EM_OP_PLANE_EXCLUSIVE_SUM,
+                                            EM_OP_PLANE_SHUFFLE_XOR};
+            if (s != EM_BOOL)
+                push(g, em_ir_plane(k, pops[pick(g, 5)], a, em_ir_u32(k, 1)));
+            else
+                push(g, em_ir_plane(k, EM_OP_PLANE_BALLOT, a, EM_IR_NONE));
         }
         break;
     }
@@ -342,16 +366,20 @@ static void gen_memory(gen *g)
     unsigned what = pick(g, 3);
     if (what == 0 && (mm->access & EM_READ)) {
         push(g, em_ir_load(k, m, index_for(g, m)));
-    } else if (what == 1 && mm->elem.lanes == 1 && mm->space != EM_MEM_LOCAL && mm->access == EM_READ_WRITE &&
+    } else if (what == 1 && mm->elem.lanes == 1 && mm->space != EM_MEM_LOCAL &&
+               mm->access == EM_READ_WRITE &&
                (s == EM_U32 || s == EM_I32 || s == EM_F32 || s == EM_U64)) {
-        static const em_ir_op iops[] = {EM_OP_ATOMIC_ADD, EM_OP_ATOMIC_SUB, EM_OP_ATOMIC_MIN, EM_OP_ATOMIC_MAX,
-                                        EM_OP_ATOMIC_AND, EM_OP_ATOMIC_OR,  EM_OP_ATOMIC_XOR, EM_OP_ATOMIC_XCHG,
-                                        EM_OP_ATOMIC_CAS, EM_OP_ATOMIC_LOAD, EM_OP_ATOMIC_STORE};
-        static const em_ir_op fops[] = {EM_OP_ATOMIC_ADD, EM_OP_ATOMIC_SUB, EM_OP_ATOMIC_XCHG, EM_OP_ATOMIC_LOAD,
-                                        EM_OP_ATOMIC_STORE};
+        static const em_ir_op iops[] = {EM_OP_ATOMIC_ADD,  EM_OP_ATOMIC_SUB,  EM_OP_ATOMIC_MIN,
+                                        EM_OP_ATOMIC_MAX,  EM_OP_ATOMIC_AND,  EM_OP_ATOMIC_OR,
+                                        EM_OP_ATOMIC_XOR,  EM_OP_ATOMIC_XCHG, EM_OP_ATOMIC_CAS,
+                                        EM_OP_ATOMIC_LOAD, EM_OP_ATOMIC_STORE};
+        static const em_ir_op fops[] = {EM_OP_ATOMIC_ADD, EM_OP_ATOMIC_SUB, EM_OP_ATOMIC_XCHG,
+                                        EM_OP_ATOMIC_LOAD, EM_OP_ATOMIC_STORE};
         em_ir_op op = s == EM_F32 ? fops[pick(g, 5)] : iops[pick(g, 11)];
-        em_ir_val idx = index_for(g, m), v = op == EM_OP_ATOMIC_LOAD ? EM_IR_NONE : value_of(g, em_ty(s));
-        em_ir_val r = em_ir_atomic(k, op, m, idx, v, op == EM_OP_ATOMIC_CAS ? value_of(g, em_ty(s)) : EM_IR_NONE);
+        em_ir_val idx = index_for(g, m),
+                  v = op == EM_OP_ATOMIC_LOAD ? EM_IR_NONE : value_of(g, em_ty(s));
+        em_ir_val r = em_ir_atomic(k, op, m, idx, v,
+                                   op == EM_OP_ATOMIC_CAS ? value_of(g, em_ty(s)) : EM_IR_NONE);
         push(g, r);
     } else if (mm->access & EM_WRITE) {
         em_ir_store(k, m, index_for(g, m), value_of(g, mm->elem));
@@ -362,10 +390,20 @@ static void gen_matrix(gen *g)
 {
     em_ir_kernel *k = g->k;
     switch (pick(g, 4)) {
-    case 0: em_ir_mat_fill(k, g->frags[2], value_of(g, em_ty(EM_F32))); break;
-    case 1: em_ir_mat_load(k, g->frags[pick(g, 3)], g->fmem, em_ir_u32(k, pick(g, 8)), em_ir_u32(k, 2), (em_mat_layout)pick(g, 2)); break;
-    case 2: em_ir_mat_mma(k, g->frags[2], g->frags[0], g->frags[1], g->frags[2]); break;
-    default: em_ir_mat_store(k, g->fmem, em_ir_u32(k, pick(g, 8)), em_ir_u32(k, 2), g->frags[2], (em_mat_layout)pick(g, 2)); break;
+    case 0:
+        em_ir_mat_fill(k, g->frags[2], value_of(g, em_ty(EM_F32)));
+        break;
+    case 1:
+        em_ir_mat_load(k, g->frags[pick(g, 3)], g->fmem, em_ir_u32(k, pick(g, 8)), em_ir_u32(k, 2),
+                       (em_mat_layout)pick(g, 2));
+        break;
+    case 2:
+        em_ir_mat_mma(k, g->frags[2], g->frags[0], g->frags[1], g->frags[2]);
+        break;
+    default:
+        em_ir_mat_store(k, g->fmem, em_ir_u32(k, pick(g, 8)), em_ir_u32(k, 2), g->frags[2],
+                        (em_mat_layout)pick(g, 2));
+        break;
     }
 }
 
@@ -391,8 +429,9 @@ static void gen_control(gen *g, int budget)
         static const em_scalar ks[] = {EM_U32, EM_I32, EM_I64, EM_U8};
         em_scalar s = ks[pick(g, 4)];
         em_ir_val v = em_ir_var(k, em_ty(s), "i"); /* read in the body, never assigned: a counter
-                                                     * written by units would make the loop run on */
-        em_ir_range_begin(k, v, em_ir_const_int(k, em_ty(s), 0), em_ir_const_int(k, em_ty(s), 1 + pick(g, 3)),
+                                                    * written by units would make the loop run on */
+        em_ir_range_begin(k, v, em_ir_const_int(k, em_ty(s), 0),
+                          em_ir_const_int(k, em_ty(s), 1 + pick(g, 3)),
                           em_ir_const_int(k, em_ty(s), 1), pick(g, 3) == 0);
         g->in_range[g->loops++ & 63] = true;
         push(g, v);
@@ -422,9 +461,12 @@ static void gen_block(gen *g, int budget)
     if (++g->depth > 4) budget = 1;
     for (int i = 0; i < budget; i++) {
         unsigned what = pick(g, 20);
-        if (what < 9) gen_arith(g);
-        else if (what < 13) gen_memory(g);
-        else if (what < 14) gen_matrix(g);
+        if (what < 9)
+            gen_arith(g);
+        else if (what < 13)
+            gen_memory(g);
+        else if (what < 14)
+            gen_matrix(g);
         else if (what < 16 && g->nvars) {
             em_ir_val v = g->vars[pick(g, (unsigned)g->nvars)];
             em_ir_assign(g->k, v, value_of(g, type_of(g, v)));
@@ -439,8 +481,10 @@ static void gen_block(gen *g, int budget)
             if (g->loops && pick(g, 2)) {
                 em_ir_if_begin(g->k, value_of(g, em_ty(EM_BOOL)));
                 /* continue in a while-loop could spin forever: only ranges get it */
-                if (pick(g, 2) || !g->in_range[(g->loops - 1) & 63]) em_ir_break(g->k);
-                else em_ir_continue(g->k);
+                if (pick(g, 2) || !g->in_range[(g->loops - 1) & 63])
+                    em_ir_break(g->k);
+                else
+                    em_ir_continue(g->k);
                 em_ir_end(g->k);
             } else if (pick(g, 3) == 0) {
                 em_ir_if_begin(g->k, value_of(g, em_ty(EM_BOOL)));
@@ -465,7 +509,8 @@ static em_ir_kernel *random_kernel(uint64_t seed, em_type *buf_types, int *nbufs
     *nbufs = 3 + (int)pick(&g, 3);
     for (int i = 0; i < *nbufs; i++) {
         buf_types[i] = i == 0 ? em_ty(EM_U32) : i == 1 ? em_ty(EM_F32) : rand_type(&g);
-        g.mems[g.nmems++] = em_ir_param_buffer(g.k, "buf", buf_types[i], i == 2 ? EM_READ : EM_READ_WRITE, pick(&g, 2));
+        g.mems[g.nmems++] = em_ir_param_buffer(g.k, "buf", buf_types[i],
+                                               i == 2 ? EM_READ : EM_READ_WRITE, pick(&g, 2));
     }
     em_ir_val p = em_ir_param_scalar(g.k, "scale", em_ty(EM_F32));
     push(&g, p);
@@ -480,7 +525,9 @@ static em_ir_kernel *random_kernel(uint64_t seed, em_type *buf_types, int *nbufs
     push(&g, em_ir_builtin(g.k, EM_ABSOLUTE_POS));
     gen_block(&g, 40);
     /* keep something alive */
-    em_ir_store(g.k, g.mems[0], em_ir_binary(g.k, EM_OP_REM, em_ir_builtin(g.k, EM_ABSOLUTE_POS), em_ir_len(g.k, g.mems[0])),
+    em_ir_store(g.k, g.mems[0],
+                em_ir_binary(g.k, EM_OP_REM, em_ir_builtin(g.k, EM_ABSOLUTE_POS),
+                             em_ir_len(g.k, g.mems[0])),
                 value_of(&g, em_ty(EM_U32)));
     return g.k;
 }
@@ -500,7 +547,8 @@ static void test_random_kernels(void **state)
         int nbufs[PER_TU], n = 0;
         for (int i = 0; i < PER_TU; i++) {
             em_ir_kernel *k = random_kernel((uint64_t)(base + i + 1), types[n], &nbufs[n]);
-            if (em_ir_verify(k, 0) != EM_OK) fail_msg("random kernel %d is ill-formed: %s", base + i + 1, em_last_error());
+            if (em_ir_verify(k, 0) != EM_OK)
+                fail_msg("random kernel %d is ill-formed: %s", base + i + 1, em_last_error());
             if ((base + i) % 2) assert_int_equal(em_ir_simplify(k), EM_OK);
             ks[n++] = k;
         }
@@ -517,7 +565,8 @@ static void test_random_kernels(void **state)
             xarg args[10];
             void *mem[8];
             for (int b = 0; b < nbufs[i]; b++) {
-                size_t bytes = ELEMS * em_scalar_size((em_scalar)types[i][b].scalar) * types[i][b].lanes;
+                size_t bytes =
+                    ELEMS * em_scalar_size((em_scalar)types[i][b].scalar) * types[i][b].lanes;
                 mem[b] = malloc(bytes);
                 for (size_t j = 0; j < bytes; j++) ((uint8_t *)mem[b])[j] = (uint8_t)(j * 37 % 2);
                 args[b] = xbuf(mem[b], bytes, ELEMS);

@@ -11,22 +11,48 @@
 
 static em_ir_val at(em_ir_kernel *k, em_ir_val i, unsigned stride, unsigned j)
 {
-    return em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, i, em_ir_u32(k, stride)), em_ir_u32(k, j));
+    return em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, i, em_ir_u32(k, stride)),
+                        em_ir_u32(k, j));
 }
 
-static uint16_t bits16(const void *p, size_t i) { return ((const uint16_t *)p)[i]; }
+static uint16_t bits16(const void *p, size_t i)
+{
+    return ((const uint16_t *)p)[i];
+}
 
-/* ---- f16 and bf16 ----------------------------------------------------------------------------- */
+/* ---- f16 and bf16 -----------------------------------------------------------------------------
+ */
 
-enum { H_ADD, H_SUB, H_MUL, H_DIV, H_SQRT, H_FMA, H_MIN, H_MAX, H_NEG, H_ABS, H_FLOOR, H_CEIL, H_ROUND,
-       H_FROM_F32, H_FROM_F64, H_FROM_I32, H_CLAMP, H_SELECT, H_REM, H_OPS };
+enum {
+    H_ADD,
+    H_SUB,
+    H_MUL,
+    H_DIV,
+    H_SQRT,
+    H_FMA,
+    H_MIN,
+    H_MAX,
+    H_NEG,
+    H_ABS,
+    H_FLOOR,
+    H_CEIL,
+    H_ROUND,
+    H_FROM_F32,
+    H_FROM_F64,
+    H_FROM_I32,
+    H_CLAMP,
+    H_SELECT,
+    H_REM,
+    H_OPS
+};
 
 static em_ir_kernel *k_half(em_scalar h)
 {
     em_ir_kernel *k = em_ir_kernel_new(h == EM_F16 ? "half_f16" : "half_bf16");
     em_type t = em_ty(h);
     em_scalar other = h == EM_F16 ? EM_BF16 : EM_F16;
-    em_ir_mem a = em_ir_param_buffer(k, "a", t, EM_READ, 1), b = em_ir_param_buffer(k, "b", t, EM_READ, 1);
+    em_ir_mem a = em_ir_param_buffer(k, "a", t, EM_READ, 1),
+              b = em_ir_param_buffer(k, "b", t, EM_READ, 1);
     em_ir_mem c = em_ir_param_buffer(k, "c", em_ty(EM_F32), EM_READ, 1);
     em_ir_mem d = em_ir_param_buffer(k, "d", em_ty(EM_F64), EM_READ, 1);
     em_ir_mem e = em_ir_param_buffer(k, "e", em_ty(EM_I32), EM_READ, 1);
@@ -55,7 +81,8 @@ static em_ir_kernel *k_half(em_scalar h)
     v[H_FROM_F32] = em_ir_cast(k, t, em_ir_load(k, c, i));
     v[H_FROM_F64] = em_ir_cast(k, t, em_ir_load(k, d, i));
     v[H_FROM_I32] = em_ir_cast(k, t, em_ir_load(k, e, i));
-    v[H_CLAMP] = em_ir_ternary(k, EM_OP_CLAMP, x, em_ir_const_float(k, t, -1.0), em_ir_const_float(k, t, 1.0));
+    v[H_CLAMP] = em_ir_ternary(k, EM_OP_CLAMP, x, em_ir_const_float(k, t, -1.0),
+                               em_ir_const_float(k, t, 1.0));
     v[H_SELECT] = em_ir_ternary(k, EM_OP_SELECT, em_ir_binary(k, EM_OP_LT, x, y), x, y);
     v[H_REM] = em_ir_binary(k, EM_OP_REM, x, y);
     for (unsigned j = 0; j < H_OPS; j++) em_ir_store(k, r, at(k, i, H_OPS, j), v[j]);
@@ -82,7 +109,8 @@ static void test_f16_bf16(void **state)
     enum { N = 6000 };
     em_ir_kernel *ks[2] = {k_half(EM_F16), k_half(EM_BF16)};
     xmod *m = xcompile(ks, 2);
-    uint16_t *a = malloc(N * 2), *b = malloc(N * 2), *r = malloc(N * H_OPS * 2), *ot = malloc(N * 2);
+    uint16_t *a = malloc(N * 2), *b = malloc(N * 2), *r = malloc(N * H_OPS * 2),
+             *ot = malloc(N * 2);
     float *c = malloc(N * 4), *f = malloc(N * 4);
     double *d = malloc(N * 8);
     int32_t *e = malloc(N * 4), *io = malloc(N * 4);
@@ -99,20 +127,27 @@ static void test_f16_bf16(void **state)
             uint32_t cb = (uint32_t)xrand_state(&rng);
             memcpy(&c[i], &cb, 4);
             if (i % 3 == 0) c[i] = xrandf(&rng, -70000, 70000);
-            if (i % 5 == 0) c[i] = ldexpf(1.0f + (float)(i % 7) * 0x1p-11f, (int)(xrand_state(&rng) % 40) - 30);
-            d[i] = ldexp(1.0 + (double)(xrand_state(&rng) >> 11) * 0x1p-53, (int)(xrand_state(&rng) % 60) - 40);
+            if (i % 5 == 0)
+                c[i] = ldexpf(1.0f + (float)(i % 7) * 0x1p-11f, (int)(xrand_state(&rng) % 40) - 30);
+            d[i] = ldexp(1.0 + (double)(xrand_state(&rng) >> 11) * 0x1p-53,
+                         (int)(xrand_state(&rng) % 60) - 40);
             if (i % 2) d[i] = -d[i];
-            if (i % 11 == 0) d[i] = 1.0 + 0x1p-11 + (i % 22 ? 0x1p-40 : 0.0); /* near and on a tie */
+            if (i % 11 == 0)
+                d[i] = 1.0 + 0x1p-11 + (i % 22 ? 0x1p-40 : 0.0); /* near and on a tie */
             e[i] = (int32_t)(uint32_t)xrand_state(&rng) >> (int)(xrand_state(&rng) % 32);
         }
-        a[0] = 0x7c00, a[1] = 0xfc00, a[2] = 0x7e00, a[3] = 0x0001, a[5] = 0x8000; /* f16 specials */
+        a[0] = 0x7c00, a[1] = 0xfc00, a[2] = 0x7e00, a[3] = 0x0001,
+        a[5] = 0x8000; /* f16 specials */
         if (bf) a[0] = 0x7f80, a[1] = 0xff80, a[2] = 0x7fc0, a[3] = 0x0001, a[5] = 0x8000;
-        c[0] = 65520.0f, c[1] = 65519.0f, c[2] = NAN, c[3] = -INFINITY, c[4] = 0x1p-25f, c[6] = 0x1.8p-24f;
+        c[0] = 65520.0f, c[1] = 65519.0f, c[2] = NAN, c[3] = -INFINITY, c[4] = 0x1p-25f,
+        c[6] = 0x1.8p-24f;
         c[7] = 3.4e38f, c[8] = -0.0f, c[9] = 0x1.0101p0f; /* bf16 tie above even */
         e[0] = INT32_MAX, e[1] = INT32_MIN, e[2] = 65504, e[3] = 65520, e[4] = 16777217;
-        xarg args[] = {xbuf(a, N * 2, N),      xbuf(b, N * 2, N),  xbuf(c, N * 4, N),       xbuf(d, N * 8, N),
-                       xbuf(e, N * 4, N),      xbuf(r, N * H_OPS * 2, (uint64_t)N * H_OPS), xbuf(f, N * 4, N),
-                       xbuf(io, N * 4, N),     xbuf(ot, N * 2, N), xbuf(fl, N * 2, (uint64_t)N * 2)};
+        xarg args[] = {xbuf(a, N * 2, N),  xbuf(b, N * 2, N),
+                       xbuf(c, N * 4, N),  xbuf(d, N * 8, N),
+                       xbuf(e, N * 4, N),  xbuf(r, N * H_OPS * 2, (uint64_t)N * H_OPS),
+                       xbuf(f, N * 4, N),  xbuf(io, N * 4, N),
+                       xbuf(ot, N * 2, N), xbuf(fl, N * 2, (uint64_t)N * 2)};
         xlaunch(m, (size_t)which, XGRID((N + 127) / 128, 1, 1), XGRID(128, 1, 1), args, 10);
         const char *name = bf ? "bf16" : "f16";
         for (int i = 0; i < N; i++) {
@@ -143,9 +178,12 @@ static void test_f16_bf16(void **state)
                 snprintf(what, sizeof what, "%s op %d of (%a, %a)", name, j, x, y);
                 xcheck_half(what, (size_t)i, bits16(r, (size_t)i * H_OPS + j), want[j], bf);
             }
-            if (!(isnan(x) && isnan(f[i])) && f[i] != (float)x) fail_msg("%s -> f32 [%d]: %g vs %g", name, i, f[i], x);
-            if (io[i] != ref_sat_i32(x)) fail_msg("%s -> i32 [%d]: %d, want %d", name, i, io[i], ref_sat_i32(x));
-            xcheck_half(bf ? "bf16 -> f16" : "f16 -> bf16", (size_t)i, ot[i], bf ? xref_f16(x) : xref_bf16(x), !bf);
+            if (!(isnan(x) && isnan(f[i])) && f[i] != (float)x)
+                fail_msg("%s -> f32 [%d]: %g vs %g", name, i, f[i], x);
+            if (io[i] != ref_sat_i32(x))
+                fail_msg("%s -> i32 [%d]: %d, want %d", name, i, io[i], ref_sat_i32(x));
+            xcheck_half(bf ? "bf16 -> f16" : "f16 -> bf16", (size_t)i, ot[i],
+                        bf ? xref_f16(x) : xref_bf16(x), !bf);
             assert_int_equal(fl[2 * i], isnan(x) ? 1 : 0);
             assert_int_equal(fl[2 * i + 1], isinf(x) ? 1 : 0);
         }
@@ -158,14 +196,32 @@ static void test_f16_bf16(void **state)
 
 /* ---- f64 ------------------------------------------------------------------------------------ */
 
-enum { D_ADD, D_SUB, D_MUL, D_DIV, D_SQRT, D_FMA, D_MIN, D_MAX, D_FLOOR, D_ROUND, D_REM, D_NEG, D_CLAMP,
-       D_EXP, D_FROM_I64, D_FROM_U64, D_OPS };
+enum {
+    D_ADD,
+    D_SUB,
+    D_MUL,
+    D_DIV,
+    D_SQRT,
+    D_FMA,
+    D_MIN,
+    D_MAX,
+    D_FLOOR,
+    D_ROUND,
+    D_REM,
+    D_NEG,
+    D_CLAMP,
+    D_EXP,
+    D_FROM_I64,
+    D_FROM_U64,
+    D_OPS
+};
 
 static em_ir_kernel *k_f64(void)
 {
     em_ir_kernel *k = em_ir_kernel_new("arith_f64");
     em_type t = em_ty(EM_F64);
-    em_ir_mem a = em_ir_param_buffer(k, "a", t, EM_READ, 1), b = em_ir_param_buffer(k, "b", t, EM_READ, 1);
+    em_ir_mem a = em_ir_param_buffer(k, "a", t, EM_READ, 1),
+              b = em_ir_param_buffer(k, "b", t, EM_READ, 1);
     em_ir_mem c = em_ir_param_buffer(k, "c", t, EM_READ, 1);
     em_ir_mem n = em_ir_param_buffer(k, "n", em_ty(EM_I64), EM_READ, 1);
     em_ir_mem r = em_ir_param_buffer(k, "r", t, EM_WRITE, 1);
@@ -173,7 +229,8 @@ static em_ir_kernel *k_f64(void)
     em_ir_mem io = em_ir_param_buffer(k, "io", em_ty(EM_I64), EM_WRITE, 1);
     em_ir_val i = em_ir_builtin(k, EM_ABSOLUTE_POS);
     em_ir_if_begin(k, em_ir_binary(k, EM_OP_LT, i, em_ir_len(k, a)));
-    em_ir_val x = em_ir_load(k, a, i), y = em_ir_load(k, b, i), z = em_ir_load(k, c, i), w = em_ir_load(k, n, i);
+    em_ir_val x = em_ir_load(k, a, i), y = em_ir_load(k, b, i), z = em_ir_load(k, c, i),
+              w = em_ir_load(k, n, i);
     em_ir_val v[D_OPS];
     v[D_ADD] = em_ir_binary(k, EM_OP_ADD, x, y);
     v[D_SUB] = em_ir_binary(k, EM_OP_SUB, x, y);
@@ -198,7 +255,10 @@ static em_ir_kernel *k_f64(void)
     return k;
 }
 
-static bool same_f64(double a, double b) { return (isnan(a) && isnan(b)) || memcmp(&a, &b, 8) == 0; }
+static bool same_f64(double a, double b)
+{
+    return (isnan(a) && isnan(b)) || memcmp(&a, &b, 8) == 0;
+}
 
 static void test_f64(void **state)
 {
@@ -217,22 +277,47 @@ static void test_f64(void **state)
     }
     a[0] = NAN, a[1] = INFINITY, a[2] = 1e300, a[3] = -1e300, a[4] = 2.5, a[5] = 3.5, a[6] = -0.0;
     a[7] = 9.3e18, a[8] = -9.3e18, b[9] = 0;
-    n[0] = INT64_MIN, n[1] = INT64_MAX, n[2] = -1, n[3] = (INT64_C(1) << 60) + (INT64_C(1) << 52) + 1;
-    xarg args[] = {xbuf(a, N * 8, N), xbuf(b, N * 8, N), xbuf(c, N * 8, N), xbuf(n, N * 8, N),
-                   xbuf(r, N * D_OPS * 8, (uint64_t)N * D_OPS), xbuf(f, N * 4, N), xbuf(io, N * 8, N)};
+    n[0] = INT64_MIN, n[1] = INT64_MAX, n[2] = -1,
+    n[3] = (INT64_C(1) << 60) + (INT64_C(1) << 52) + 1;
+    xarg args[] = {xbuf(a, N * 8, N),
+                   xbuf(b, N * 8, N),
+                   xbuf(c, N * 8, N),
+                   xbuf(n, N * 8, N),
+                   xbuf(r, N * D_OPS * 8, (uint64_t)N * D_OPS),
+                   xbuf(f, N * 4, N),
+                   xbuf(io, N * 8, N)};
     xrun(k, XGRID((N + 63) / 64, 1, 1), XGRID(64, 1, 1), args, 7);
     for (int i = 0; i < N; i++) {
         double x = a[i], y = b[i], z = c[i];
-        double want[D_OPS] = {x + y,    x - y,    x * y,        x / y,  sqrt(x), fma(x, y, z),
-                              fmin(x, y), fmax(x, y), floor(x), nearbyint(x), fmod(x, y), -x,
-                              fmin(fmax(x, y), z), exp(y), (double)n[i], (double)(uint64_t)n[i]};
+        double want[D_OPS] = {x + y,
+                              x - y,
+                              x * y,
+                              x / y,
+                              sqrt(x),
+                              fma(x, y, z),
+                              fmin(x, y),
+                              fmax(x, y),
+                              floor(x),
+                              nearbyint(x),
+                              fmod(x, y),
+                              -x,
+                              fmin(fmax(x, y), z),
+                              exp(y),
+                              (double)n[i],
+                              (double)(uint64_t)n[i]};
         for (int j = 0; j < D_OPS; j++)
             if (!same_f64(r[i * D_OPS + j], want[j]))
-                fail_msg("f64 op %d [%d] of (%a, %a, %a): got %a, want %a", j, i, x, y, z, r[i * D_OPS + j], want[j]);
+                fail_msg("f64 op %d [%d] of (%a, %a, %a): got %a, want %a", j, i, x, y, z,
+                         r[i * D_OPS + j], want[j]);
         float wf = (float)x;
         assert_true((isnan(wf) && isnan(f[i])) || memcmp(&wf, &f[i], 4) == 0);
-        int64_t wi = isnan(x) ? 0 : x <= -9223372036854775808.0 ? INT64_MIN : x >= 9223372036854775807.0 ? INT64_MAX : (int64_t)x;
-        if (io[i] != wi) fail_msg("f64 -> i64 [%d] of %a: %lld, want %lld", i, x, (long long)io[i], (long long)wi);
+        int64_t wi = isnan(x)                      ? 0
+                     : x <= -9223372036854775808.0 ? INT64_MIN
+                     : x >= 9223372036854775807.0  ? INT64_MAX
+                                                   : (int64_t)x;
+        if (io[i] != wi)
+            fail_msg("f64 -> i64 [%d] of %a: %lld, want %lld", i, x, (long long)io[i],
+                     (long long)wi);
     }
     em_ir_kernel_free(k);
     free(a), free(b), free(c), free(r), free(n), free(io), free(f);
@@ -240,8 +325,31 @@ static void test_f64(void **state)
 
 /* ---- integers ------------------------------------------------------------------------------- */
 
-enum { I_ADD, I_SUB, I_MUL, I_DIV, I_REM, I_MIN, I_MAX, I_AND, I_OR, I_XOR, I_SHL, I_SHR, I_NEG, I_NOT,
-       I_ABS, I_POPCOUNT, I_CLZ, I_CTZ, I_CLAMP, I_LT, I_SELECT, I_EQ, I_OPS };
+enum {
+    I_ADD,
+    I_SUB,
+    I_MUL,
+    I_DIV,
+    I_REM,
+    I_MIN,
+    I_MAX,
+    I_AND,
+    I_OR,
+    I_XOR,
+    I_SHL,
+    I_SHR,
+    I_NEG,
+    I_NOT,
+    I_ABS,
+    I_POPCOUNT,
+    I_CLZ,
+    I_CTZ,
+    I_CLAMP,
+    I_LT,
+    I_SELECT,
+    I_EQ,
+    I_OPS
+};
 
 static const em_scalar int_kinds[] = {EM_I8, EM_I16, EM_I32, EM_I64, EM_U8, EM_U16, EM_U32, EM_U64};
 enum { NINT = sizeof int_kinds / sizeof int_kinds[0] };
@@ -252,15 +360,17 @@ static em_ir_kernel *k_int(em_scalar s)
     snprintf(name, sizeof name, "int_%s", em_scalar_name(s));
     em_ir_kernel *k = em_ir_kernel_new(name);
     em_type t = em_ty(s);
-    em_ir_mem a = em_ir_param_buffer(k, "a", t, EM_READ, 1), b = em_ir_param_buffer(k, "b", t, EM_READ, 1);
+    em_ir_mem a = em_ir_param_buffer(k, "a", t, EM_READ, 1),
+              b = em_ir_param_buffer(k, "b", t, EM_READ, 1);
     em_ir_mem c = em_ir_param_buffer(k, "c", t, EM_READ, 1);
     em_ir_mem r = em_ir_param_buffer(k, "r", t, EM_WRITE, 1);
     em_ir_val i = em_ir_builtin(k, EM_ABSOLUTE_POS);
     em_ir_if_begin(k, em_ir_binary(k, EM_OP_LT, i, em_ir_len(k, a)));
     em_ir_val x = em_ir_load(k, a, i), y = em_ir_load(k, b, i), z = em_ir_load(k, c, i);
     em_ir_val v[I_OPS];
-    static const em_ir_op bin[] = {EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV, EM_OP_REM, EM_OP_MIN,
-                                   EM_OP_MAX, EM_OP_AND, EM_OP_OR,  EM_OP_XOR, EM_OP_SHL, EM_OP_SHR};
+    static const em_ir_op bin[] = {EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV,
+                                   EM_OP_REM, EM_OP_MIN, EM_OP_MAX, EM_OP_AND,
+                                   EM_OP_OR,  EM_OP_XOR, EM_OP_SHL, EM_OP_SHR};
     for (unsigned j = 0; j < sizeof bin / sizeof bin[0]; j++) v[j] = em_ir_binary(k, bin[j], x, y);
     v[I_NEG] = em_ir_unary(k, EM_OP_NEG, x);
     v[I_NOT] = em_ir_unary(k, EM_OP_NOT, x);
@@ -284,7 +394,10 @@ static uint64_t load_bits(const void *p, size_t i, unsigned bytes)
     return v;
 }
 
-static void store_bits(void *p, size_t i, unsigned bytes, uint64_t v) { memcpy((char *)p + i * bytes, &v, bytes); }
+static void store_bits(void *p, size_t i, unsigned bytes, uint64_t v)
+{
+    memcpy((char *)p + i * bytes, &v, bytes);
+}
 
 /* The reference: values as 64-bit patterns of width w; signed kinds sign-extended. */
 static uint64_t ref_int(int op, uint64_t ua, uint64_t ub, uint64_t uc, unsigned w, bool sgn)
@@ -293,34 +406,68 @@ static uint64_t ref_int(int op, uint64_t ua, uint64_t ub, uint64_t uc, unsigned 
     int64_t sa = 0, sb = 0, sc = 0;
     if (sgn) {
         unsigned sh = 64 - w;
-        sa = (int64_t)(ua << sh) >> sh, sb = (int64_t)(ub << sh) >> sh, sc = (int64_t)(uc << sh) >> sh;
+        sa = (int64_t)(ua << sh) >> sh, sb = (int64_t)(ub << sh) >> sh,
+        sc = (int64_t)(uc << sh) >> sh;
     }
     bool lt = sgn ? sa < sb : ua < ub;
     uint64_t r = 0;
     switch (op) {
-    case I_ADD: r = ua + ub; break;
-    case I_SUB: r = ua - ub; break;
-    case I_MUL: r = ua * ub; break;
+    case I_ADD:
+        r = ua + ub;
+        break;
+    case I_SUB:
+        r = ua - ub;
+        break;
+    case I_MUL:
+        r = ua * ub;
+        break;
     case I_DIV:
-        if (ub == 0) r = ua;
-        else if (sgn && sb == -1) r = 0 - ua;
-        else r = sgn ? (uint64_t)(sa / sb) : ua / ub;
+        if (ub == 0)
+            r = ua;
+        else if (sgn && sb == -1)
+            r = 0 - ua;
+        else
+            r = sgn ? (uint64_t)(sa / sb) : ua / ub;
         break;
     case I_REM:
-        if (ub == 0 || (sgn && sb == -1)) r = 0;
-        else r = sgn ? (uint64_t)(sa % sb) : ua % ub;
+        if (ub == 0 || (sgn && sb == -1))
+            r = 0;
+        else
+            r = sgn ? (uint64_t)(sa % sb) : ua % ub;
         break;
-    case I_MIN: r = lt ? ua : ub; break;
-    case I_MAX: r = (sgn ? sa > sb : ua > ub) ? ua : ub; break;
-    case I_AND: r = ua & ub; break;
-    case I_OR: r = ua | ub; break;
-    case I_XOR: r = ua ^ ub; break;
-    case I_SHL: r = ua << (ub & (w - 1)); break;
-    case I_SHR: r = sgn ? (uint64_t)(sa >> (ub & (w - 1))) : (ua & mask) >> (ub & (w - 1)); break;
-    case I_NEG: r = 0 - ua; break;
-    case I_NOT: r = ~ua; break;
-    case I_ABS: r = sgn && sa < 0 ? 0 - ua : ua; break;
-    case I_POPCOUNT: r = (uint64_t)__builtin_popcountll(ua & mask); break;
+    case I_MIN:
+        r = lt ? ua : ub;
+        break;
+    case I_MAX:
+        r = (sgn ? sa > sb : ua > ub) ? ua : ub;
+        break;
+    case I_AND:
+        r = ua & ub;
+        break;
+    case I_OR:
+        r = ua | ub;
+        break;
+    case I_XOR:
+        r = ua ^ ub;
+        break;
+    case I_SHL:
+        r = ua << (ub & (w - 1));
+        break;
+    case I_SHR:
+        r = sgn ? (uint64_t)(sa >> (ub & (w - 1))) : (ua & mask) >> (ub & (w - 1));
+        break;
+    case I_NEG:
+        r = 0 - ua;
+        break;
+    case I_NOT:
+        r = ~ua;
+        break;
+    case I_ABS:
+        r = sgn && sa < 0 ? 0 - ua : ua;
+        break;
+    case I_POPCOUNT:
+        r = (uint64_t)__builtin_popcountll(ua & mask);
+        break;
     case I_CLZ: {
         uint64_t x = ua & mask;
         r = x ? (uint64_t)(__builtin_clzll(x) - (64 - (int)w)) : w;
@@ -337,9 +484,15 @@ static uint64_t ref_int(int op, uint64_t ua, uint64_t ub, uint64_t uc, unsigned 
         r = below ? ub : above ? uc : ua;
         break;
     }
-    case I_LT: r = lt; break;
-    case I_SELECT: r = lt ? ub : ua; break;
-    case I_EQ: r = ((ua ^ ub) & mask) == 0; break;
+    case I_LT:
+        r = lt;
+        break;
+    case I_SELECT:
+        r = lt ? ub : ua;
+        break;
+    case I_EQ:
+        r = ((ua ^ ub) & mask) == 0;
+        break;
     }
     return r & mask;
 }
@@ -352,32 +505,38 @@ static void test_int_ops(void **state)
     for (int t = 0; t < NINT; t++) ks[t] = k_int(int_kinds[t]);
     xmod *m = xcompile(ks, NINT);
     uint64_t rng = 8;
-    void *a = malloc(N * 8), *b = malloc(N * 8), *c = malloc(N * 8), *r = malloc((size_t)N * I_OPS * 8);
+    void *a = malloc(N * 8), *b = malloc(N * 8), *c = malloc(N * 8),
+         *r = malloc((size_t)N * I_OPS * 8);
     for (int t = 0; t < NINT; t++) {
         em_scalar s = int_kinds[t];
         unsigned bytes = (unsigned)em_scalar_size(s), w = bytes * 8;
         bool sgn = em_scalar_is_signed(s);
-        uint64_t min = sgn ? UINT64_C(1) << (w - 1) : 0, edges[] = {0, 1, ~UINT64_C(0), min, min - 1, 2, 3, 7};
+        uint64_t min = sgn ? UINT64_C(1) << (w - 1) : 0,
+                 edges[] = {0, 1, ~UINT64_C(0), min, min - 1, 2, 3, 7};
         for (int i = 0; i < N; i++) {
-            uint64_t x = xrand_state(&rng) >> (xrand_state(&rng) % 64), y = xrand_state(&rng) >> (xrand_state(&rng) % 64);
+            uint64_t x = xrand_state(&rng) >> (xrand_state(&rng) % 64),
+                     y = xrand_state(&rng) >> (xrand_state(&rng) % 64);
             if (i < 64) x = edges[i % 8], y = edges[i / 8];
             if (i % 9 == 5) y = xrand_state(&rng) % 80; /* shift counts around the width */
             store_bits(a, (size_t)i, bytes, x);
             store_bits(b, (size_t)i, bytes, y);
             store_bits(c, (size_t)i, bytes, xrand_state(&rng));
         }
-        xarg args[] = {xbuf(a, (size_t)N * bytes, N), xbuf(b, (size_t)N * bytes, N), xbuf(c, (size_t)N * bytes, N),
+        xarg args[] = {xbuf(a, (size_t)N * bytes, N), xbuf(b, (size_t)N * bytes, N),
+                       xbuf(c, (size_t)N * bytes, N),
                        xbuf(r, (size_t)N * I_OPS * bytes, (uint64_t)N * I_OPS)};
         xlaunch(m, (size_t)t, XGRID((N + 99) / 100, 1, 1), XGRID(100, 1, 1), args, 4);
         for (int i = 0; i < N; i++) {
             uint64_t x = load_bits(a, (size_t)i, bytes), y = load_bits(b, (size_t)i, bytes);
             uint64_t z = load_bits(c, (size_t)i, bytes);
             for (int op = 0; op < I_OPS; op++) {
-                uint64_t got = load_bits(r, (size_t)i * I_OPS + op, bytes), want = ref_int(op, x, y, z, w, sgn);
+                uint64_t got = load_bits(r, (size_t)i * I_OPS + op, bytes),
+                         want = ref_int(op, x, y, z, w, sgn);
                 if (got != want)
-                    fail_msg("%s op %d of (0x%llx, 0x%llx, 0x%llx): got 0x%llx, want 0x%llx", em_scalar_name(s), op,
-                             (unsigned long long)x, (unsigned long long)y, (unsigned long long)z,
-                             (unsigned long long)got, (unsigned long long)want);
+                    fail_msg("%s op %d of (0x%llx, 0x%llx, 0x%llx): got 0x%llx, want 0x%llx",
+                             em_scalar_name(s), op, (unsigned long long)x, (unsigned long long)y,
+                             (unsigned long long)z, (unsigned long long)got,
+                             (unsigned long long)want);
             }
         }
     }
@@ -386,7 +545,8 @@ static void test_int_ops(void **state)
     free(a), free(b), free(c), free(r);
 }
 
-/* ---- casts and bitcasts ------------------------------------------------------------------------ */
+/* ---- casts and bitcasts ------------------------------------------------------------------------
+ */
 
 /* out_D[i] = (D)x[i] for all 13 kinds D. */
 static em_ir_kernel *k_cast_from(em_scalar s)
@@ -404,7 +564,8 @@ static em_ir_kernel *k_cast_from(em_scalar s)
     em_ir_val i = em_ir_builtin(k, EM_ABSOLUTE_POS);
     em_ir_if_begin(k, em_ir_binary(k, EM_OP_LT, i, em_ir_len(k, x)));
     em_ir_val v = em_ir_load(k, x, i);
-    for (int d = 0; d < EM_SCALAR_COUNT; d++) em_ir_store(k, out[d], i, em_ir_cast(k, em_ty((em_scalar)d), v));
+    for (int d = 0; d < EM_SCALAR_COUNT; d++)
+        em_ir_store(k, out[d], i, em_ir_cast(k, em_ty((em_scalar)d), v));
     em_ir_end(k);
     return k;
 }
@@ -422,9 +583,15 @@ static xval decode(em_scalar s, uint64_t bits)
     xval v = {0};
     unsigned w = (unsigned)em_scalar_size(s) * 8;
     switch (s) {
-    case EM_BOOL: v.mag = bits & 0xff ? 1 : 0; return v;
-    case EM_F16: v.is_float = true, v.f = xref_half_value((uint16_t)bits, false); return v;
-    case EM_BF16: v.is_float = true, v.f = xref_half_value((uint16_t)bits, true); return v;
+    case EM_BOOL:
+        v.mag = bits & 0xff ? 1 : 0;
+        return v;
+    case EM_F16:
+        v.is_float = true, v.f = xref_half_value((uint16_t)bits, false);
+        return v;
+    case EM_BF16:
+        v.is_float = true, v.f = xref_half_value((uint16_t)bits, true);
+        return v;
     case EM_F32: {
         float f;
         uint32_t b32 = (uint32_t)bits;
@@ -432,8 +599,11 @@ static xval decode(em_scalar s, uint64_t bits)
         v.is_float = true, v.f = f;
         return v;
     }
-    case EM_F64: v.is_float = true, memcpy(&v.f, &bits, 8); return v;
-    default: break;
+    case EM_F64:
+        v.is_float = true, memcpy(&v.f, &bits, 8);
+        return v;
+    default:
+        break;
     }
     if (w < 64) bits &= (UINT64_C(1) << w) - 1;
     if (em_scalar_is_signed(s) && (bits >> (w - 1)) & 1) {
@@ -473,7 +643,8 @@ static uint64_t ref_cast(em_scalar from, em_scalar to, uint64_t bits)
         uint64_t mask = w == 64 ? ~UINT64_C(0) : (UINT64_C(1) << w) - 1;
         if (!v.is_float) return (v.neg ? 0 - v.mag : v.mag) & mask;
         if (isnan(v.f)) return 0;
-        double lo = sgn ? -ldexp(1.0, (int)w - 1) : 0, hi = sgn ? ldexp(1.0, (int)w - 1) : ldexp(1.0, (int)w);
+        double lo = sgn ? -ldexp(1.0, (int)w - 1) : 0,
+               hi = sgn ? ldexp(1.0, (int)w - 1) : ldexp(1.0, (int)w);
         if (v.f <= lo) return sgn ? (UINT64_C(1) << (w - 1)) & mask : 0;
         if (v.f >= hi) return sgn ? mask >> 1 : mask;
         double t = trunc(v.f);
@@ -515,14 +686,31 @@ static void test_casts(void **state)
     em_ir_kernel *ks[EM_SCALAR_COUNT];
     for (int s = 0; s < EM_SCALAR_COUNT; s++) ks[s] = k_cast_from((em_scalar)s);
     xmod *m = xcompile(ks, EM_SCALAR_COUNT);
-    static const double specials[] = {0.0,  -0.0,  0.5,   1.5,     2.5,   -2.5,   1e10,  -1e10, NAN,
-                                      INFINITY, -INFINITY, 3e38, 65504, 65520, 1e-8, 127.9, 128.0, -129.0,
-                                      255.5, 65535.9, 4294967295.0, 2147483648.0, -2147483649.0,
-                                      9.3e18, -9.3e18, 1.9e19, 0x1.0101p0, 1.0 + 0x1p-11, 6e-8};
+    static const double specials[] = {0.0,          -0.0,         0.5,           1.5,    2.5,
+                                      -2.5,         1e10,         -1e10,         NAN,    INFINITY,
+                                      -INFINITY,    3e38,         65504,         65520,  1e-8,
+                                      127.9,        128.0,        -129.0,        255.5,  65535.9,
+                                      4294967295.0, 2147483648.0, -2147483649.0, 9.3e18, -9.3e18,
+                                      1.9e19,       0x1.0101p0,   1.0 + 0x1p-11, 6e-8};
     enum { NSPEC = sizeof specials / sizeof specials[0] };
-    static const uint64_t int_edges[] = {0, 1, ~UINT64_C(0), 127, 128, 255, 256, 32767, 32768, 65535, 65536,
-                                         16777217, 0x7fffffffu, 0x80000000u, 0xffffffffu, UINT64_C(1) << 63,
-                                         (UINT64_C(1) << 63) - 1, (UINT64_C(1) << 60) + (UINT64_C(1) << 52) + 1,
+    static const uint64_t int_edges[] = {0,
+                                         1,
+                                         ~UINT64_C(0),
+                                         127,
+                                         128,
+                                         255,
+                                         256,
+                                         32767,
+                                         32768,
+                                         65535,
+                                         65536,
+                                         16777217,
+                                         0x7fffffffu,
+                                         0x80000000u,
+                                         0xffffffffu,
+                                         UINT64_C(1) << 63,
+                                         (UINT64_C(1) << 63) - 1,
+                                         (UINT64_C(1) << 60) + (UINT64_C(1) << 52) + 1,
                                          (UINT64_C(1) << 24) + (UINT64_C(3) << 16) - 1};
     enum { NEDGE = sizeof int_edges / sizeof int_edges[0] };
     uint64_t rng = 13;
@@ -533,11 +721,14 @@ static void test_casts(void **state)
         unsigned bytes = (unsigned)em_scalar_size(from);
         for (int i = 0; i < N; i++) {
             uint64_t bits = xrand_state(&rng) >> (xrand_state(&rng) % 60);
-            if (from == EM_BOOL) bits = i % 2;
-            else if (em_scalar_is_int(from) && i < NEDGE) bits = int_edges[i];
+            if (from == EM_BOOL)
+                bits = i % 2;
+            else if (em_scalar_is_int(from) && i < NEDGE)
+                bits = int_edges[i];
             else if (em_scalar_is_float(from) && i < NSPEC) {
                 double v = specials[i];
-                if (from == EM_F64) memcpy(&bits, &v, 8);
+                if (from == EM_F64)
+                    memcpy(&bits, &v, 8);
                 else if (from == EM_F32) {
                     float f = (float)v;
                     uint32_t b32;
@@ -547,7 +738,8 @@ static void test_casts(void **state)
                     bits = from == EM_F16 ? xref_f16(v) : xref_bf16(v);
                 }
             } else if (from == EM_F64 && i % 2) { /* doubles of ordinary size */
-                double v = ldexp((double)(int64_t)xrand_state(&rng), -(int)(xrand_state(&rng) % 80));
+                double v =
+                    ldexp((double)(int64_t)xrand_state(&rng), -(int)(xrand_state(&rng) % 80));
                 memcpy(&bits, &v, 8);
             } else if (from == EM_F32 && i % 2) {
                 float f = ldexpf((float)(int32_t)xrand_state(&rng), -(int)(xrand_state(&rng) % 40));
@@ -559,18 +751,20 @@ static void test_casts(void **state)
         }
         xarg args[1 + EM_SCALAR_COUNT];
         args[0] = xbuf(x, (size_t)N * bytes, N);
-        for (int d = 0; d < EM_SCALAR_COUNT; d++) args[1 + d] = xbuf(out[d], N * em_scalar_size((em_scalar)d), N);
+        for (int d = 0; d < EM_SCALAR_COUNT; d++)
+            args[1 + d] = xbuf(out[d], N * em_scalar_size((em_scalar)d), N);
         xlaunch(m, (size_t)s, XGRID(4, 1, 1), XGRID(64, 1, 1), args, 1 + EM_SCALAR_COUNT);
         for (int d = 0; d < EM_SCALAR_COUNT; d++) {
             em_scalar to = (em_scalar)d;
             unsigned ob = (unsigned)em_scalar_size(to);
             for (int i = 0; i < N; i++) {
-                uint64_t in = load_bits(x, (size_t)i, bytes), got = load_bits(out[d], (size_t)i, ob);
+                uint64_t in = load_bits(x, (size_t)i, bytes),
+                         got = load_bits(out[d], (size_t)i, ob);
                 uint64_t want = ref_cast(from, to, in);
                 if (!same_value(to, got, want))
-                    fail_msg("cast %s -> %s of 0x%llx: got 0x%llx, want 0x%llx", em_scalar_name(from),
-                             em_scalar_name(to), (unsigned long long)in, (unsigned long long)got,
-                             (unsigned long long)want);
+                    fail_msg("cast %s -> %s of 0x%llx: got 0x%llx, want 0x%llx",
+                             em_scalar_name(from), em_scalar_name(to), (unsigned long long)in,
+                             (unsigned long long)got, (unsigned long long)want);
             }
         }
     }
@@ -586,7 +780,7 @@ static void test_bitcasts(void **state)
 {
     (void)state;
     enum { N = 64 };
-    static const em_type wide[] = {{EM_F64, 1}, {EM_I64, 1}, {EM_U16, 4}, {EM_F16, 4},
+    static const em_type wide[] = {{EM_F64, 1},  {EM_I64, 1}, {EM_U16, 4}, {EM_F16, 4},
                                    {EM_BF16, 4}, {EM_I8, 8},  {EM_F32, 2}};
     static const em_type narrow[] = {{EM_F32, 1}, {EM_F16, 2}, {EM_I8, 4}};
     enum { NW = sizeof wide / sizeof wide[0], NN = sizeof narrow / sizeof narrow[0] };
@@ -602,7 +796,8 @@ static void test_bitcasts(void **state)
     for (int j = 0; j < NW; j++) em_ir_store(k, w[j], pos, em_ir_bitcast(k, wide[j], v));
     em_ir_val lo = em_ir_extract(k, v, em_ir_u32(k, 0));
     for (int j = 0; j < NN; j++) em_ir_store(k, nw[j], pos, em_ir_bitcast(k, narrow[j], lo));
-    em_ir_store(k, back, pos, em_ir_bitcast(k, em_line(EM_U32, 2), em_ir_bitcast(k, em_ty(EM_F64), v)));
+    em_ir_store(k, back, pos,
+                em_ir_bitcast(k, em_line(EM_U32, 2), em_ir_bitcast(k, em_ty(EM_F64), v)));
     em_ir_end(k);
     uint32_t in[N * 2], bk[N * 2];
     uint64_t outw[NW][N];
@@ -630,7 +825,8 @@ static em_ir_kernel *k_select(void)
 {
     em_ir_kernel *k = em_ir_kernel_new("select_compare");
     em_type f4 = em_line(EM_F32, 4), b4 = em_line(EM_BOOL, 4), u16 = em_line(EM_U8, 16);
-    em_ir_mem a = em_ir_param_buffer(k, "a", f4, EM_READ, 1), b = em_ir_param_buffer(k, "b", f4, EM_READ, 1);
+    em_ir_mem a = em_ir_param_buffer(k, "a", f4, EM_READ, 1),
+              b = em_ir_param_buffer(k, "b", f4, EM_READ, 1);
     em_ir_mem c = em_ir_param_buffer(k, "c", em_line(EM_I32, 3), EM_READ, 1);
     em_ir_mem fo = em_ir_param_buffer(k, "fo", f4, EM_WRITE, 1);
     em_ir_mem cmp = em_ir_param_buffer(k, "cmp", b4, EM_WRITE, 1);
@@ -640,15 +836,19 @@ static em_ir_kernel *k_select(void)
     em_ir_if_begin(k, em_ir_binary(k, EM_OP_LT, i, em_ir_len(k, a)));
     em_ir_val x = em_ir_load(k, a, i), y = em_ir_load(k, b, i), z = em_ir_load(k, c, i);
     em_ir_val lt = em_ir_binary(k, EM_OP_LT, x, y);
-    em_ir_val flag = em_ir_binary(k, EM_OP_GT, em_ir_extract(k, z, em_ir_u32(k, 1)), em_ir_const_int(k, em_ty(EM_I32), 0));
+    em_ir_val flag = em_ir_binary(k, EM_OP_GT, em_ir_extract(k, z, em_ir_u32(k, 1)),
+                                  em_ir_const_int(k, em_ty(EM_I32), 0));
     em_ir_val fv[S_NF];
     fv[S_SELECT_LINE] = em_ir_ternary(k, EM_OP_SELECT, lt, x, y);
-    fv[S_SELECT_SCALAR] = em_ir_ternary(k, EM_OP_SELECT, flag, x, em_ir_const_float(k, em_ty(EM_F32), 7.0));
+    fv[S_SELECT_SCALAR] =
+        em_ir_ternary(k, EM_OP_SELECT, flag, x, em_ir_const_float(k, em_ty(EM_F32), 7.0));
     fv[S_CLAMP] = em_ir_ternary(k, EM_OP_CLAMP, x, em_ir_const_float(k, em_ty(EM_F32), -0.5),
                                 em_ir_const_float(k, em_ty(EM_F32), 0.5));
     em_ir_val lane = em_ir_binary(k, EM_OP_REM, i, em_ir_u32(k, 4));
-    fv[S_INSERT] = em_ir_insert(k, x, em_ir_binary(k, EM_OP_REM, em_ir_binary(k, EM_OP_ADD, i, em_ir_u32(k, 1)), em_ir_u32(k, 4)),
-                                em_ir_const_float(k, em_ty(EM_F32), 99.0));
+    fv[S_INSERT] = em_ir_insert(
+        k, x,
+        em_ir_binary(k, EM_OP_REM, em_ir_binary(k, EM_OP_ADD, i, em_ir_u32(k, 1)), em_ir_u32(k, 4)),
+        em_ir_const_float(k, em_ty(EM_F32), 99.0));
     for (unsigned j = 0; j < S_NF; j++) em_ir_store(k, fo, at(k, i, S_NF, j), fv[j]);
     static const em_ir_op cmps[] = {EM_OP_EQ, EM_OP_NE, EM_OP_LT, EM_OP_LE, EM_OP_GT, EM_OP_GE};
     em_ir_val cv[10];
@@ -661,7 +861,8 @@ static em_ir_kernel *k_select(void)
     for (unsigned j = 0; j < 10; j++) em_ir_store(k, cmp, at(k, i, 10, j), cv[j]);
     em_ir_store(k, ex, i, em_ir_extract(k, x, lane));
     em_ir_val by = em_ir_load(k, bytes, i);
-    em_ir_store(k, bytes, i, em_ir_binary(k, EM_OP_XOR, by, em_ir_const_uint(k, em_ty(EM_U8), 0x5a)));
+    em_ir_store(k, bytes, i,
+                em_ir_binary(k, EM_OP_XOR, by, em_ir_const_uint(k, em_ty(EM_U8), 0x5a)));
     em_ir_end(k);
     return k;
 }
@@ -671,7 +872,8 @@ static void test_select_compare_lines(void **state)
     (void)state;
     enum { N = 200 };
     em_ir_kernel *k = k_select();
-    float *a = malloc(N * 16), *b = malloc(N * 16), *fo = malloc(N * 16 * S_NF), *ex = malloc(N * 4);
+    float *a = malloc(N * 16), *b = malloc(N * 16), *fo = malloc(N * 16 * S_NF),
+          *ex = malloc(N * 4);
     int32_t *c = malloc(N * 12);
     uint8_t *cmp = malloc(N * 40), *bytes = malloc(N * 16), *orig = malloc(N * 16);
     uint64_t rng = 17;
@@ -682,8 +884,10 @@ static void test_select_compare_lines(void **state)
     }
     for (int i = 0; i < N * 3; i++) c[i] = (int32_t)(xrand_state(&rng) % 5) - 2;
     for (int i = 0; i < N * 16; i++) bytes[i] = orig[i] = (uint8_t)xrand_state(&rng);
-    xarg args[] = {xbuf(a, N * 16, N),  xbuf(b, N * 16, N),   xbuf(c, N * 12, N),     xbuf(fo, N * 16 * S_NF, N * S_NF),
-                   xbuf(cmp, N * 40, N * 10), xbuf(ex, N * 4, N), xbuf(bytes, N * 16, N)};
+    xarg args[] = {xbuf(a, N * 16, N),        xbuf(b, N * 16, N),
+                   xbuf(c, N * 12, N),        xbuf(fo, N * 16 * S_NF, N * S_NF),
+                   xbuf(cmp, N * 40, N * 10), xbuf(ex, N * 4, N),
+                   xbuf(bytes, N * 16, N)};
     xrun(k, XGRID(7, 1, 1), XGRID(32, 1, 1), args, 7);
     for (int i = 0; i < N; i++) {
         bool flag = c[i * 3 + 1] > 0;
@@ -697,9 +901,11 @@ static void test_select_compare_lines(void **state)
                     fail_msg("select op %d [%d.%d]: got %g, want %g", j, i, l, got, want[j]);
             }
             bool lt = x < y, nan = isnan(x);
-            bool wc[10] = {x == y, x != y, x < y, x <= y, x > y, x >= y, lt && !nan, lt || nan, lt != flag, lt == true};
+            bool wc[10] = {x == y,     x != y,    x<y, x <= y, x> y, x >= y,
+                           lt && !nan, lt || nan, lt != flag,        lt == true};
             for (int j = 0; j < 10; j++)
-                if (cmp[(i * 10 + j) * 4 + l] != wc[j]) fail_msg("compare op %d [%d.%d] of (%g, %g)", j, i, l, x, y);
+                if (cmp[(i * 10 + j) * 4 + l] != wc[j])
+                    fail_msg("compare op %d [%d.%d] of (%g, %g)", j, i, l, x, y);
         }
         float wx = a[i * 4 + i % 4];
         assert_true(ex[i] == wx || (isnan(ex[i]) && isnan(wx)));
@@ -709,16 +915,18 @@ static void test_select_compare_lines(void **state)
     free(a), free(b), free(fo), free(ex), free(c), free(cmp), free(bytes), free(orig);
 }
 
-/* ---- plane ops --------------------------------------------------------------------------------- */
+/* ---- plane ops ---------------------------------------------------------------------------------
+ */
 
 static void test_plane_ops(void **state)
 {
     (void)state;
     enum { N = 96, NF = 11, NU = 6 };
-    static const em_ir_op fops[NF] = {EM_OP_PLANE_SUM, EM_OP_PLANE_PROD, EM_OP_PLANE_MIN, EM_OP_PLANE_MAX,
-                                      EM_OP_PLANE_INCLUSIVE_SUM, EM_OP_PLANE_EXCLUSIVE_SUM, EM_OP_PLANE_BROADCAST,
-                                      EM_OP_PLANE_SHUFFLE, EM_OP_PLANE_SHUFFLE_XOR, EM_OP_PLANE_SHUFFLE_UP,
-                                      EM_OP_PLANE_SHUFFLE_DOWN};
+    static const em_ir_op fops[NF] = {
+        EM_OP_PLANE_SUM,        EM_OP_PLANE_PROD,          EM_OP_PLANE_MIN,
+        EM_OP_PLANE_MAX,        EM_OP_PLANE_INCLUSIVE_SUM, EM_OP_PLANE_EXCLUSIVE_SUM,
+        EM_OP_PLANE_BROADCAST,  EM_OP_PLANE_SHUFFLE,       EM_OP_PLANE_SHUFFLE_XOR,
+        EM_OP_PLANE_SHUFFLE_UP, EM_OP_PLANE_SHUFFLE_DOWN};
     em_ir_kernel *k = em_ir_kernel_new("plane_ops");
     em_type f2 = em_line(EM_F32, 2);
     em_ir_mem a = em_ir_param_buffer(k, "a", f2, EM_READ, 1);
@@ -728,28 +936,34 @@ static void test_plane_ops(void **state)
     em_ir_val x = em_ir_load(k, a, pos);
     em_ir_val lane = em_ir_binary(k, EM_OP_REM, pos, em_ir_u32(k, 32));
     for (unsigned j = 0; j < NF; j++)
-        em_ir_store(k, fo, at(k, pos, NF, j), em_ir_plane(k, fops[j], x, j >= 6 ? (j == 6 ? em_ir_u32(k, 0) : lane) : EM_IR_NONE));
-    em_ir_val odd = em_ir_binary(k, EM_OP_EQ, em_ir_binary(k, EM_OP_REM, pos, em_ir_u32(k, 2)), em_ir_u32(k, 1));
+        em_ir_store(
+            k, fo, at(k, pos, NF, j),
+            em_ir_plane(k, fops[j], x, j >= 6 ? (j == 6 ? em_ir_u32(k, 0) : lane) : EM_IR_NONE));
+    em_ir_val odd = em_ir_binary(k, EM_OP_EQ, em_ir_binary(k, EM_OP_REM, pos, em_ir_u32(k, 2)),
+                                 em_ir_u32(k, 1));
     em_ir_sync_plane(k);
     em_ir_fence(k, 1);
     em_ir_fence(k, 0);
     em_ir_val uv[NU] = {em_ir_cast(k, U32, em_ir_plane(k, EM_OP_PLANE_ALL, odd, EM_IR_NONE)),
                         em_ir_cast(k, U32, em_ir_plane(k, EM_OP_PLANE_ANY, odd, EM_IR_NONE)),
                         em_ir_plane(k, EM_OP_PLANE_BALLOT, odd, EM_IR_NONE),
-                        em_ir_builtin(k, EM_PLANE_DIM), em_ir_builtin(k, EM_UNIT_POS_PLANE),
+                        em_ir_builtin(k, EM_PLANE_DIM),
+                        em_ir_builtin(k, EM_UNIT_POS_PLANE),
                         em_ir_builtin(k, EM_PLANE_POS)};
     for (unsigned j = 0; j < NU; j++) em_ir_store(k, uo, at(k, pos, NU, j), uv[j]);
     float in[N * 2], fout[N * 2 * NF];
     uint32_t uout[N * NU];
     for (int j = 0; j < N * 2; j++) in[j] = (float)j * 0.5f - 10;
-    xarg args[] = {xbuf(in, sizeof in, N), xbuf(fout, sizeof fout, N * NF), xbuf(uout, sizeof uout, N * NU)};
+    xarg args[] = {xbuf(in, sizeof in, N), xbuf(fout, sizeof fout, N * NF),
+                   xbuf(uout, sizeof uout, N * NU)};
     xrun(k, XGRID(3, 1, 1), XGRID(32, 1, 1), args, 3);
     for (int i = 0; i < N; i++) {
         for (int j = 0; j < NF; j++)
             for (int l = 0; l < 2; l++) {
                 float want = fops[j] == EM_OP_PLANE_EXCLUSIVE_SUM ? 0.0f : in[i * 2 + l];
                 if (fout[(i * NF + j) * 2 + l] != want)
-                    fail_msg("%s [%d.%d]: got %g, want %g", em_ir_op_name(fops[j]), i, l, fout[(i * NF + j) * 2 + l], want);
+                    fail_msg("%s [%d.%d]: got %g, want %g", em_ir_op_name(fops[j]), i, l,
+                             fout[(i * NF + j) * 2 + l], want);
             }
         uint32_t o = (uint32_t)i % 2, wu[NU] = {o, o, o, 1, 0, (uint32_t)i % 32};
         for (int j = 0; j < NU; j++) assert_int_equal(uout[i * NU + j], wu[j]);
@@ -775,10 +989,13 @@ static void test_matrix_ops(void **state)
     em_ir_val acc = em_ir_matrix(k, EM_MAT_ACC, EM_I32, M, NN, K, EM_ROW_MAJOR, "acc");
     em_ir_val cube = em_ir_builtin(k, EM_CUBE_POS);
     em_ir_mat_fill(k, acc, em_ir_const_int(k, em_ty(EM_I32), 7));
-    em_ir_mat_load(k, fa, a, em_ir_binary(k, EM_OP_MUL, cube, em_ir_u32(k, K * SA)), em_ir_u32(k, SA), EM_COL_MAJOR);
-    em_ir_mat_load(k, fb, b, em_ir_binary(k, EM_OP_MUL, cube, em_ir_u32(k, K * SB)), em_ir_u32(k, SB), EM_ROW_MAJOR);
+    em_ir_mat_load(k, fa, a, em_ir_binary(k, EM_OP_MUL, cube, em_ir_u32(k, K * SA)),
+                   em_ir_u32(k, SA), EM_COL_MAJOR);
+    em_ir_mat_load(k, fb, b, em_ir_binary(k, EM_OP_MUL, cube, em_ir_u32(k, K * SB)),
+                   em_ir_u32(k, SB), EM_ROW_MAJOR);
     em_ir_mat_mma(k, acc, fa, fb, acc);
-    em_ir_mat_store(k, d, em_ir_binary(k, EM_OP_MUL, cube, em_ir_u32(k, NN * SD)), em_ir_u32(k, SD), acc, EM_COL_MAJOR);
+    em_ir_mat_store(k, d, em_ir_binary(k, EM_OP_MUL, cube, em_ir_u32(k, NN * SD)), em_ir_u32(k, SD),
+                    acc, EM_COL_MAJOR);
 
     em_ir_kernel *k2 = em_ir_kernel_new("matrix_f32");
     em_ir_mem a2 = em_ir_param_buffer(k2, "a", em_ty(EM_F32), EM_READ, 0);
@@ -803,16 +1020,19 @@ static void test_matrix_ops(void **state)
     for (int i = 0; i < CUBES * NN * SD; i++) hd[i] = -12345;
     em_ir_kernel *ks[2] = {k, k2};
     xmod *mod = xcompile(ks, 2);
-    xarg args[] = {xbuf(ha, CUBES * K * SA, CUBES * K * SA), xbuf(hb, CUBES * K * SB, CUBES * K * SB),
+    xarg args[] = {xbuf(ha, CUBES * K * SA, CUBES * K * SA),
+                   xbuf(hb, CUBES * K * SB, CUBES * K * SB),
                    xbuf(hd, CUBES * NN * SD * 4, CUBES * NN * SD)};
     xlaunch(mod, 0, XGRID(CUBES, 1, 1), XGRID(1, 1, 1), args, 3);
     for (int c = 0; c < CUBES; c++)
         for (int r = 0; r < M; r++)
             for (int col = 0; col < NN; col++) {
                 int32_t want = 7;
-                for (int t = 0; t < K; t++) want += ha[c * K * SA + t * SA + r] * hb[c * K * SB + t * SB + col];
+                for (int t = 0; t < K; t++)
+                    want += ha[c * K * SA + t * SA + r] * hb[c * K * SB + t * SB + col];
                 int32_t got = hd[c * NN * SD + col * SD + r];
-                if (got != want) fail_msg("matrix_i8 cube %d (%d, %d): got %d, want %d", c, r, col, got, want);
+                if (got != want)
+                    fail_msg("matrix_i8 cube %d (%d, %d): got %d, want %d", c, r, col, got, want);
             }
     for (int c = 0; c < CUBES; c++) /* the padding between column-major columns is untouched */
         for (int col = 0; col < NN; col++) assert_int_equal(hd[c * NN * SD + col * SD + M], -12345);
@@ -836,8 +1056,9 @@ static void test_matrix_ops(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_f16_bf16),  cmocka_unit_test(test_f64),     cmocka_unit_test(test_int_ops),
-        cmocka_unit_test(test_casts),     cmocka_unit_test(test_bitcasts), cmocka_unit_test(test_select_compare_lines),
+        cmocka_unit_test(test_f16_bf16),  cmocka_unit_test(test_f64),
+        cmocka_unit_test(test_int_ops),   cmocka_unit_test(test_casts),
+        cmocka_unit_test(test_bitcasts),  cmocka_unit_test(test_select_compare_lines),
         cmocka_unit_test(test_plane_ops), cmocka_unit_test(test_matrix_ops),
     };
     return XRUN_BOTH(tests);

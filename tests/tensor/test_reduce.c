@@ -51,7 +51,9 @@ static void test_reductions_dims(void **state)
             em_scalar dt = tu_float_types[ti];
             if (!tu_has(dev, dt)) continue;
             double tol = tu_tol_on(dev, dt) * 4;
-            for (unsigned mask = 1; mask < 8; mask++) {
+            static const unsigned masks[] = {1, 4, 6, 7}; /* dim 0, the last dim, the last two, all */
+            for (size_t mi = 0; mi < 4; mi++) {
+                unsigned mask = masks[mi];
                 em_scope_begin();
                 double x[60], ref[60];
                 tu_fill(x, 60, -2, 2, mask + 3);

@@ -25,8 +25,14 @@
 
 /* ---- small utilities ------------------------------------------------------------------------ */
 
-const em_ir_value *cg_val(const cg *g, em_ir_val v) { return em_ir_value_at(g->k, v); }
-const em_ir_memory *cg_mem_at(const cg *g, em_ir_mem m) { return em_ir_mem_at(g->k, m); }
+const em_ir_value *cg_val(const cg *g, em_ir_val v)
+{
+    return em_ir_value_at(g->k, v);
+}
+const em_ir_memory *cg_mem_at(const cg *g, em_ir_mem m)
+{
+    return em_ir_mem_at(g->k, m);
+}
 
 void cg_fail(cg *g, em_status st, uint32_t inst, const char *fmt, ...)
 {
@@ -66,7 +72,10 @@ static bool ids_push(cg *g, cg_ids *l, uint32_t id)
     return true;
 }
 
-static bool is_control(uint16_t op) { return op == EM_OP_IF || op == EM_OP_RANGE || op == EM_OP_LOOP; }
+static bool is_control(uint16_t op)
+{
+    return op == EM_OP_IF || op == EM_OP_RANGE || op == EM_OP_LOOP;
+}
 
 /* ---- barriers and regions ------------------------------------------------------------------- */
 
@@ -94,7 +103,8 @@ static bool inst_barrier(cg *g, const em_ir_inst *in)
 {
     if (in->op == EM_OP_SYNC_CUBE) return true;
     if (!is_control(in->op)) return false;
-    return block_barrier(g, in->blocks[0], 0) || (in->op == EM_OP_IF && block_barrier(g, in->blocks[1], 0));
+    return block_barrier(g, in->blocks[0], 0) ||
+           (in->op == EM_OP_IF && block_barrier(g, in->blocks[1], 0));
 }
 
 /* Cube-level instructions: barriers, control flow around barriers, and (in kernels with barriers)
@@ -102,7 +112,8 @@ static bool inst_barrier(cg *g, const em_ir_inst *in)
 static bool is_cube_inst(cg *g, const em_ir_inst *in)
 {
     if (inst_barrier(g, in)) return true;
-    return g->has_barrier && (in->op == EM_OP_BREAK || in->op == EM_OP_CONTINUE || in->op == EM_OP_RETURN);
+    return g->has_barrier &&
+           (in->op == EM_OP_BREAK || in->op == EM_OP_CONTINUE || in->op == EM_OP_RETURN);
 }
 
 static int32_t new_region(cg *g, bool in_loop)
@@ -237,7 +248,8 @@ static bool liveness(cg *g)
                 g->mems[in->mem].loaded = true;
                 for (uint32_t i = 0; i < ni; i++) {
                     const em_ir_inst *st = em_ir_inst_at(g->k, i);
-                    if (st && st->op == EM_OP_STORE && st->mem == in->mem && g->region_of[i] != -3 && !g->needed[i]) {
+                    if (st && st->op == EM_OP_STORE && st->mem == in->mem &&
+                        g->region_of[i] != -3 && !g->needed[i]) {
                         g->needed[i] = 1;
                         work[top++] = i;
                     }
@@ -281,8 +293,10 @@ static void access_val(cg *g, em_ir_val v, int32_t r, bool top_write)
     if (!x || x->kind == EM_VAL_CONST || x->kind == EM_VAL_PARAM) return;
     cg_value *c = &g->vals[v];
     if (!c->first) c->first = top_write ? 1 : 2;
-    if (c->region == -1) c->region = r;
-    else if (c->region != r) c->region = -2;
+    if (c->region == -1)
+        c->region = r;
+    else if (c->region != r)
+        c->region = -2;
     c->loop_region |= g->regions[r].in_loop;
 }
 
@@ -291,15 +305,18 @@ static void access_mem(cg *g, em_ir_mem m, int32_t r)
     if (!cg_mem_at(g, m)) return;
     cg_mem *c = &g->mems[m];
     c->used = true;
-    if (c->region == -1) c->region = r;
-    else if (c->region != r) c->region = -2;
+    if (c->region == -1)
+        c->region = r;
+    else if (c->region != r)
+        c->region = -2;
     c->loop_region |= g->regions[r].in_loop;
 }
 
 /* Whether the instruction overwrites the whole variable or fragment it writes. */
 static bool overwrites(uint16_t op)
 {
-    return op == EM_OP_ASSIGN || op == EM_OP_MAT_FILL || op == EM_OP_MAT_LOAD || op == EM_OP_MAT_MMA;
+    return op == EM_OP_ASSIGN || op == EM_OP_MAT_FILL || op == EM_OP_MAT_LOAD ||
+           op == EM_OP_MAT_MMA;
 }
 
 /* Pass 0 records accesses (and whether unit states are needed); pass 1 fills the per-region
@@ -314,7 +331,8 @@ static void visit(cg *g, uint32_t b, int pass, bool top, unsigned depth)
         if (!in || !g->needed[idx]) continue;
         int32_t r = g->region_of[idx];
         if (r == -1) { /* cube level */
-            if (pass == 0 && in->op == EM_OP_IF && in->args[0] < g->nvals) g->vals[in->args[0]].cube_read = true;
+            if (pass == 0 && in->op == EM_OP_IF && in->args[0] < g->nvals)
+                g->vals[in->args[0]].cube_read = true;
             if (pass == 0 && in->op == EM_OP_RANGE) {
                 if (in->args[0] < g->nvals) g->vals[in->args[0]].cube_counter = true;
                 for (int a = 1; a < 4; a++)
@@ -323,12 +341,14 @@ static void visit(cg *g, uint32_t b, int pass, bool top, unsigned depth)
         } else if (r >= 0 && pass == 0) {
             em_ir_val reads[EM_IR_MAX_ARGS];
             unsigned n = cg_reads(in, reads);
-            if (in->op == EM_OP_RANGE) access_val(g, in->args[0], r, top); /* start is written first */
+            if (in->op == EM_OP_RANGE)
+                access_val(g, in->args[0], r, top); /* start is written first */
             for (unsigned a = 0; a < n; a++) access_val(g, reads[a], r, false);
             access_val(g, written(in), r, top && overwrites(in->op));
             if (uses_mem_pointer(in->op)) access_mem(g, in->mem, r);
             if (in->op == EM_OP_RETURN && g->has_barrier) g->state = true;
-            if ((in->op == EM_OP_BREAK || in->op == EM_OP_CONTINUE) && g->nloops && g->loops[g->nloops - 1].cube)
+            if ((in->op == EM_OP_BREAK || in->op == EM_OP_CONTINUE) && g->nloops &&
+                g->loops[g->nloops - 1].cube)
                 g->state = true;
         } else if (r >= 0) {
             em_ir_val ids[EM_IR_MAX_ARGS + 1];
@@ -338,7 +358,8 @@ static void visit(cg *g, uint32_t b, int pass, bool top, unsigned depth)
                 const em_ir_value *x = cg_val(g, ids[a]);
                 if (!x) continue;
                 cg_value *c = &g->vals[ids[a]];
-                if (c->store == CG_LOCAL && (x->kind == EM_VAL_VAR || x->kind == EM_VAL_MATRIX) && !c->listed) {
+                if (c->store == CG_LOCAL && (x->kind == EM_VAL_VAR || x->kind == EM_VAL_MATRIX) &&
+                    !c->listed) {
                     c->listed = true;
                     ids_push(g, &g->regions[r].vals, ids[a]);
                 } else if (c->store == CG_UNIT && x->kind == EM_VAL_MATRIX && c->setup_in != r) {
@@ -360,7 +381,8 @@ static void visit(cg *g, uint32_t b, int pass, bool top, unsigned depth)
         }
         if (is_control(in->op)) {
             bool loop = in->op != EM_OP_IF;
-            if (loop && g->nloops < CG_MAX_DEPTH) g->loops[g->nloops++] = (cg_loop){.cube = r == -1};
+            if (loop && g->nloops < CG_MAX_DEPTH)
+                g->loops[g->nloops++] = (cg_loop){.cube = r == -1};
             visit(g, in->blocks[0], pass, r == -1, depth + 1);
             if (in->op == EM_OP_IF) visit(g, in->blocks[1], pass, r == -1, depth + 1);
             if (loop && g->nloops) g->nloops--;
@@ -371,9 +393,12 @@ static void visit(cg *g, uint32_t b, int pass, bool top, unsigned depth)
 static size_t frag_elems(const em_ir_value *x)
 {
     switch (x->mat_role) {
-    case EM_MAT_A: return (size_t)x->mat_m * x->mat_k;
-    case EM_MAT_B: return (size_t)x->mat_k * x->mat_n;
-    default: return (size_t)x->mat_m * x->mat_n;
+    case EM_MAT_A:
+        return (size_t)x->mat_m * x->mat_k;
+    case EM_MAT_B:
+        return (size_t)x->mat_k * x->mat_n;
+    default:
+        return (size_t)x->mat_m * x->mat_n;
     }
 }
 
@@ -381,7 +406,8 @@ static size_t frag_elems(const em_ir_value *x)
 
 static bool int_scalar(const em_ir_value *x)
 {
-    return x && x->type.lanes == 1 && (x->type.scalar == EM_BOOL || em_scalar_is_int((em_scalar)x->type.scalar));
+    return x && x->type.lanes == 1 &&
+           (x->type.scalar == EM_BOOL || em_scalar_is_int((em_scalar)x->type.scalar));
 }
 
 /* Whether temporary v can be recomputed where used, and from how many nodes (memoized in
@@ -398,7 +424,8 @@ static unsigned remat_nodes(cg *g, em_ir_val v, unsigned depth)
         c->remat = 0;
         return UINT32_MAX;
     }
-    if (x->kind != EM_VAL_TEMP || !in || in->dst != v || !cg_rematerializable(in->op) || !int_scalar(x))
+    if (x->kind != EM_VAL_TEMP || !in || in->dst != v || !cg_rematerializable(in->op) ||
+        !int_scalar(x))
         return UINT32_MAX;
     em_ir_val reads[EM_IR_MAX_ARGS];
     unsigned n = cg_reads(in, reads), total = 1;
@@ -422,7 +449,8 @@ static void find_remat(cg *g)
         if (g->vals[v].read) remat_nodes(g, v, 0);
     for (uint32_t i = 0; i < g->ninsts; i++) {
         const em_ir_inst *in = em_ir_inst_at(g->k, i);
-        if (!in || !g->needed[i] || !in->dst || in->dst >= g->nvals || g->vals[in->dst].remat < 2) continue;
+        if (!in || !g->needed[i] || !in->dst || in->dst >= g->nvals || g->vals[in->dst].remat < 2)
+            continue;
         em_ir_val reads[EM_IR_MAX_ARGS];
         unsigned n = cg_reads(in, reads);
         for (unsigned r = 0; r < n; r++)
@@ -439,55 +467,81 @@ static void decide_storage(cg *g)
         if (!x) continue;
         bool crosses = c->cube_read || c->region == -2;
         switch (x->kind) {
-        case EM_VAL_CONST: c->store = CG_CONST; break;
-        case EM_VAL_PARAM: c->store = c->read ? CG_PARAM : CG_NONE; break;
+        case EM_VAL_CONST:
+            c->store = CG_CONST;
+            break;
+        case EM_VAL_PARAM:
+            c->store = c->read ? CG_PARAM : CG_NONE;
+            break;
         case EM_VAL_TEMP:
             /* small index arithmetic is written out where used; a named one used only by name in
              * its own region keeps its name */
-            if (!c->read) c->store = CG_NONE;
-            else if (c->remat >= 2 && (crosses || !x->name || c->read_by_remat)) c->store = CG_REMAT;
-            else c->store = crosses ? CG_UNIT : CG_LOCAL;
+            if (!c->read)
+                c->store = CG_NONE;
+            else if (c->remat >= 2 && (crosses || !x->name || c->read_by_remat))
+                c->store = CG_REMAT;
+            else
+                c->store = crosses ? CG_UNIT : CG_LOCAL;
             break;
         case EM_VAL_VAR:
-            if (c->cube_counter) c->store = CG_CUBE;
-            else if (!c->read) c->store = CG_NONE;
-            else c->store = crosses || (c->loop_region && c->first != 1) ? CG_UNIT : CG_LOCAL;
+            if (c->cube_counter)
+                c->store = CG_CUBE;
+            else if (!c->read)
+                c->store = CG_NONE;
+            else
+                c->store = crosses || (c->loop_region && c->first != 1) ? CG_UNIT : CG_LOCAL;
             break;
         case EM_VAL_MATRIX: {
             size_t bytes = frag_elems(x) * em_scalar_size((em_scalar)x->type.scalar);
-            if (!c->read) c->store = CG_NONE;
-            else c->store = crosses || (c->loop_region && c->first != 1) || bytes > LOCAL_LIMIT ? CG_UNIT : CG_LOCAL;
+            if (!c->read)
+                c->store = CG_NONE;
+            else
+                c->store = crosses || (c->loop_region && c->first != 1) || bytes > LOCAL_LIMIT
+                               ? CG_UNIT
+                               : CG_LOCAL;
             break;
         }
-        default: c->store = CG_NONE; break;
+        default:
+            c->store = CG_NONE;
+            break;
         }
     }
     for (em_ir_mem m = 1; m < g->nmems; m++) {
         const em_ir_memory *x = cg_mem_at(g, m);
         cg_mem *c = &g->mems[m];
         if (!x || !c->used) continue;
-        size_t bytes = (size_t)x->length * x->elem.lanes * em_scalar_size((em_scalar)x->elem.scalar);
-        if (x->space == EM_MEM_GLOBAL) c->store = CG_GLOBAL;
-        else if (x->space == EM_MEM_SHARED) c->store = CG_SHARED;
-        else c->store = c->region == -2 || c->loop_region || bytes > LOCAL_LIMIT ? CG_UNIT : CG_LOCAL;
+        size_t bytes =
+            (size_t)x->length * x->elem.lanes * em_scalar_size((em_scalar)x->elem.scalar);
+        if (x->space == EM_MEM_GLOBAL)
+            c->store = CG_GLOBAL;
+        else if (x->space == EM_MEM_SHARED)
+            c->store = CG_SHARED;
+        else
+            c->store =
+                c->region == -2 || c->loop_region || bytes > LOCAL_LIMIT ? CG_UNIT : CG_LOCAL;
     }
 }
 
 /* ---- names ---------------------------------------------------------------------------------- */
 
 static const char *const reserved[] = {
-    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
-    "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict",
-    "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union",
-    "unsigned", "void", "volatile", "while", "bool", "true", "false", "main", "NULL", "stderr",
-    "fprintf", "printf", "memcpy", "memset", "malloc", "calloc", "free", "size_t", "int8_t",
-    "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "INFINITY",
-    "NAN", "isnan", "isinf", "exp", "expf", "exp2", "exp2f", "log", "logf", "log2", "log2f", "sqrt",
-    "sqrtf", "erf", "erff", "tanh", "tanhf", "sin", "sinf", "cos", "cosf", "floor", "floorf", "ceil",
-    "ceilf", "rint", "rintf", "fabs", "fabsf", "fmin", "fminf", "fmax", "fmaxf", "fma", "fmaf",
-    "pow", "powf", "fmod", "fmodf", "ldexp", "INT8_MIN", "INT8_MAX", "INT16_MIN", "INT16_MAX",
-    "INT32_MIN", "INT32_MAX", "INT64_MIN", "INT64_MAX", "UINT8_MAX", "UINT16_MAX", "UINT32_MAX",
-    "UINT64_MAX", "INT64_C", "UINT64_C", "asm", "fortran", "errno", "signbit", "abs",
+    "auto",      "break",      "case",       "char",       "const",     "continue",  "default",
+    "do",        "double",     "else",       "enum",       "extern",    "float",     "for",
+    "goto",      "if",         "inline",     "int",        "long",      "register",  "restrict",
+    "return",    "short",      "signed",     "sizeof",     "static",    "struct",    "switch",
+    "typedef",   "union",      "unsigned",   "void",       "volatile",  "while",     "bool",
+    "true",      "false",      "main",       "NULL",       "stderr",    "fprintf",   "printf",
+    "memcpy",    "memset",     "malloc",     "calloc",     "free",      "size_t",    "int8_t",
+    "int16_t",   "int32_t",    "int64_t",    "uint8_t",    "uint16_t",  "uint32_t",  "uint64_t",
+    "INFINITY",  "NAN",        "isnan",      "isinf",      "exp",       "expf",      "exp2",
+    "exp2f",     "log",        "logf",       "log2",       "log2f",     "sqrt",      "sqrtf",
+    "erf",       "erff",       "tanh",       "tanhf",      "sin",       "sinf",      "cos",
+    "cosf",      "floor",      "floorf",     "ceil",       "ceilf",     "rint",      "rintf",
+    "fabs",      "fabsf",      "fmin",       "fminf",      "fmax",      "fmaxf",     "fma",
+    "fmaf",      "pow",        "powf",       "fmod",       "fmodf",     "ldexp",     "INT8_MIN",
+    "INT8_MAX",  "INT16_MIN",  "INT16_MAX",  "INT32_MIN",  "INT32_MAX", "INT64_MIN", "INT64_MAX",
+    "UINT8_MAX", "UINT16_MAX", "UINT32_MAX", "UINT64_MAX", "INT64_C",   "UINT64_C",  "asm",
+    "fortran",   "errno",      "signbit",    "abs",
 };
 
 static bool is_reserved(const char *s)
@@ -512,7 +566,8 @@ static void sanitize(const char *name, char *out, size_t cap)
         out[n++] = 'v';
     for (const char *s = name; *s && n + 2 < cap; s++) {
         char c = *s;
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+        bool ok =
+            (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
         out[n++] = ok ? c : '_';
     }
     if (out[n - 1] == '_') out[n++] = 'v';
@@ -524,8 +579,10 @@ static char *claim_name(cg *g, em_map *used, const char *base, uint32_t id)
     char buf[96];
     snprintf(buf, sizeof buf, "%s", base);
     for (unsigned k = 0; is_reserved(buf) || em_map_gets(used, buf); k++) {
-        if (k == 0) snprintf(buf, sizeof buf, "%s_%u", base, id);
-        else snprintf(buf, sizeof buf, "%s_%u_%u", base, id, k);
+        if (k == 0)
+            snprintf(buf, sizeof buf, "%s_%u", base, id);
+        else
+            snprintf(buf, sizeof buf, "%s_%u_%u", base, id, k);
     }
     char *s = strdup(buf);
     if (!s || !em_map_puts(used, s, s)) {
@@ -568,8 +625,14 @@ static void assign_names(cg *g)
 static void emit_unit_block(cg *g, uint32_t b);
 static void emit_cube_block(cg *g, uint32_t b);
 
-static uint8_t brk_state(unsigned d) { return (uint8_t)(2 * d); }
-static uint8_t cont_state(unsigned d) { return (uint8_t)(2 * d + 1); }
+static uint8_t brk_state(unsigned d)
+{
+    return (uint8_t)(2 * d);
+}
+static uint8_t cont_state(unsigned d)
+{
+    return (uint8_t)(2 * d + 1);
+}
 
 static bool push_loop(cg *g, bool cube, uint32_t idx)
 {
@@ -604,9 +667,10 @@ static bool block_leaves(cg *g, uint32_t b, unsigned depth)
     for (size_t i = 0; blk && i < blk->len && depth < 1000; i++) {
         const em_ir_inst *in = em_ir_inst_at(g->k, blk->items[i]);
         if (!in) continue;
-        if (in->op == EM_OP_BREAK || in->op == EM_OP_CONTINUE || in->op == EM_OP_RETURN) return true;
-        if (is_control(in->op) &&
-            (block_leaves(g, in->blocks[0], depth + 1) || block_leaves(g, in->blocks[1], depth + 1)))
+        if (in->op == EM_OP_BREAK || in->op == EM_OP_CONTINUE || in->op == EM_OP_RETURN)
+            return true;
+        if (is_control(in->op) && (block_leaves(g, in->blocks[0], depth + 1) ||
+                                   block_leaves(g, in->blocks[1], depth + 1)))
             return true;
     }
     return false;
@@ -642,8 +706,9 @@ static int open_range(cg *g, uint32_t idx, const em_ir_inst *in, bool hoist_all)
         snprintf(names[i], sizeof names[i], "%s", v[i].data ? v[i].data : "0");
         /* the start is read once; the end and step every iteration, so copy them when they could
          * change (variables, or per-unit values read at lead_ from cube level) */
-        bool copy = i > 0 && (is_kind(g, a, EM_VAL_VAR) ||
-                              (hoist_all && !is_kind(g, a, EM_VAL_CONST) && !is_kind(g, a, EM_VAL_PARAM)));
+        bool copy =
+            i > 0 && (is_kind(g, a, EM_VAL_VAR) ||
+                      (hoist_all && !is_kind(g, a, EM_VAL_CONST) && !is_kind(g, a, EM_VAL_PARAM)));
         if (copy) {
             if (!opened) {
                 cg_line(g, "{");
@@ -763,7 +828,8 @@ static void declare_local(cg *g, em_ir_val v)
     const cg_value *c = &g->vals[v];
     char tb[32];
     if (x->kind == EM_VAL_MATRIX)
-        cg_line(g, "%s %s[%zu] = {0};", cg_ctype((em_scalar)x->type.scalar), c->name, frag_elems(x));
+        cg_line(g, "%s %s[%zu] = {0};", cg_ctype((em_scalar)x->type.scalar), c->name,
+                frag_elems(x));
     else if (x->type.lanes > 1)
         cg_line(g, "%s %s = {{0}};", cg_vtype(g, x->type, tb), c->name);
     else
@@ -785,20 +851,20 @@ static void emit_region(cg *g, int32_t r, const em_ir_block *blk, size_t from, s
     for (size_t i = 0; i < reg->uvals.len; i++) {
         const em_ir_value *x = cg_val(g, reg->uvals.items[i]);
         const char *n = g->vals[reg->uvals.items[i]].name;
-        cg_line(g, "%s *const %s = %s_all_ + (size_t)u_ * %zu;", cg_ctype((em_scalar)x->type.scalar), n, n,
-                frag_elems(x));
+        cg_line(g, "%s *const %s = %s_all_ + (size_t)u_ * %zu;",
+                cg_ctype((em_scalar)x->type.scalar), n, n, frag_elems(x));
     }
     for (size_t i = 0; i < reg->umems.len; i++) {
         const em_ir_memory *m = cg_mem_at(g, reg->umems.items[i]);
         const char *n = g->mems[reg->umems.items[i]].name;
-        cg_line(g, "%s *const %s = %s_all_ + (size_t)u_ * %zu;", cg_mtype((em_scalar)m->elem.scalar), n, n,
-                (size_t)m->length * m->elem.lanes);
+        cg_line(g, "%s *const %s = %s_all_ + (size_t)u_ * %zu;",
+                cg_mtype((em_scalar)m->elem.scalar), n, n, (size_t)m->length * m->elem.lanes);
     }
     for (size_t i = 0; i < reg->vals.len; i++) declare_local(g, reg->vals.items[i]);
     for (size_t i = 0; i < reg->mems.len; i++) {
         const em_ir_memory *m = cg_mem_at(g, reg->mems.items[i]);
-        cg_line(g, "%s %s[%zu] = {0};", cg_mtype((em_scalar)m->elem.scalar), g->mems[reg->mems.items[i]].name,
-                (size_t)m->length * m->elem.lanes);
+        cg_line(g, "%s %s[%zu] = {0};", cg_mtype((em_scalar)m->elem.scalar),
+                g->mems[reg->mems.items[i]].name, (size_t)m->length * m->elem.lanes);
     }
     for (size_t i = from; i < to && !g->err; i++) emit_unit_inst(g, blk->items[i]);
     if (g->next_used) {
@@ -819,8 +885,9 @@ static bool per_unit(cg *g, em_ir_val v)
 
 static void cube_loop_top(cg *g, unsigned d)
 {
-    if (g->state) cg_line(g, "em_resume(state_, units_, %u, %u); /* units that continued run again */",
-                          cont_state(d), cont_state(d));
+    if (g->state)
+        cg_line(g, "em_resume(state_, units_, %u, %u); /* units that continued run again */",
+                cont_state(d), cont_state(d));
 }
 
 static void cube_loop_bottom(cg *g, unsigned d)
@@ -830,8 +897,9 @@ static void cube_loop_bottom(cg *g, unsigned d)
 
 static void cube_loop_after(cg *g, unsigned d)
 {
-    if (g->state) cg_line(g, "em_resume(state_, units_, %u, %u); /* the loop is over for everyone */",
-                          brk_state(d), cont_state(d));
+    if (g->state)
+        cg_line(g, "em_resume(state_, units_, %u, %u); /* the loop is over for everyone */",
+                brk_state(d), cont_state(d));
 }
 
 static void emit_cube_inst(cg *g, uint32_t idx)
@@ -850,7 +918,8 @@ static void emit_cube_inst(cg *g, uint32_t idx)
         if (lead) {
             g->lead = true;
             cg_line(g, "lead_ = em_lead(state_, units_);");
-            cg_line(g, "if (lead_ < units_ && %s) { /* uniform: the first running unit decides */", c.data);
+            cg_line(g, "if (lead_ < units_ && %s) { /* uniform: the first running unit decides */",
+                    c.data);
         } else {
             cg_line(g, "if (%s) { /* uniform */", c.data);
         }
@@ -871,7 +940,8 @@ static void emit_cube_inst(cg *g, uint32_t idx)
     case EM_OP_LOOP: {
         int opened = 0;
         if (in->op == EM_OP_RANGE) {
-            bool pu = per_unit(g, in->args[1]) || per_unit(g, in->args[2]) || per_unit(g, in->args[3]);
+            bool pu =
+                per_unit(g, in->args[1]) || per_unit(g, in->args[2]) || per_unit(g, in->args[3]);
             if (pu && g->state) {
                 g->lead = true;
                 cg_line(g, "lead_ = em_lead(state_, units_);");
@@ -922,7 +992,8 @@ static void emit_cube_block(cg *g, uint32_t b)
         int32_t r = idx < g->ninsts ? g->region_of[idx] : -3;
         if (r >= 0) {
             size_t j = i;
-            while (j < blk->len && blk->items[j] < g->ninsts && g->region_of[blk->items[j]] == r) j++;
+            while (j < blk->len && blk->items[j] < g->ninsts && g->region_of[blk->items[j]] == r)
+                j++;
             emit_region(g, r, blk, i, j);
             i = j;
             continue;
@@ -957,9 +1028,12 @@ static void emit_params(cg *g)
                 cg_line(g, "const %s %s = (%s)launch_->scalars[%zu].%c;", t, n, t, i,
                         em_scalar_is_signed(s) ? 'i' : 'u');
             else if (s == EM_F16 || s == EM_BF16) {
-                if (s == EM_F16) g->needs->d2h = true;
-                else g->needs->d2b = true;
-                cg_line(g, "const %s %s = em_d2%c(launch_->scalars[%zu].f);", t, n, s == EM_F16 ? 'h' : 'b', i);
+                if (s == EM_F16)
+                    g->needs->d2h = true;
+                else
+                    g->needs->d2b = true;
+                cg_line(g, "const %s %s = em_d2%c(launch_->scalars[%zu].f);", t, n,
+                        s == EM_F16 ? 'h' : 'b', i);
             } else
                 cg_line(g, "const %s %s = (%s)launch_->scalars[%zu].f;", t, n, t, i);
         }
@@ -968,11 +1042,11 @@ static void emit_params(cg *g)
 
 /* One entry of the cube scratch: shared memory, per-unit values, per-unit arrays, unit states. */
 typedef struct scratch_item {
-    const char *name;  /* pointer name (per-unit arrays: the base, NAME_all_) */
-    char type[32];     /* element type */
-    size_t count;      /* elements (times units_ when per_unit) */
-    bool per_unit;     /* one slice per unit */
-    bool all;          /* the pointer is NAME_all_ */
+    const char *name; /* pointer name (per-unit arrays: the base, NAME_all_) */
+    char type[32];    /* element type */
+    size_t count;     /* elements (times units_ when per_unit) */
+    bool per_unit;    /* one slice per unit */
+    bool all;         /* the pointer is NAME_all_ */
 } scratch_item;
 
 static void emit_scratch(cg *g, scratch_item *items, size_t n)
@@ -987,23 +1061,26 @@ static void emit_scratch(cg *g, scratch_item *items, size_t n)
         if (!i)
             cg_line(g, "const size_t %s = 0;", at);
         else
-            cg_line(g, "const size_t %s = %s + em_pad(sizeof(%s) * %zu%s);", at, prev, items[i - 1].type,
-                    items[i - 1].count, items[i - 1].per_unit ? " * units_" : "");
+            cg_line(g, "const size_t %s = %s + em_pad(sizeof(%s) * %zu%s);", at, prev,
+                    items[i - 1].type, items[i - 1].count,
+                    items[i - 1].per_unit ? " * units_" : "");
         snprintf(prev, sizeof prev, "%s", at);
     }
-    cg_line(g, "const size_t scratch_size_ = %s + em_pad(sizeof(%s) * %zu%s);", prev, items[n - 1].type,
-            items[n - 1].count, items[n - 1].per_unit ? " * units_" : "");
+    cg_line(g, "const size_t scratch_size_ = %s + em_pad(sizeof(%s) * %zu%s);", prev,
+            items[n - 1].type, items[n - 1].count, items[n - 1].per_unit ? " * units_" : "");
     cg_line(g, "unsigned char *const scratch_ = (unsigned char *)calloc(1, scratch_size_);");
     cg_line(g, "if (!scratch_) {");
-    cg_line(g, "    fprintf(stderr, \"ember: kernel %s: cannot allocate %%zu bytes of cube scratch\\n\", "
-               "scratch_size_);",
-            em_ir_kernel_name(g->k));
+    cg_line(
+        g,
+        "    fprintf(stderr, \"ember: kernel %s: cannot allocate %%zu bytes of cube scratch\\n\", "
+        "scratch_size_);",
+        em_ir_kernel_name(g->k));
     cg_line(g, "    return;");
     cg_line(g, "}");
     for (size_t i = 0; i < n; i++) {
         const char *suffix = items[i].all ? "_all_" : "";
-        cg_line(g, "%s *const %s%s = (%s *)(scratch_ + %s%s_at_);", items[i].type, items[i].name, suffix,
-                items[i].type, items[i].name, items[i].all ? "_all" : "");
+        cg_line(g, "%s *const %s%s = (%s *)(scratch_ + %s%s_at_);", items[i].type, items[i].name,
+                suffix, items[i].type, items[i].name, items[i].all ? "_all" : "");
     }
 }
 
@@ -1073,7 +1150,8 @@ static void emit_function(cg *g, em_strbuf *out)
     em_sb_appendc(out, '\n');
     cg_line(g, "/* kernel %s: %zu region%s%s */", name, g->nregions, g->nregions == 1 ? "" : "s",
             g->state ? ", units may leave early" : "");
-    cg_line(g, "void emk_%s(const em_cpu_launch *launch_, uint64_t first_, uint64_t count_);", name);
+    cg_line(g, "void emk_%s(const em_cpu_launch *launch_, uint64_t first_, uint64_t count_);",
+            name);
     cg_line(g, "void emk_%s(const em_cpu_launch *launch_, uint64_t first_, uint64_t count_)", name);
     cg_line(g, "{");
     g->indent = 1;
@@ -1098,8 +1176,8 @@ static void emit_function(cg *g, em_strbuf *out)
     for (em_ir_val v = 1; v < g->nvals; v++) {
         const em_ir_value *x = cg_val(g, v);
         if (x && g->vals[v].store == CG_CUBE)
-            cg_line(g, "%s %s = 0; /* counter of a loop with barriers */", cg_ctype((em_scalar)x->type.scalar),
-                    g->vals[v].name);
+            cg_line(g, "%s %s = 0; /* counter of a loop with barriers */",
+                    cg_ctype((em_scalar)x->type.scalar), g->vals[v].name);
     }
     if (g->lead) cg_line(g, "uint32_t lead_ = 0;");
     if (g->state) g->needs->state = true;
@@ -1144,12 +1222,14 @@ static bool valid_identifier(const char *s)
     if (!s || !*s || strlen(s) > 200) return false;
     if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return false;
     for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_'))
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '_'))
             return false;
     return true;
 }
 
-static em_status gen_kernel(const em_ir_kernel *k, const em_caps *caps, cg_needs *needs, em_strbuf *out)
+static em_status gen_kernel(const em_ir_kernel *k, const em_caps *caps, cg_needs *needs,
+                            em_strbuf *out)
 {
     cg g = {.k = k, .caps = caps, .needs = needs};
     g.nvals = em_ir_value_count(k) + 1;
@@ -1164,7 +1244,8 @@ static em_status gen_kernel(const em_ir_kernel *k, const em_caps *caps, cg_needs
     g.barrier = calloc(g.nblocks + 1, 1);
     if (!g.vals || !g.mems || !g.region_of || !g.needed || !g.barrier) {
         cg_free(&g);
-        return em_set_error(EM_ERR_NOMEM, "out of memory generating C for kernel %s", em_ir_kernel_name(k));
+        return em_set_error(EM_ERR_NOMEM, "out of memory generating C for kernel %s",
+                            em_ir_kernel_name(k));
     }
     for (size_t i = 0; i <= g.ninsts; i++) g.region_of[i] = -3;
     for (size_t v = 0; v < g.nvals; v++) g.vals[v].region = -1, g.vals[v].setup_in = -1;
@@ -1211,12 +1292,14 @@ char *em_codegen_c(const em_ir_kernel *const *ks, size_t n, const em_caps *caps)
         }
         const char *name = em_ir_kernel_name(k);
         if (!valid_identifier(name)) {
-            st = em_set_error(EM_ERR_INVALID, "kernel name '%s' is not a C identifier", name ? name : "");
+            st = em_set_error(EM_ERR_INVALID, "kernel name '%s' is not a C identifier",
+                              name ? name : "");
             break;
         }
         for (size_t j = 0; j < i; j++)
             if (strcmp(em_ir_kernel_name(ks[j]), name) == 0)
-                st = em_set_error(EM_ERR_INVALID, "two kernels named '%s' in one C translation unit", name);
+                st = em_set_error(EM_ERR_INVALID,
+                                  "two kernels named '%s' in one C translation unit", name);
         if (st) break;
         st = em_ir_verify(k, 0);
         if (st) {

@@ -31,19 +31,19 @@ typedef enum cg_store {
 
 /* What the generator knows about one IR value. */
 typedef struct cg_value {
-    char *name;        /* C identifier (NULL when none is needed) */
-    uint8_t store;     /* a cg_store */
-    bool read;         /* read by an emitted instruction */
-    bool cube_read;    /* read by cube-level control flow */
-    bool cube_counter; /* counter of a cube-level range */
-    bool loop_region;  /* accessed in a region that sits inside a cube-level loop */
-    bool listed;       /* already in its region's declaration list */
-    int32_t region;    /* the region it is accessed in: -1 none yet, -2 several */
-    int32_t setup_in;  /* last region whose setup lists it (per-unit matrices) */
-    uint32_t def;      /* temporaries: the defining instruction */
-    uint8_t remat;     /* 0 unknown, 1 cannot be recomputed, 2+n recomputable from n nodes */
+    char *name;         /* C identifier (NULL when none is needed) */
+    uint8_t store;      /* a cg_store */
+    bool read;          /* read by an emitted instruction */
+    bool cube_read;     /* read by cube-level control flow */
+    bool cube_counter;  /* counter of a cube-level range */
+    bool loop_region;   /* accessed in a region that sits inside a cube-level loop */
+    bool listed;        /* already in its region's declaration list */
+    int32_t region;     /* the region it is accessed in: -1 none yet, -2 several */
+    int32_t setup_in;   /* last region whose setup lists it (per-unit matrices) */
+    uint32_t def;       /* temporaries: the defining instruction */
+    uint8_t remat;      /* 0 unknown, 1 cannot be recomputed, 2+n recomputable from n nodes */
     bool read_by_remat; /* an operand of a recomputable temporary */
-    uint8_t first;     /* first access in block order: 1 overwrites it at a region's top level */
+    uint8_t first;      /* first access in block order: 1 overwrites it at a region's top level */
 } cg_value;
 
 /* What the generator knows about one memory object. */
@@ -66,18 +66,18 @@ typedef struct cg_ids {
 
 /* One region: a run of barrier-free instructions executed as a loop over the units. */
 typedef struct cg_region {
-    bool in_loop;   /* inside a cube-level loop */
-    bool needed;    /* holds at least one emitted instruction */
-    cg_ids vals;    /* local variables and matrices to declare at the top of the unit loop */
-    cg_ids mems;    /* local memory to declare at the top of the unit loop */
-    cg_ids uvals;   /* per-unit matrices to point at */
-    cg_ids umems;   /* per-unit local memory to point at */
+    bool in_loop; /* inside a cube-level loop */
+    bool needed;  /* holds at least one emitted instruction */
+    cg_ids vals;  /* local variables and matrices to declare at the top of the unit loop */
+    cg_ids mems;  /* local memory to declare at the top of the unit loop */
+    cg_ids uvals; /* per-unit matrices to point at */
+    cg_ids umems; /* per-unit local memory to point at */
 } cg_region;
 
 /* An enclosing loop while emitting. */
 typedef struct cg_loop {
-    bool cube;      /* a cube-level loop (contains a barrier) */
-    uint8_t depth;  /* cube-level loops: 1 for the outermost */
+    bool cube;     /* a cube-level loop (contains a barrier) */
+    uint8_t depth; /* cube-level loops: 1 for the outermost */
 } cg_loop;
 
 /* Helpers the generated source needs, gathered over a batch of kernels and emitted once. */
@@ -88,45 +88,45 @@ typedef struct cg_needs {
     bool sat[EM_SCALAR_COUNT];                    /* saturating double -> integer */
     bool minmax[EM_SCALAR_COUNT];                 /* integer min / max / clamp */
     bool atomic[11][EM_SCALAR_COUNT];             /* atomics, by op - EM_OP_ATOMIC_ADD */
-    bool f16, bf16;   /* f16 / bf16 <-> float */
-    bool d2h, d2b;    /* double -> f16 / bf16 (through round-to-odd) */
-    bool f32odd;      /* double -> float rounded to odd */
-    bool i64odd;      /* 64-bit integers -> double rounded to odd */
-    bool scratch;     /* em_pad */
-    bool state;       /* unit-state helpers */
-    bool meta;        /* em_shape / em_stride */
+    bool f16, bf16;                               /* f16 / bf16 <-> float */
+    bool d2h, d2b;                                /* double -> f16 / bf16 (through round-to-odd) */
+    bool f32odd;                                  /* double -> float rounded to odd */
+    bool i64odd;                                  /* 64-bit integers -> double rounded to odd */
+    bool scratch;                                 /* em_pad */
+    bool state;                                   /* unit-state helpers */
+    bool meta;                                    /* em_shape / em_stride */
 } cg_needs;
 
-#define CG_STATE_RETURNED 1u /* unit states: 0 active, 1 returned, 2d broke / 2d+1 continued at */
+#define CG_STATE_RETURNED 1u  /* unit states: 0 active, 1 returned, 2d broke / 2d+1 continued at */
 #define CG_MAX_CUBE_LOOPS 120 /* deepest cube-level loop nesting (states fit a byte) */
-#define CG_MAX_DEPTH 264 /* loop stack size */
+#define CG_MAX_DEPTH 264      /* loop stack size */
 
 /* The generator's state for one kernel. */
 typedef struct cg {
     const em_ir_kernel *k;
     const em_caps *caps;
     cg_needs *needs;
-    em_strbuf *sb;       /* where statements go */
-    int indent;          /* current indentation level */
-    em_status err;       /* first error (EM_OK while none) */
-    uint32_t cur_inst;   /* instruction being emitted (for errors) */
+    em_strbuf *sb;     /* where statements go */
+    int indent;        /* current indentation level */
+    em_status err;     /* first error (EM_OK while none) */
+    uint32_t cur_inst; /* instruction being emitted (for errors) */
 
     size_t nvals, nmems, ninsts, nblocks;
-    cg_value *vals;      /* indexed by value id */
-    cg_mem *mems;        /* indexed by memory id */
-    int32_t *region_of;  /* per instruction: region id; -1 cube level; -3 unreachable */
-    uint8_t *needed;     /* per instruction: emitted */
-    uint8_t *barrier;    /* per block: 1 when it contains a SYNC_CUBE (0 unknown, 2 no) */
+    cg_value *vals;     /* indexed by value id */
+    cg_mem *mems;       /* indexed by memory id */
+    int32_t *region_of; /* per instruction: region id; -1 cube level; -3 unreachable */
+    uint8_t *needed;    /* per instruction: emitted */
+    uint8_t *barrier;   /* per block: 1 when it contains a SYNC_CUBE (0 unknown, 2 no) */
     cg_region *regions;
     size_t nregions, capregions;
 
-    bool has_barrier;    /* the kernel has a SYNC_CUBE */
-    bool state;          /* per-unit states are kept (units leave early in a barrier kernel) */
-    bool lead;           /* cube-level code reads per-unit values at lead_ */
-    bool at_cube;        /* emitting cube-level code */
-    int32_t cur_region;  /* region being emitted */
-    bool next_used;      /* the current region's next-unit label is targeted */
-    bool done_used;      /* the cube's done label is targeted */
+    bool has_barrier;   /* the kernel has a SYNC_CUBE */
+    bool state;         /* per-unit states are kept (units leave early in a barrier kernel) */
+    bool lead;          /* cube-level code reads per-unit values at lead_ */
+    bool at_cube;       /* emitting cube-level code */
+    int32_t cur_region; /* region being emitted */
+    bool next_used;     /* the current region's next-unit label is targeted */
+    bool done_used;     /* the cube's done label is targeted */
     cg_loop loops[CG_MAX_DEPTH];
     unsigned nloops;     /* entries of loops */
     unsigned cube_depth; /* enclosing cube-level loops */

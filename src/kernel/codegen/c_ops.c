@@ -8,20 +8,33 @@
 
 #include "kernel/codegen/c_internal.h"
 
-static bool is_half(em_scalar s) { return s == EM_F16 || s == EM_BF16; }
-static unsigned bits_of(em_scalar s) { return (unsigned)em_scalar_size(s) * 8u; }
+static bool is_half(em_scalar s)
+{
+    return s == EM_F16 || s == EM_BF16;
+}
+static unsigned bits_of(em_scalar s)
+{
+    return (unsigned)em_scalar_size(s) * 8u;
+}
 
 /* The unsigned type of the same width, and the unsigned type wrapping arithmetic runs in. */
 static const char *same_utype(em_scalar s)
 {
     switch (em_scalar_size(s)) {
-    case 1: return "uint8_t";
-    case 2: return "uint16_t";
-    case 8: return "uint64_t";
-    default: return "uint32_t";
+    case 1:
+        return "uint8_t";
+    case 2:
+        return "uint16_t";
+    case 8:
+        return "uint64_t";
+    default:
+        return "uint32_t";
     }
 }
-static const char *wide_utype(em_scalar s) { return em_scalar_size(s) == 8 ? "uint64_t" : "uint32_t"; }
+static const char *wide_utype(em_scalar s)
+{
+    return em_scalar_size(s) == 8 ? "uint64_t" : "uint32_t";
+}
 
 static em_scalar scalar_of(const cg *g, em_ir_val v)
 {
@@ -77,8 +90,10 @@ static void operand_f(cg *g, em_strbuf *sb, em_ir_val v, bool lane)
         cg_half_literal_f(sb, s, x->c);
         return;
     }
-    if (s == EM_F16) g->needs->f16 = true;
-    else g->needs->bf16 = true;
+    if (s == EM_F16)
+        g->needs->f16 = true;
+    else
+        g->needs->bf16 = true;
     em_sb_append(sb, s == EM_F16 ? "em_h2f(" : "em_b2f(");
     cg_operand(g, sb, v, lane);
     em_sb_append(sb, ")");
@@ -199,36 +214,84 @@ static void builtin_expr(em_strbuf *sb, int b, const char *unit)
 {
     const char *t;
     switch ((em_builtin)b) {
-    case EM_ABSOLUTE_POS: t = "(uint32_t)cube_ * units_ + @"; break;
-    case EM_ABSOLUTE_POS_X: t = "(uint32_t)(cube_ % cnt_x_) * dim_x_ + @ % dim_x_"; break;
-    case EM_ABSOLUTE_POS_Y: t = "(uint32_t)(cube_ / cnt_x_ % cnt_y_) * dim_y_ + @ / dim_x_ % dim_y_"; break;
+    case EM_ABSOLUTE_POS:
+        t = "(uint32_t)cube_ * units_ + @";
+        break;
+    case EM_ABSOLUTE_POS_X:
+        t = "(uint32_t)(cube_ % cnt_x_) * dim_x_ + @ % dim_x_";
+        break;
+    case EM_ABSOLUTE_POS_Y:
+        t = "(uint32_t)(cube_ / cnt_x_ % cnt_y_) * dim_y_ + @ / dim_x_ % dim_y_";
+        break;
     case EM_ABSOLUTE_POS_Z:
         t = "(uint32_t)(cube_ / ((uint64_t)cnt_x_ * cnt_y_)) * dim_z_ + @ / (dim_x_ * dim_y_)";
         break;
-    case EM_UNIT_POS: t = "@"; break;
-    case EM_UNIT_POS_X: t = "@ % dim_x_"; break;
-    case EM_UNIT_POS_Y: t = "@ / dim_x_ % dim_y_"; break;
-    case EM_UNIT_POS_Z: t = "@ / (dim_x_ * dim_y_)"; break;
-    case EM_CUBE_POS: t = "(uint32_t)cube_"; break;
-    case EM_CUBE_POS_X: t = "(uint32_t)(cube_ % cnt_x_)"; break;
-    case EM_CUBE_POS_Y: t = "(uint32_t)(cube_ / cnt_x_ % cnt_y_)"; break;
-    case EM_CUBE_POS_Z: t = "(uint32_t)(cube_ / ((uint64_t)cnt_x_ * cnt_y_))"; break;
-    case EM_CUBE_DIM: t = "units_"; break;
-    case EM_CUBE_DIM_X: t = "dim_x_"; break;
-    case EM_CUBE_DIM_Y: t = "dim_y_"; break;
-    case EM_CUBE_DIM_Z: t = "dim_z_"; break;
-    case EM_CUBE_COUNT: t = "(uint32_t)cubes_"; break;
-    case EM_CUBE_COUNT_X: t = "cnt_x_"; break;
-    case EM_CUBE_COUNT_Y: t = "cnt_y_"; break;
-    case EM_CUBE_COUNT_Z: t = "cnt_z_"; break;
-    case EM_PLANE_DIM: t = "1u"; break;
-    case EM_UNIT_POS_PLANE: t = "0u"; break;
-    case EM_PLANE_POS: t = "@"; break;
-    default: t = "0u"; break;
+    case EM_UNIT_POS:
+        t = "@";
+        break;
+    case EM_UNIT_POS_X:
+        t = "@ % dim_x_";
+        break;
+    case EM_UNIT_POS_Y:
+        t = "@ / dim_x_ % dim_y_";
+        break;
+    case EM_UNIT_POS_Z:
+        t = "@ / (dim_x_ * dim_y_)";
+        break;
+    case EM_CUBE_POS:
+        t = "(uint32_t)cube_";
+        break;
+    case EM_CUBE_POS_X:
+        t = "(uint32_t)(cube_ % cnt_x_)";
+        break;
+    case EM_CUBE_POS_Y:
+        t = "(uint32_t)(cube_ / cnt_x_ % cnt_y_)";
+        break;
+    case EM_CUBE_POS_Z:
+        t = "(uint32_t)(cube_ / ((uint64_t)cnt_x_ * cnt_y_))";
+        break;
+    case EM_CUBE_DIM:
+        t = "units_";
+        break;
+    case EM_CUBE_DIM_X:
+        t = "dim_x_";
+        break;
+    case EM_CUBE_DIM_Y:
+        t = "dim_y_";
+        break;
+    case EM_CUBE_DIM_Z:
+        t = "dim_z_";
+        break;
+    case EM_CUBE_COUNT:
+        t = "(uint32_t)cubes_";
+        break;
+    case EM_CUBE_COUNT_X:
+        t = "cnt_x_";
+        break;
+    case EM_CUBE_COUNT_Y:
+        t = "cnt_y_";
+        break;
+    case EM_CUBE_COUNT_Z:
+        t = "cnt_z_";
+        break;
+    case EM_PLANE_DIM:
+        t = "1u";
+        break;
+    case EM_UNIT_POS_PLANE:
+        t = "0u";
+        break;
+    case EM_PLANE_POS:
+        t = "@";
+        break;
+    default:
+        t = "0u";
+        break;
     }
     for (; *t; t++) {
-        if (*t == '@') em_sb_append(sb, unit);
-        else em_sb_appendc(sb, *t);
+        if (*t == '@')
+            em_sb_append(sb, unit);
+        else
+            em_sb_appendc(sb, *t);
     }
 }
 
@@ -284,8 +347,10 @@ static bool is_atomic(const char *e)
     if (e[i] != '(' || e[n - 1] != ')') return false;
     int depth = 0;
     for (size_t j = i; j < n; j++) {
-        if (e[j] == '(') depth++;
-        else if (e[j] == ')' && --depth == 0 && j != n - 1) return false;
+        if (e[j] == '(')
+            depth++;
+        else if (e[j] == ')' && --depth == 0 && j != n - 1)
+            return false;
     }
     return true;
 }
@@ -314,9 +379,12 @@ bool cg_strip_parens(char *e)
     if (n < 2 || e[0] != '(' || !is_atomic(e)) return false;
     int depth = 0;
     for (size_t j = 1; j + 1 < n; j++) { /* a comma expression keeps its parentheses */
-        if (e[j] == '(') depth++;
-        else if (e[j] == ')') depth--;
-        else if (e[j] == ',' && depth == 0) return false;
+        if (e[j] == '(')
+            depth++;
+        else if (e[j] == ')')
+            depth--;
+        else if (e[j] == ',' && depth == 0)
+            return false;
     }
     memmove(e, e + 1, n - 2);
     e[n - 2] = 0;
@@ -324,7 +392,8 @@ bool cg_strip_parens(char *e)
 }
 
 /* a OP b on integers, wrapping (computed in an unsigned type, so no signed overflow). */
-static void int_arith(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, const char *op, em_scalar s)
+static void int_arith(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, const char *op,
+                      em_scalar s)
 {
     if (s == EM_U32 || s == EM_U64) {
         OP(0);
@@ -343,24 +412,42 @@ static void int_arith(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, con
 static const char *float_fn(em_ir_op op)
 {
     switch (op) {
-    case EM_OP_EXP: return "exp";
-    case EM_OP_EXP2: return "exp2";
-    case EM_OP_LOG: return "log";
-    case EM_OP_LOG2: return "log2";
-    case EM_OP_SQRT: return "sqrt";
-    case EM_OP_ERF: return "erf";
-    case EM_OP_TANH: return "tanh";
-    case EM_OP_SIN: return "sin";
-    case EM_OP_COS: return "cos";
-    case EM_OP_FLOOR: return "floor";
-    case EM_OP_CEIL: return "ceil";
-    case EM_OP_ROUND: return "rint"; /* half to even in the default rounding mode */
-    case EM_OP_MIN: return "fmin";
-    case EM_OP_MAX: return "fmax";
-    case EM_OP_POW: return "pow";
-    case EM_OP_REM: return "fmod";
-    case EM_OP_FMA: return "fma";
-    default: return NULL;
+    case EM_OP_EXP:
+        return "exp";
+    case EM_OP_EXP2:
+        return "exp2";
+    case EM_OP_LOG:
+        return "log";
+    case EM_OP_LOG2:
+        return "log2";
+    case EM_OP_SQRT:
+        return "sqrt";
+    case EM_OP_ERF:
+        return "erf";
+    case EM_OP_TANH:
+        return "tanh";
+    case EM_OP_SIN:
+        return "sin";
+    case EM_OP_COS:
+        return "cos";
+    case EM_OP_FLOOR:
+        return "floor";
+    case EM_OP_CEIL:
+        return "ceil";
+    case EM_OP_ROUND:
+        return "rint"; /* half to even in the default rounding mode */
+    case EM_OP_MIN:
+        return "fmin";
+    case EM_OP_MAX:
+        return "fmax";
+    case EM_OP_POW:
+        return "pow";
+    case EM_OP_REM:
+        return "fmod";
+    case EM_OP_FMA:
+        return "fma";
+    default:
+        return NULL;
     }
 }
 
@@ -378,13 +465,14 @@ static void float_call(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, co
     round_close(sb, s);
 }
 
-static void binary_expr(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, em_scalar s, bool *ok)
+static void binary_expr(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, em_scalar s,
+                        bool *ok)
 {
-    static const char *const sym[] = {[EM_OP_ADD] = "+", [EM_OP_SUB] = "-", [EM_OP_MUL] = "*",
-                                      [EM_OP_DIV] = "/", [EM_OP_AND] = "&", [EM_OP_OR] = "|",
-                                      [EM_OP_XOR] = "^", [EM_OP_EQ] = "==", [EM_OP_NE] = "!=",
-                                      [EM_OP_LT] = "<", [EM_OP_LE] = "<=", [EM_OP_GT] = ">",
-                                      [EM_OP_GE] = ">="};
+    static const char *const sym[] = {
+        [EM_OP_ADD] = "+", [EM_OP_SUB] = "-", [EM_OP_MUL] = "*", [EM_OP_DIV] = "/",
+        [EM_OP_AND] = "&", [EM_OP_OR] = "|",  [EM_OP_XOR] = "^", [EM_OP_EQ] = "==",
+        [EM_OP_NE] = "!=", [EM_OP_LT] = "<",  [EM_OP_LE] = "<=", [EM_OP_GT] = ">",
+        [EM_OP_GE] = ">="};
     bool flt = em_scalar_is_float(s), integer = em_scalar_is_int(s);
     em_ir_op op = (em_ir_op)in->op;
     switch (op) {
@@ -441,8 +529,10 @@ static void binary_expr(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, e
         }
         return;
     case EM_OP_POW:
-        if (flt) float_call(g, sb, in, lane, "pow", 2, s);
-        else *ok = false;
+        if (flt)
+            float_call(g, sb, in, lane, "pow", 2, s);
+        else
+            *ok = false;
         return;
     case EM_OP_AND:
     case EM_OP_OR:
@@ -453,10 +543,15 @@ static void binary_expr(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, e
             em_sb_init(&b);
             cg_operand(g, &a, in->args[0], lane);
             cg_operand(g, &b, in->args[1], lane);
-            if (strcmp(a.data, b.data) == 0) /* x op x: keep the compiler from calling it tautological */
+            if (strcmp(a.data, b.data) ==
+                0) /* x op x: keep the compiler from calling it tautological */
                 em_sb_printf(sb, op == EM_OP_XOR ? "((void)%s, false)" : "%s", a.data);
             else
-                em_sb_printf(sb, "(%s %s %s)", a.data, op == EM_OP_AND ? "&&" : op == EM_OP_OR ? "||" : "!=", b.data);
+                em_sb_printf(sb, "(%s %s %s)", a.data,
+                             op == EM_OP_AND  ? "&&"
+                             : op == EM_OP_OR ? "||"
+                                              : "!=",
+                             b.data);
             em_sb_free(&a);
             em_sb_free(&b);
         } else if (integer) {
@@ -499,7 +594,8 @@ static void binary_expr(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, e
             em_sb_printf(sb, "%s %s %s", a.data, sym[op], b.data);
         } else { /* x CMP x, written out so that no compiler calls it tautological */
             bool holds = op == EM_OP_EQ || op == EM_OP_LE || op == EM_OP_GE;
-            if (!flt || op == EM_OP_LT || op == EM_OP_GT) /* still evaluated: it may be its only use */
+            if (!flt || op == EM_OP_LT ||
+                op == EM_OP_GT) /* still evaluated: it may be its only use */
                 em_sb_printf(sb, "((void)%s, %s)", a.data, flt || !holds ? "false" : "true");
             else
                 em_sb_printf(sb, "%sisnan(%s)", holds ? "!" : "", a.data);
@@ -608,7 +704,8 @@ static void unary_expr(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, em
             } else {
                 S("((uint64_t)");
                 OP(0);
-                em_sb_printf(sb, " != 0u ? (uint32_t)__builtin_%sll((uint64_t)", op == EM_OP_CLZ ? "clz" : "ctz");
+                em_sb_printf(sb, " != 0u ? (uint32_t)__builtin_%sll((uint64_t)",
+                             op == EM_OP_CLZ ? "clz" : "ctz");
                 OP(0);
                 S(") : 64u)");
             }
@@ -619,7 +716,8 @@ static void unary_expr(cg *g, em_strbuf *sb, const em_ir_inst *in, bool lane, em
         } else {
             em_sb_printf(sb, "((%s)", u);
             OP(0);
-            em_sb_printf(sb, " != 0u ? (uint32_t)__builtin_%s((uint32_t)(%s)", op == EM_OP_CLZ ? "clz" : "ctz", u);
+            em_sb_printf(sb, " != 0u ? (uint32_t)__builtin_%s((uint32_t)(%s)",
+                         op == EM_OP_CLZ ? "clz" : "ctz", u);
             OP(0);
             if (op == EM_OP_CLZ && w < 32)
                 em_sb_printf(sb, ") - %uu : %uu)", 32 - w, w);
@@ -729,8 +827,8 @@ static void meta_expr(cg *g, em_strbuf *sb, const em_ir_inst *in)
         return;
     }
     g->needs->meta = true;
-    em_sb_printf(sb, "em_%s(&launch_->bufs[%u], %du)", in->op == EM_OP_SHAPE ? "shape" : "stride", p,
-                 in->imm);
+    em_sb_printf(sb, "em_%s(&launch_->bufs[%u], %du)", in->op == EM_OP_SHAPE ? "shape" : "stride",
+                 p, in->imm);
 }
 
 /* The expression of one lane (or of the scalar) of a value-producing instruction. */
@@ -885,8 +983,8 @@ static void emit_store(cg *g, const em_ir_inst *in)
     if (m->elem.scalar == EM_BOOL) em_sb_append(&v, "(uint8_t)");
     cg_operand(g, &v, in->args[1], line);
     if (line)
-        cg_line(g, "for (int l_ = 0; l_ < %u; l_++) %s[(size_t)%s * %u + l_] = %s;", m->elem.lanes, p,
-                idx.data, m->elem.lanes, v.data);
+        cg_line(g, "for (int l_ = 0; l_ < %u; l_++) %s[(size_t)%s * %u + l_] = %s;", m->elem.lanes,
+                p, idx.data, m->elem.lanes, v.data);
     else
         cg_line(g, "%s[%s] = %s;", p, idx.data, v.data);
     em_sb_free(&idx);
@@ -934,7 +1032,8 @@ static void emit_bitcast(cg *g, const em_ir_inst *in)
         if (a->type.lanes > 1) {
             cg_line(g, "%s bits_;", st);
             cg_literal(&src, (em_scalar)a->type.scalar, a->c);
-            cg_line(g, "for (int l_ = 0; l_ < %u; l_++) bits_.v[l_] = %s;", a->type.lanes, src.data);
+            cg_line(g, "for (int l_ = 0; l_ < %u; l_++) bits_.v[l_] = %s;", a->type.lanes,
+                    src.data);
         } else {
             cg_literal(&src, (em_scalar)a->type.scalar, a->c);
             cg_line(g, "%s bits_ = %s;", st, src.data);
@@ -966,13 +1065,14 @@ static void emit_atomic(cg *g, const em_ir_inst *in)
     unsigned o = (unsigned)(in->op - EM_OP_ATOMIC_ADD);
     if (o >= 11 || m->elem.lanes != 1 || s == EM_BOOL || is_half(s) ||
         (em_scalar_is_float(s) && in->op != EM_OP_ATOMIC_ADD && in->op != EM_OP_ATOMIC_SUB &&
-         in->op != EM_OP_ATOMIC_XCHG && in->op != EM_OP_ATOMIC_LOAD && in->op != EM_OP_ATOMIC_STORE &&
-         in->op != EM_OP_ATOMIC_CAS)) {
-        cg_fail(g, EM_ERR_UNSUPPORTED, g->cur_inst, "%s on %s memory is not supported by the C target",
-                em_ir_op_name((em_ir_op)in->op), em_scalar_name(s) ? em_scalar_name(s) : "?");
+         in->op != EM_OP_ATOMIC_XCHG && in->op != EM_OP_ATOMIC_LOAD &&
+         in->op != EM_OP_ATOMIC_STORE && in->op != EM_OP_ATOMIC_CAS)) {
+        cg_fail(g, EM_ERR_UNSUPPORTED, g->cur_inst,
+                "%s on %s memory is not supported by the C target", em_ir_op_name((em_ir_op)in->op),
+                em_scalar_name(s) ? em_scalar_name(s) : "?");
         return;
     }
-    static const char *const names[11] = {"add", "sub", "min", "max", "and", "or",
+    static const char *const names[11] = {"add", "sub",  "min", "max",  "and",  "or",
                                           "xor", "xchg", "cas", "load", "store"};
     g->needs->atomic[o][s] = true;
     em_strbuf call;
@@ -1008,9 +1108,15 @@ static void emit_atomic(cg *g, const em_ir_inst *in)
 static void frag_dims(const em_ir_value *f, unsigned *rows, unsigned *cols)
 {
     switch (f->mat_role) {
-    case EM_MAT_A: *rows = f->mat_m, *cols = f->mat_k; break;
-    case EM_MAT_B: *rows = f->mat_k, *cols = f->mat_n; break;
-    default: *rows = f->mat_m, *cols = f->mat_n; break;
+    case EM_MAT_A:
+        *rows = f->mat_m, *cols = f->mat_k;
+        break;
+    case EM_MAT_B:
+        *rows = f->mat_k, *cols = f->mat_n;
+        break;
+    default:
+        *rows = f->mat_m, *cols = f->mat_n;
+        break;
     }
 }
 
@@ -1031,8 +1137,8 @@ static void emit_matrix(cg *g, const em_ir_inst *in)
     switch (in->op) {
     case EM_OP_MAT_FILL:
         cg_operand(g, &a, in->args[1], false);
-        cg_line(g, "for (int i_ = 0; i_ < %u; i_++) %s[i_] = %s;", rows * cols, frag_name(g, in->args[0]),
-                a.data);
+        cg_line(g, "for (int i_ = 0; i_ < %u; i_++) %s[i_] = %s;", rows * cols,
+                frag_name(g, in->args[0]), a.data);
         break;
     case EM_OP_MAT_LOAD:
     case EM_OP_MAT_STORE: {
@@ -1180,13 +1286,27 @@ void cg_emit_op(cg *g, uint32_t idx, const em_ir_inst *in)
 {
     g->cur_inst = idx;
     switch (in->op) {
-    case EM_OP_STORE: emit_store(g, in); return;
-    case EM_OP_LOAD: assign_lanes(g, in->dst, in, load_expr); return;
-    case EM_OP_EXTRACT: assign_lanes(g, in->dst, in, extract_expr); return;
-    case EM_OP_INSERT: emit_insert(g, in); return;
-    case EM_OP_BITCAST: emit_bitcast(g, in); return;
-    case EM_OP_SYNC_CUBE: cg_line(g, "/* sync_cube */"); return;
-    case EM_OP_SYNC_PLANE: cg_line(g, "/* sync_plane: a plane is one unit here */"); return;
+    case EM_OP_STORE:
+        emit_store(g, in);
+        return;
+    case EM_OP_LOAD:
+        assign_lanes(g, in->dst, in, load_expr);
+        return;
+    case EM_OP_EXTRACT:
+        assign_lanes(g, in->dst, in, extract_expr);
+        return;
+    case EM_OP_INSERT:
+        emit_insert(g, in);
+        return;
+    case EM_OP_BITCAST:
+        emit_bitcast(g, in);
+        return;
+    case EM_OP_SYNC_CUBE:
+        cg_line(g, "/* sync_cube */");
+        return;
+    case EM_OP_SYNC_PLANE:
+        cg_line(g, "/* sync_plane: a plane is one unit here */");
+        return;
     case EM_OP_FENCE:
         if (in->imm)
             cg_line(g, "__atomic_thread_fence(__ATOMIC_SEQ_CST);");
@@ -1196,13 +1316,18 @@ void cg_emit_op(cg *g, uint32_t idx, const em_ir_inst *in)
     case EM_OP_MAT_FILL:
     case EM_OP_MAT_LOAD:
     case EM_OP_MAT_MMA:
-    case EM_OP_MAT_STORE: emit_matrix(g, in); return;
-    case EM_OP_PRINT: emit_print(g, in); return;
+    case EM_OP_MAT_STORE:
+        emit_matrix(g, in);
+        return;
+    case EM_OP_PRINT:
+        emit_print(g, in);
+        return;
     case EM_OP_INTRINSIC:
         cg_fail(g, EM_ERR_UNSUPPORTED, idx, "intrinsic '%s' is not available on the C target",
                 in->str ? in->str : "");
         return;
-    default: break;
+    default:
+        break;
     }
     if (in->op >= EM_OP_ATOMIC_ADD && in->op <= EM_OP_ATOMIC_STORE) {
         emit_atomic(g, in);

@@ -13,13 +13,19 @@
 /* ---- types ---------------------------------------------------------------------------------- */
 
 static const char *const ctypes[EM_SCALAR_COUNT] = {
-    "bool",    "int8_t",   "int16_t",  "int32_t", "int64_t", "uint8_t", "uint16_t",
-    "uint32_t", "uint64_t", "em_f16",   "em_bf16", "float",   "double",
+    "bool",     "int8_t",   "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t",
+    "uint32_t", "uint64_t", "em_f16",  "em_bf16", "float",   "double",
 };
 
-const char *cg_ctype(em_scalar s) { return (unsigned)s < EM_SCALAR_COUNT ? ctypes[s] : "int"; }
+const char *cg_ctype(em_scalar s)
+{
+    return (unsigned)s < EM_SCALAR_COUNT ? ctypes[s] : "int";
+}
 
-const char *cg_mtype(em_scalar s) { return s == EM_BOOL ? "uint8_t" : cg_ctype(s); }
+const char *cg_mtype(em_scalar s)
+{
+    return s == EM_BOOL ? "uint8_t" : cg_ctype(s);
+}
 
 const char *cg_vtype(cg *g, em_type t, char *buf)
 {
@@ -79,8 +85,14 @@ static uint16_t f32_to_bf16(float f)
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-uint16_t cg_f16_bits(double x) { return f32_to_f16(f32_odd(x)); }
-uint16_t cg_bf16_bits(double x) { return f32_to_bf16(f32_odd(x)); }
+uint16_t cg_f16_bits(double x)
+{
+    return f32_to_f16(f32_odd(x));
+}
+uint16_t cg_bf16_bits(double x)
+{
+    return f32_to_bf16(f32_odd(x));
+}
 
 double cg_half_value(em_scalar s, uint16_t h)
 {
@@ -118,7 +130,10 @@ static void float_literal(em_strbuf *sb, double v, bool f32)
     if (neg) em_sb_append(sb, ")");
 }
 
-static int scalar_bits(em_scalar s) { return (int)em_scalar_size(s) * 8; }
+static int scalar_bits(em_scalar s)
+{
+    return (int)em_scalar_size(s) * 8;
+}
 
 void cg_literal(em_strbuf *sb, em_scalar s, em_ir_const c)
 {
@@ -186,12 +201,22 @@ void cg_half_literal_f(em_strbuf *sb, em_scalar s, em_ir_const c)
 void cg_zero(em_strbuf *sb, em_scalar s)
 {
     switch (s) {
-    case EM_BOOL: em_sb_append(sb, "false"); break;
-    case EM_F32: em_sb_append(sb, "0.0f"); break;
-    case EM_F64: em_sb_append(sb, "0.0"); break;
+    case EM_BOOL:
+        em_sb_append(sb, "false");
+        break;
+    case EM_F32:
+        em_sb_append(sb, "0.0f");
+        break;
+    case EM_F64:
+        em_sb_append(sb, "0.0");
+        break;
     case EM_F16:
-    case EM_BF16: em_sb_append(sb, "0x0000u"); break;
-    default: em_sb_append(sb, "0"); break;
+    case EM_BF16:
+        em_sb_append(sb, "0x0000u");
+        break;
+    default:
+        em_sb_append(sb, "0");
+        break;
     }
 }
 
@@ -349,49 +374,58 @@ static const char state_helpers[] =
     "        if (state[u] == a || state[u] == b) state[u] = 0;\n"
     "}\n";
 
-static const char meta_helpers[] =
-    "\n/* Tensor metadata (0 when the launch gave none). */\n"
-    "EM_HELPER uint32_t em_shape(const em_cpu_buf *b, uint32_t d)\n"
-    "{\n"
-    "    return b->shape ? (uint32_t)b->shape[d] : 0u;\n"
-    "}\n"
-    "EM_HELPER uint32_t em_stride(const em_cpu_buf *b, uint32_t d)\n"
-    "{\n"
-    "    return b->stride ? (uint32_t)b->stride[d] : 0u;\n"
-    "}\n";
+static const char meta_helpers[] = "\n/* Tensor metadata (0 when the launch gave none). */\n"
+                                   "EM_HELPER uint32_t em_shape(const em_cpu_buf *b, uint32_t d)\n"
+                                   "{\n"
+                                   "    return b->shape ? (uint32_t)b->shape[d] : 0u;\n"
+                                   "}\n"
+                                   "EM_HELPER uint32_t em_stride(const em_cpu_buf *b, uint32_t d)\n"
+                                   "{\n"
+                                   "    return b->stride ? (uint32_t)b->stride[d] : 0u;\n"
+                                   "}\n";
 
 static void int_helpers(em_strbuf *sb, const cg_needs *n)
 {
-    static const char *const lo[EM_SCALAR_COUNT] = {
-        [EM_I8] = "-128.0", [EM_I16] = "-32768.0", [EM_I32] = "-2147483648.0",
-        [EM_I64] = "-9223372036854775808.0"};
+    static const char *const lo[EM_SCALAR_COUNT] = {[EM_I8] = "-128.0",
+                                                    [EM_I16] = "-32768.0",
+                                                    [EM_I32] = "-2147483648.0",
+                                                    [EM_I64] = "-9223372036854775808.0"};
     static const char *const hi[EM_SCALAR_COUNT] = {
-        [EM_I8] = "127.0", [EM_I16] = "32767.0", [EM_I32] = "2147483647.0",
-        [EM_I64] = "9223372036854775807.0", [EM_U8] = "255.0", [EM_U16] = "65535.0",
+        [EM_I8] = "127.0",         [EM_I16] = "32767.0",
+        [EM_I32] = "2147483647.0", [EM_I64] = "9223372036854775807.0",
+        [EM_U8] = "255.0",         [EM_U16] = "65535.0",
         [EM_U32] = "4294967295.0", [EM_U64] = "18446744073709551615.0"};
-    static const char *const minv[EM_SCALAR_COUNT] = {
-        [EM_I8] = "INT8_MIN", [EM_I16] = "INT16_MIN", [EM_I32] = "INT32_MIN", [EM_I64] = "INT64_MIN"};
+    static const char *const minv[EM_SCALAR_COUNT] = {[EM_I8] = "INT8_MIN",
+                                                      [EM_I16] = "INT16_MIN",
+                                                      [EM_I32] = "INT32_MIN",
+                                                      [EM_I64] = "INT64_MIN"};
     static const char *const maxv[EM_SCALAR_COUNT] = {
-        [EM_I8] = "INT8_MAX", [EM_I16] = "INT16_MAX", [EM_I32] = "INT32_MAX",
-        [EM_I64] = "INT64_MAX", [EM_U8] = "UINT8_MAX", [EM_U16] = "UINT16_MAX",
+        [EM_I8] = "INT8_MAX",    [EM_I16] = "INT16_MAX", [EM_I32] = "INT32_MAX",
+        [EM_I64] = "INT64_MAX",  [EM_U8] = "UINT8_MAX",  [EM_U16] = "UINT16_MAX",
         [EM_U32] = "UINT32_MAX", [EM_U64] = "UINT64_MAX"};
     bool any = false;
-    for (int s = EM_I8; s <= EM_U64; s++) any = any || n->div[s] || n->rem[s] || n->sat[s] || n->minmax[s];
+    for (int s = EM_I8; s <= EM_U64; s++)
+        any = any || n->div[s] || n->rem[s] || n->sat[s] || n->minmax[s];
     if (!any) return;
-    em_sb_append(sb, "\n/* Integer helpers. Division never traps: a / 0 == a, a % 0 == 0, MIN / -1 == MIN, MIN % -1 == 0\n"
-                     " * (the rule of every ember target). Float to integer casts saturate; NaN gives 0. */\n");
+    em_sb_append(
+        sb,
+        "\n/* Integer helpers. Division never traps: a / 0 == a, a % 0 == 0, MIN / -1 == MIN, MIN "
+        "% -1 == 0\n"
+        " * (the rule of every ember target). Float to integer casts saturate; NaN gives 0. */\n");
     for (int s = EM_I8; s <= EM_U64; s++) {
         const char *t = ctypes[s], *name = em_scalar_name((em_scalar)s);
         bool sgn = em_scalar_is_signed((em_scalar)s);
         const char *u = em_scalar_size((em_scalar)s) == 8 ? "uint64_t" : "uint32_t";
         if (n->div[s]) {
             if (sgn)
-                em_sb_printf(sb,
-                             "EM_HELPER %s em_div_%s(%s a, %s b)\n{\n"
-                             "    return b == 0 ? a : b == -1 ? (%s)(0u - (%s)a) : (%s)(a / b);\n}\n",
-                             t, name, t, t, t, u, t);
+                em_sb_printf(
+                    sb,
+                    "EM_HELPER %s em_div_%s(%s a, %s b)\n{\n"
+                    "    return b == 0 ? a : b == -1 ? (%s)(0u - (%s)a) : (%s)(a / b);\n}\n",
+                    t, name, t, t, t, u, t);
             else
-                em_sb_printf(sb, "EM_HELPER %s em_div_%s(%s a, %s b) { return b ? (%s)(a / b) : a; }\n",
+                em_sb_printf(sb,
+                             "EM_HELPER %s em_div_%s(%s a, %s b) { return b ? (%s)(a / b) : a; }\n",
                              t, name, t, t, t);
         }
         if (n->rem[s]) {
@@ -401,13 +435,18 @@ static void int_helpers(em_strbuf *sb, const cg_needs *n)
                              "    return b == 0 || b == -1 ? 0 : (%s)(a %% b);\n}\n",
                              t, name, t, t, t);
             else
-                em_sb_printf(sb, "EM_HELPER %s em_rem_%s(%s a, %s b) { return b ? (%s)(a %% b) : 0; }\n",
-                             t, name, t, t, t);
+                em_sb_printf(
+                    sb, "EM_HELPER %s em_rem_%s(%s a, %s b) { return b ? (%s)(a %% b) : 0; }\n", t,
+                    name, t, t, t);
         }
         if (n->minmax[s]) {
-            em_sb_printf(sb, "EM_HELPER %s em_min_%s(%s a, %s b) { return a < b ? a : b; }\n", t, name, t, t);
-            em_sb_printf(sb, "EM_HELPER %s em_max_%s(%s a, %s b) { return a > b ? a : b; }\n", t, name, t, t);
-            em_sb_printf(sb, "EM_HELPER %s em_clamp_%s(%s x, %s lo, %s hi) { return x < lo ? lo : x > hi ? hi : x; }\n",
+            em_sb_printf(sb, "EM_HELPER %s em_min_%s(%s a, %s b) { return a < b ? a : b; }\n", t,
+                         name, t, t);
+            em_sb_printf(sb, "EM_HELPER %s em_max_%s(%s a, %s b) { return a > b ? a : b; }\n", t,
+                         name, t, t);
+            em_sb_printf(sb,
+                         "EM_HELPER %s em_clamp_%s(%s x, %s lo, %s hi) { return x < lo ? lo : x > "
+                         "hi ? hi : x; }\n",
                          t, name, t, t, t);
         }
         if (n->sat[s]) {
@@ -427,14 +466,15 @@ static void int_helpers(em_strbuf *sb, const cg_needs *n)
 
 static void atomic_helpers(em_strbuf *sb, const cg_needs *n)
 {
-    static const char *const names[11] = {"add", "sub", "min", "max", "and", "or",
+    static const char *const names[11] = {"add", "sub",  "min", "max",  "and",  "or",
                                           "xor", "xchg", "cas", "load", "store"};
     bool any = false;
     for (int o = 0; o < 11; o++)
         for (int s = 0; s < EM_SCALAR_COUNT; s++) any = any || n->atomic[o][s];
     if (!any) return;
-    em_sb_append(sb, "\n/* Atomics (sequentially consistent); each returns the old value. Float add\n"
-                     " * and min/max loop on compare-exchange. */\n");
+    em_sb_append(sb,
+                 "\n/* Atomics (sequentially consistent); each returns the old value. Float add\n"
+                 " * and min/max loop on compare-exchange. */\n");
     for (int o = 0; o < 11; o++) {
         for (int s = 0; s < EM_SCALAR_COUNT; s++) {
             if (!n->atomic[o][s]) continue;
@@ -468,14 +508,15 @@ static void atomic_helpers(em_strbuf *sb, const cg_needs *n)
                 break;
             case EM_OP_ATOMIC_MIN:
             case EM_OP_ATOMIC_MAX:
-                em_sb_printf(sb,
-                             "EM_HELPER %s em_atomic_%s_%s(%s *p, %s v)\n{\n"
-                             "    %s old = __atomic_load_n(p, __ATOMIC_RELAXED);\n"
-                             "    while (v %c old && !__atomic_compare_exchange_n(p, &old, v, true, "
-                             "__ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {\n"
-                             "    }\n"
-                             "    return old;\n}\n",
-                             t, names[o], nm, t, t, t, op == EM_OP_ATOMIC_MIN ? '<' : '>');
+                em_sb_printf(
+                    sb,
+                    "EM_HELPER %s em_atomic_%s_%s(%s *p, %s v)\n{\n"
+                    "    %s old = __atomic_load_n(p, __ATOMIC_RELAXED);\n"
+                    "    while (v %c old && !__atomic_compare_exchange_n(p, &old, v, true, "
+                    "__ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {\n"
+                    "    }\n"
+                    "    return old;\n}\n",
+                    t, names[o], nm, t, t, t, op == EM_OP_ATOMIC_MIN ? '<' : '>');
                 break;
             case EM_OP_ATOMIC_XCHG:
                 if (flt)
@@ -493,19 +534,21 @@ static void atomic_helpers(em_strbuf *sb, const cg_needs *n)
                 break;
             case EM_OP_ATOMIC_CAS:
                 if (flt)
-                    em_sb_printf(sb,
-                                 "EM_HELPER %s em_atomic_cas_%s(%s *p, %s cmp, %s v)\n{\n"
-                                 "    __atomic_compare_exchange(p, &cmp, &v, false, __ATOMIC_SEQ_CST, "
-                                 "__ATOMIC_SEQ_CST);\n"
-                                 "    return cmp;\n}\n",
-                                 t, nm, t, t, t);
+                    em_sb_printf(
+                        sb,
+                        "EM_HELPER %s em_atomic_cas_%s(%s *p, %s cmp, %s v)\n{\n"
+                        "    __atomic_compare_exchange(p, &cmp, &v, false, __ATOMIC_SEQ_CST, "
+                        "__ATOMIC_SEQ_CST);\n"
+                        "    return cmp;\n}\n",
+                        t, nm, t, t, t);
                 else
-                    em_sb_printf(sb,
-                                 "EM_HELPER %s em_atomic_cas_%s(%s *p, %s cmp, %s v)\n{\n"
-                                 "    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, "
-                                 "__ATOMIC_SEQ_CST);\n"
-                                 "    return cmp;\n}\n",
-                                 t, nm, t, t, t);
+                    em_sb_printf(
+                        sb,
+                        "EM_HELPER %s em_atomic_cas_%s(%s *p, %s cmp, %s v)\n{\n"
+                        "    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, "
+                        "__ATOMIC_SEQ_CST);\n"
+                        "    return cmp;\n}\n",
+                        t, nm, t, t, t);
                 break;
             case EM_OP_ATOMIC_LOAD:
                 if (flt)
@@ -542,28 +585,33 @@ static void atomic_helpers(em_strbuf *sb, const cg_needs *n)
 
 void cg_prelude(em_strbuf *sb, const cg_needs *n, size_t nkernels)
 {
-    em_sb_printf(sb,
-                 "/* Generated by ember's C code generator (src/kernel/codegen/c.c) for the CPU "
-                 "target: %zu kernel%s.\n"
-                 " * Each emk_NAME(launch, first, count) runs cubes [first, first + count) of the "
-                 "grid on the calling\n"
-                 " * thread; inside a cube, every barrier-free region is a loop over the units. */\n",
-                 nkernels, nkernels == 1 ? "" : "s");
+    em_sb_printf(
+        sb,
+        "/* Generated by ember's C code generator (src/kernel/codegen/c.c) for the CPU "
+        "target: %zu kernel%s.\n"
+        " * Each emk_NAME(launch, first, count) runs cubes [first, first + count) of the "
+        "grid on the calling\n"
+        " * thread; inside a cube, every barrier-free region is a loop over the units. */\n",
+        nkernels, nkernels == 1 ? "" : "s");
     em_sb_append(sb, head);
     bool lines = false;
     for (int s = 0; s < EM_SCALAR_COUNT; s++)
         for (int l = 2; l <= EM_MAX_LANES; l++)
             if (n->line[s][l]) {
-                if (!lines) em_sb_append(sb, "\n/* Lines: vectors of 1..16 lanes, computed lane by lane. */\n");
+                if (!lines)
+                    em_sb_append(sb,
+                                 "\n/* Lines: vectors of 1..16 lanes, computed lane by lane. */\n");
                 lines = true;
-                em_sb_printf(sb, "typedef struct { %s v[%d]; } em_%sx%d;\n", cg_ctype((em_scalar)s), l,
-                             em_scalar_name((em_scalar)s), l);
+                em_sb_printf(sb, "typedef struct { %s v[%d]; } em_%sx%d;\n", cg_ctype((em_scalar)s),
+                             l, em_scalar_name((em_scalar)s), l);
             }
     if (n->f16 || n->d2h) em_sb_append(sb, f16_helpers);
     if (n->bf16 || n->d2b) em_sb_append(sb, bf16_helpers);
     if (n->f32odd || n->d2h || n->d2b) em_sb_append(sb, f32odd_helper);
-    if (n->d2h) em_sb_append(sb, "EM_HELPER em_f16 em_d2h(double d) { return em_f2h(em_f32_odd(d)); }\n");
-    if (n->d2b) em_sb_append(sb, "EM_HELPER em_bf16 em_d2b(double d) { return em_f2b(em_f32_odd(d)); }\n");
+    if (n->d2h)
+        em_sb_append(sb, "EM_HELPER em_f16 em_d2h(double d) { return em_f2h(em_f32_odd(d)); }\n");
+    if (n->d2b)
+        em_sb_append(sb, "EM_HELPER em_bf16 em_d2b(double d) { return em_f2b(em_f32_odd(d)); }\n");
     if (n->i64odd) em_sb_append(sb, i64odd_helper);
     int_helpers(sb, n);
     atomic_helpers(sb, n);

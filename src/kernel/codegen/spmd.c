@@ -324,15 +324,16 @@ static bool setup(em_spmd *e)
     for (size_t i = 0; i < np && !e->failed; i++) {
         const em_ir_param *p = em_ir_param_at(k, i);
         e->meta_off[i] = e->meta_words;
-        if (p->kind == EM_PARAM_BUFFER) {
-            const em_ir_memory *m = em_ir_mem_at(k, p->id);
-            if (!m) continue;
-            e->meta_words += 1 + 2u * m->rank;
-            check_dtype(e, (em_scalar)m->elem.scalar, EM_MEM_GLOBAL);
-        } else {
-            use_val(e, p->id);
-            check_dtype(e, (em_scalar)type_of(e, p->id).scalar, -1);
-        }
+        const em_ir_memory *m = p->kind == EM_PARAM_BUFFER ? em_ir_mem_at(k, p->id) : NULL;
+        const em_ir_value *v = p->kind == EM_PARAM_BUFFER ? NULL : em_spmd_value(e, p->id);
+        if (!m && !v) continue;
+        em_scalar s = (em_scalar)(m ? m->elem.scalar : v->type.scalar);
+        const char *why = e->d->dtype_missing ? e->d->dtype_missing(e, s, m ? EM_MEM_GLOBAL : -1) : NULL;
+        if (why)
+            em_spmd_fail(e, "parameter %zu '%s' (%s %s): %s", i, (m ? m->name : v->name) ? (m ? m->name : v->name) : "",
+                         em_scalar_name(s), m ? "buffer" : "scalar", why);
+        if (m) e->meta_words += 1 + 2u * m->rank;
+        if (v) use_val(e, p->id);
     }
     scan_block(e, em_ir_body(k), 0);
     e->inst = UINT32_MAX;

@@ -1,0 +1,332 @@
+/* cuda_compile.c — the CUDA compile conformance test (issue #4's CI check, no GPU needed): every
+ * built-in kernel (em_lang_builtins) and every kernel of the conformance corpus, specialized for
+ * representative bindings with an H200's / A100's capabilities, goes through the CUDA code
+ * generator exactly as the CUDA driver generates it (em_rt_cuda_driver.generate) and through NVRTC
+ * to a cubin for sm_80 and for sm_90. Kernels are compiled in batches (each batch holds one
+ * specialization per kernel name); a failing batch is retried kernel by kernel so that every
+ * failing kernel is named. Skipped (exit code 77 for CTest) when libnvrtc is absent. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "conformance.h"
+#include "kernel/codegen/codegen.h"
+#include "runtime/driver.h"
+#include "runtime/drivers/nvrtc.h"
+
+static bool g_skipped;
+
+#define SKIP_WITHOUT_NVRTC()                                                                       \
+    do {                                                                                           \
+        char why_[512];                                                                            \
+        if (!em_nvrtc_available(why_, sizeof(why_))) {                                             \
+            printf("skipped: %s\n", why_);                                                         \
+            g_skipped = true;                                                                      \
+            skip();                                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* The capabilities of a GPU of compute capability sm (80: A100, 90: H200). */
+static em_caps gpu_caps(int sm)
+{
+    em_caps caps;
+    memset(&caps, 0, sizeof(caps));
+    snprintf(caps.target, sizeof(caps.target), "cuda");
+    snprintf(caps.arch, sizeof(caps.arch), "sm_%d", sm);
+    snprintf(caps.device_name, sizeof(caps.device_name), "sm_%d", sm);
+    caps.plane_dim = 32;
+    caps.max_cube_units = 1024;
+    caps.max_cube_dim[0] = caps.max_cube_dim[1] = 1024;
+    caps.max_cube_dim[2] = 64;
+    caps.max_shared = sm >= 90 ? 232448 : 166912;
+    caps.compute_units = sm >= 90 ? 132 : 108;
+    for (int s = 0; s < EM_SCALAR_COUNT; s++) caps.dtype[s] = true;
+    caps.float_atomic_add = caps.plane_ops = caps.matrix = caps.print = true;
+    return caps;
+}
+
+/* True when image is an ELF cubin for an NVIDIA GPU (e_machine 190). */
+static bool is_cubin(const void *image, size_t size)
+{
+    const unsigned char *p = image;
+    return size > 64 && memcmp(p, "\177ELF", 4) == 0 && (p[18] | p[19] << 8) == 190;
+}
+
+/* Specializes `kernel` with `binds`, dropping bindings the kernel does not have (so that one set
+ * of representative bindings serves every kernel). NULL (message in why) when it cannot be
+ * specialized. */
+static em_ir_kernel *specialize_adaptive(const em_lang_module *m, const char *kernel,
+                                         const em_lang_bind *binds, size_t nbinds,
+                                         unsigned line_width, const em_caps *caps, char *why,
+                                         size_t why_size)
+{
+    em_lang_bind use[32];
+    size_t n = nbinds < 32 ? nbinds : 32;
+    memcpy(use, binds, n * sizeof(*use));
+    for (int attempt = 0; attempt < 4; attempt++) {
+        em_lang_spec spec = {use, n, line_width, caps};
+        em_lang_diags *d = em_lang_diags_new();
+        em_ir_kernel *k = em_lang_specialize(m, kernel, &spec, d);
+        if (k) {
+            em_lang_diags_free(d);
+            if (em_ir_verify(k, 0) != EM_OK || em_ir_simplify(k) != EM_OK) {
+                snprintf(why, why_size, "%s", em_last_error());
+                em_ir_kernel_free(k);
+                return NULL;
+            }
+            return k;
+        }
+        bool dropped = false;
+        for (size_t i = 0; i < em_lang_diags_count(d); i++) {
+            const char *msg = em_lang_diags_at(d, i)->message;
+            const char *q = strstr(msg, "comptime parameter named '");
+            if (!q) continue;
+            q += strlen("comptime parameter named '");
+            for (size_t j = 0; j < n; j++) {
+                size_t len = strlen(use[j].name);
+                if (strncmp(q, use[j].name, len) == 0 && q[len] == '\'') {
+                    use[j] = use[--n];
+                    dropped = true;
+                    break;
+                }
+            }
+        }
+        if (!dropped) {
+            snprintf(why, why_size, "%s", em_lang_diags_count(d) ? em_lang_diags_at(d, 0)->message
+                                                                 : em_last_error());
+            em_lang_diags_free(d);
+            return NULL;
+        }
+        em_lang_diags_free(d);
+    }
+    snprintf(why, why_size, "bindings could not be matched");
+    return NULL;
+}
+
+/* Generates (as the CUDA driver does) and compiles ks for sm_XY; on failure of a batch, compiles
+ * each kernel alone and records each failure. Returns the number of kernels that failed. */
+static size_t compile_batch(em_ir_kernel **ks, const char *const *labels, size_t n, int sm)
+{
+    if (n == 0) return 0;
+    em_caps caps = gpu_caps(sm);
+    char arch[16];
+    snprintf(arch, sizeof(arch), "sm_%d", sm);
+    char *src = em_rt_cuda_driver.generate(NULL, (const em_ir_kernel *const *)ks, n, &caps);
+    void *bin = NULL;
+    size_t size = 0;
+    em_status st = src ? em_nvrtc_compile(src, arch, NULL, &bin, &size) : em_last_status();
+    bool ok = st == EM_OK && is_cubin(bin, size);
+    for (size_t i = 0; ok && i < n; i++) {
+        const char *name = em_ir_kernel_name(ks[i]);
+        if (!memmem(bin, size, name, strlen(name))) ok = false;
+    }
+    free(bin);
+    free(src);
+    if (ok) return 0;
+    if (n == 1) {
+        printf("  FAIL %s for %s: %s\n", labels[0], arch,
+               st != EM_OK ? em_last_error() : "not a cubin holding the kernel");
+        return 1;
+    }
+    size_t failed = 0;
+    for (size_t i = 0; i < n; i++) failed += compile_batch(&ks[i], &labels[i], 1, sm);
+    if (!failed) printf("  FAIL batch of %zu kernels for %s, though each compiles alone\n", n, arch);
+    return failed ? failed : 1;
+}
+
+/* One specialization to compile: a kernel, its bindings and line width. */
+typedef struct spec_item {
+    const char *kernel;
+    em_lang_bind binds[12];
+    size_t nbinds;
+    unsigned line_width;
+} spec_item;
+
+/* Compiles the items in rounds (one specialization per kernel name per batch) for sm_80 and
+ * sm_90; items that cannot be specialized count as failures when `must_specialize`. */
+static void compile_items(const em_lang_module *m, const spec_item *items, size_t nitems,
+                          bool must_specialize, size_t *compiled, size_t *failed, size_t *unspec)
+{
+    static const int sms[] = {80, 90};
+    bool *done = calloc(nitems, 1);
+    em_ir_kernel **ks = calloc(nitems, sizeof(*ks));
+    char (*labels)[160] = calloc(nitems, sizeof(*labels));
+    const char **lp = calloc(nitems, sizeof(*lp));
+    for (size_t s = 0; s < 2; s++) {
+        memset(done, 0, nitems);
+        for (;;) {
+            size_t n = 0;
+            for (size_t i = 0; i < nitems; i++) {
+                if (done[i]) continue;
+                bool clash = false;
+                for (size_t j = 0; j < n && !clash; j++)
+                    clash = strcmp(em_ir_kernel_name(ks[j]), items[i].kernel) == 0;
+                if (clash) continue;
+                done[i] = true;
+                em_caps caps = gpu_caps(sms[s]);
+                char why[512];
+                em_ir_kernel *k = specialize_adaptive(m, items[i].kernel, items[i].binds,
+                                                      items[i].nbinds, items[i].line_width, &caps,
+                                                      why, sizeof(why));
+                size_t len = (size_t)snprintf(labels[n], sizeof(labels[n]), "%s<", items[i].kernel);
+                for (size_t b = 0; b < items[i].nbinds && len < sizeof(labels[n]); b++) {
+                    const em_lang_bind *bd = &items[i].binds[b];
+                    len += (size_t)snprintf(labels[n] + len, sizeof(labels[n]) - len, "%s%s=", b ? "," : "", bd->name);
+                    if (len >= sizeof(labels[n])) break;
+                    if (bd->kind == EM_BIND_TYPE)
+                        len += (size_t)snprintf(labels[n] + len, sizeof(labels[n]) - len, "%s", em_scalar_name(bd->type));
+                    else
+                        len += (size_t)snprintf(labels[n] + len, sizeof(labels[n]) - len, "%lld", (long long)(bd->kind == EM_BIND_BOOL ? bd->b : bd->i));
+                }
+                if (len < sizeof(labels[n]))
+                    snprintf(labels[n] + len, sizeof(labels[n]) - len, "> w%u", items[i].line_width);
+                if (!k) {
+                    if (s == 0) {
+                        printf("  %s %s: not specialized: %s\n", must_specialize ? "FAIL" : "note",
+                               labels[n], why);
+                        (*unspec)++;
+                        if (must_specialize) (*failed)++;
+                    }
+                    continue;
+                }
+                lp[n] = labels[n];
+                ks[n++] = k;
+            }
+            if (n == 0) break;
+            *failed += compile_batch(ks, lp, n, sms[s]);
+            *compiled += n;
+            for (size_t j = 0; j < n; j++) em_ir_kernel_free(ks[j]);
+        }
+    }
+    free(done), free(ks), free(labels), free(lp);
+}
+
+static spec_item item(const char *kernel, unsigned w, size_t nb, const em_lang_bind *b)
+{
+    spec_item it;
+    memset(&it, 0, sizeof(it));
+    it.kernel = kernel;
+    it.line_width = w;
+    it.nbinds = nb < 12 ? nb : 12;
+    memcpy(it.binds, b, it.nbinds * sizeof(*b));
+    return it;
+}
+
+static void test_builtins_compile(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_NVRTC();
+    const em_lang_module *m = em_lang_builtins();
+    assert_non_null(m);
+    static const em_scalar types[] = {EM_F32, EM_F16, EM_BF16};
+    size_t nk = em_lang_kernel_count(m), nitems = 0;
+    spec_item *items = calloc(nk * 3, sizeof(*items));
+    for (size_t t = 0; t < 3; t++) {
+        for (size_t i = 0; i < nk; i++) {
+            em_scalar ty = types[t];
+            em_lang_bind b[] = {
+                em_lang_bind_type("F", ty),   em_lang_bind_type("T", ty),
+                em_lang_bind_type("U", ty),   em_lang_bind_type("C", EM_F32),
+                em_lang_bind_type("M", EM_F32), em_lang_bind_type("I", EM_I32),
+                em_lang_bind_int("R", 2),     em_lang_bind_int("K", 1),
+                em_lang_bind_int("DIM", 1),   em_lang_bind_int("OP", 0),
+                em_lang_bind_int("TILE", 16), em_lang_bind_int("DIST", 0)};
+            items[nitems] = item(em_lang_kernel_name(m, i), t == 1 ? 4 : 1, 12, b);
+            /* the remaining comptime parameters (KIND, CUBE, LOG, FLIP, flags) keep defaults or
+             * are given below when a kernel has no default */
+            nitems++;
+        }
+    }
+    size_t compiled = 0, failed = 0, unspec = 0;
+    compile_items(m, items, nitems, false, &compiled, &failed, &unspec);
+    /* every built-in kernel must have compiled at least in its f32 binding */
+    size_t f32_unspec = 0;
+    for (size_t i = 0; i < nk; i++) {
+        char why[512];
+        em_caps caps = gpu_caps(90);
+        em_ir_kernel *k = specialize_adaptive(m, items[i].kernel, items[i].binds, items[i].nbinds,
+                                              1, &caps, why, sizeof(why));
+        if (!k) {
+            printf("  FAIL %s: no f32 specialization: %s\n", items[i].kernel, why);
+            f32_unspec++;
+        }
+        em_ir_kernel_free(k);
+    }
+    printf("built-in kernels: %zu kernels, %zu specializations compiled for sm_80 and sm_90 "
+           "(%zu compiles), %zu failed, %zu bindings not applicable\n",
+           nk, compiled / 2, compiled, failed, unspec);
+    free(items);
+    if (failed || f32_unspec) fail_msg("%zu CUDA compile failures, %zu kernels without an f32 specialization", failed, f32_unspec);
+}
+
+static void test_corpus_compiles(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_NVRTC();
+    em_lang_module *m = conf_load_corpus();
+    assert_non_null(m);
+    spec_item items[96];
+    size_t n = 0;
+    static const em_scalar floats[] = {EM_F32, EM_F16, EM_BF16, EM_F64};
+    static const em_scalar nums[] = {EM_F16, EM_BF16, EM_F32, EM_F64, EM_I32, EM_U32, EM_I64};
+    static const em_scalar ints[] = {EM_I32, EM_U32, EM_I64, EM_U64};
+    static const unsigned widths[] = {1, 2, 4, 8};
+    for (size_t t = 0; t < 4; t++) {
+        em_lang_bind f = em_lang_bind_type("F", floats[t]);
+        items[n++] = item("ew_lines", widths[t], 1, &f);
+        items[n++] = item("math_all", 1, 1, &f);
+        em_lang_bind cr[] = {f, em_lang_bind_int("CUBE", 128)};
+        items[n++] = item("cube_reduce", 1, 2, cr);
+        em_lang_bind ib = em_lang_bind_type("I", ints[t]);
+        items[n++] = item("int_ops", 1, 1, &ib);
+    }
+    for (size_t t = 0; t < 7; t++) {
+        em_lang_bind b = em_lang_bind_type("T", nums[t]);
+        items[n++] = item("ew_generic", 1, 1, &b);
+    }
+    static const em_scalar casts[][2] = {{EM_F32, EM_I32}, {EM_U32, EM_F32}, {EM_F32, EM_F16},
+                                         {EM_BF16, EM_F32}, {EM_F64, EM_I64}, {EM_I32, EM_U8}};
+    for (size_t k = 0; k < 6; k++) {
+        em_lang_bind b[] = {em_lang_bind_type("S", casts[k][0]), em_lang_bind_type("D", casts[k][1])};
+        items[n++] = item("cast_pair", 1, 2, b);
+    }
+    em_lang_bind tile = em_lang_bind_int("TILE", 8), cube = em_lang_bind_int("CUBE", 64);
+    items[n++] = item("bitcasts", 1, 0, NULL);
+    items[n++] = item("control", 1, 0, NULL);
+    items[n++] = item("matmul_tiled", 1, 1, &tile);
+    items[n++] = item("plane_ops", 1, 0, NULL);
+    items[n++] = item("atomics_int", 1, 1, &cube);
+    items[n++] = item("atomics_f32", 1, 0, NULL);
+    items[n++] = item("dims3", 1, 0, NULL);
+    items[n++] = item("mma16", 1, 0, NULL);
+    em_lang_bind p1[] = {em_lang_bind_type("F", EM_F32), em_lang_bind_int("DEGREE", 7),
+                         em_lang_bind_bool("SQUARE", true), em_lang_bind_bool("LINE4", true)};
+    em_lang_bind p2[] = {em_lang_bind_type("F", EM_F16), em_lang_bind_int("DEGREE", 5)};
+    items[n++] = item("poly", 1, 4, p1);
+    items[n++] = item("poly", 1, 2, p2);
+    /* every corpus kernel is in the list */
+    for (size_t i = 0; i < em_lang_kernel_count(m); i++) {
+        bool found = false;
+        for (size_t j = 0; j < n && !found; j++)
+            found = strcmp(items[j].kernel, em_lang_kernel_name(m, i)) == 0;
+        if (!found) fail_msg("corpus kernel %s has no specialization in this test", em_lang_kernel_name(m, i));
+    }
+    size_t compiled = 0, failed = 0, unspec = 0;
+    compile_items(m, items, n, true, &compiled, &failed, &unspec);
+    printf("corpus kernels: %zu specializations compiled for sm_80 and sm_90 (%zu compiles), %zu "
+           "failed\n", compiled / 2, compiled, failed);
+    em_lang_module_free(m);
+    if (failed) fail_msg("%zu CUDA compile failures in the corpus", failed);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_builtins_compile),
+        cmocka_unit_test(test_corpus_compiles),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    return failed ? 1 : g_skipped ? 77 : 0;
+}
