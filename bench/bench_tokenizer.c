@@ -41,8 +41,7 @@ int main(int argc, char **argv)
 {
     const char *path = argc > 1 ? argv[1] : EMBER_SOURCE_DIR "/.cache/data/kjv.txt";
     int reps = argc > 2 ? atoi(argv[2]) : 5;
-    if (reps < 1)
-        reps = 1;
+    if (reps < 1) reps = 1;
     size_t len;
     char *text = em_file_read(path, &len);
     if (!text) {
@@ -68,12 +67,11 @@ int main(int argc, char **argv)
             return 1;
         }
         double dt = now_s() - t0;
-        if (dt < best)
-            best = dt;
+        if (dt < best) best = dt;
     }
     double ember_mbs = len / best / 1e6;
-    printf("ember gpt2 encode, 1 thread:   %8.2f MB/s  (%zu tokens, best of %d)\n", ember_mbs, tk.len,
-           reps);
+    printf("ember gpt2 encode, 1 thread:   %8.2f MB/s  (%zu tokens, best of %d)\n", ember_mbs,
+           tk.len, reps);
 
     /* every core */
     em_threadpool *pool = em_threadpool_create(0);
@@ -94,8 +92,7 @@ int main(int argc, char **argv)
         double t0 = now_s();
         em_threadpool_parallel_for(pool, n, 1, par_encode, &job);
         double dt = now_s() - t0;
-        if (dt < pbest)
-            pbest = dt;
+        if (dt < pbest) pbest = dt;
     }
     for (size_t i = 0; i < n; i++) {
         if (memcmp(outs[i].ids, tk.ids + ptokens, outs[i].len * sizeof *tk.ids) != 0)
@@ -116,8 +113,7 @@ int main(int argc, char **argv)
     unsigned long js_tokens = 0;
     char line[512] = "";
     if (p) {
-        if (!fgets(line, sizeof line, p))
-            line[0] = 0;
+        if (!fgets(line, sizeof line, p)) line[0] = 0;
         pclose(p);
     }
     if (sscanf(line, "%lf %lu", &js_mbs, &js_tokens) == 2) {
@@ -125,7 +121,8 @@ int main(int argc, char **argv)
                js_tokens == tk.len ? ", same count" : ", COUNT DIFFERS");
         printf("ratio ember/js-tiktoken:        %8.2fx (1 thread)\n", ember_mbs / js_mbs);
     } else {
-        printf("js-tiktoken: not measured (%s) -- run scripts/bootstrap\n", line[0] ? line : "no output");
+        printf("js-tiktoken: not measured (%s) -- run scripts/bootstrap\n",
+               line[0] ? line : "no output");
     }
 
     /* training */

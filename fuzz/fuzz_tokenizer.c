@@ -17,8 +17,8 @@
 #include "base/file.h"
 #include "ember/data.h"
 
-static em_tokenizer *g_tok;  /* GPT-2 (or a stand-in), loaded once per process */
-static char g_dir[512];      /* a private scratch directory */
+static em_tokenizer *g_tok; /* GPT-2 (or a stand-in), loaded once per process */
+static char g_dir[512];     /* a private scratch directory */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -27,7 +27,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argv;
     g_tok = em_tok_gpt2(NULL);
     if (!g_tok) {
-        const char *text = "the quick brown fox jumps over the lazy dog, it's 42 \xe6\x97\xa5\xe6\x9c\xac";
+        const char *text =
+            "the quick brown fox jumps over the lazy dog, it's 42 \xe6\x97\xa5\xe6\x9c\xac";
         em_bpe_train_opts o = {.vocab_size = 300};
         g_tok = em_bpe_train(text, strlen(text), &o);
         em_tok_add_special(g_tok, "<|endoftext|>", -1);
@@ -60,12 +61,10 @@ static void roundtrip(const em_tokenizer *t, const uint8_t *data, size_t size, b
         em_tok_token_bytes(t, tk.ids[i], &len);
         size_t cap = 3 * len + 32; /* what data.h promises is always enough */
         char *out = malloc(cap);
-        if (!out || em_tok_stream_feed(&s, tk.ids[i], out, cap) < 0)
-            __builtin_trap();
+        if (!out || em_tok_stream_feed(&s, tk.ids[i], out, cap) < 0) __builtin_trap();
         free(out);
     }
-    if (em_tok_stream_finish(&s, small, sizeof small) < 0)
-        __builtin_trap();
+    if (em_tok_stream_finish(&s, small, sizeof small) < 0) __builtin_trap();
     em_tokens_free(&tk);
 }
 
@@ -74,8 +73,7 @@ static void as_file(const uint8_t *data, size_t size, const char *name, char *pa
     snprintf(path, cap, "%s/%s", g_dir, name);
     FILE *f = fopen(path, "wb");
     if (f) {
-        if (size)
-            fwrite(data, 1, size, f);
+        if (size) fwrite(data, 1, size, f);
         fclose(f);
     }
 }
@@ -83,8 +81,7 @@ static void as_file(const uint8_t *data, size_t size, const char *name, char *pa
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size < 1 || !g_tok)
-        return 0;
+    if (size < 1 || !g_tok) return 0;
     uint8_t mode = data[0] % 5;
     data++;
     size--;
@@ -101,8 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             em_tokens tk = {0};
             if (em_tok_encode(t, text, sizeof text - 1, true, &tk) == EM_OK) {
                 char *back = NULL;
-                if (em_tok_decode(t, tk.ids, tk.len, &back, NULL) == EM_OK)
-                    free(back);
+                if (em_tok_decode(t, tk.ids, tk.len, &back, NULL) == EM_OK) free(back);
             }
             em_tokens_free(&tk);
             em_tok_free(t);
@@ -114,17 +110,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         em_shard s;
         if (em_shard_open(&s, path) == EM_OK) {
             uint64_t sum = 0;
-            for (size_t i = 0; i < s.ntokens; i++)
-                sum += em_shard_token(&s, i);
+            for (size_t i = 0; i < s.ntokens; i++) sum += em_shard_token(&s, i);
             (void)sum;
             em_shard_close(&s);
-            em_loader_opts o = {.path = path, .batch = 2, .seq = 3, .shuffle = size % 2, .seed = size};
+            em_loader_opts o = {
+                .path = path, .batch = 2, .seq = 3, .shuffle = size % 2, .seed = size};
             em_loader *l = em_loader_open(&o);
             if (l) {
                 int32_t in[6], tg[6];
                 for (int i = 0; i < 4; i++)
-                    if (em_loader_next(l, in, tg) != EM_OK)
-                        __builtin_trap();
+                    if (em_loader_next(l, in, tg) != EM_OK) __builtin_trap();
                 em_loader_close(l);
             }
         }
@@ -139,12 +134,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     }
     case 4: {
-        if (size > 4096)
-            break;
+        if (size > 4096) break;
         em_bpe_train_opts o = {.vocab_size = 256 + (uint32_t)(size % 64) + 1};
         em_tokenizer *t = em_bpe_train((const char *)data, size, &o);
-        if (!t)
-            __builtin_trap();
+        if (!t) __builtin_trap();
         roundtrip(t, data, size, false);
         em_tok_free(t);
         break;

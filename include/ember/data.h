@@ -59,6 +59,9 @@ uint32_t em_tok_vocab_size(const em_tokenizer *tok);
 /* Adds a special token; id < 0 takes the next free id. Returns the id, or -1 (error set) when the
  * text is empty or already a special token, or the id is taken by another token. */
 int64_t em_tok_add_special(em_tokenizer *tok, const char *text, int64_t id);
+/* Adds the chat-template tokens <|im_start|> and <|im_end|> (ChatML), at the next free ids, unless
+ * the tokenizer has them already. With GPT-2 they become 50257 and 50258. */
+em_status em_tok_add_chat_specials(em_tokenizer *tok);
 /* The id of a special token, or -1. */
 int64_t em_tok_special_id(const em_tokenizer *tok, const char *text);
 /* The id of <|endoftext|>, or -1 when the tokenizer has none. */
@@ -111,10 +114,10 @@ long em_tok_stream_finish(em_tok_stream *s, char *out, size_t cap);
 /* ---- training ------------------------------------------------------------------------------- */
 
 typedef struct em_bpe_train_opts {
-    uint32_t vocab_size;          /* total ids wanted, specials included (>= 256 + specials) */
-    const char *const *specials;  /* special tokens appended after the merges (may be NULL) */
-    size_t nspecials;             /* how many */
-    bool verbose;                 /* progress on stderr */
+    uint32_t vocab_size;         /* total ids wanted, specials included (>= 256 + specials) */
+    const char *const *specials; /* special tokens appended after the merges (may be NULL) */
+    size_t nspecials;            /* how many */
+    bool verbose;                /* progress on stderr */
 } em_bpe_train_opts;
 
 /* Trains a byte-level BPE on text (GPT-2's pre-tokenizer; merges chosen by pair count, ties by
@@ -140,12 +143,12 @@ em_status em_shard_write(const char *path, const uint32_t *ids, size_t n, uint32
 
 /* A shard opened read-only (memory-mapped). */
 typedef struct em_shard {
-    char *path;          /* malloc'd copy of the path */
-    void *map;           /* the mapping */
-    size_t map_size;     /* its size */
-    int version;         /* 1 or 2 */
-    size_t ntokens;      /* token count from the header */
-    const void *tokens;  /* first token (uint16 or uint32 by version) */
+    char *path;         /* malloc'd copy of the path */
+    void *map;          /* the mapping */
+    size_t map_size;    /* its size */
+    int version;        /* 1 or 2 */
+    size_t ntokens;     /* token count from the header */
+    const void *tokens; /* first token (uint16 or uint32 by version) */
 } em_shard;
 /* Opens and checks a shard: magic, version, and that the size matches the count. */
 em_status em_shard_open(em_shard *s, const char *path);
@@ -162,14 +165,14 @@ static inline uint32_t em_shard_token(const em_shard *s, size_t i)
 typedef struct em_loader em_loader;
 
 typedef struct em_loader_opts {
-    const char *path;  /* a shard, a directory of *.bin shards, or a glob ("data/train_*.bin") */
-    int batch;         /* B: rows per batch */
-    int seq;           /* T: tokens per row */
-    bool shuffle;      /* random sample order (reshuffled each epoch) instead of sequential */
-    uint64_t seed;     /* shuffle seed */
-    int rank;          /* this process's rank, 0..world-1 */
-    int world;         /* number of processes (0 counts as 1) */
-    bool prefetch;     /* fill batches ahead on a background thread */
+    const char *path; /* a shard, a directory of *.bin shards, or a glob ("data/train_*.bin") */
+    int batch;        /* B: rows per batch */
+    int seq;          /* T: tokens per row */
+    bool shuffle;     /* random sample order (reshuffled each epoch) instead of sequential */
+    uint64_t seed;    /* shuffle seed */
+    int rank;         /* this process's rank, 0..world-1 */
+    int world;        /* number of processes (0 counts as 1) */
+    bool prefetch;    /* fill batches ahead on a background thread */
 } em_loader_opts;
 
 /* Where a loader is: the epoch and the batch within it (for this rank). */
@@ -195,8 +198,8 @@ em_status em_loader_seek(em_loader *l, em_loader_pos pos);
 /* Total tokens in the loader's shards. */
 uint64_t em_loader_tokens(const em_loader *l);
 
-/* The next batch as two new int32 tensors of shape [B, T] on dev (the caller owns both), copied from
- * the host batch em_loader_next prepares. On failure both are NULL and the error is set. */
+/* The next batch as two new int32 tensors of shape [B, T] on dev (the caller owns both), copied
+ * from the host batch em_loader_next prepares. On failure both are NULL and the error is set. */
 typedef struct em_device em_device; /* ember/runtime.h */
 typedef struct em_tensor em_tensor; /* ember/tensor.h */
 em_status em_loader_next_tensors(em_loader *l, em_device *dev, em_tensor **inputs,

@@ -18,9 +18,12 @@
 
 #include "data/tok_internal.h"
 
-#define WS "\\t\\n\\x{0B}\\f\\r \\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}\\x{FEFF}"
-static const char GPT2_PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+"
-                                   "|[" WS "]+(?![^" WS "])|[" WS "]+";
+#define WS                                                                                         \
+    "\\t\\n\\x{0B}\\f\\r "                                                                         \
+    "\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}\\x{FEFF}"
+static const char GPT2_PATTERN[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+"
+    "|[" WS "]+(?![^" WS "])|[" WS "]+";
 
 bool tok_bpe_init_regex(em_tokenizer *t)
 {
@@ -42,8 +45,7 @@ bool tok_bpe_init_regex(em_tokenizer *t)
 
 void tok_bpe_free_regex(em_tokenizer *t)
 {
-    if (t->re)
-        pcre2_code_free((pcre2_code *)t->re);
+    if (t->re) pcre2_code_free((pcre2_code *)t->re);
     t->re = NULL;
 }
 
@@ -63,23 +65,19 @@ static bool matcher_init(matcher *m, const em_tokenizer *t)
     m->re = (pcre2_code *)t->re;
     m->jit = t->jit;
     m->md = pcre2_match_data_create_from_pattern(m->re, NULL);
-    if (!m->md)
-        return em_set_error(EM_ERR_NOMEM, "out of memory for regex match data"), false;
+    if (!m->md) return em_set_error(EM_ERR_NOMEM, "out of memory for regex match data"), false;
     if (m->jit) {
         m->mctx = pcre2_match_context_create(NULL);
         m->stack = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, NULL);
-        if (m->mctx && m->stack)
-            pcre2_jit_stack_assign(m->mctx, NULL, m->stack);
+        if (m->mctx && m->stack) pcre2_jit_stack_assign(m->mctx, NULL, m->stack);
     }
     return true;
 }
 
 static void matcher_free(matcher *m)
 {
-    if (m->stack)
-        pcre2_jit_stack_free(m->stack);
-    if (m->mctx)
-        pcre2_match_context_free(m->mctx);
+    if (m->stack) pcre2_jit_stack_free(m->stack);
+    if (m->mctx) pcre2_match_context_free(m->mctx);
     pcre2_match_data_free(m->md);
 }
 
@@ -93,15 +91,13 @@ static size_t match_at(matcher *m, const uint8_t *s, size_t n, size_t at)
          * (its last alternatives cover whitespace, letters, numbers and everything else), so the
          * first match found from `at` starts at `at`. */
         rc = pcre2_jit_match(m->re, s, n, at, PCRE2_NO_UTF_CHECK, m->md, m->mctx);
-        if (rc < 0)
-            rc = pcre2_match(m->re, s, n, at, opts, m->md, NULL);
+        if (rc < 0) rc = pcre2_match(m->re, s, n, at, opts, m->md, NULL);
     } else {
         rc = pcre2_match(m->re, s, n, at, opts, m->md, NULL);
     }
     if (rc > 0) {
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(m->md);
-        if (ov[0] == at && ov[1] > at && ov[1] <= n)
-            return ov[1];
+        if (ov[0] == at && ov[1] > at && ov[1] <= n) return ov[1];
     }
     /* cannot happen for a valid run; stay safe: one character */
     bool inc;
@@ -112,8 +108,7 @@ static size_t match_at(matcher *m, const uint8_t *s, size_t n, size_t at)
 bool tok_pretokenize(const em_tokenizer *t, const uint8_t *s, size_t n, tok_piece_fn fn, void *ctx)
 {
     matcher m;
-    if (!matcher_init(&m, t))
-        return false;
+    if (!matcher_init(&m, t)) return false;
     bool ok = true;
     size_t pos = 0;
     while (pos < n && ok) {
@@ -130,8 +125,7 @@ bool tok_pretokenize(const em_tokenizer *t, const uint8_t *s, size_t n, tok_piec
             /* a run of bytes that start no valid character */
             size_t bad = pos;
             bool inc;
-            while (bad < n && !tok_utf8_char(s + bad, n - bad, &inc, NULL))
-                bad++;
+            while (bad < n && !tok_utf8_char(s + bad, n - bad, &inc, NULL)) bad++;
             ok = fn(ctx, s + pos, bad - pos);
             pos = bad;
         }
@@ -140,15 +134,15 @@ bool tok_pretokenize(const em_tokenizer *t, const uint8_t *s, size_t n, tok_piec
     return ok;
 }
 
-/* ---- merging ---------------------------------------------------------------------------------- */
+/* ---- merging ----------------------------------------------------------------------------------
+ */
 
 #define LINEAR_MAX 128 /* pieces up to this many bytes merge with the linear scan */
 
 /* Rank of s[a, b), TOK_NONE when not a token. */
 static inline uint32_t rank_of(const em_tokenizer *t, const uint8_t *s, size_t a, size_t b)
 {
-    if (b - a == 1)
-        return t->byte_id[s[a]];
+    if (b - a == 1) return t->byte_id[s[a]];
     return tok_lookup(t, s + a, b - a);
 }
 
@@ -161,9 +155,9 @@ static bool emit_parts(const em_tokenizer *t, const uint8_t *s, const size_t *st
         uint32_t id = rank_of(t, s, start[i], start[i + 1]);
         if (id == TOK_NONE)
             return em_set_error(EM_ERR_INVALID, "byte 0x%02x has no token in this vocabulary",
-                                s[start[i]]), false;
-        if (!tok_push(out, id))
-            return false;
+                                s[start[i]]),
+                   false;
+        if (!tok_push(out, id)) return false;
     }
     return true;
 }
@@ -173,12 +167,9 @@ static bool merge_linear(const em_tokenizer *t, const uint8_t *s, size_t n, em_t
     size_t start[LINEAR_MAX + 1];
     uint32_t rank[LINEAR_MAX + 1]; /* rank[i]: rank of parts i and i+1 merged */
     size_t np = n;                 /* number of parts */
-    for (size_t i = 0; i <= n; i++)
-        start[i] = i;
-    for (size_t i = 0; i + 1 < np; i++)
-        rank[i] = rank_of(t, s, start[i], start[i + 2]);
-    if (np)
-        rank[np - 1] = TOK_NONE;
+    for (size_t i = 0; i <= n; i++) start[i] = i;
+    for (size_t i = 0; i + 1 < np; i++) rank[i] = rank_of(t, s, start[i], start[i + 2]);
+    if (np) rank[np - 1] = TOK_NONE;
     while (np > 1) {
         uint32_t best = TOK_NONE;
         size_t bi = 0;
@@ -187,15 +178,13 @@ static bool merge_linear(const em_tokenizer *t, const uint8_t *s, size_t n, em_t
                 best = rank[i];
                 bi = i;
             }
-        if (best == TOK_NONE)
-            break;
+        if (best == TOK_NONE) break;
         /* merge parts bi and bi+1 */
         memmove(start + bi + 1, start + bi + 2, (np - bi - 1) * sizeof *start);
         memmove(rank + bi + 1, rank + bi + 2, (np - bi - 2) * sizeof *rank);
         np--;
         rank[bi] = bi + 1 < np ? rank_of(t, s, start[bi], start[bi + 2]) : TOK_NONE;
-        if (bi > 0)
-            rank[bi - 1] = rank_of(t, s, start[bi - 1], start[bi + 1]);
+        if (bi > 0) rank[bi - 1] = rank_of(t, s, start[bi - 1], start[bi + 1]);
         rank[np - 1] = TOK_NONE;
     }
     return emit_parts(t, s, start, np, out);
@@ -233,12 +222,9 @@ static cand heap_pop(cand *h, size_t *n)
     size_t i = 0;
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < *n && cand_less(h[l], h[m]))
-            m = l;
-        if (r < *n && cand_less(h[r], h[m]))
-            m = r;
-        if (m == i)
-            break;
+        if (l < *n && cand_less(h[l], h[m])) m = l;
+        if (r < *n && cand_less(h[r], h[m])) m = r;
+        if (m == i) break;
         cand tmp = h[i];
         h[i] = h[m];
         h[m] = tmp;
@@ -271,8 +257,7 @@ static bool merge_heap(const em_tokenizer *t, const uint8_t *s, size_t n, em_tok
     }
     for (size_t i = 0; i + 1 < n; i++) {
         uint32_t r = rank_of(t, s, i, i + 2);
-        if (r != TOK_NONE)
-            heap_push(heap, &hn, (cand){r, (uint32_t)i, (uint32_t)(i + 2)});
+        if (r != TOK_NONE) heap_push(heap, &hn, (cand){r, (uint32_t)i, (uint32_t)(i + 2)});
     }
     while (hn) {
         cand c = heap_pop(heap, &hn);
@@ -282,19 +267,16 @@ static bool merge_heap(const em_tokenizer *t, const uint8_t *s, size_t n, em_tok
         uint32_t mid = next[l];
         alive[mid] = 0;
         next[l] = c.end;
-        if (c.end < n)
-            prev[c.end] = l;
+        if (c.end < n) prev[c.end] = l;
         /* new candidates with the left and right neighbours */
         if (c.end < n) {
             uint32_t r = rank_of(t, s, l, next[c.end]);
-            if (r != TOK_NONE)
-                heap_push(heap, &hn, (cand){r, l, next[c.end]});
+            if (r != TOK_NONE) heap_push(heap, &hn, (cand){r, l, next[c.end]});
         }
         if (l > 0) {
             uint32_t p = prev[l];
             uint32_t r = rank_of(t, s, p, c.end);
-            if (r != TOK_NONE)
-                heap_push(heap, &hn, (cand){r, p, c.end});
+            if (r != TOK_NONE) heap_push(heap, &hn, (cand){r, p, c.end});
         }
     }
     size_t np = 0;
@@ -303,8 +285,7 @@ static bool merge_heap(const em_tokenizer *t, const uint8_t *s, size_t n, em_tok
         em_set_error(EM_ERR_NOMEM, "out of memory merging a %zu-byte pre-token", n);
         goto done;
     }
-    for (size_t i = 0; i < n; i = next[i])
-        start[np++] = i;
+    for (size_t i = 0; i < n; i = next[i]) start[np++] = i;
     start[np] = n;
     ok = emit_parts(t, s, start, np, out);
 done:
@@ -322,15 +303,14 @@ static bool encode_piece(const em_tokenizer *t, const uint8_t *s, size_t n, em_t
     if (n == 1) {
         uint32_t id = t->byte_id[s[0]];
         if (id == TOK_NONE)
-            return em_set_error(EM_ERR_INVALID, "byte 0x%02x has no token in this vocabulary", s[0]),
+            return em_set_error(EM_ERR_INVALID, "byte 0x%02x has no token in this vocabulary",
+                                s[0]),
                    false;
         return tok_push(out, id);
     }
     uint32_t whole = tok_lookup(t, s, n);
-    if (whole != TOK_NONE)
-        return tok_push(out, whole);
-    if (n <= LINEAR_MAX)
-        return merge_linear(t, s, n, out);
+    if (whole != TOK_NONE) return tok_push(out, whole);
+    if (n <= LINEAR_MAX) return merge_linear(t, s, n, out);
     return merge_heap(t, s, n, out);
 }
 
@@ -347,8 +327,7 @@ static bool encode_cb(void *ctx, const uint8_t *piece, size_t len)
 
 em_status tok_bpe_encode_ordinary(const em_tokenizer *t, const uint8_t *s, size_t n, em_tokens *out)
 {
-    if (!t->re)
-        return em_set_error(EM_ERR_INVALID, "this BPE tokenizer has no pre-tokenizer");
+    if (!t->re) return em_set_error(EM_ERR_INVALID, "this BPE tokenizer has no pre-tokenizer");
     encode_ctx c = {t, out};
     return tok_pretokenize(t, s, n, encode_cb, &c) ? EM_OK : em_last_status();
 }

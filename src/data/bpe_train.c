@@ -18,11 +18,12 @@
 
 #include "data/tok_internal.h"
 
-/* ---- growable arrays ---------------------------------------------------------------------------- */
+/* ---- growable arrays ----------------------------------------------------------------------------
+ */
 
 typedef struct u32vec {
-    uint32_t *v; /* items */
-    uint32_t n;  /* used */
+    uint32_t *v;  /* items */
+    uint32_t n;   /* used */
     uint32_t cap; /* allocated */
 } u32vec;
 
@@ -31,8 +32,7 @@ static bool vec_push(u32vec *a, uint32_t x)
     if (a->n == a->cap) {
         uint32_t cap = a->cap ? a->cap * 2 : 4;
         uint32_t *v = realloc(a->v, (size_t)cap * sizeof *v);
-        if (!v)
-            return false;
+        if (!v) return false;
         a->v = v;
         a->cap = cap;
     }
@@ -40,27 +40,27 @@ static bool vec_push(u32vec *a, uint32_t x)
     return true;
 }
 
-/* ---- word counting ------------------------------------------------------------------------------ */
+/* ---- word counting ------------------------------------------------------------------------------
+ */
 
 typedef struct word_table {
-    uint8_t *pool;     /* word bytes */
-    size_t pool_len;   /* used */
-    size_t pool_cap;   /* allocated */
-    uint64_t *off;     /* per word: offset in pool */
-    uint32_t *len;     /* per word: length */
-    uint64_t *count;   /* per word: frequency */
-    size_t n;          /* words */
-    size_t cap;        /* allocated words */
-    uint32_t *slots;   /* hash slots: word index + 1, 0 = empty */
-    size_t nslots;     /* power of two */
-    bool oom;          /* an allocation failed */
+    uint8_t *pool;   /* word bytes */
+    size_t pool_len; /* used */
+    size_t pool_cap; /* allocated */
+    uint64_t *off;   /* per word: offset in pool */
+    uint32_t *len;   /* per word: length */
+    uint64_t *count; /* per word: frequency */
+    size_t n;        /* words */
+    size_t cap;      /* allocated words */
+    uint32_t *slots; /* hash slots: word index + 1, 0 = empty */
+    size_t nslots;   /* power of two */
+    bool oom;        /* an allocation failed */
 } word_table;
 
 static uint64_t hash_bytes(const uint8_t *s, size_t n)
 {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ s[i]) * 0x100000001b3ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ull;
     return h ^ (h >> 31);
 }
 
@@ -68,12 +68,10 @@ static bool wt_grow_slots(word_table *w)
 {
     size_t n = w->nslots ? w->nslots * 2 : 1 << 16;
     uint32_t *s = calloc(n, sizeof *s);
-    if (!s)
-        return false;
+    if (!s) return false;
     for (size_t i = 0; i < w->n; i++) {
         size_t h = hash_bytes(w->pool + w->off[i], w->len[i]) & (n - 1);
-        while (s[h])
-            h = (h + 1) & (n - 1);
+        while (s[h]) h = (h + 1) & (n - 1);
         s[h] = (uint32_t)i + 1;
     }
     free(w->slots);
@@ -87,8 +85,7 @@ static bool count_word(void *ctx, const uint8_t *p, size_t len)
     word_table *w = ctx;
     if (len > UINT32_MAX / 2)
         len = UINT32_MAX / 2; /* a gigantic piece: its tail is not trained on */
-    if (2 * (w->n + 1) > w->nslots && !wt_grow_slots(w))
-        goto oom;
+    if (2 * (w->n + 1) > w->nslots && !wt_grow_slots(w)) goto oom;
     size_t h = hash_bytes(p, len) & (w->nslots - 1);
     for (; w->slots[h]; h = (h + 1) & (w->nslots - 1)) {
         uint32_t i = w->slots[h] - 1;
@@ -100,25 +97,19 @@ static bool count_word(void *ctx, const uint8_t *p, size_t len)
     if (w->n == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 4096;
         uint64_t *off = realloc(w->off, cap * sizeof *off);
-        if (off)
-            w->off = off;
+        if (off) w->off = off;
         uint32_t *ln = realloc(w->len, cap * sizeof *ln);
-        if (ln)
-            w->len = ln;
+        if (ln) w->len = ln;
         uint64_t *cnt = realloc(w->count, cap * sizeof *cnt);
-        if (cnt)
-            w->count = cnt;
-        if (!off || !ln || !cnt)
-            goto oom;
+        if (cnt) w->count = cnt;
+        if (!off || !ln || !cnt) goto oom;
         w->cap = cap;
     }
     if (w->pool_len + len > w->pool_cap) {
         size_t cap = w->pool_cap ? w->pool_cap : 1 << 16;
-        while (cap < w->pool_len + len)
-            cap *= 2;
+        while (cap < w->pool_len + len) cap *= 2;
         uint8_t *pool = realloc(w->pool, cap);
-        if (!pool)
-            goto oom;
+        if (!pool) goto oom;
         w->pool = pool;
         w->pool_cap = cap;
     }
@@ -144,13 +135,14 @@ static void wt_free(word_table *w)
     free(w->slots);
 }
 
-/* ---- pairs -------------------------------------------------------------------------------------- */
+/* ---- pairs --------------------------------------------------------------------------------------
+ */
 
 typedef struct pair {
-    uint32_t a, b;     /* the symbols */
-    int64_t count;     /* frequency-weighted occurrences */
-    u32vec words;      /* words where it occurs (may hold stale entries and repeats) */
-    uint64_t dirty;    /* step that last changed it */
+    uint32_t a, b;  /* the symbols */
+    int64_t count;  /* frequency-weighted occurrences */
+    u32vec words;   /* words where it occurs (may hold stale entries and repeats) */
+    uint64_t dirty; /* step that last changed it */
 } pair;
 
 typedef struct heap_item {
@@ -160,18 +152,18 @@ typedef struct heap_item {
 } heap_item;
 
 typedef struct trainer {
-    em_tokenizer *t;    /* the vocabulary being built */
-    word_table w;       /* distinct words */
-    uint32_t **sym;     /* per word: its symbols */
-    uint32_t *nsym;     /* per word: how many */
-    uint64_t *stamp;    /* per word: step that last rewrote it */
-    pair *pairs;        /* all pairs ever seen */
+    em_tokenizer *t; /* the vocabulary being built */
+    word_table w;    /* distinct words */
+    uint32_t **sym;  /* per word: its symbols */
+    uint32_t *nsym;  /* per word: how many */
+    uint64_t *stamp; /* per word: step that last rewrote it */
+    pair *pairs;     /* all pairs ever seen */
     size_t npairs, pcap;
-    uint32_t *ptab;     /* hash (a, b) -> pair index + 1 */
-    size_t ptab_cap;    /* power of two */
-    heap_item *heap;    /* max-heap */
+    uint32_t *ptab;  /* hash (a, b) -> pair index + 1 */
+    size_t ptab_cap; /* power of two */
+    heap_item *heap; /* max-heap */
     size_t hn, hcap;
-    uint32_t *dirty;    /* pairs changed in this step */
+    uint32_t *dirty; /* pairs changed in this step */
     size_t ndirty, dcap;
 } trainer;
 
@@ -185,12 +177,10 @@ static bool ptab_grow(trainer *tr)
 {
     size_t n = tr->ptab_cap ? tr->ptab_cap * 2 : 1 << 16;
     uint32_t *s = calloc(n, sizeof *s);
-    if (!s)
-        return false;
+    if (!s) return false;
     for (size_t i = 0; i < tr->npairs; i++) {
         size_t h = pair_hash(tr->pairs[i].a, tr->pairs[i].b) & (n - 1);
-        while (s[h])
-            h = (h + 1) & (n - 1);
+        while (s[h]) h = (h + 1) & (n - 1);
         s[h] = (uint32_t)i + 1;
     }
     free(tr->ptab);
@@ -202,8 +192,7 @@ static bool ptab_grow(trainer *tr)
 /* The pair (a, b), created with count 0 when new; NULL when out of memory. */
 static pair *get_pair(trainer *tr, uint32_t a, uint32_t b, uint32_t *index)
 {
-    if (2 * (tr->npairs + 1) > tr->ptab_cap && !ptab_grow(tr))
-        return NULL;
+    if (2 * (tr->npairs + 1) > tr->ptab_cap && !ptab_grow(tr)) return NULL;
     size_t h = pair_hash(a, b) & (tr->ptab_cap - 1);
     for (; tr->ptab[h]; h = (h + 1) & (tr->ptab_cap - 1)) {
         pair *p = &tr->pairs[tr->ptab[h] - 1];
@@ -215,8 +204,7 @@ static pair *get_pair(trainer *tr, uint32_t a, uint32_t b, uint32_t *index)
     if (tr->npairs == tr->pcap) {
         size_t cap = tr->pcap ? tr->pcap * 2 : 1 << 14;
         pair *np = realloc(tr->pairs, cap * sizeof *np);
-        if (!np)
-            return NULL;
+        if (!np) return NULL;
         tr->pairs = np;
         tr->pcap = cap;
     }
@@ -232,8 +220,7 @@ static pair *get_pair(trainer *tr, uint32_t a, uint32_t b, uint32_t *index)
 
 static bool item_better(heap_item x, heap_item y)
 {
-    if (x.count != y.count)
-        return x.count > y.count;
+    if (x.count != y.count) return x.count > y.count;
     return x.a != y.a ? x.a < y.a : x.b < y.b;
 }
 
@@ -242,8 +229,7 @@ static bool heap_push(trainer *tr, heap_item it)
     if (tr->hn == tr->hcap) {
         size_t cap = tr->hcap ? tr->hcap * 2 : 1 << 16;
         heap_item *h = realloc(tr->heap, cap * sizeof *h);
-        if (!h)
-            return false;
+        if (!h) return false;
         tr->heap = h;
         tr->hcap = cap;
     }
@@ -265,12 +251,9 @@ static heap_item heap_pop(trainer *tr)
     size_t i = 0;
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < tr->hn && item_better(tr->heap[l], tr->heap[m]))
-            m = l;
-        if (r < tr->hn && item_better(tr->heap[r], tr->heap[m]))
-            m = r;
-        if (m == i)
-            break;
+        if (l < tr->hn && item_better(tr->heap[l], tr->heap[m])) m = l;
+        if (r < tr->hn && item_better(tr->heap[r], tr->heap[m])) m = r;
+        if (m == i) break;
         heap_item tmp = tr->heap[i];
         tr->heap[i] = tr->heap[m];
         tr->heap[m] = tmp;
@@ -285,18 +268,15 @@ static bool bump(trainer *tr, uint32_t a, uint32_t b, int64_t delta, uint32_t wi
 {
     uint32_t idx;
     pair *p = get_pair(tr, a, b, &idx);
-    if (!p)
-        return false;
+    if (!p) return false;
     p->count += delta;
-    if (record_word && !vec_push(&p->words, wi))
-        return false;
+    if (record_word && !vec_push(&p->words, wi)) return false;
     if (p->dirty != step) {
         p->dirty = step;
         if (tr->ndirty == tr->dcap) {
             size_t cap = tr->dcap ? tr->dcap * 2 : 1024;
             uint32_t *d = realloc(tr->dirty, cap * sizeof *d);
-            if (!d)
-                return false;
+            if (!d) return false;
             tr->dirty = d;
             tr->dcap = cap;
         }
@@ -306,7 +286,8 @@ static bool bump(trainer *tr, uint32_t a, uint32_t b, int64_t delta, uint32_t wi
 }
 
 /* Rewrites word wi, replacing each (a, b) by x left to right, and adjusts the pair counts. */
-static bool rewrite_word(trainer *tr, uint32_t wi, uint32_t a, uint32_t b, uint32_t x, uint64_t step)
+static bool rewrite_word(trainer *tr, uint32_t wi, uint32_t a, uint32_t b, uint32_t x,
+                         uint64_t step)
 {
     uint32_t *s = tr->sym[wi];
     uint32_t n = tr->nsym[wi];
@@ -317,11 +298,9 @@ static bool rewrite_word(trainer *tr, uint32_t wi, uint32_t a, uint32_t b, uint3
             found = true;
             break;
         }
-    if (!found)
-        return true; /* a stale entry on the pair's list */
+    if (!found) return true; /* a stale entry on the pair's list */
     for (uint32_t i = 0; i + 1 < n; i++)
-        if (!bump(tr, s[i], s[i + 1], -f, wi, step, false))
-            return false;
+        if (!bump(tr, s[i], s[i + 1], -f, wi, step, false)) return false;
     uint32_t w = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (i + 1 < n && s[i] == a && s[i + 1] == b) {
@@ -333,20 +312,17 @@ static bool rewrite_word(trainer *tr, uint32_t wi, uint32_t a, uint32_t b, uint3
     }
     tr->nsym[wi] = w;
     for (uint32_t i = 0; i + 1 < w; i++)
-        if (!bump(tr, s[i], s[i + 1], f, wi, step, s[i] == x || s[i + 1] == x))
-            return false;
+        if (!bump(tr, s[i], s[i + 1], f, wi, step, s[i] == x || s[i + 1] == x)) return false;
     return true;
 }
 
 static void trainer_free(trainer *tr)
 {
-    for (size_t i = 0; i < tr->w.n && tr->sym; i++)
-        free(tr->sym[i]);
+    for (size_t i = 0; i < tr->w.n && tr->sym; i++) free(tr->sym[i]);
     free(tr->sym);
     free(tr->nsym);
     free(tr->stamp);
-    for (size_t i = 0; i < tr->npairs; i++)
-        free(tr->pairs[i].words.v);
+    for (size_t i = 0; i < tr->npairs; i++) free(tr->pairs[i].words.v);
     free(tr->pairs);
     free(tr->ptab);
     free(tr->heap);
@@ -368,16 +344,13 @@ static bool trainer_init_pairs(trainer *tr)
     tr->sym = calloc(n ? n : 1, sizeof *tr->sym);
     tr->nsym = calloc(n ? n : 1, sizeof *tr->nsym);
     tr->stamp = calloc(n ? n : 1, sizeof *tr->stamp);
-    if (!tr->sym || !tr->nsym || !tr->stamp)
-        return false;
+    if (!tr->sym || !tr->nsym || !tr->stamp) return false;
     for (size_t i = 0; i < n; i++) {
         uint32_t len = tr->w.len[i];
         tr->sym[i] = malloc((len ? len : 1) * sizeof **tr->sym);
-        if (!tr->sym[i])
-            return false;
+        if (!tr->sym[i]) return false;
         const uint8_t *p = tr->w.pool + tr->w.off[i];
-        for (uint32_t j = 0; j < len; j++)
-            tr->sym[i][j] = tr->t->byte_id[p[j]];
+        for (uint32_t j = 0; j < len; j++) tr->sym[i][j] = tr->t->byte_id[p[j]];
         tr->nsym[i] = len;
         for (uint32_t j = 0; j + 1 < len; j++)
             if (!bump(tr, tr->sym[i][j], tr->sym[i][j + 1], (int64_t)tr->w.count[i], (uint32_t)i, 0,
@@ -386,8 +359,7 @@ static bool trainer_init_pairs(trainer *tr)
     }
     for (size_t i = 0; i < tr->ndirty; i++) {
         pair *p = &tr->pairs[tr->dirty[i]];
-        if (!heap_push(tr, (heap_item){p->count, p->a, p->b, tr->dirty[i]}))
-            return false;
+        if (!heap_push(tr, (heap_item){p->count, p->a, p->b, tr->dirty[i]})) return false;
     }
     tr->ndirty = 0;
     return true;
@@ -400,20 +372,18 @@ em_tokenizer *em_bpe_train(const char *text, size_t len, const em_bpe_train_opts
     uint32_t want = opts->vocab_size;
     if (want < 256 + opts->nspecials)
         return em_set_error(EM_ERR_INVALID, "vocab size %u is below 256 bytes + %zu special tokens",
-                            want, opts->nspecials), NULL;
+                            want, opts->nspecials),
+               NULL;
     double t0 = now_s();
     trainer tr;
     memset(&tr, 0, sizeof tr);
     tr.t = tok_new(EM_TOK_BPE);
-    if (!tr.t || !tok_bpe_init_regex(tr.t))
-        goto fail;
+    if (!tr.t || !tok_bpe_init_regex(tr.t)) goto fail;
     for (int i = 0; i < 256; i++) {
         uint8_t b = (uint8_t)i;
-        if (!tok_set(tr.t, (uint32_t)i, &b, 1, false))
-            goto fail;
+        if (!tok_set(tr.t, (uint32_t)i, &b, 1, false)) goto fail;
     }
-    if (!tok_pretokenize(tr.t, (const uint8_t *)text, len, count_word, &tr.w))
-        goto fail;
+    if (!tok_pretokenize(tr.t, (const uint8_t *)text, len, count_word, &tr.w)) goto fail;
     double t1 = now_s();
     if (!trainer_init_pairs(&tr)) {
         em_set_error(EM_ERR_NOMEM, "out of memory counting pairs");
@@ -425,8 +395,7 @@ em_tokenizer *em_bpe_train(const char *text, size_t len, const em_bpe_train_opts
     while (tr.t->nids < target && tr.hn) {
         heap_item top = heap_pop(&tr);
         pair *p = &tr.pairs[top.idx];
-        if (top.count != p->count || p->count <= 0)
-            continue; /* stale */
+        if (top.count != p->count || p->count <= 0) continue; /* stale */
         step++;
         uint32_t a = p->a, b = p->b;
         size_t la = tr.t->len[a], lb = tr.t->len[b];
@@ -442,20 +411,17 @@ em_tokenizer *em_bpe_train(const char *text, size_t len, const em_bpe_train_opts
         if (x == TOK_NONE) {
             x = tr.t->nids;
             if (!tok_set(tr.t, x, cat, la + lb, false)) {
-                if (cat != buf)
-                    free(cat);
+                if (cat != buf) free(cat);
                 goto fail;
             }
         }
-        if (cat != buf)
-            free(cat);
+        if (cat != buf) free(cat);
         /* take the word list: rewriting may append to other pairs' lists (and reallocate) */
         u32vec words = p->words;
         p->words = (u32vec){0};
         for (uint32_t i = 0; i < words.n; i++) {
             uint32_t wi = words.v[i];
-            if (tr.stamp[wi] == step)
-                continue;
+            if (tr.stamp[wi] == step) continue;
             tr.stamp[wi] = step;
             if (!rewrite_word(&tr, wi, a, b, x, step)) {
                 free(words.v);
@@ -476,11 +442,11 @@ em_tokenizer *em_bpe_train(const char *text, size_t len, const em_bpe_train_opts
             fprintf(stderr, "\rbpe: %u / %u tokens", tr.t->nids, target);
     }
     if (opts->verbose)
-        fprintf(stderr, "\rbpe: %u tokens from %zu distinct words in %.2f s (pre-tokenizing %.2f s)\n",
+        fprintf(stderr,
+                "\rbpe: %u tokens from %zu distinct words in %.2f s (pre-tokenizing %.2f s)\n",
                 tr.t->nids, tr.w.n, now_s() - t0, t1 - t0);
     for (size_t i = 0; i < opts->nspecials; i++)
-        if (em_tok_add_special(tr.t, opts->specials[i], -1) < 0)
-            goto fail;
+        if (em_tok_add_special(tr.t, opts->specials[i], -1) < 0) goto fail;
     em_tokenizer *t = tr.t;
     tr.t = NULL;
     trainer_free(&tr);

@@ -36,8 +36,7 @@ em_tokenizer *tok_char_from_codepoints(const uint32_t *cps, size_t n);
 em_tokenizer *tok_char_from_codepoints(const uint32_t *cps, size_t n)
 {
     em_tokenizer *t = tok_new(EM_TOK_CHAR);
-    if (!t)
-        return NULL;
+    if (!t) return NULL;
     t->chars = malloc((n ? n : 1) * sizeof *t->chars);
     if (!t->chars) {
         em_tok_free(t);
@@ -78,8 +77,10 @@ em_tokenizer *em_tok_char_from_text(const char *text, size_t len, const char *co
         size_t k = tok_utf8_char(s + i, len - i, &inc, &cp);
         if (!k) {
             free(seen_bmp);
-            em_set_error(EM_ERR_INVALID, "byte %zu: invalid UTF-8 (0x%02x); a character tokenizer "
-                         "needs valid text", i, s[i]);
+            em_set_error(EM_ERR_INVALID,
+                         "byte %zu: invalid UTF-8 (0x%02x); a character tokenizer "
+                         "needs valid text",
+                         i, s[i]);
             return NULL;
         }
         if (!(seen_bmp[cp >> 3] & (1u << (cp & 7)))) {
@@ -96,8 +97,7 @@ em_tokenizer *em_tok_char_from_text(const char *text, size_t len, const char *co
     }
     size_t n = 0;
     for (uint32_t cp = 0; cp < 0x110000; cp++)
-        if (seen_bmp[cp >> 3] & (1u << (cp & 7)))
-            cps[n++] = cp;
+        if (seen_bmp[cp >> 3] & (1u << (cp & 7))) cps[n++] = cp;
     free(seen_bmp);
     em_tokenizer *t = tok_char_from_codepoints(cps, n);
     free(cps);
@@ -118,8 +118,10 @@ em_status tok_char_encode_ordinary(const em_tokenizer *t, const uint8_t *s, size
         uint32_t cp;
         size_t k = tok_utf8_char(s + i, n - i, &inc, &cp);
         if (!k)
-            return em_set_error(EM_ERR_INVALID, "byte %zu: invalid UTF-8 (0x%02x) for a character "
-                                "tokenizer", base_offset + i, s[i]);
+            return em_set_error(EM_ERR_INVALID,
+                                "byte %zu: invalid UTF-8 (0x%02x) for a character "
+                                "tokenizer",
+                                base_offset + i, s[i]);
         size_t lo = 0, hi = t->nchars;
         while (lo < hi) {
             size_t mid = (lo + hi) / 2;
@@ -129,11 +131,11 @@ em_status tok_char_encode_ordinary(const em_tokenizer *t, const uint8_t *s, size
                 hi = mid;
         }
         if (lo == t->nchars || t->chars[lo] != cp)
-            return em_set_error(EM_ERR_INVALID, "byte %zu: character U+%04X ('%.*s') is not in the "
-                                "tokenizer's alphabet", base_offset + i, cp, (int)k,
-                                (const char *)s + i);
-        if (!tok_push(out, (uint32_t)lo))
-            return em_last_status();
+            return em_set_error(EM_ERR_INVALID,
+                                "byte %zu: character U+%04X ('%.*s') is not in the "
+                                "tokenizer's alphabet",
+                                base_offset + i, cp, (int)k, (const char *)s + i);
+        if (!tok_push(out, (uint32_t)lo)) return em_last_status();
         i += k;
     }
     return EM_OK;

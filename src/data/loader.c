@@ -17,7 +17,8 @@
 
 #include "data/loader_internal.h"
 
-/* ---- the sample plan ---------------------------------------------------------------------------- */
+/* ---- the sample plan ----------------------------------------------------------------------------
+ */
 
 static uint64_t mix64(uint64_t z)
 {
@@ -30,9 +31,9 @@ static uint64_t mix64(uint64_t z)
 static void shuffle_epoch(em_loader *l, uint64_t epoch)
 {
     uint64_t n = l->nsamples;
-    for (uint64_t i = 0; i < n; i++)
-        l->perm[i] = i;
-    uint64_t state = mix64(l->o.seed ^ 0x6a09e667f3bcc909ull) ^ mix64(epoch + 0x3c6ef372fe94f82bull);
+    for (uint64_t i = 0; i < n; i++) l->perm[i] = i;
+    uint64_t state =
+        mix64(l->o.seed ^ 0x6a09e667f3bcc909ull) ^ mix64(epoch + 0x3c6ef372fe94f82bull);
     for (uint64_t i = n - 1; i > 0; i--) {
         state += 0x9e3779b97f4a7c15ull;
         uint64_t r = mix64(state);
@@ -46,8 +47,7 @@ static void shuffle_epoch(em_loader *l, uint64_t epoch)
 
 void loader_fill(em_loader *l, em_loader_pos pos, int32_t *inputs, int32_t *targets)
 {
-    if (l->perm && l->perm_epoch != pos.epoch)
-        shuffle_epoch(l, pos.epoch);
+    if (l->perm && l->perm_epoch != pos.epoch) shuffle_epoch(l, pos.epoch);
     size_t B = (size_t)l->o.batch, T = (size_t)l->o.seq;
     uint64_t world = (uint64_t)l->o.world, rank = (uint64_t)l->o.rank;
     for (size_t b = 0; b < B; b++) {
@@ -95,7 +95,8 @@ static bool same_pos(em_loader_pos a, em_loader_pos b)
     return a.epoch == b.epoch && a.step == b.step;
 }
 
-/* ---- prefetch thread ---------------------------------------------------------------------------- */
+/* ---- prefetch thread ----------------------------------------------------------------------------
+ */
 
 static void *prefetch_main(void *arg)
 {
@@ -105,14 +106,11 @@ static void *prefetch_main(void *arg)
         int free_slot = -1;
         while (!l->stop) {
             for (int i = 0; i < LOADER_RING && free_slot < 0; i++)
-                if (l->ring[i].state == SLOT_FREE)
-                    free_slot = i;
-            if (free_slot >= 0)
-                break;
+                if (l->ring[i].state == SLOT_FREE) free_slot = i;
+            if (free_slot >= 0) break;
             pthread_cond_wait(&l->cv, &l->mu);
         }
-        if (l->stop)
-            break;
+        if (l->stop) break;
         loader_slot *s = &l->ring[free_slot];
         s->state = SLOT_FILLING;
         em_loader_pos pos = l->prod_pos;
@@ -133,7 +131,8 @@ static void *prefetch_main(void *arg)
     return NULL;
 }
 
-/* ---- opening ------------------------------------------------------------------------------------ */
+/* ---- opening ------------------------------------------------------------------------------------
+ */
 
 static bool is_dir(const char *p)
 {
@@ -165,17 +164,15 @@ static em_status find_shards(const char *path, glob_t *g)
 
 em_loader *em_loader_open(const em_loader_opts *opts)
 {
-    if (!opts || !opts->path)
-        return em_set_error(EM_ERR_INVALID, "em_loader_open: no path"), NULL;
+    if (!opts || !opts->path) return em_set_error(EM_ERR_INVALID, "em_loader_open: no path"), NULL;
     em_loader_opts o = *opts;
-    if (o.world <= 0)
-        o.world = 1;
+    if (o.world <= 0) o.world = 1;
     if (o.batch <= 0 || o.seq <= 0 || o.rank < 0 || o.rank >= o.world)
         return em_set_error(EM_ERR_INVALID, "loader: bad options (batch %d, seq %d, rank %d of %d)",
-                            o.batch, o.seq, o.rank, o.world), NULL;
+                            o.batch, o.seq, o.rank, o.world),
+               NULL;
     glob_t g;
-    if (find_shards(o.path, &g) != EM_OK)
-        return NULL;
+    if (find_shards(o.path, &g) != EM_OK) return NULL;
     em_loader *l = calloc(1, sizeof *l);
     if (!l) {
         globfree(&g);
@@ -200,18 +197,19 @@ em_loader *em_loader_open(const em_loader_opts *opts)
         }
         const em_shard *s = &l->shards[l->nshards++];
         l->tokens += s->ntokens;
-        l->first[l->nshards] = l->first[l->nshards - 1] +
-                               (s->ntokens > 0 ? (s->ntokens - 1) / (size_t)o.seq : 0);
+        l->first[l->nshards] =
+            l->first[l->nshards - 1] + (s->ntokens > 0 ? (s->ntokens - 1) / (size_t)o.seq : 0);
     }
     globfree(&g);
     l->nsamples = l->first[l->nshards];
     uint64_t per_batch = (uint64_t)o.batch * (uint64_t)o.world;
     l->per_epoch = l->nsamples / per_batch;
     if (l->per_epoch == 0) {
-        em_set_error(EM_ERR_INVALID, "loader: %s holds %llu tokens in %zu shard(s): %llu samples of "
-                     "%d+1 tokens, fewer than one batch needs (%d x %d ranks)", o.path,
-                     (unsigned long long)l->tokens, l->nshards, (unsigned long long)l->nsamples,
-                     o.seq, o.batch, o.world);
+        em_set_error(EM_ERR_INVALID,
+                     "loader: %s holds %llu tokens in %zu shard(s): %llu samples of "
+                     "%d+1 tokens, fewer than one batch needs (%d x %d ranks)",
+                     o.path, (unsigned long long)l->tokens, l->nshards,
+                     (unsigned long long)l->nsamples, o.seq, o.batch, o.world);
         em_loader_close(l);
         return NULL;
     }
@@ -220,7 +218,8 @@ em_loader *em_loader_open(const em_loader_opts *opts)
         if (!l->perm) {
             em_loader_close(l);
             return em_set_error(EM_ERR_NOMEM, "out of memory for %llu samples",
-                                (unsigned long long)l->nsamples), NULL;
+                                (unsigned long long)l->nsamples),
+                   NULL;
         }
         l->perm_epoch = UINT64_MAX;
     }
@@ -248,8 +247,7 @@ em_loader *em_loader_open(const em_loader_opts *opts)
 
 void em_loader_close(em_loader *l)
 {
-    if (!l)
-        return;
+    if (!l) return;
     if (l->thread_started) {
         pthread_mutex_lock(&l->mu);
         l->stop = true;
@@ -265,8 +263,7 @@ void em_loader_close(em_loader *l)
         free(l->ring[i].inputs);
         free(l->ring[i].targets);
     }
-    for (size_t i = 0; i < l->nshards; i++)
-        em_shard_close(&l->shards[i]);
+    for (size_t i = 0; i < l->nshards; i++) em_shard_close(&l->shards[i]);
     free(l->shards);
     free(l->first);
     free(l->perm);
@@ -274,7 +271,8 @@ void em_loader_close(em_loader *l)
     free(l);
 }
 
-/* ---- batches ------------------------------------------------------------------------------------ */
+/* ---- batches ------------------------------------------------------------------------------------
+ */
 
 uint64_t em_loader_batches_per_epoch(const em_loader *l)
 {
@@ -300,8 +298,7 @@ em_status em_loader_next(em_loader *l, int32_t *inputs, int32_t *targets)
     for (;;) {
         int hit = -1;
         for (int i = 0; i < LOADER_RING; i++)
-            if (l->ring[i].state == SLOT_READY && same_pos(l->ring[i].pos, l->pos))
-                hit = i;
+            if (l->ring[i].state == SLOT_READY && same_pos(l->ring[i].pos, l->pos)) hit = i;
         if (hit >= 0) {
             memcpy(inputs, l->ring[hit].inputs, bytes);
             memcpy(targets, l->ring[hit].targets, bytes);
@@ -320,20 +317,16 @@ em_status em_loader_next(em_loader *l, int32_t *inputs, int32_t *targets)
 em_loader_pos em_loader_tell(const em_loader *l)
 {
     em_loader_pos p = {0, 0};
-    if (!l)
-        return p;
-    if (l->thread_started)
-        pthread_mutex_lock((pthread_mutex_t *)&l->mu);
+    if (!l) return p;
+    if (l->thread_started) pthread_mutex_lock((pthread_mutex_t *)&l->mu);
     p = l->pos;
-    if (l->thread_started)
-        pthread_mutex_unlock((pthread_mutex_t *)&l->mu);
+    if (l->thread_started) pthread_mutex_unlock((pthread_mutex_t *)&l->mu);
     return p;
 }
 
 em_status em_loader_seek(em_loader *l, em_loader_pos pos)
 {
-    if (!l)
-        return em_set_error(EM_ERR_INVALID, "em_loader_seek: NULL loader");
+    if (!l) return em_set_error(EM_ERR_INVALID, "em_loader_seek: NULL loader");
     if (pos.step >= l->per_epoch)
         return em_set_error(EM_ERR_INVALID, "loader: step %llu is past the epoch's %llu batches",
                             (unsigned long long)pos.step, (unsigned long long)l->per_epoch);
@@ -344,8 +337,7 @@ em_status em_loader_seek(em_loader *l, em_loader_pos pos)
     pthread_mutex_lock(&l->mu);
     l->gen++;
     for (int i = 0; i < LOADER_RING; i++)
-        if (l->ring[i].state == SLOT_READY)
-            l->ring[i].state = SLOT_FREE;
+        if (l->ring[i].state == SLOT_READY) l->ring[i].state = SLOT_FREE;
     l->pos = pos;
     l->prod_pos = pos;
     pthread_cond_broadcast(&l->cv);

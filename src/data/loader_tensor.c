@@ -14,8 +14,7 @@ em_status em_loader_next_tensors(em_loader *l, em_device *dev, em_tensor **input
     *inputs = *targets = NULL;
     size_t n = (size_t)l->o.batch * (size_t)l->o.seq;
     int32_t *buf = malloc(2 * n * sizeof *buf);
-    if (!buf)
-        return em_set_error(EM_ERR_NOMEM, "out of memory for a batch of %zu tokens", n);
+    if (!buf) return em_set_error(EM_ERR_NOMEM, "out of memory for a batch of %zu tokens", n);
     em_status st = em_loader_next(l, buf, buf + n);
     if (st == EM_OK) {
         em_shape shape = EM_SHAPE(l->o.batch, l->o.seq);

@@ -24,25 +24,25 @@ typedef struct tok_special {
 } tok_special;
 
 struct em_tokenizer {
-    em_tok_kind kind;       /* BPE or character */
-    uint32_t nids;          /* id slots: every id (ordinary or special) is below this */
-    uint32_t ids_cap;       /* allocated id slots */
-    uint8_t *pool;          /* bytes of every token, back to back */
-    size_t pool_len;        /* bytes used */
-    size_t pool_cap;        /* bytes allocated */
-    uint64_t *off;          /* nids offsets into pool */
-    uint32_t *len;          /* nids lengths; 0 for an unused id */
-    uint8_t *is_special;    /* nids flags */
-    uint32_t *htab;         /* open-addressing table of ordinary ids keyed by their bytes */
-    size_t hcap;            /* its capacity (power of two) */
-    size_t hcount;          /* ids in it */
-    uint32_t byte_id[256];  /* id of each single byte (BPE), TOK_NONE if absent */
-    tok_special *specials;  /* special tokens */
-    size_t nspecials;       /* how many */
-    uint32_t *chars;        /* character tokenizer: sorted code points; id = index */
-    size_t nchars;          /* how many */
-    void *re;               /* pcre2_code of the pre-tokenizer (BPE) */
-    bool jit;               /* whether the pattern was JIT-compiled */
+    em_tok_kind kind;      /* BPE or character */
+    uint32_t nids;         /* id slots: every id (ordinary or special) is below this */
+    uint32_t ids_cap;      /* allocated id slots */
+    uint8_t *pool;         /* bytes of every token, back to back */
+    size_t pool_len;       /* bytes used */
+    size_t pool_cap;       /* bytes allocated */
+    uint64_t *off;         /* nids offsets into pool */
+    uint32_t *len;         /* nids lengths; 0 for an unused id */
+    uint8_t *is_special;   /* nids flags */
+    uint32_t *htab;        /* open-addressing table of ordinary ids keyed by their bytes */
+    size_t hcap;           /* its capacity (power of two) */
+    size_t hcount;         /* ids in it */
+    uint32_t byte_id[256]; /* id of each single byte (BPE), TOK_NONE if absent */
+    tok_special *specials; /* special tokens */
+    size_t nspecials;      /* how many */
+    uint32_t *chars;       /* character tokenizer: sorted code points; id = index */
+    size_t nchars;         /* how many */
+    void *re;              /* pcre2_code of the pre-tokenizer (BPE) */
+    bool jit;              /* whether the pattern was JIT-compiled */
 };
 
 /* tokenizer.c */
@@ -68,7 +68,8 @@ char *tok_b64_encode(const uint8_t *s, size_t n);
 bool tok_bpe_init_regex(em_tokenizer *t);
 void tok_bpe_free_regex(em_tokenizer *t);
 /* Encodes ordinary text (no special tokens) with the BPE. */
-em_status tok_bpe_encode_ordinary(const em_tokenizer *t, const uint8_t *s, size_t n, em_tokens *out);
+em_status tok_bpe_encode_ordinary(const em_tokenizer *t, const uint8_t *s, size_t n,
+                                  em_tokens *out);
 /* Splits s[0, n) into pre-tokens, calling fn(ctx, piece, len) for each in order; invalid UTF-8
  * runs come out as pieces of their own. Returns false (error set) on failure. */
 typedef bool (*tok_piece_fn)(void *ctx, const uint8_t *piece, size_t len);

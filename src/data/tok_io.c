@@ -15,7 +15,8 @@
 #define EMBER_SOURCE_DIR "."
 #endif
 
-/* ---- GPT-2's byte <-> unicode mapping --------------------------------------------------------- */
+/* ---- GPT-2's byte <-> unicode mapping ---------------------------------------------------------
+ */
 
 /* GPT-2 stores token bytes as text: printable Latin-1 bytes stand for themselves, the others for
  * the code points 256, 257, ... in byte order. order[i] is the byte of rank i (the same order). */
@@ -25,8 +26,7 @@ static void gpt2_byte_order(uint8_t order[256], int cp_to_byte[512])
     bool printable[256] = {false};
     for (int b = 0; b < 256; b++)
         printable[b] = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae);
-    for (int i = 0; i < 512; i++)
-        cp_to_byte[i] = -1;
+    for (int i = 0; i < 512; i++) cp_to_byte[i] = -1;
     for (int b = 0; b < 256; b++)
         if (printable[b]) {
             order[n++] = (uint8_t)b;
@@ -47,8 +47,7 @@ static long gpt2_unmap(const char *s, size_t n, const int cp_to_byte[512], uint8
         bool inc;
         uint32_t cp;
         size_t k = tok_utf8_char((const uint8_t *)s + i, n - i, &inc, &cp);
-        if (!k || cp >= 512 || cp_to_byte[cp] < 0)
-            return -1;
+        if (!k || cp >= 512 || cp_to_byte[cp] < 0) return -1;
         out[w++] = (uint8_t)cp_to_byte[cp];
         i += k;
     }
@@ -59,8 +58,7 @@ static char *path_join(const char *a, const char *b)
 {
     size_t n = strlen(a) + strlen(b) + 2;
     char *p = malloc(n);
-    if (p)
-        snprintf(p, n, "%s/%s", a, b);
+    if (p) snprintf(p, n, "%s/%s", a, b);
     return p;
 }
 
@@ -76,8 +74,7 @@ static em_tokenizer *load_gpt2_files(const char *enc_path, const char *bpe_path)
 {
     size_t bpe_len, enc_len;
     char *bpe = em_file_read(bpe_path, &bpe_len);
-    if (!bpe)
-        return NULL;
+    if (!bpe) return NULL;
     char *enc = em_file_read(enc_path, &enc_len);
     if (!enc) {
         free(bpe);
@@ -88,40 +85,36 @@ static em_tokenizer *load_gpt2_files(const char *enc_path, const char *bpe_path)
     uint8_t order[256];
     int cp_to_byte[512];
     gpt2_byte_order(order, cp_to_byte);
-    if (!t)
-        goto fail;
+    if (!t) goto fail;
     for (int i = 0; i < 256; i++)
-        if (!tok_set(t, (uint32_t)i, &order[i], 1, false))
-            goto fail;
+        if (!tok_set(t, (uint32_t)i, &order[i], 1, false)) goto fail;
     /* vocab.bpe: "#version" line, then "left right" per merge */
     uint32_t next_id = 256;
     size_t line_no = 0;
     uint8_t buf[1024];
     for (char *line = bpe, *end; line < bpe + bpe_len; line = end + 1) {
         end = memchr(line, '\n', (size_t)(bpe + bpe_len - line));
-        if (!end)
-            end = bpe + bpe_len;
+        if (!end) end = bpe + bpe_len;
         line_no++;
         size_t len = (size_t)(end - line);
-        if (len && line[len - 1] == '\r')
-            len--;
-        if (len == 0 || (line_no == 1 && len >= 9 && memcmp(line, "#version:", 9) == 0))
-            continue;
+        if (len && line[len - 1] == '\r') len--;
+        if (len == 0 || (line_no == 1 && len >= 9 && memcmp(line, "#version:", 9) == 0)) continue;
         char *sp = memchr(line, ' ', len);
         if (!sp || sp == line || sp == line + len - 1 || len > 512) {
-            em_set_error(EM_ERR_CORRUPT, "%s:%zu: expected two tokens separated by a space", bpe_path,
-                         line_no);
-            goto fail;
-        }
-        long a = gpt2_unmap(line, (size_t)(sp - line), cp_to_byte, buf);
-        long b = a < 0 ? -1 : gpt2_unmap(sp + 1, (size_t)(line + len - sp - 1), cp_to_byte, buf + a);
-        if (a < 0 || b < 0) {
-            em_set_error(EM_ERR_CORRUPT, "%s:%zu: a token uses a character outside GPT-2's byte map",
+            em_set_error(EM_ERR_CORRUPT, "%s:%zu: expected two tokens separated by a space",
                          bpe_path, line_no);
             goto fail;
         }
-        if (!tok_set(t, next_id++, buf, (size_t)(a + b), false))
+        long a = gpt2_unmap(line, (size_t)(sp - line), cp_to_byte, buf);
+        long b =
+            a < 0 ? -1 : gpt2_unmap(sp + 1, (size_t)(line + len - sp - 1), cp_to_byte, buf + a);
+        if (a < 0 || b < 0) {
+            em_set_error(EM_ERR_CORRUPT,
+                         "%s:%zu: a token uses a character outside GPT-2's byte map", bpe_path,
+                         line_no);
             goto fail;
+        }
+        if (!tok_set(t, next_id++, buf, (size_t)(a + b), false)) goto fail;
     }
     json = cJSON_ParseWithLength(enc, enc_len);
     if (!cJSON_IsObject(json)) {
@@ -141,15 +134,15 @@ static em_tokenizer *load_gpt2_files(const char *enc_path, const char *bpe_path)
             memcmp(t->pool + t->off[id], buf, (size_t)n) == 0)
             continue; /* agrees with the merges */
         if (id < next_id) {
-            em_set_error(EM_ERR_CORRUPT, "%s: token '%s' has id %u, but vocab.bpe gives that id to "
-                         "another token", enc_path, it->string, id);
+            em_set_error(EM_ERR_CORRUPT,
+                         "%s: token '%s' has id %u, but vocab.bpe gives that id to "
+                         "another token",
+                         enc_path, it->string, id);
             goto fail;
         }
-        if (em_tok_add_special(t, it->string, id) < 0)
-            goto fail;
+        if (em_tok_add_special(t, it->string, id) < 0) goto fail;
     }
-    if (!tok_bpe_init_regex(t))
-        goto fail;
+    if (!tok_bpe_init_regex(t)) goto fail;
     cJSON_Delete(json);
     free(bpe);
     free(enc);
@@ -168,8 +161,7 @@ static int gpt2_dirs(char dirs[3][1024])
 {
     int n = 0;
     const char *d = getenv("EMBER_DATA_DIR");
-    if (d && *d)
-        snprintf(dirs[n++], 1024, "%s/gpt2", d);
+    if (d && *d) snprintf(dirs[n++], 1024, "%s/gpt2", d);
     const char *x = getenv("XDG_DATA_HOME");
     const char *home = getenv("HOME");
     if (x && *x)
@@ -195,12 +187,10 @@ em_tokenizer *em_tok_gpt2(const char *dir)
         char *bpe = path_join(dirs[i], "vocab.bpe");
         em_tokenizer *t = NULL;
         bool found = enc && bpe && em_file_exists(enc) && em_file_exists(bpe);
-        if (found)
-            t = load_gpt2_files(enc, bpe);
+        if (found) t = load_gpt2_files(enc, bpe);
         free(enc);
         free(bpe);
-        if (found)
-            return t;
+        if (found) return t;
     }
     if (dir)
         em_set_error(EM_ERR_NOT_FOUND, "no encoder.json and vocab.bpe in %s", dir);
@@ -213,34 +203,30 @@ em_tokenizer *em_tok_gpt2(const char *dir)
     return NULL;
 }
 
-/* ---- tiktoken rank files ---------------------------------------------------------------------- */
+/* ---- tiktoken rank files ----------------------------------------------------------------------
+ */
 
 em_tokenizer *em_tok_load_tiktoken(const char *path)
 {
     size_t len;
     char *text = em_file_read(path, &len);
-    if (!text)
-        return NULL;
+    if (!text) return NULL;
     em_tokenizer *t = tok_new(EM_TOK_BPE);
     size_t line_no = 0;
     uint8_t buf[768];
-    if (!t)
-        goto fail;
+    if (!t) goto fail;
     for (char *line = text, *end; line < text + len; line = end + 1) {
         end = memchr(line, '\n', (size_t)(text + len - line));
-        if (!end)
-            end = text + len;
+        if (!end) end = text + len;
         line_no++;
         size_t n = (size_t)(end - line);
-        if (n && line[n - 1] == '\r')
-            n--;
-        if (n == 0)
-            continue;
+        if (n && line[n - 1] == '\r') n--;
+        if (n == 0) continue;
         char *sp = memchr(line, ' ', n);
         char *stop = NULL;
         unsigned long long rank = sp ? strtoull(sp + 1, &stop, 10) : 0;
-        long blen = sp && (size_t)(sp - line) <= 1000 ? tok_b64_decode(line, (size_t)(sp - line), buf)
-                                                      : -1;
+        long blen =
+            sp && (size_t)(sp - line) <= 1000 ? tok_b64_decode(line, (size_t)(sp - line), buf) : -1;
         if (!sp || stop != line + n || stop == sp + 1 || blen <= 0 || rank >= TOK_NONE - 1) {
             em_set_error(EM_ERR_CORRUPT, "%s:%zu: expected 'base64-token rank'", path, line_no);
             goto fail;
@@ -252,11 +238,11 @@ em_tokenizer *em_tok_load_tiktoken(const char *path)
     }
     for (int b = 0; b < 256; b++)
         if (t->byte_id[b] == TOK_NONE) {
-            em_set_error(EM_ERR_CORRUPT, "%s: byte 0x%02x has no token (not a byte-level BPE)", path, b);
+            em_set_error(EM_ERR_CORRUPT, "%s: byte 0x%02x has no token (not a byte-level BPE)",
+                         path, b);
             goto fail;
         }
-    if (!tok_bpe_init_regex(t))
-        goto fail;
+    if (!tok_bpe_init_regex(t)) goto fail;
     free(text);
     return t;
 fail:
@@ -265,12 +251,12 @@ fail:
     return NULL;
 }
 
-/* ---- ember's JSON format ----------------------------------------------------------------------- */
+/* ---- ember's JSON format -----------------------------------------------------------------------
+ */
 
 em_status em_tok_save(const em_tokenizer *t, const char *path)
 {
-    if (!t || !path)
-        return em_set_error(EM_ERR_INVALID, "em_tok_save: NULL argument");
+    if (!t || !path) return em_set_error(EM_ERR_INVALID, "em_tok_save: NULL argument");
     cJSON *root = cJSON_CreateObject();
     cJSON *specials = cJSON_CreateObject();
     em_status st = EM_OK;
@@ -303,8 +289,7 @@ em_status em_tok_save(const em_tokenizer *t, const char *path)
     cJSON_AddItemToObject(root, "specials", specials);
     char *text = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
-    if (!text)
-        return em_set_error(EM_ERR_NOMEM, "out of memory saving a tokenizer");
+    if (!text) return em_set_error(EM_ERR_NOMEM, "out of memory saving a tokenizer");
     st = em_file_write_atomic(path, text, strlen(text));
     free(text);
     return st;
@@ -331,8 +316,7 @@ static em_tokenizer *load_ember_json(const char *path, const char *text, size_t 
         uint32_t id = 0;
         uint8_t buf[768];
         for (const cJSON *it = toks ? toks->child : NULL; it && t; it = it->next, id++) {
-            if (cJSON_IsNull(it))
-                continue;
+            if (cJSON_IsNull(it)) continue;
             long n = cJSON_IsString(it) && strlen(it->valuestring) <= 1000
                          ? tok_b64_decode(it->valuestring, strlen(it->valuestring), buf)
                          : -1;
@@ -397,15 +381,15 @@ em_tokenizer *em_tok_load(const char *name)
         em_set_error(EM_ERR_INVALID, "no tokenizer named");
         return NULL;
     }
-    if (strcmp(name, "gpt2") == 0)
-        return em_tok_gpt2(NULL);
-    if (is_dir(name))
-        return em_tok_gpt2(name);
+    if (strcmp(name, "gpt2") == 0) return em_tok_gpt2(NULL);
+    if (is_dir(name)) return em_tok_gpt2(name);
     size_t len;
     char *text = em_file_read(name, &len);
     if (!text) {
-        em_set_error(EM_ERR_NOT_FOUND, "tokenizer '%s': no such file (use gpt2, a directory with "
-                     "encoder.json + vocab.bpe, a tiktoken file or a saved tokenizer)", name);
+        em_set_error(EM_ERR_NOT_FOUND,
+                     "tokenizer '%s': no such file (use gpt2, a directory with "
+                     "encoder.json + vocab.bpe, a tiktoken file or a saved tokenizer)",
+                     name);
         return NULL;
     }
     size_t i = 0;

@@ -8,7 +8,8 @@
 
 #include "data/tok_internal.h"
 
-/* ---- tables ------------------------------------------------------------------------------------ */
+/* ---- tables ------------------------------------------------------------------------------------
+ */
 
 static uint64_t bytes_hash(const uint8_t *s, size_t n)
 {
@@ -28,29 +29,23 @@ em_tokenizer *tok_new(em_tok_kind kind)
         return NULL;
     }
     t->kind = kind;
-    for (int i = 0; i < 256; i++)
-        t->byte_id[i] = TOK_NONE;
+    for (int i = 0; i < 256; i++) t->byte_id[i] = TOK_NONE;
     return t;
 }
 
 static bool grow_ids(em_tokenizer *t, uint32_t need)
 {
-    if (need <= t->nids)
-        return true;
+    if (need <= t->nids) return true;
     if (need > t->ids_cap) {
         /* grow the arrays geometrically; nids itself moves to exactly `need` */
         uint32_t cap = t->ids_cap ? t->ids_cap : 256;
-        while (cap < need)
-            cap = cap > UINT32_MAX / 2 ? need : cap * 2;
+        while (cap < need) cap = cap > UINT32_MAX / 2 ? need : cap * 2;
         uint64_t *off = realloc(t->off, (size_t)cap * sizeof *off);
-        if (off)
-            t->off = off;
+        if (off) t->off = off;
         uint32_t *len = realloc(t->len, (size_t)cap * sizeof *len);
-        if (len)
-            t->len = len;
+        if (len) t->len = len;
         uint8_t *sp = realloc(t->is_special, cap);
-        if (sp)
-            t->is_special = sp;
+        if (sp) t->is_special = sp;
         if (!off || !len || !sp) {
             em_set_error(EM_ERR_NOMEM, "out of memory growing a vocabulary to %u ids", need);
             return false;
@@ -83,8 +78,7 @@ static bool hash_grow(em_tokenizer *t)
     memset(t->htab, 0xff, cap * sizeof *t->htab);
     t->hcap = cap;
     for (size_t i = 0; i < oldcap; i++)
-        if (old[i] != TOK_NONE)
-            hash_insert(t, old[i]);
+        if (old[i] != TOK_NONE) hash_insert(t, old[i]);
     free(old);
     return true;
 }
@@ -94,24 +88,20 @@ static bool hash_insert(em_tokenizer *t, uint32_t id)
     /* callers keep the table at most half full, so the probe always ends */
     size_t mask = t->hcap - 1;
     size_t h = (size_t)bytes_hash(t->pool + t->off[id], t->len[id]) & mask;
-    while (t->htab[h] != TOK_NONE)
-        h = (h + 1) & mask;
+    while (t->htab[h] != TOK_NONE) h = (h + 1) & mask;
     t->htab[h] = id;
     return true;
 }
 
 uint32_t tok_lookup(const em_tokenizer *t, const uint8_t *s, size_t n)
 {
-    if (!t->hcap)
-        return TOK_NONE;
+    if (!t->hcap) return TOK_NONE;
     size_t mask = t->hcap - 1;
     size_t h = (size_t)bytes_hash(s, n) & mask;
     for (;;) {
         uint32_t id = t->htab[h];
-        if (id == TOK_NONE)
-            return TOK_NONE;
-        if (t->len[id] == n && memcmp(t->pool + t->off[id], s, n) == 0)
-            return id;
+        if (id == TOK_NONE) return TOK_NONE;
+        if (t->len[id] == n && memcmp(t->pool + t->off[id], s, n) == 0) return id;
         h = (h + 1) & mask;
     }
 }
@@ -120,17 +110,13 @@ bool tok_set(em_tokenizer *t, uint32_t id, const uint8_t *s, size_t n, bool spec
 {
     if (id == TOK_NONE || n == 0 || n > UINT32_MAX)
         return em_set_error(EM_ERR_INVALID, "token id %u: bad id or empty token", id), false;
-    if (!grow_ids(t, id + 1))
-        return false;
-    if (t->len[id])
-        return em_set_error(EM_ERR_INVALID, "token id %u is defined twice", id), false;
+    if (!grow_ids(t, id + 1)) return false;
+    if (t->len[id]) return em_set_error(EM_ERR_INVALID, "token id %u is defined twice", id), false;
     if (t->pool_len + n > t->pool_cap) {
         size_t cap = t->pool_cap ? t->pool_cap : 4096;
-        while (cap < t->pool_len + n)
-            cap *= 2;
+        while (cap < t->pool_len + n) cap *= 2;
         uint8_t *p = realloc(t->pool, cap);
-        if (!p)
-            return em_set_error(EM_ERR_NOMEM, "out of memory storing tokens"), false;
+        if (!p) return em_set_error(EM_ERR_NOMEM, "out of memory storing tokens"), false;
         t->pool = p;
         t->pool_cap = cap;
     }
@@ -139,14 +125,11 @@ bool tok_set(em_tokenizer *t, uint32_t id, const uint8_t *s, size_t n, bool spec
     t->len[id] = (uint32_t)n;
     t->pool_len += n;
     t->is_special[id] = special;
-    if (special)
-        return true;
-    if (n == 1 && t->byte_id[s[0]] == TOK_NONE)
-        t->byte_id[s[0]] = id;
+    if (special) return true;
+    if (n == 1 && t->byte_id[s[0]] == TOK_NONE) t->byte_id[s[0]] = id;
     if (tok_lookup(t, s, n) != TOK_NONE)
         return true; /* the same bytes twice: the first (lower) id keeps the rank */
-    if (2 * (t->hcount + 1) > t->hcap && !hash_grow(t))
-        return false;
+    if (2 * (t->hcount + 1) > t->hcap && !hash_grow(t)) return false;
     hash_insert(t, id);
     t->hcount++;
     return true;
@@ -154,11 +137,9 @@ bool tok_set(em_tokenizer *t, uint32_t id, const uint8_t *s, size_t n, bool spec
 
 void em_tok_free(em_tokenizer *t)
 {
-    if (!t)
-        return;
+    if (!t) return;
     tok_bpe_free_regex(t);
-    for (size_t i = 0; i < t->nspecials; i++)
-        free(t->specials[i].text);
+    for (size_t i = 0; i < t->nspecials; i++) free(t->specials[i].text);
     free(t->specials);
     free(t->pool);
     free(t->off);
@@ -181,20 +162,16 @@ uint32_t em_tok_vocab_size(const em_tokenizer *t)
 
 const uint8_t *em_tok_token_bytes(const em_tokenizer *t, uint32_t id, size_t *len)
 {
-    if (!t || id >= t->nids || !t->len[id])
-        return NULL;
-    if (len)
-        *len = t->len[id];
+    if (!t || id >= t->nids || !t->len[id]) return NULL;
+    if (len) *len = t->len[id];
     return t->pool + t->off[id];
 }
 
 int64_t em_tok_special_id(const em_tokenizer *t, const char *text)
 {
-    if (!t || !text)
-        return -1;
+    if (!t || !text) return -1;
     for (size_t i = 0; i < t->nspecials; i++)
-        if (strcmp(t->specials[i].text, text) == 0)
-            return t->specials[i].id;
+        if (strcmp(t->specials[i].text, text) == 0) return t->specials[i].id;
     return -1;
 }
 
@@ -209,21 +186,20 @@ int64_t em_tok_add_special(em_tokenizer *t, const char *text, int64_t id)
         return em_set_error(EM_ERR_INVALID, "a special token needs a non-empty text"), -1;
     if (em_tok_special_id(t, text) >= 0)
         return em_set_error(EM_ERR_INVALID, "special token '%s' already exists", text), -1;
-    if (id < 0)
-        id = t->nids;
+    if (id < 0) id = t->nids;
     if (id >= (int64_t)TOK_NONE)
-        return em_set_error(EM_ERR_INVALID, "special token id %lld is out of range", (long long)id), -1;
+        return em_set_error(EM_ERR_INVALID, "special token id %lld is out of range", (long long)id),
+               -1;
     if ((uint32_t)id < t->nids && t->len[id])
         return em_set_error(EM_ERR_INVALID, "special token '%s': id %lld is already taken", text,
-                            (long long)id), -1;
+                            (long long)id),
+               -1;
     tok_special *sp = realloc(t->specials, (t->nspecials + 1) * sizeof *sp);
-    if (!sp)
-        return em_set_error(EM_ERR_NOMEM, "out of memory adding a special token"), -1;
+    if (!sp) return em_set_error(EM_ERR_NOMEM, "out of memory adding a special token"), -1;
     t->specials = sp;
     size_t n = strlen(text);
     char *copy = malloc(n + 1);
-    if (!copy)
-        return em_set_error(EM_ERR_NOMEM, "out of memory adding a special token"), -1;
+    if (!copy) return em_set_error(EM_ERR_NOMEM, "out of memory adding a special token"), -1;
     memcpy(copy, text, n + 1);
     if (!tok_set(t, (uint32_t)id, (const uint8_t *)text, n, true)) {
         free(copy);
@@ -233,12 +209,21 @@ int64_t em_tok_add_special(em_tokenizer *t, const char *text, int64_t id)
     return id;
 }
 
-/* ---- token arrays ------------------------------------------------------------------------------ */
+em_status em_tok_add_chat_specials(em_tokenizer *t)
+{
+    static const char *const chat[] = {"<|im_start|>", "<|im_end|>"};
+    for (size_t i = 0; i < 2; i++)
+        if (em_tok_special_id(t, chat[i]) < 0 && em_tok_add_special(t, chat[i], -1) < 0)
+            return em_last_status();
+    return EM_OK;
+}
+
+/* ---- token arrays ------------------------------------------------------------------------------
+ */
 
 void em_tokens_free(em_tokens *t)
 {
-    if (!t)
-        return;
+    if (!t) return;
     free(t->ids);
     t->ids = NULL;
     t->len = t->cap = 0;
@@ -249,8 +234,7 @@ bool tok_push(em_tokens *out, uint32_t id)
     if (out->len == out->cap) {
         size_t cap = out->cap ? out->cap * 2 : 256;
         uint32_t *ids = realloc(out->ids, cap * sizeof *ids);
-        if (!ids)
-            return em_set_error(EM_ERR_NOMEM, "out of memory storing %zu tokens", cap), false;
+        if (!ids) return em_set_error(EM_ERR_NOMEM, "out of memory storing %zu tokens", cap), false;
         out->ids = ids;
         out->cap = cap;
     }
@@ -263,10 +247,8 @@ bool tok_push(em_tokens *out, uint32_t id)
 static em_status encode_ordinary(const em_tokenizer *t, const uint8_t *s, size_t n, size_t base,
                                  em_tokens *out)
 {
-    if (n == 0)
-        return EM_OK;
-    if (t->kind == EM_TOK_BPE)
-        return tok_bpe_encode_ordinary(t, s, n, out);
+    if (n == 0) return EM_OK;
+    if (t->kind == EM_TOK_BPE) return tok_bpe_encode_ordinary(t, s, n, out);
     return tok_char_encode_ordinary(t, s, n, base, out);
 }
 
@@ -276,43 +258,37 @@ em_status em_tok_encode(const em_tokenizer *t, const char *text, size_t len, boo
     if (!t || !out || (!text && len))
         return em_set_error(EM_ERR_INVALID, "em_tok_encode: NULL argument");
     const uint8_t *s = (const uint8_t *)text;
-    if (!allow_special || t->nspecials == 0)
-        return encode_ordinary(t, s, len, 0, out);
+    if (!allow_special || t->nspecials == 0) return encode_ordinary(t, s, len, 0, out);
     /* next[i]: offset of the next occurrence of special i at or after the cursor (len = none) */
     size_t stack_next[8];
     size_t *next = t->nspecials <= 8 ? stack_next : malloc(t->nspecials * sizeof *next);
-    if (!next)
-        return em_set_error(EM_ERR_NOMEM, "out of memory encoding");
-    for (size_t i = 0; i < t->nspecials; i++)
-        next[i] = SIZE_MAX;
+    if (!next) return em_set_error(EM_ERR_NOMEM, "out of memory encoding");
+    for (size_t i = 0; i < t->nspecials; i++) next[i] = SIZE_MAX;
     size_t pos = 0;
     em_status st = EM_OK;
     while (pos < len && st == EM_OK) {
         size_t best = len, best_i = 0;
         for (size_t i = 0; i < t->nspecials; i++) {
             if (next[i] == SIZE_MAX || (next[i] < pos && next[i] != len)) {
-                const uint8_t *hit = memmem(s + pos, len - pos, t->specials[i].text, t->specials[i].len);
+                const uint8_t *hit =
+                    memmem(s + pos, len - pos, t->specials[i].text, t->specials[i].len);
                 next[i] = hit ? (size_t)(hit - s) : len;
             }
             /* the earliest match wins; at one offset the longest special does */
-            if (next[i] < best || (next[i] == best && best < len &&
-                                   t->specials[i].len > t->specials[best_i].len)) {
+            if (next[i] < best ||
+                (next[i] == best && best < len && t->specials[i].len > t->specials[best_i].len)) {
                 best = next[i];
                 best_i = i;
             }
         }
         st = encode_ordinary(t, s + pos, best - pos, pos, out);
-        if (st != EM_OK || best == len)
-            break;
-        if (!tok_push(out, t->specials[best_i].id))
-            st = em_last_status();
+        if (st != EM_OK || best == len) break;
+        if (!tok_push(out, t->specials[best_i].id)) st = em_last_status();
         pos = best + t->specials[best_i].len;
         for (size_t i = 0; i < t->nspecials; i++)
-            if (next[i] != len && next[i] < pos)
-                next[i] = SIZE_MAX;
+            if (next[i] != len && next[i] < pos) next[i] = SIZE_MAX;
     }
-    if (next != stack_next)
-        free(next);
+    if (next != stack_next) free(next);
     return st;
 }
 
@@ -324,13 +300,13 @@ em_status em_tok_decode(const em_tokenizer *t, const uint32_t *ids, size_t n, ch
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         if (ids[i] >= t->nids || !t->len[ids[i]])
-            return em_set_error(EM_ERR_INVALID, "token %zu: id %u is not in the vocabulary (size %u)",
-                                i, ids[i], t->nids);
+            return em_set_error(EM_ERR_INVALID,
+                                "token %zu: id %u is not in the vocabulary (size %u)", i, ids[i],
+                                t->nids);
         total += t->len[ids[i]];
     }
     char *buf = malloc(total + 1);
-    if (!buf)
-        return em_set_error(EM_ERR_NOMEM, "out of memory decoding %zu tokens", n);
+    if (!buf) return em_set_error(EM_ERR_NOMEM, "out of memory decoding %zu tokens", n);
     size_t p = 0;
     for (size_t i = 0; i < n; i++) {
         memcpy(buf + p, t->pool + t->off[ids[i]], t->len[ids[i]]);
@@ -338,8 +314,7 @@ em_status em_tok_decode(const em_tokenizer *t, const uint32_t *ids, size_t n, ch
     }
     buf[p] = 0;
     *out = buf;
-    if (out_len)
-        *out_len = p;
+    if (out_len) *out_len = p;
     return EM_OK;
 }
 
@@ -348,12 +323,10 @@ em_status em_tok_decode(const em_tokenizer *t, const uint32_t *ids, size_t n, ch
 size_t tok_utf8_char(const uint8_t *s, size_t n, bool *incomplete, uint32_t *cp)
 {
     *incomplete = false;
-    if (n == 0)
-        return 0;
+    if (n == 0) return 0;
     uint8_t c = s[0];
     if (c < 0x80) {
-        if (cp)
-            *cp = c;
+        if (cp) *cp = c;
         return 1;
     }
     size_t need;
@@ -371,21 +344,16 @@ size_t tok_utf8_char(const uint8_t *s, size_t n, bool *incomplete, uint32_t *cp)
             *incomplete = true;
             return 0;
         }
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
+        if ((s[i] & 0xc0) != 0x80) return 0;
         v = (v << 6) | (s[i] & 0x3f);
         /* reject overlong forms, surrogates and > U+10FFFF as soon as the second byte shows them */
         if (i == 1) {
-            if (need == 3 && ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] >= 0xa0)))
-                return 0;
-            if (need == 4 && ((c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] >= 0x90)))
-                return 0;
+            if (need == 3 && ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] >= 0xa0))) return 0;
+            if (need == 4 && ((c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] >= 0x90))) return 0;
         }
     }
-    if (v < min)
-        return 0;
-    if (cp)
-        *cp = v;
+    if (v < min) return 0;
+    if (cp) *cp = v;
     return need;
 }
 
@@ -397,26 +365,24 @@ size_t tok_utf8_valid(const uint8_t *s, size_t n)
         while (i + 8 <= n) {
             uint64_t w;
             memcpy(&w, s + i, 8);
-            if (w & 0x8080808080808080ull)
-                break;
+            if (w & 0x8080808080808080ull) break;
             i += 8;
         }
-        if (i >= n)
-            break;
+        if (i >= n) break;
         if (s[i] < 0x80) {
             i++;
             continue;
         }
         bool inc;
         size_t k = tok_utf8_char(s + i, n - i, &inc, NULL);
-        if (!k)
-            return i;
+        if (!k) return i;
         i += k;
     }
     return n;
 }
 
-/* ---- streaming decoder ------------------------------------------------------------------------ */
+/* ---- streaming decoder ------------------------------------------------------------------------
+ */
 
 void em_tok_stream_init(em_tok_stream *st, const em_tokenizer *t)
 {
@@ -434,10 +400,8 @@ static long stream_emit(em_tok_stream *st, const uint8_t *b, size_t n, char *out
     size_t i = 0;
     /* work on pending bytes followed by the new ones, one byte at a time into pending */
     for (;;) {
-        while (st->npending < sizeof st->pending && i < n)
-            st->pending[st->npending++] = b[i++];
-        if (st->npending == 0)
-            break;
+        while (st->npending < sizeof st->pending && i < n) st->pending[st->npending++] = b[i++];
+        if (st->npending == 0) break;
         bool inc;
         size_t k = tok_utf8_char(st->pending, st->npending, &inc, NULL);
         size_t drop;
@@ -466,7 +430,8 @@ long em_tok_stream_feed(em_tok_stream *st, uint32_t id, char *out, size_t cap)
 {
     const em_tokenizer *t = st->tok;
     if (!t || id >= t->nids || !t->len[id])
-        return em_set_error(EM_ERR_INVALID, "stream decoder: id %u is not in the vocabulary", id), -1;
+        return em_set_error(EM_ERR_INVALID, "stream decoder: id %u is not in the vocabulary", id),
+               -1;
     return stream_emit(st, t->pool + t->off[id], t->len[id], out, cap, false);
 }
 
@@ -475,7 +440,8 @@ long em_tok_stream_finish(em_tok_stream *st, char *out, size_t cap)
     return stream_emit(st, NULL, 0, out, cap, true);
 }
 
-/* ---- chunking ---------------------------------------------------------------------------------- */
+/* ---- chunking ----------------------------------------------------------------------------------
+ */
 
 static bool ascii_space(uint8_t c)
 {
@@ -497,13 +463,10 @@ size_t em_tok_safe_cut(const char *text, size_t len, size_t min)
     const uint8_t *s = (const uint8_t *)text;
     for (size_t p = min < 2 ? 2 : min; p + 1 < len; p++) {
         uint8_t a = s[p - 1], c = s[p];
-        if (c == ' ' && ascii_letter(a) && ascii_letter(s[p + 1]))
-            return p;
-        if (a != '\n')
-            continue;
+        if (c == ' ' && ascii_letter(a) && ascii_letter(s[p + 1])) return p;
+        if (a != '\n') continue;
         uint8_t z = s[p - 2];
-        if (z < 0x80 && !ascii_space(z) && c < 0x80 && !ascii_space(c) && c != '\'')
-            return p;
+        if (z < 0x80 && !ascii_space(z) && c < 0x80 && !ascii_space(c) && c != '\'') return p;
     }
     return len;
 }
@@ -512,32 +475,24 @@ size_t em_tok_safe_cut(const char *text, size_t len, size_t min)
 
 static int b64_value(char c)
 {
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
     return -1;
 }
 
 long tok_b64_decode(const char *s, size_t n, uint8_t *out)
 {
-    while (n && s[n - 1] == '=')
-        n--;
-    if (n % 4 == 1)
-        return -1;
+    while (n && s[n - 1] == '=') n--;
+    if (n % 4 == 1) return -1;
     size_t w = 0;
     uint32_t acc = 0;
     int bits = 0;
     for (size_t i = 0; i < n; i++) {
         int v = b64_value(s[i]);
-        if (v < 0)
-            return -1;
+        if (v < 0) return -1;
         acc = (acc << 6) | (uint32_t)v;
         bits += 6;
         if (bits >= 8) {
@@ -552,15 +507,12 @@ char *tok_b64_encode(const uint8_t *s, size_t n)
 {
     static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     char *o = malloc(4 * ((n + 2) / 3) + 1);
-    if (!o)
-        return NULL;
+    if (!o) return NULL;
     size_t w = 0;
     for (size_t i = 0; i < n; i += 3) {
         uint32_t v = (uint32_t)s[i] << 16;
-        if (i + 1 < n)
-            v |= (uint32_t)s[i + 1] << 8;
-        if (i + 2 < n)
-            v |= s[i + 2];
+        if (i + 1 < n) v |= (uint32_t)s[i + 1] << 8;
+        if (i + 2 < n) v |= s[i + 2];
         o[w++] = A[(v >> 18) & 63];
         o[w++] = A[(v >> 12) & 63];
         o[w++] = i + 1 < n ? A[(v >> 6) & 63] : '=';

@@ -81,9 +81,15 @@ static em_ir_kernel *specialize_adaptive(const em_lang_module *m, const char *ke
         bool dropped = false;
         for (size_t i = 0; i < em_lang_diags_count(d); i++) {
             const char *msg = em_lang_diags_at(d, i)->message;
+            /* "... has no generic or comptime parameter named 'X'" or "parameter 'X' of kernel
+             * 'k' is not comptime: pass it at launch" */
             const char *q = strstr(msg, "comptime parameter named '");
-            if (!q) continue;
-            q += strlen("comptime parameter named '");
+            if (q)
+                q += strlen("comptime parameter named '");
+            else if (strncmp(msg, "parameter '", 11) == 0 && strstr(msg, "is not comptime"))
+                q = msg + 11;
+            else
+                continue;
             for (size_t j = 0; j < n; j++) {
                 size_t len = strlen(use[j].name);
                 if (strncmp(q, use[j].name, len) == 0 && q[len] == '\'') {
@@ -139,7 +145,7 @@ static size_t compile_batch(em_ir_kernel **ks, const char *const *labels, size_t
 /* One specialization to compile: a kernel, its bindings and line width. */
 typedef struct spec_item {
     const char *kernel;
-    em_lang_bind binds[12];
+    em_lang_bind binds[24];
     size_t nbinds;
     unsigned line_width;
 } spec_item;
@@ -209,8 +215,8 @@ static spec_item item(const char *kernel, unsigned w, size_t nb, const em_lang_b
     memset(&it, 0, sizeof(it));
     it.kernel = kernel;
     it.line_width = w;
-    it.nbinds = nb < 12 ? nb : 12;
-    memcpy(it.binds, b, it.nbinds * sizeof(*b));
+    it.nbinds = nb < 24 ? nb : 24;
+    if (it.nbinds) memcpy(it.binds, b, it.nbinds * sizeof(*b));
     return it;
 }
 
@@ -232,11 +238,15 @@ static void test_builtins_compile(void **state)
                 em_lang_bind_type("M", EM_F32), em_lang_bind_type("I", EM_I32),
                 em_lang_bind_int("R", 2),     em_lang_bind_int("K", 1),
                 em_lang_bind_int("DIM", 1),   em_lang_bind_int("OP", 0),
-                em_lang_bind_int("TILE", 16), em_lang_bind_int("DIST", 0)};
-            items[nitems] = item(em_lang_kernel_name(m, i), t == 1 ? 4 : 1, 12, b);
-            /* the remaining comptime parameters (KIND, CUBE, LOG, FLIP, flags) keep defaults or
-             * are given below when a kernel has no default */
-            nitems++;
+                em_lang_bind_int("TILE", 16), em_lang_bind_int("DIST", 0),
+                em_lang_bind_int("KIND", 0),  em_lang_bind_int("CUBE", 256),
+                em_lang_bind_int("LOG", 8),   em_lang_bind_int("FLIP", 1),
+                em_lang_bind_bool("HAS_B", true), em_lang_bind_bool("HAS_W", true),
+                em_lang_bind_bool("ADD", true), em_lang_bind_bool("MAX", false),
+                em_lang_bind_bool("LOG_SOFTMAX", false), em_lang_bind_bool("RMS", false),
+                em_lang_bind_bool("DESC", false), em_lang_bind_bool("UPPER", true)};
+            /* every kernel drops the bindings it does not have (specialize_adaptive) */
+            items[nitems++] = item(em_lang_kernel_name(m, i), t == 1 ? 4 : 1, sizeof(b) / sizeof(b[0]), b);
         }
     }
     size_t compiled = 0, failed = 0, unspec = 0;
@@ -285,6 +295,7 @@ static void test_corpus_compiles(void **state)
     for (size_t t = 0; t < 7; t++) {
         em_lang_bind b = em_lang_bind_type("T", nums[t]);
         items[n++] = item("ew_generic", 1, 1, &b);
+        if (t < 3) items[n++] = item("select_bool", 1, 1, &b);
     }
     static const em_scalar casts[][2] = {{EM_F32, EM_I32}, {EM_U32, EM_F32}, {EM_F32, EM_F16},
                                          {EM_BF16, EM_F32}, {EM_F64, EM_I64}, {EM_I32, EM_U8}};

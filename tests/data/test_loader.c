@@ -18,8 +18,7 @@
 static uint32_t *read_shard(const char *path, int *version, size_t *n)
 {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
+    if (!f) return NULL;
     int32_t header[256];
     if (fread(header, 4, 256, f) != 256 || header[0] != 20240520) {
         fclose(f);
@@ -31,12 +30,10 @@ static uint32_t *read_shard(const char *path, int *version, size_t *n)
     for (size_t i = 0; i < *n; i++) {
         if (header[1] == 1) {
             uint16_t v;
-            if (fread(&v, 2, 1, f) != 1)
-                break;
+            if (fread(&v, 2, 1, f) != 1) break;
             ids[i] = v;
         } else {
-            if (fread(&ids[i], 4, 1, f) != 1)
-                break;
+            if (fread(&ids[i], 4, 1, f) != 1) break;
         }
     }
     int extra = fgetc(f);
@@ -54,8 +51,7 @@ static void test_shard_roundtrip(void **state)
     char dir[512], path[1200];
     scratch_dir("shards", dir, sizeof dir);
     uint32_t ids[1000];
-    for (int i = 0; i < 1000; i++)
-        ids[i] = (uint32_t)(i * 7919) % 50257;
+    for (int i = 0; i < 1000; i++) ids[i] = (uint32_t)(i * 7919) % 50257;
     snprintf(path, sizeof path, "%s/a.bin", dir);
     assert_int_equal(em_shard_write(path, ids, 1000, 50257), EM_OK);
     int version;
@@ -67,8 +63,7 @@ static void test_shard_roundtrip(void **state)
     assert_memory_equal(back, ids, sizeof ids);
     free(back);
     /* a vocabulary over 65,536 ids: uint32 tokens, version 2 */
-    for (int i = 0; i < 1000; i++)
-        ids[i] = (uint32_t)(i * 104729) % 100000;
+    for (int i = 0; i < 1000; i++) ids[i] = (uint32_t)(i * 104729) % 100000;
     assert_int_equal(em_shard_write(path, ids, 1000, 100000), EM_OK);
     back = read_shard(path, &version, &n);
     assert_non_null(back);
@@ -78,8 +73,7 @@ static void test_shard_roundtrip(void **state)
     em_shard s;
     assert_int_equal(em_shard_open(&s, path), EM_OK);
     assert_int_equal(s.ntokens, 1000);
-    for (int i = 0; i < 1000; i++)
-        assert_int_equal(em_shard_token(&s, (size_t)i), ids[i]);
+    for (int i = 0; i < 1000; i++) assert_int_equal(em_shard_token(&s, (size_t)i), ids[i]);
     em_shard_close(&s);
     /* an id outside the vocabulary */
     assert_int_equal(em_shard_write(path, ids, 1000, 50000), EM_ERR_INVALID);
@@ -137,8 +131,7 @@ static void make_shards(char *dir, size_t cap)
     scratch_dir("loader", dir, cap);
     for (int k = 0; k < NSHARD; k++) {
         uint32_t *ids = malloc(SHARD_LEN[k] * sizeof *ids);
-        for (size_t j = 0; j < SHARD_LEN[k]; j++)
-            ids[j] = (uint32_t)(k * 100000 + j);
+        for (size_t j = 0; j < SHARD_LEN[k]; j++) ids[j] = (uint32_t)(k * 100000 + j);
         char path[1200];
         snprintf(path, sizeof path, "%s/train_%06d.bin", dir, k);
         assert_int_equal(em_shard_write(path, ids, SHARD_LEN[k], 400000), EM_OK);
@@ -155,8 +148,8 @@ static void check_batch(const int32_t *in, const int32_t *tg, uint32_t starts[B]
         int32_t first = in[b * T];
         int k = first / 100000, off = first % 100000;
         assert_true(k >= 0 && k < NSHARD);
-        assert_int_equal(off % T, 0);                       /* samples start at multiples of T */
-        assert_true((size_t)off + T < SHARD_LEN[k] + 0u);   /* T+1 tokens inside the shard */
+        assert_int_equal(off % T, 0);                     /* samples start at multiples of T */
+        assert_true((size_t)off + T < SHARD_LEN[k] + 0u); /* T+1 tokens inside the shard */
         for (int j = 0; j < T; j++) {
             assert_int_equal(in[b * T + j], first + j);
             assert_int_equal(tg[b * T + j], first + j + 1); /* targets: inputs shifted by one */
@@ -174,8 +167,7 @@ static void test_sequential_and_epochs(void **state)
     em_loader *l = em_loader_open(&o);
     assert_non_null(l);
     size_t samples = 0;
-    for (int k = 0; k < NSHARD; k++)
-        samples += (SHARD_LEN[k] - 1) / T;
+    for (int k = 0; k < NSHARD; k++) samples += (SHARD_LEN[k] - 1) / T;
     assert_int_equal(em_loader_batches_per_epoch(l), samples / B);
     assert_int_equal(em_loader_tokens(l), 1000 + 777 + 1500);
     int32_t in[B * T], tg[B * T];
@@ -203,8 +195,14 @@ static void test_sequential_and_epochs(void **state)
 static size_t epoch_starts(const char *dir, uint64_t seed, int rank, int world, bool prefetch,
                            uint32_t *out)
 {
-    em_loader_opts o = {.path = dir, .batch = B, .seq = T, .shuffle = true, .seed = seed,
-                        .rank = rank, .world = world, .prefetch = prefetch};
+    em_loader_opts o = {.path = dir,
+                        .batch = B,
+                        .seq = T,
+                        .shuffle = true,
+                        .seed = seed,
+                        .rank = rank,
+                        .world = world,
+                        .prefetch = prefetch};
     em_loader *l = em_loader_open(&o);
     assert_non_null(l);
     size_t n = 0;
@@ -239,8 +237,7 @@ static void test_shuffle_seed_and_ranks(void **state)
     assert_true(memcmp(a, c, na * sizeof *a) != 0); /* another seed, another order */
     /* every sample at most once per epoch */
     qsort(a, na, sizeof *a, cmp_u32);
-    for (size_t i = 1; i < na; i++)
-        assert_true(a[i] != a[i - 1]);
+    for (size_t i = 1; i < na; i++) assert_true(a[i] != a[i - 1]);
     /* two ranks: disjoint samples, the same number of batches */
     size_t n0 = epoch_starts(dir, 7, 0, 2, true, r0);
     size_t n1 = epoch_starts(dir, 7, 1, 2, false, r1);
@@ -266,8 +263,8 @@ static void test_resume(void **state)
     char dir[512];
     make_shards(dir, sizeof dir);
     for (int prefetch = 0; prefetch < 2; prefetch++) {
-        em_loader_opts o = {.path = dir, .batch = B, .seq = T, .shuffle = true, .seed = 99,
-                            .prefetch = prefetch};
+        em_loader_opts o = {
+            .path = dir, .batch = B, .seq = T, .shuffle = true, .seed = 99, .prefetch = prefetch};
         em_loader *l = em_loader_open(&o);
         assert_non_null(l);
         int32_t in[B * T], tg[B * T];
@@ -276,8 +273,7 @@ static void test_resume(void **state)
             assert_int_equal(em_loader_next(l, in, tg), EM_OK);
         em_loader_pos saved = em_loader_tell(l);
         int32_t expect[5][B * T];
-        for (int i = 0; i < 5; i++)
-            assert_int_equal(em_loader_next(l, expect[i], tg), EM_OK);
+        for (int i = 0; i < 5; i++) assert_int_equal(em_loader_next(l, expect[i], tg), EM_OK);
         em_loader_close(l);
         /* a new loader (the other prefetch setting) resumes at the saved position */
         o.prefetch = !prefetch;

@@ -31,11 +31,9 @@ static size_t naive_train(const char *text, size_t vocab)
     size_t ntok = 256;
     for (const char *p = text; *p;) {
         const char *q = p + 1;
-        while (*q && *q != ' ')
-            q++;
+        while (*q && *q != ' ') q++;
         nsym[nw] = 0;
-        for (const char *c = p; c < q; c++)
-            sym[nw][nsym[nw]++] = (uint8_t)*c;
+        for (const char *c = p; c < q; c++) sym[nw][nsym[nw]++] = (uint8_t)*c;
         nw++;
         p = q;
     }
@@ -43,8 +41,7 @@ static size_t naive_train(const char *text, size_t vocab)
     while (ntok < vocab) {
         memset(count, 0, sizeof count);
         for (size_t w = 0; w < nw; w++)
-            for (size_t i = 0; i + 1 < nsym[w]; i++)
-                count[sym[w][i]][sym[w][i + 1]]++;
+            for (size_t i = 0; i + 1 < nsym[w]; i++) count[sym[w][i]][sym[w][i + 1]]++;
         int64_t best = 0;
         uint32_t ba = 0, bb = 0;
         for (uint32_t a = 0; a < ntok; a++)
@@ -54,16 +51,14 @@ static size_t naive_train(const char *text, size_t vocab)
                     ba = a;
                     bb = b;
                 }
-        if (best == 0)
-            break;
+        if (best == 0) break;
         uint8_t cat[64];
         memcpy(cat, tok_bytes[ba], tok_len[ba]);
         memcpy(cat + tok_len[ba], tok_bytes[bb], tok_len[bb]);
         size_t cl = tok_len[ba] + tok_len[bb];
         uint32_t x = (uint32_t)ntok;
         for (uint32_t i = 0; i < ntok; i++)
-            if (tok_len[i] == cl && memcmp(tok_bytes[i], cat, cl) == 0)
-                x = i;
+            if (tok_len[i] == cl && memcmp(tok_bytes[i], cat, cl) == 0) x = i;
         if (x == ntok) {
             memcpy(tok_bytes[ntok], cat, cl);
             tok_len[ntok++] = cl;
@@ -86,13 +81,12 @@ static size_t naive_train(const char *text, size_t vocab)
 
 static char *random_words(size_t nwords, uint64_t seed)
 {
-    static const char *syll[] = {"lo", "w", "er", "new", "est", "wid", "a", "aa", "ab", "ba", "the",
-                                 "th", "e", "n", "nn", "o"};
+    static const char *syll[] = {"lo", "w",  "er",  "new", "est", "wid", "a",  "aa",
+                                 "ab", "ba", "the", "th",  "e",   "n",   "nn", "o"};
     char *s = malloc(nwords * 20 + 1);
     size_t n = 0;
     for (size_t i = 0; i < nwords; i++) {
-        if (i)
-            s[n++] = ' ';
+        if (i) s[n++] = ' ';
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         int k = 1 + (int)((seed >> 40) % 4);
         for (int j = 0; j < k; j++) {
@@ -168,8 +162,9 @@ static void test_train_any_bytes(void **state)
 {
     (void)state;
     /* invalid UTF-8, Unicode and whitespace runs train and round-trip too */
-    const char text[] = "caf\xc3\xa9 caf\xc3\xa9 \xff\xfe\xff\xfe \xe6\x97\xa5\xe6\x9c\xac \xe6\x97\xa5\xe6\x9c\xac"
-                        "    \n\n\n  caf\xc3\xa9\xff";
+    const char text[] =
+        "caf\xc3\xa9 caf\xc3\xa9 \xff\xfe\xff\xfe \xe6\x97\xa5\xe6\x9c\xac \xe6\x97\xa5\xe6\x9c\xac"
+        "    \n\n\n  caf\xc3\xa9\xff";
     em_bpe_train_opts o = {.vocab_size = 300};
     em_tokenizer *t = em_bpe_train(text, sizeof text - 1, &o);
     assert_non_null(t);

@@ -712,6 +712,26 @@ static char *gen_glsl(em_ir_kernel **ks, size_t n, const em_caps *caps)
     return src;
 }
 
+/* Generates and compiles every kernel of ks on its own (a kernel's prelude must not rely on what
+ * another kernel of a batch pulled in). Returns MISSING, FAILED or PASSED. */
+static int compile_each(em_ir_kernel **ks, size_t n, const em_caps *caps, bool cuda)
+{
+    int result = PASSED;
+    for (size_t i = 0; i < n && result == PASSED; i++) {
+        const em_ir_kernel *const *one = (const em_ir_kernel *const *)&ks[i];
+        char *src = cuda ? em_codegen_cuda(one, 1, caps) : em_codegen_opencl(one, 1, caps);
+        if (!src) {
+            print_message("%s\n", em_last_error());
+            return FAILED;
+        }
+        char name[80];
+        snprintf(name, sizeof name, "alone_%s", em_ir_kernel_name(ks[i]));
+        result = cuda ? compile_cuda(src, name) : compile_opencl_clang(src, "CL1.2", NULL, name);
+        free(src);
+    }
+    return result;
+}
+
 /* ---- CUDA ------------------------------------------------------------------------------------- */
 
 static void test_cuda_all_ops(void **state)
@@ -745,9 +765,11 @@ static void test_cuda_all_ops(void **state)
     expect_has(src, "em_rh(");  /* f16 rounding after operations */
     expect_has(src, "== 0 ||"); /* guarded signed division */
     int r = compile_cuda(src, "all_ops.cu");
+    int alone = r == PASSED ? compile_each(ks, n, &caps, true) : r;
     free(src);
     free_all(ks, n);
     expect_compiled(r, "NVRTC (/usr/local/cuda/lib64/libnvrtc.so)");
+    expect_compiled(alone, "NVRTC");
 }
 
 /* Without matrix ops the source needs no header at all (NVRTC without include paths); an older
@@ -831,8 +853,10 @@ static void test_opencl_all_ops(void **state)
     int r12 = compile_opencl_clang(src, "CL1.2", NULL, "all_ops_12");
     int r20 = compile_opencl_clang(src, "CL2.0", NULL, "all_ops_20");
     int rdrv = compile_opencl_driver(src, "all_ops");
+    int alone = r12 == PASSED ? compile_each(ks, n, &caps, false) : r12;
     free(src);
     free_all(ks, n);
+    expect_compiled(alone, "clang (OpenCL C 1.2)");
     expect_compiled(r12, "clang (OpenCL C 1.2)");
     expect_compiled(r20, "clang (OpenCL C 2.0)");
     expect_compiled(rdrv, "an OpenCL platform (libOpenCL.so.1)");

@@ -179,12 +179,39 @@ static em_ir_kernel *k_uniform_if(void)
     return k;
 }
 
+/* Unit 0 returns at once; the others read a trip count from memory and loop over a barrier that
+ * many times. The count is a per-unit value read at cube level: it must come from a unit that
+ * still runs (unit 0 never loaded it). */
+static em_ir_kernel *k_lead_unit(void)
+{
+    em_ir_kernel *k = em_ir_kernel_new("lead_unit");
+    em_ir_mem cfg = em_ir_param_buffer(k, "cfg", U32, EM_READ, 1);
+    em_ir_mem out = em_ir_param_buffer(k, "out", U32, EM_WRITE, 1);
+    em_ir_mem sh = em_ir_shared(k, "seen", U32, 64);
+    em_ir_val u = em_ir_builtin(k, EM_UNIT_POS);
+    em_ir_if_begin(k, cmp(k, EM_OP_EQ, u, em_ir_u32(k, 0)));
+    em_ir_return(k);
+    em_ir_end(k);
+    em_ir_val n = em_ir_load(k, cfg, em_ir_u32(k, 0));
+    em_ir_val acc = em_ir_var(k, U32, "acc");
+    em_ir_assign(k, acc, em_ir_u32(k, 0));
+    em_ir_val t = em_ir_var(k, U32, "t");
+    em_ir_range_begin(k, t, em_ir_u32(k, 0), n, em_ir_u32(k, 1), false);
+    em_ir_store(k, sh, u, t);
+    em_ir_sync_cube(k);
+    em_ir_assign(k, acc, add(k, acc, em_ir_load(k, sh, em_ir_u32(k, 1))));
+    em_ir_sync_cube(k);
+    em_ir_end(k);
+    em_ir_store(k, out, em_ir_builtin(k, EM_ABSOLUTE_POS), acc);
+    return k;
+}
+
 static void test_break_continue_while_if(void **state)
 {
     (void)state;
     enum { CUBES = 3, DIM = 32, N = CUBES * DIM, ROUNDS = 3 };
-    em_ir_kernel *ks[3] = {k_break_continue(), k_while(), k_uniform_if()};
-    xmod *m = xcompile(ks, 3);
+    em_ir_kernel *ks[4] = {k_break_continue(), k_while(), k_uniform_if(), k_lead_unit()};
+    xmod *m = xcompile(ks, 4);
     uint32_t out[N];
     memset(out, 0xff, sizeof out);
     xarg args[] = {xbuf(out, sizeof out, N)};
@@ -207,8 +234,16 @@ static void test_break_continue_while_if(void **state)
         int want = c % 2 == 0 ? (u + ROUNDS) % DIM + 1000 : -1 - u;
         if (iout[i] != want) fail_msg("uniform_if[%d] = %d, want %d", i, iout[i], want);
     }
+    uint32_t cfg[1] = {6};
+    memset(out, 0xff, sizeof out);
+    xarg largs[] = {xbuf(cfg, sizeof cfg, 1), xbuf(out, sizeof out, N)};
+    xlaunch(m, 3, XGRID(CUBES, 1, 1), XGRID(DIM, 1, 1), largs, 2);
+    for (int i = 0; i < N; i++) {
+        uint32_t want = i % DIM == 0 ? 0xffffffffu : 15; /* 0 + 1 + ... + 5 */
+        if (out[i] != want) fail_msg("lead_unit[%d] = %u, want %u", i, out[i], want);
+    }
     xmod_free(m);
-    for (int i = 0; i < 3; i++) em_ir_kernel_free(ks[i]);
+    for (int i = 0; i < 4; i++) em_ir_kernel_free(ks[i]);
 }
 
 /* ---- values across barriers ------------------------------------------------------------------ */

@@ -23,21 +23,24 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: ember data prepare --input PATH --out DIR [--tokenizer gpt2|char|FILE]\n"
-            "                          [--val-fraction F] [--shard-tokens N] [--no-eot] [--special]\n"
-            "       ember data train-tokenizer --input PATH --out FILE [--vocab-size N]\n"
-            "                          [--special TOKEN]...\n"
-            "       ember data info SHARD...\n\n"
-            "prepare: tokenizes a text file or every file under a folder (each file is one document,\n"
-            "  preceded by <|endoftext|> unless --no-eot) and writes llm.c token shards to DIR:\n"
-            "  val_000000.bin (the first F of the tokens, default 0.1) and train_NNNNNN.bin (at most\n"
-            "  N tokens each, default 100000000), plus DIR/tokenizer.json. Shards hold uint16 ids\n"
-            "  (version 1), or uint32 (version 2) when the vocabulary exceeds 65,536 ids.\n"
-            "  --special makes special-token text in the input (<|endoftext|>) count as the token.\n"
-            "train-tokenizer: trains a byte-level BPE (GPT-2 pre-tokenizer) with N ids (default\n"
-            "  8192, specials included; default special <|endoftext|>) and saves it to FILE.\n"
-            "info: checks each shard and prints its version and token count.\n");
+    fprintf(
+        out,
+        "usage: ember data prepare --input PATH --out DIR [--tokenizer gpt2|char|FILE]\n"
+        "                          [--val-fraction F] [--shard-tokens N] [--no-eot] [--special]\n"
+        "                          [--chat]\n"
+        "       ember data train-tokenizer --input PATH --out FILE [--vocab-size N]\n"
+        "                          [--special TOKEN]...\n"
+        "       ember data info SHARD...\n\n"
+        "prepare: tokenizes a text file or every file under a folder (each file is one document,\n"
+        "  preceded by <|endoftext|> unless --no-eot) and writes llm.c token shards to DIR:\n"
+        "  val_000000.bin (the first F of the tokens, default 0.1) and train_NNNNNN.bin (at most\n"
+        "  N tokens each, default 100000000), plus DIR/tokenizer.json. Shards hold uint16 ids\n"
+        "  (version 1), or uint32 (version 2) when the vocabulary exceeds 65,536 ids.\n"
+        "  --special makes special-token text in the input (<|endoftext|>) count as the token;\n"
+        "  --chat adds the chat-template tokens <|im_start|> and <|im_end|> to the vocabulary.\n"
+        "train-tokenizer: trains a byte-level BPE (GPT-2 pre-tokenizer) with N ids (default\n"
+        "  8192, specials included; default special <|endoftext|>) and saves it to FILE.\n"
+        "info: checks each shard and prints its version and token count.\n");
 }
 
 static double now_s(void)
@@ -47,7 +50,8 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* ---- input files -------------------------------------------------------------------------------- */
+/* ---- input files --------------------------------------------------------------------------------
+ */
 
 typedef struct file_list {
     char **paths; /* malloc'd paths, sorted */
@@ -60,8 +64,7 @@ static bool list_push(file_list *l, const char *path)
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 64;
         char **p = realloc(l->paths, cap * sizeof *p);
-        if (!p)
-            return false;
+        if (!p) return false;
         l->paths = p;
         l->cap = cap;
     }
@@ -74,19 +77,14 @@ static bool list_push(file_list *l, const char *path)
 static bool walk(const char *path, file_list *l, int depth)
 {
     struct stat st;
-    if (stat(path, &st) != 0)
-        return false;
-    if (S_ISREG(st.st_mode))
-        return list_push(l, path);
-    if (!S_ISDIR(st.st_mode) || depth > 32)
-        return true;
+    if (stat(path, &st) != 0) return false;
+    if (S_ISREG(st.st_mode)) return list_push(l, path);
+    if (!S_ISDIR(st.st_mode) || depth > 32) return true;
     DIR *d = opendir(path);
-    if (!d)
-        return false;
+    if (!d) return false;
     bool ok = true;
     for (struct dirent *e; ok && (e = readdir(d));) {
-        if (e->d_name[0] == '.')
-            continue;
+        if (e->d_name[0] == '.') continue;
         size_t n = strlen(path) + strlen(e->d_name) + 2;
         char *child = malloc(n);
         if (!child) {
@@ -108,8 +106,7 @@ static int cmp_str(const void *a, const void *b)
 
 static void list_free(file_list *l)
 {
-    for (size_t i = 0; i < l->n; i++)
-        free(l->paths[i]);
+    for (size_t i = 0; i < l->n; i++) free(l->paths[i]);
     free(l->paths);
 }
 
@@ -174,13 +171,14 @@ static char *read_inputs(const file_list *l, size_t *len)
     return buf;
 }
 
-/* ---- prepare ------------------------------------------------------------------------------------ */
+/* ---- prepare ------------------------------------------------------------------------------------
+ */
 
 typedef struct chunk {
-    const char *text;  /* borrowed from the file's map */
-    size_t len;        /* bytes */
-    em_tokens out;     /* its ids */
-    char err[512];     /* the worker's error message, empty when fine */
+    const char *text; /* borrowed from the file's map */
+    size_t len;       /* bytes */
+    em_tokens out;    /* its ids */
+    char err[512];    /* the worker's error message, empty when fine */
 } chunk;
 
 typedef struct encode_job {
@@ -200,8 +198,7 @@ static void encode_chunk(void *ctx, size_t i, unsigned worker)
 
 static void progress(double done, double total, double t0, bool tty)
 {
-    if (!tty || total <= 0)
-        return;
+    if (!tty || total <= 0) return;
     int width = 30, fill = (int)(width * done / total);
     double dt = now_s() - t0;
     fprintf(stderr, "\r[%.*s%*s] %3d%% %7.1f MB/s", fill, "##############################",
@@ -213,11 +210,9 @@ static bool append(em_tokens *all, const uint32_t *ids, size_t n)
 {
     if (all->len + n > all->cap) {
         size_t cap = all->cap ? all->cap : 1 << 20;
-        while (cap < all->len + n)
-            cap *= 2;
+        while (cap < all->len + n) cap *= 2;
         uint32_t *p = realloc(all->ids, cap * sizeof *p);
-        if (!p)
-            return false;
+        if (!p) return false;
         all->ids = p;
         all->cap = cap;
     }
@@ -227,8 +222,9 @@ static bool append(em_tokens *all, const uint32_t *ids, size_t n)
 }
 
 /* Encodes one file into all, in chunks spread over the pool. */
-static bool encode_file(const char *path, const em_tokenizer *tok, bool special, em_threadpool *pool,
-                        em_tokens *all, double *done, double total, double t0, bool tty)
+static bool encode_file(const char *path, const em_tokenizer *tok, bool special,
+                        em_threadpool *pool, em_tokens *all, double *done, double total, double t0,
+                        bool tty)
 {
     em_mmap m;
     if (em_mmap_open(&m, path) != EM_OK) {
@@ -275,8 +271,7 @@ static int write_shards(const char *out, const em_tokens *all, uint32_t vocab, d
                         size_t shard_tokens)
 {
     size_t nval = (size_t)(val_fraction * (double)all->len + 0.5);
-    if (val_fraction > 0 && nval == 0)
-        nval = 1;
+    if (val_fraction > 0 && nval == 0) nval = 1;
     char path[4096];
     size_t nshards = 0;
     if (nval) {
@@ -304,7 +299,7 @@ static int prepare(int argc, char **argv)
     const char *tok_name = "gpt2", *input = NULL, *out = NULL;
     double val_fraction = 0.1;
     unsigned long long shard_tokens = 100000000ull;
-    bool eot = true, special = false;
+    bool eot = true, special = false, chat = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         char *end = NULL;
@@ -320,19 +315,23 @@ static int prepare(int argc, char **argv)
         } else if (strcmp(a, "--val-fraction") == 0 && i + 1 < argc) {
             val_fraction = strtod(argv[++i], &end);
             if (*end || !(val_fraction >= 0 && val_fraction < 1)) {
-                fprintf(stderr, "ember data: --val-fraction wants a number in [0, 1), not '%s'\n", argv[i]);
+                fprintf(stderr, "ember data: --val-fraction wants a number in [0, 1), not '%s'\n",
+                        argv[i]);
                 return 2;
             }
         } else if (strcmp(a, "--shard-tokens") == 0 && i + 1 < argc) {
             shard_tokens = strtoull(argv[++i], &end, 10);
             if (*end || shard_tokens == 0 || shard_tokens > INT32_MAX) {
-                fprintf(stderr, "ember data: --shard-tokens wants 1..%d, not '%s'\n", INT32_MAX, argv[i]);
+                fprintf(stderr, "ember data: --shard-tokens wants 1..%d, not '%s'\n", INT32_MAX,
+                        argv[i]);
                 return 2;
             }
         } else if (strcmp(a, "--no-eot") == 0) {
             eot = false;
         } else if (strcmp(a, "--special") == 0) {
             special = true;
+        } else if (strcmp(a, "--chat") == 0) {
+            chat = true;
         } else {
             fprintf(stderr, "ember data prepare: unknown or incomplete option '%s'\n\n", a);
             usage(stderr);
@@ -345,8 +344,7 @@ static int prepare(int argc, char **argv)
         return 2;
     }
     file_list files;
-    if (!list_inputs(input, &files))
-        return 1;
+    if (!list_inputs(input, &files)) return 1;
     em_tokenizer *tok = NULL;
     if (strcmp(tok_name, "char") == 0) {
         size_t len;
@@ -360,7 +358,7 @@ static int prepare(int argc, char **argv)
     int rc = 1;
     em_tokens all = {0};
     em_threadpool *pool = NULL;
-    if (!tok) {
+    if (!tok || (chat && em_tok_add_chat_specials(tok) != EM_OK)) {
         fprintf(stderr, "ember data: %s\n", em_last_error());
         goto done;
     }
@@ -376,24 +374,21 @@ static int prepare(int argc, char **argv)
     double total = 0, done_bytes = 0, t0 = now_s();
     for (size_t i = 0; i < files.n; i++) {
         struct stat st;
-        if (stat(files.paths[i], &st) == 0)
-            total += (double)st.st_size;
+        if (stat(files.paths[i], &st) == 0) total += (double)st.st_size;
     }
     bool tty = isatty(2);
     int64_t eot_id = em_tok_eot(tok);
     for (size_t i = 0; i < files.n; i++) {
         uint32_t e = (uint32_t)eot_id;
-        if (eot && eot_id >= 0 && !append(&all, &e, 1))
-            goto done;
+        if (eot && eot_id >= 0 && !append(&all, &e, 1)) goto done;
         if (!encode_file(files.paths[i], tok, special, pool, &all, &done_bytes, total, t0, tty))
             goto done;
     }
-    if (tty)
-        fprintf(stderr, "\n");
+    if (tty) fprintf(stderr, "\n");
     double dt = now_s() - t0;
-    int nshards = write_shards(out, &all, em_tok_vocab_size(tok), val_fraction, (size_t)shard_tokens);
-    if (nshards < 0)
-        goto done;
+    int nshards =
+        write_shards(out, &all, em_tok_vocab_size(tok), val_fraction, (size_t)shard_tokens);
+    if (nshards < 0) goto done;
     char tpath[4096];
     snprintf(tpath, sizeof tpath, "%s/tokenizer.json", out);
     if (em_tok_save(tok, tpath) != EM_OK) {
@@ -401,8 +396,7 @@ static int prepare(int argc, char **argv)
         goto done;
     }
     size_t nval = (size_t)(val_fraction * (double)all.len + 0.5);
-    if (val_fraction > 0 && nval == 0)
-        nval = 1;
+    if (val_fraction > 0 && nval == 0) nval = 1;
     printf("%zu file(s), %.0f bytes -> %zu tokens (val %zu, train %zu) in %d shard(s) under %s; "
            "%.2f s, %.1f MB/s\n",
            files.n, total, all.len, nval, all.len - nval, nshards, out, dt,
@@ -416,7 +410,8 @@ done:
     return rc;
 }
 
-/* ---- train-tokenizer and info ----------------------------------------------------------------- */
+/* ---- train-tokenizer and info -----------------------------------------------------------------
+ */
 
 static int train_tokenizer(int argc, char **argv)
 {
@@ -437,7 +432,8 @@ static int train_tokenizer(int argc, char **argv)
         } else if (strcmp(a, "--vocab-size") == 0 && i + 1 < argc) {
             vocab = strtoul(argv[++i], &end, 10);
             if (*end || vocab < 257 || vocab > 10000000) {
-                fprintf(stderr, "ember data: --vocab-size wants 257..10000000, not '%s'\n", argv[i]);
+                fprintf(stderr, "ember data: --vocab-size wants 257..10000000, not '%s'\n",
+                        argv[i]);
                 return 2;
             }
         } else if (strcmp(a, "--special") == 0 && i + 1 < argc && nspecials < 16) {
@@ -452,19 +448,18 @@ static int train_tokenizer(int argc, char **argv)
         fprintf(stderr, "ember data train-tokenizer: --input and --out are required\n");
         return 2;
     }
-    if (nspecials == 0)
-        specials[nspecials++] = "<|endoftext|>";
+    if (nspecials == 0) specials[nspecials++] = "<|endoftext|>";
     file_list files;
-    if (!list_inputs(input, &files))
-        return 1;
+    if (!list_inputs(input, &files)) return 1;
     size_t len;
     char *text = read_inputs(&files, &len);
     list_free(&files);
-    if (!text)
-        return 1;
+    if (!text) return 1;
     double t0 = now_s();
-    em_bpe_train_opts o = {.vocab_size = (uint32_t)vocab, .specials = specials,
-                           .nspecials = nspecials, .verbose = isatty(2)};
+    em_bpe_train_opts o = {.vocab_size = (uint32_t)vocab,
+                           .specials = specials,
+                           .nspecials = nspecials,
+                           .verbose = isatty(2)};
     em_tokenizer *t = em_bpe_train(text, len, &o);
     double dt = now_s() - t0;
     free(text);
@@ -494,8 +489,7 @@ static int info(int argc, char **argv)
         }
         printf("%s: version %d (%s tokens), %zu tokens:", argv[i], s.version,
                s.version == EM_SHARD_VERSION_U16 ? "uint16" : "uint32", s.ntokens);
-        for (size_t k = 0; k < s.ntokens && k < 8; k++)
-            printf(" %u", em_shard_token(&s, k));
+        for (size_t k = 0; k < s.ntokens && k < 8; k++) printf(" %u", em_shard_token(&s, k));
         printf("%s\n", s.ntokens > 8 ? " ..." : "");
         em_shard_close(&s);
     }
@@ -508,12 +502,9 @@ int em_cli_data(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    if (strcmp(argv[1], "prepare") == 0)
-        return prepare(argc - 1, argv + 1);
-    if (strcmp(argv[1], "train-tokenizer") == 0)
-        return train_tokenizer(argc - 1, argv + 1);
-    if (strcmp(argv[1], "info") == 0)
-        return info(argc - 1, argv + 1);
+    if (strcmp(argv[1], "prepare") == 0) return prepare(argc - 1, argv + 1);
+    if (strcmp(argv[1], "train-tokenizer") == 0) return train_tokenizer(argc - 1, argv + 1);
+    if (strcmp(argv[1], "info") == 0) return info(argc - 1, argv + 1);
     fprintf(stderr, "ember data: unknown subcommand '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

@@ -12,18 +12,21 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: ember tokenize [--tokenizer gpt2|char|FILE] [--decode] [--no-special]\n"
-            "                      [--save-tokenizer FILE] [TEXTFILE]\n\n"
-            "Prints the token ids of TEXTFILE (or standard input) as whitespace-separated integers;\n"
-            "with --decode, reads such ids and prints the text they stand for.\n\n"
-            "  --tokenizer T        gpt2 (default): GPT-2's byte-level BPE (encoder.json + vocab.bpe\n"
-            "                       from ember's data directory); char: one id per character of the\n"
-            "                       input's own alphabet; FILE: a tiktoken rank file, a directory with\n"
-            "                       encoder.json + vocab.bpe, or a tokenizer saved by ember\n"
-            "  --decode             ids in, text out\n"
-            "  --no-special         encode special tokens such as <|endoftext|> as plain text\n"
-            "  --save-tokenizer F   also save the tokenizer (e.g. a char alphabet) to F\n");
+    fprintf(
+        out,
+        "usage: ember tokenize [--tokenizer gpt2|char|FILE] [--decode] [--no-special] [--chat]\n"
+        "                      [--save-tokenizer FILE] [TEXTFILE]\n\n"
+        "Prints the token ids of TEXTFILE (or standard input) as whitespace-separated integers;\n"
+        "with --decode, reads such ids and prints the text they stand for.\n\n"
+        "  --tokenizer T        gpt2 (default): GPT-2's byte-level BPE (encoder.json + vocab.bpe\n"
+        "                       from ember's data directory); char: one id per character of the\n"
+        "                       input's own alphabet; FILE: a tiktoken rank file, a directory "
+        "with\n"
+        "                       encoder.json + vocab.bpe, or a tokenizer saved by ember\n"
+        "  --decode             ids in, text out\n"
+        "  --no-special         encode special tokens such as <|endoftext|> as plain text\n"
+        "  --chat               add the chat-template tokens <|im_start|> and <|im_end|>\n"
+        "  --save-tokenizer F   also save the tokenizer (e.g. a char alphabet) to F\n");
 }
 
 /* Reads a whole file, or standard input for NULL / "-". */
@@ -39,8 +42,7 @@ static char *slurp(const char *path, size_t *len)
     while (buf) {
         size_t r = fread(buf + n, 1, cap - n, f);
         n += r;
-        if (r == 0)
-            break;
+        if (r == 0) break;
         if (n == cap) {
             char *nb = realloc(buf, cap * 2);
             if (!nb) {
@@ -53,8 +55,7 @@ static char *slurp(const char *path, size_t *len)
         }
     }
     bool err = ferror(f);
-    if (f != stdin)
-        fclose(f);
+    if (f != stdin) fclose(f);
     if (!buf || err) {
         fprintf(stderr, "ember tokenize: cannot read %s\n", path ? path : "standard input");
         free(buf);
@@ -71,15 +72,16 @@ static int decode(em_tokenizer *t, const char *text, size_t len)
     while (i < len) {
         while (i < len && (text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r'))
             i++;
-        if (i >= len)
-            break;
+        if (i >= len) break;
         unsigned long long v = 0;
         size_t start = i;
         while (i < len && text[i] >= '0' && text[i] <= '9' && v <= UINT32_MAX)
             v = v * 10 + (unsigned)(text[i++] - '0');
-        bool sep = i >= len || text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r';
+        bool sep =
+            i >= len || text[i] == ' ' || text[i] == '\n' || text[i] == '\t' || text[i] == '\r';
         if (i == start || !sep || v >= UINT32_MAX) {
-            fprintf(stderr, "ember tokenize: byte %zu of the input: expected a token id, found '%.*s'\n",
+            fprintf(stderr,
+                    "ember tokenize: byte %zu of the input: expected a token id, found '%.*s'\n",
                     start, (int)(i - start + 1 < 20 ? i - start + 1 : 20), text + start);
             em_tokens_free(&ids);
             return 1;
@@ -127,7 +129,7 @@ static int encode(em_tokenizer *t, const char *text, size_t len, bool special)
 int em_cli_tokenize(int argc, char **argv)
 {
     const char *tok_name = "gpt2", *input = NULL, *save = NULL;
-    bool dec = false, special = true;
+    bool dec = false, special = true, chat = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -141,6 +143,8 @@ int em_cli_tokenize(int argc, char **argv)
             dec = true;
         } else if (strcmp(a, "--no-special") == 0) {
             special = false;
+        } else if (strcmp(a, "--chat") == 0) {
+            chat = true;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "ember tokenize: unknown or incomplete option '%s'\n\n", a);
             usage(stderr);
@@ -154,13 +158,13 @@ int em_cli_tokenize(int argc, char **argv)
     }
     size_t len;
     char *text = slurp(input, &len);
-    if (!text)
-        return 1;
+    if (!text) return 1;
     em_tokenizer *t;
     if (strcmp(tok_name, "char") == 0) {
         if (dec) {
-            fprintf(stderr, "ember tokenize: --decode with a char tokenizer needs its saved alphabet "
-                            "(--tokenizer FILE from --save-tokenizer)\n");
+            fprintf(stderr,
+                    "ember tokenize: --decode with a char tokenizer needs its saved alphabet "
+                    "(--tokenizer FILE from --save-tokenizer)\n");
             free(text);
             return 2;
         }
@@ -169,8 +173,9 @@ int em_cli_tokenize(int argc, char **argv)
     } else {
         t = em_tok_load(tok_name);
     }
-    if (!t) {
+    if (!t || (chat && em_tok_add_chat_specials(t) != EM_OK)) {
         fprintf(stderr, "ember tokenize: %s\n", em_last_error());
+        em_tok_free(t);
         free(text);
         return 1;
     }

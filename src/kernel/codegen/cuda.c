@@ -193,11 +193,14 @@ static void cu_meta(em_spmd *e, uint32_t off, em_strbuf *sb) { em_sb_printf(sb, 
 
 static const em_ir_memory *mem(em_spmd *e, em_ir_mem m) { return em_ir_mem_at(e->k, m); }
 
-/* Local memory holds compute types; global and shared memory hold storage types. */
+/* Local memory holds compute types; global and shared memory hold storage types (bool as a byte,
+ * whose converters the prelude then needs). */
 static bool stored_converted(em_spmd *e, em_ir_mem m)
 {
     const em_ir_memory *x = mem(e, m);
-    return x->space != EM_MEM_LOCAL && converted((em_scalar)x->elem.scalar);
+    bool conv = x->space != EM_MEM_LOCAL && converted((em_scalar)x->elem.scalar);
+    if (conv && x->elem.scalar == EM_BOOL) e->needs |= EM_NEED_BOOLMEM;
+    return conv;
 }
 
 static const char *from_storage_fn(em_scalar s) { return s == EM_BOOL ? "em_u2b" : s == EM_F16 ? "em_h2f" : "em_b2f"; }
@@ -230,7 +233,6 @@ static bool cu_mem_load_line(em_spmd *e, em_ir_mem m, const char *index, em_strb
 {
     const em_ir_memory *x = mem(e, m);
     if (stored_converted(e, m)) {
-        if (x->elem.scalar == EM_BOOL) e->needs |= EM_NEED_BOOLMEM;
         em_sb_printf(sb, "%s(%s[%s])", from_storage_fn((em_scalar)x->elem.scalar), e->mname[m], index);
     } else {
         em_sb_printf(sb, "%s[%s]", e->mname[m], index);
@@ -242,7 +244,6 @@ static bool cu_mem_store_line(em_spmd *e, em_ir_mem m, const char *index, const 
 {
     const em_ir_memory *x = mem(e, m);
     if (stored_converted(e, m)) {
-        if (x->elem.scalar == EM_BOOL) e->needs |= EM_NEED_BOOLMEM;
         em_spmd_line(e, "%s[%s] = %s(%s);", e->mname[m], index, to_storage_fn((em_scalar)x->elem.scalar), value);
     } else {
         em_spmd_line(e, "%s[%s] = %s;", e->mname[m], index, value);
@@ -475,8 +476,11 @@ static void cu_matrix(em_spmd *e, const em_ir_inst *in)
         em_strbuf v;
         em_sb_init(&v);
         em_spmd_val(e, in->args[1], &v);
-        const char *conv = f->type.scalar == EM_F16 ? "__float2half" : f->type.scalar == EM_BF16 ? "__float2bfloat16" : "";
-        em_spmd_line(e, "wmma::fill_fragment(%s, %s(%s));", e->vname[in->args[0]], conv, v.data);
+        const char *conv = f->type.scalar == EM_F16 ? "__float2half" : f->type.scalar == EM_BF16 ? "__float2bfloat16" : NULL;
+        if (conv)
+            em_spmd_line(e, "wmma::fill_fragment(%s, %s(%s));", e->vname[in->args[0]], conv, v.data);
+        else
+            em_spmd_line(e, "wmma::fill_fragment(%s, %s);", e->vname[in->args[0]], v.data);
         em_sb_free(&v);
         return;
     }
