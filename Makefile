@@ -1,7 +1,8 @@
 # The two commands of the README, and the everyday build. CMake does the real work in build/;
 # the sanitizer build lives in build-asan/.
 #   make        build ember (build/ember) and the tests
-#   make test   install dependencies, build, run the whole suite, then again under ASan+UBSan
+#   make test   install dependencies; build with clang + ASan/UBSan and run the suite and the
+#               fuzzers; then build with gcc and run the suite again
 #   make demo   install dependencies, build, and run the best end-to-end demonstration
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD ?= build
@@ -26,8 +27,10 @@ test: bootstrap
 test-fast: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# The sanitizer build uses clang, so the suite is also compiled by a second compiler, and the
+# libFuzzer targets (clang only) are built and run there for their bounded time.
 test-asan:
-	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DEMBER_SANITIZE=address,undefined >/dev/null
+	@CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DEMBER_SANITIZE=address,undefined >/dev/null
 	@cmake --build build-asan -j $(JOBS)
 	@cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		ctest --output-on-failure -j $(JOBS) -LE no-sanitizer

@@ -2,7 +2,8 @@
  * kernels/NAME.ek, one module) runs on every backend present against a C reference (float64 where
  * floats are involved), with a normalized-error tolerance per dtype, NaN/Inf agreement, and
  * sentinel guards after every output. Usage: conformance [DEVICE...]; without arguments the
- * devices are $EMBER_TEST_DEVICE when set, else cpu, opencl:0, vulkan:0 and cuda:0. A device
+ * devices are $EMBER_TEST_DEVICE when set, else cpu, opencl:0, vulkan:0 and cuda:0 (with both,
+ * only the named devices equal to $EMBER_TEST_DEVICE run; none: exit 77). A device
  * that cannot be opened is reported and skipped. A case needing what the device lacks (a dtype,
  * f32 atomic add, plane ops, cooperative matrices, or a compile answering EM_ERR_UNSUPPORTED) is
  * UNSUPPORTED; a case that passes although caps says the feature is missing is "emulated". The
@@ -1117,8 +1118,13 @@ int main(int argc, char **argv)
 {
     static const char *const all[] = {"cpu", "opencl:0", "vulkan:0", "cuda:0"};
     const char *env = getenv("EMBER_TEST_DEVICE");
-    if (argc > 1) {
-        for (int i = 1; i < argc && g_ndevs < MAX_DEVS; i++) g_devs[g_ndevs++] = argv[i];
+    if (argc > 1) { /* with $EMBER_TEST_DEVICE set, only that device runs */
+        for (int i = 1; i < argc && g_ndevs < MAX_DEVS; i++)
+            if (!env || !*env || strcmp(env, argv[i]) == 0) g_devs[g_ndevs++] = argv[i];
+        if (g_ndevs == 0) {
+            printf("skipped: EMBER_TEST_DEVICE=%s selects another device\n", env);
+            return 77;
+        }
     } else if (env && *env) {
         g_devs[g_ndevs++] = env;
     } else {

@@ -57,10 +57,25 @@ static bool is_cubin(const void *image, size_t size)
 /* Specializes `kernel` with `binds`, dropping bindings the kernel does not have (so that one set
  * of representative bindings serves every kernel). NULL (message in why) when it cannot be
  * specialized. */
+static void make_label(const char *kernel, const em_lang_bind *b, size_t n, unsigned w, char *out,
+                       size_t size)
+{
+    size_t len = (size_t)snprintf(out, size, "%s<", kernel);
+    for (size_t i = 0; i < n && len < size; i++) {
+        if (b[i].kind == EM_BIND_TYPE)
+            len += (size_t)snprintf(out + len, size - len, "%s%s=%s", i ? "," : "", b[i].name,
+                                    em_scalar_name(b[i].type));
+        else
+            len += (size_t)snprintf(out + len, size - len, "%s%s=%lld", i ? "," : "", b[i].name,
+                                    (long long)(b[i].kind == EM_BIND_BOOL ? b[i].b : b[i].i));
+    }
+    if (len < size) snprintf(out + len, size - len, "> w%u", w);
+}
+
 static em_ir_kernel *specialize_adaptive(const em_lang_module *m, const char *kernel,
                                          const em_lang_bind *binds, size_t nbinds,
                                          unsigned line_width, const em_caps *caps, char *why,
-                                         size_t why_size)
+                                         size_t why_size, char *label, size_t label_size)
 {
     em_lang_bind use[32];
     size_t n = nbinds < 32 ? nbinds : 32;
@@ -69,6 +84,7 @@ static em_ir_kernel *specialize_adaptive(const em_lang_module *m, const char *ke
         em_lang_spec spec = {use, n, line_width, caps};
         em_lang_diags *d = em_lang_diags_new();
         em_ir_kernel *k = em_lang_specialize(m, kernel, &spec, d);
+        if (label) make_label(kernel, use, n, line_width, label, label_size);
         if (k) {
             em_lang_diags_free(d);
             if (em_ir_verify(k, 0) != EM_OK || em_ir_simplify(k) != EM_OK) {
@@ -175,19 +191,7 @@ static void compile_items(const em_lang_module *m, const spec_item *items, size_
                 char why[512];
                 em_ir_kernel *k = specialize_adaptive(m, items[i].kernel, items[i].binds,
                                                       items[i].nbinds, items[i].line_width, &caps,
-                                                      why, sizeof(why));
-                size_t len = (size_t)snprintf(labels[n], sizeof(labels[n]), "%s<", items[i].kernel);
-                for (size_t b = 0; b < items[i].nbinds && len < sizeof(labels[n]); b++) {
-                    const em_lang_bind *bd = &items[i].binds[b];
-                    len += (size_t)snprintf(labels[n] + len, sizeof(labels[n]) - len, "%s%s=", b ? "," : "", bd->name);
-                    if (len >= sizeof(labels[n])) break;
-                    if (bd->kind == EM_BIND_TYPE)
-                        len += (size_t)snprintf(labels[n] + len, sizeof(labels[n]) - len, "%s", em_scalar_name(bd->type));
-                    else
-                        len += (size_t)snprintf(labels[n] + len, sizeof(labels[n]) - len, "%lld", (long long)(bd->kind == EM_BIND_BOOL ? bd->b : bd->i));
-                }
-                if (len < sizeof(labels[n]))
-                    snprintf(labels[n] + len, sizeof(labels[n]) - len, "> w%u", items[i].line_width);
+                                                      why, sizeof(why), labels[n], sizeof(labels[n]));
                 if (!k) {
                     if (s == 0) {
                         printf("  %s %s: not specialized: %s\n", must_specialize ? "FAIL" : "note",
@@ -257,7 +261,7 @@ static void test_builtins_compile(void **state)
         char why[512];
         em_caps caps = gpu_caps(90);
         em_ir_kernel *k = specialize_adaptive(m, items[i].kernel, items[i].binds, items[i].nbinds,
-                                              1, &caps, why, sizeof(why));
+                                              1, &caps, why, sizeof(why), NULL, 0);
         if (!k) {
             printf("  FAIL %s: no f32 specialization: %s\n", items[i].kernel, why);
             f32_unspec++;

@@ -68,7 +68,8 @@ static bool run_tool(const char *cmd, const char *log, const char *what)
 }
 
 /* NVRTC through dlopen, as the CUDA driver loads it. */
-typedef int (*nvrtc_create_fn)(void **, const char *, const char *, int, const char *const *, const char *const *);
+typedef int (*nvrtc_create_fn)(void **, const char *, const char *, int, const char *const *,
+                               const char *const *);
 typedef int (*nvrtc_compile_fn)(void *, int, const char *const *);
 typedef int (*nvrtc_logsize_fn)(void *, size_t *);
 typedef int (*nvrtc_log_fn)(void *, char *);
@@ -80,9 +81,11 @@ static void *nvrtc_lib(void)
     static bool tried;
     if (tried) return lib;
     tried = true;
-    static const char *const names[] = {"/usr/local/cuda/lib64/libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so.13",
+    static const char *const names[] = {"/usr/local/cuda/lib64/libnvrtc.so",
+                                        "/usr/local/cuda/lib64/libnvrtc.so.13",
                                         "/usr/local/cuda/lib64/libnvrtc.so.12", "libnvrtc.so"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++)
+        lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     return lib;
 }
 
@@ -101,15 +104,17 @@ static int compile_cuda(const char *src, const char *name)
     const char *opts[4] = {"--gpu-architecture=sm_90", "-default-device"};
     int nopts = 2;
     struct stat st;
-    if (stat("/usr/local/cuda/include/mma.h", &st) == 0) opts[nopts++] = "-I/usr/local/cuda/include";
+    if (stat("/usr/local/cuda/include/mma.h", &st) == 0)
+        opts[nopts++] = "-I/usr/local/cuda/include";
     int rc = compile(prog, nopts, opts);
     size_t n = 0;
     logsize(prog, &n);
     char *log = calloc(n + 1, 1);
     if (log) getlog(prog, log);
     if (rc != 0) {
-        print_message("NVRTC failed on %s (NVRTC_SUCCESS expected, got %d):\n%s\n--- source ---\n%s\n", name, rc,
-                      log ? log : "", src);
+        print_message(
+            "NVRTC failed on %s (NVRTC_SUCCESS expected, got %d):\n%s\n--- source ---\n%s\n", name,
+            rc, log ? log : "", src);
     }
     free(log);
     destroy(&prog);
@@ -117,15 +122,18 @@ static int compile_cuda(const char *src, const char *name)
 }
 
 /* clang's OpenCL front end; extra: more flags (e.g. extension macros). */
-static int compile_opencl_clang(const char *src, const char *std, const char *extra, const char *name)
+static int compile_opencl_clang(const char *src, const char *std, const char *extra,
+                                const char *name)
 {
     if (!have_tool("clang")) return MISSING;
     char path[600], log[600], cmd[2048];
     snprintf(path, sizeof path, "%s/%s.cl", tmp_dir(), name);
     snprintf(log, sizeof log, "%s/%s.cl.log", tmp_dir(), name);
     if (!write_file(path, src)) return FAILED;
-    snprintf(cmd, sizeof cmd, "clang -x cl -cl-std=%s -fsyntax-only -Xclang -finclude-default-header %s '%s' >'%s' 2>&1",
-             std, extra ? extra : "", path, log);
+    snprintf(
+        cmd, sizeof cmd,
+        "clang -x cl -cl-std=%s -fsyntax-only -Xclang -finclude-default-header %s '%s' >'%s' 2>&1",
+        std, extra ? extra : "", path, log);
     char what[700];
     snprintf(what, sizeof what, "clang -cl-std=%s on %s", std, path);
     return run_tool(cmd, log, what) ? PASSED : FAILED;
@@ -157,12 +165,14 @@ static int compile_opencl_driver(const char *src, const char *name)
     cl_buildinfo_fn info = (cl_buildinfo_fn)dlsym(lib, "clGetProgramBuildInfo");
     cl_release_fn release_prog = (cl_release_fn)dlsym(lib, "clReleaseProgram");
     cl_release_fn release_ctx = (cl_release_fn)dlsym(lib, "clReleaseContext");
-    if (!platforms || !devices || !context || !program || !build || !info || !release_prog || !release_ctx)
+    if (!platforms || !devices || !context || !program || !build || !info || !release_prog ||
+        !release_ctx)
         return MISSING;
     void *platform = NULL, *device = NULL;
     unsigned n = 0;
     if (platforms(1, &platform, &n) != 0 || !n) return MISSING;
-    if (devices(platform, 0xFFFFFFFFull /* CL_DEVICE_TYPE_ALL */, 1, &device, &n) != 0 || !n) return MISSING;
+    if (devices(platform, 0xFFFFFFFFull /* CL_DEVICE_TYPE_ALL */, 1, &device, &n) != 0 || !n)
+        return MISSING;
     int err = 0;
     void *ctx = context(NULL, 1, &device, NULL, NULL, &err);
     if (!ctx) return MISSING;
@@ -170,7 +180,8 @@ static int compile_opencl_driver(const char *src, const char *name)
     int rc = prog ? build(prog, 1, &device, "-cl-std=CL1.2", NULL, NULL) : -1;
     if (rc != 0) {
         char *log = calloc(1 << 16, 1);
-        if (log && prog) info(prog, device, 0x1183 /* CL_PROGRAM_BUILD_LOG */, (1 << 16) - 1, log, NULL);
+        if (log && prog)
+            info(prog, device, 0x1183 /* CL_PROGRAM_BUILD_LOG */, (1 << 16) - 1, log, NULL);
         print_message("OpenCL driver build of %s failed (%d):\n%s\n", name, rc, log ? log : "");
         free(log);
     }
@@ -200,7 +211,9 @@ static int compile_glsl(const char *src, const char *name)
         snprintf(log, sizeof log, "%s/%s_%d.log", tmp_dir(), name, i);
         write_file(path, piece);
         free(piece);
-        snprintf(cmd, sizeof cmd, "glslangValidator -V --target-env vulkan1.2 -o '%s' '%s' >'%s' 2>&1", spv, path, log);
+        snprintf(cmd, sizeof cmd,
+                 "glslangValidator -V --target-env vulkan1.2 -o '%s' '%s' >'%s' 2>&1", spv, path,
+                 log);
         if (!run_tool(cmd, log, path)) result = FAILED;
         if (result == PASSED && val) {
             snprintf(cmd, sizeof cmd, "spirv-val --target-env vulkan1.2 '%s' >'%s' 2>&1", spv, log);
@@ -221,7 +234,8 @@ static void expect_compiled(int r, const char *compiler)
     assert_int_equal(r, PASSED);
 }
 
-/* ---- preparing kernels ------------------------------------------------------------------------ */
+/* ---- preparing kernels ------------------------------------------------------------------------
+ */
 
 /* Verifies and simplifies a clone, as callers of the generators do; frees k. */
 static em_ir_kernel *prepare(em_ir_kernel *k)
@@ -264,10 +278,17 @@ static em_caps caps_for(const char *target, bool plane_ops, uint32_t plane_dim)
     return c;
 }
 
-/* ---- kernels covering every op class ---------------------------------------------------------- */
+/* ---- kernels covering every op class ----------------------------------------------------------
+ */
 
-static em_ir_val f32c(em_ir_kernel *k, double v) { return em_ir_const_float(k, em_ty(EM_F32), v); }
-static em_ir_val u32c(em_ir_kernel *k, uint32_t v) { return em_ir_u32(k, v); }
+static em_ir_val f32c(em_ir_kernel *k, double v)
+{
+    return em_ir_const_float(k, em_ty(EM_F32), v);
+}
+static em_ir_val u32c(em_ir_kernel *k, uint32_t v)
+{
+    return em_ir_u32(k, v);
+}
 
 /* GELU and friends on lines of 4, 3, 5 and 16 lanes: float math, broadcasting, select. */
 static em_ir_kernel *build_elementwise(void)
@@ -284,29 +305,40 @@ static em_ir_kernel *build_elementwise(void)
     em_ir_val pos = em_ir_builtin(k, EM_ABSOLUTE_POS);
     em_ir_if_begin(k, em_ir_binary(k, EM_OP_LT, pos, em_ir_len(k, out)));
     em_ir_val x = em_ir_load(k, in, pos);
-    em_ir_val t = em_ir_unary(k, EM_OP_ERF, em_ir_binary(k, EM_OP_MUL, x, f32c(k, 0.7071067811865476)));
+    em_ir_val t =
+        em_ir_unary(k, EM_OP_ERF, em_ir_binary(k, EM_OP_MUL, x, f32c(k, 0.7071067811865476)));
     em_ir_val g = em_ir_binary(k, EM_OP_MUL, em_ir_binary(k, EM_OP_MUL, x, f32c(k, 0.5)),
                                em_ir_binary(k, EM_OP_ADD, t, f32c(k, 1.0)));
     em_ir_store(k, out, pos, g);
     em_ir_val x3 = em_ir_load(k, in3, pos);
-    em_ir_val c3 = em_ir_ternary(k, EM_OP_CLAMP, em_ir_unary(k, EM_OP_TANH, x3), f32c(k, -0.5), f32c(k, 0.5));
+    em_ir_val c3 =
+        em_ir_ternary(k, EM_OP_CLAMP, em_ir_unary(k, EM_OP_TANH, x3), f32c(k, -0.5), f32c(k, 0.5));
     em_ir_val f3 = em_ir_ternary(k, EM_OP_FMA, x3, c3, f32c(k, 2.0));
     em_ir_val p3 = em_ir_binary(k, EM_OP_POW, em_ir_unary(k, EM_OP_ABS, f3), f32c(k, 1.5));
     em_ir_val r3 = em_ir_binary(k, EM_OP_REM, p3, f32c(k, 3.0));
-    em_ir_val s3 = em_ir_ternary(k, EM_OP_SELECT, em_ir_binary(k, EM_OP_GT, x3, f32c(k, 0)), r3, em_ir_unary(k, EM_OP_NEG, x3));
-    em_ir_val m3 = em_ir_binary(k, EM_OP_MAX, em_ir_binary(k, EM_OP_MIN, s3, f32c(k, 100)), em_ir_unary(k, EM_OP_EXP, x3));
+    em_ir_val s3 = em_ir_ternary(k, EM_OP_SELECT, em_ir_binary(k, EM_OP_GT, x3, f32c(k, 0)), r3,
+                                 em_ir_unary(k, EM_OP_NEG, x3));
+    em_ir_val m3 = em_ir_binary(k, EM_OP_MAX, em_ir_binary(k, EM_OP_MIN, s3, f32c(k, 100)),
+                                em_ir_unary(k, EM_OP_EXP, x3));
     em_ir_store(k, out3, pos, em_ir_unary(k, EM_OP_LOG, m3));
     em_ir_val x5 = em_ir_load(k, in5, pos);
-    em_ir_val a5 = em_ir_binary(k, EM_OP_ADD, em_ir_unary(k, EM_OP_SQRT, x5), em_ir_unary(k, EM_OP_RSQRT, x5));
+    em_ir_val a5 =
+        em_ir_binary(k, EM_OP_ADD, em_ir_unary(k, EM_OP_SQRT, x5), em_ir_unary(k, EM_OP_RSQRT, x5));
     a5 = em_ir_binary(k, EM_OP_ADD, a5, em_ir_unary(k, EM_OP_SIN, em_ir_unary(k, EM_OP_COS, x5)));
     a5 = em_ir_binary(k, EM_OP_SUB, a5, em_ir_unary(k, EM_OP_EXP2, em_ir_unary(k, EM_OP_LOG2, x5)));
-    a5 = em_ir_binary(k, EM_OP_DIV, em_ir_unary(k, EM_OP_FLOOR, a5), em_ir_unary(k, EM_OP_CEIL, x5));
-    em_ir_val nan5 = em_ir_binary(k, EM_OP_OR, em_ir_unary(k, EM_OP_ISNAN, a5), em_ir_unary(k, EM_OP_ISINF, a5));
-    a5 = em_ir_ternary(k, EM_OP_SELECT, nan5, em_ir_const_float(k, em_line(EM_F32, 5), 0.25), em_ir_unary(k, EM_OP_ROUND, a5));
+    a5 =
+        em_ir_binary(k, EM_OP_DIV, em_ir_unary(k, EM_OP_FLOOR, a5), em_ir_unary(k, EM_OP_CEIL, x5));
+    em_ir_val nan5 =
+        em_ir_binary(k, EM_OP_OR, em_ir_unary(k, EM_OP_ISNAN, a5), em_ir_unary(k, EM_OP_ISINF, a5));
+    a5 = em_ir_ternary(k, EM_OP_SELECT, nan5, em_ir_const_float(k, em_line(EM_F32, 5), 0.25),
+                       em_ir_unary(k, EM_OP_ROUND, a5));
     em_ir_store(k, out5, pos, a5);
     em_ir_val x16 = em_ir_load(k, in16, pos);
-    em_ir_val y16 = em_ir_binary(k, EM_OP_DIV, em_ir_binary(k, EM_OP_MUL, x16, x16), em_ir_load(k, out16, pos));
-    em_ir_store(k, out16, pos, em_ir_binary(k, EM_OP_SUB, em_ir_binary(k, EM_OP_ADD, y16, f32c(k, INFINITY)), x16));
+    em_ir_val y16 =
+        em_ir_binary(k, EM_OP_DIV, em_ir_binary(k, EM_OP_MUL, x16, x16), em_ir_load(k, out16, pos));
+    em_ir_store(
+        k, out16, pos,
+        em_ir_binary(k, EM_OP_SUB, em_ir_binary(k, EM_OP_ADD, y16, f32c(k, INFINITY)), x16));
     em_ir_end(k);
     return k;
 }
@@ -364,18 +396,23 @@ static em_ir_kernel *build_atomics(void)
     em_type i32 = em_ty(EM_I32), u64 = em_ty(EM_U64), i64 = em_ty(EM_I64);
     em_ir_val one = em_ir_const_int(k, i32, 1), pos = em_ir_builtin(k, EM_ABSOLUTE_POS);
     em_ir_val old = em_ir_atomic(k, EM_OP_ATOMIC_ADD, counts, u32c(k, 0), one, 0);
-    static const em_ir_op ops[] = {EM_OP_ATOMIC_SUB, EM_OP_ATOMIC_MIN, EM_OP_ATOMIC_MAX, EM_OP_ATOMIC_AND,
-                                   EM_OP_ATOMIC_OR, EM_OP_ATOMIC_XOR, EM_OP_ATOMIC_XCHG};
+    static const em_ir_op ops[] = {EM_OP_ATOMIC_SUB, EM_OP_ATOMIC_MIN, EM_OP_ATOMIC_MAX,
+                                   EM_OP_ATOMIC_AND, EM_OP_ATOMIC_OR,  EM_OP_ATOMIC_XOR,
+                                   EM_OP_ATOMIC_XCHG};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         em_ir_val r = em_ir_atomic(k, ops[i], counts, u32c(k, (uint32_t)i + 1), old, 0);
         old = em_ir_binary(k, EM_OP_ADD, old, r);
-        em_ir_val w = em_ir_atomic(k, ops[i], wide, u32c(k, (uint32_t)i), em_ir_cast(k, u64, old), 0);
-        em_ir_val sw = em_ir_atomic(k, ops[i], swide, u32c(k, (uint32_t)i), em_ir_cast(k, i64, w), 0);
+        em_ir_val w =
+            em_ir_atomic(k, ops[i], wide, u32c(k, (uint32_t)i), em_ir_cast(k, u64, old), 0);
+        em_ir_val sw =
+            em_ir_atomic(k, ops[i], swide, u32c(k, (uint32_t)i), em_ir_cast(k, i64, w), 0);
         old = em_ir_binary(k, EM_OP_ADD, old, em_ir_cast(k, i32, sw));
     }
     em_ir_val cas = em_ir_atomic(k, EM_OP_ATOMIC_CAS, counts, u32c(k, 9), old, one);
-    em_ir_val wcas = em_ir_atomic(k, EM_OP_ATOMIC_CAS, wide, u32c(k, 9), em_ir_const_uint(k, u64, 0), em_ir_cast(k, u64, cas));
-    em_ir_atomic(k, EM_OP_ATOMIC_CAS, swide, u32c(k, 9), em_ir_const_int(k, i64, -1), em_ir_cast(k, i64, wcas));
+    em_ir_val wcas = em_ir_atomic(k, EM_OP_ATOMIC_CAS, wide, u32c(k, 9),
+                                  em_ir_const_uint(k, u64, 0), em_ir_cast(k, u64, cas));
+    em_ir_atomic(k, EM_OP_ATOMIC_CAS, swide, u32c(k, 9), em_ir_const_int(k, i64, -1),
+                 em_ir_cast(k, i64, wcas));
     em_ir_val ld = em_ir_atomic(k, EM_OP_ATOMIC_LOAD, ro, pos, 0, 0);
     em_ir_atomic(k, EM_OP_ATOMIC_STORE, counts, u32c(k, 10), em_ir_cast(k, i32, ld), 0);
     em_ir_val x = em_ir_cast(k, em_ty(EM_F32), pos);
@@ -384,7 +421,8 @@ static em_ir_kernel *build_atomics(void)
     f = em_ir_atomic(k, EM_OP_ATOMIC_XCHG, sums, u32c(k, 2), f, 0);
     f = em_ir_binary(k, EM_OP_ADD, f, em_ir_atomic(k, EM_OP_ATOMIC_LOAD, sums, u32c(k, 3), 0, 0));
     em_ir_atomic(k, EM_OP_ATOMIC_STORE, sums, u32c(k, 4), f, 0);
-    em_ir_val d = em_ir_atomic(k, EM_OP_ATOMIC_ADD, dsum, u32c(k, 0), em_ir_cast(k, em_ty(EM_F64), f), 0);
+    em_ir_val d =
+        em_ir_atomic(k, EM_OP_ATOMIC_ADD, dsum, u32c(k, 0), em_ir_cast(k, em_ty(EM_F64), f), 0);
     d = em_ir_atomic(k, EM_OP_ATOMIC_XCHG, dsum, u32c(k, 1), d, 0);
     em_ir_atomic(k, EM_OP_ATOMIC_STORE, dsum, u32c(k, 2), d, 0);
     em_ir_val lane = em_ir_binary(k, EM_OP_REM, em_ir_builtin(k, EM_UNIT_POS), u32c(k, 32));
@@ -411,7 +449,8 @@ static em_ir_kernel *build_plane(void)
     em_ir_mem lout = em_ir_param_buffer(k, "lout", em_line(EM_F32, 2), EM_WRITE, 1);
     em_ir_val pos = em_ir_builtin(k, EM_ABSOLUTE_POS);
     em_ir_val x = em_ir_load(k, in, pos), i = em_ir_load(k, iin, pos);
-    static const em_ir_op arith[] = {EM_OP_PLANE_SUM, EM_OP_PLANE_PROD, EM_OP_PLANE_MIN, EM_OP_PLANE_MAX,
+    static const em_ir_op arith[] = {EM_OP_PLANE_SUM,           EM_OP_PLANE_PROD,
+                                     EM_OP_PLANE_MIN,           EM_OP_PLANE_MAX,
                                      EM_OP_PLANE_INCLUSIVE_SUM, EM_OP_PLANE_EXCLUSIVE_SUM};
     em_ir_val acc = x, iacc = i;
     for (size_t j = 0; j < sizeof arith / sizeof arith[0]; j++) {
@@ -421,12 +460,15 @@ static em_ir_kernel *build_plane(void)
     em_ir_val u = em_ir_cast(k, em_ty(EM_U32), iacc);
     u = em_ir_binary(k, EM_OP_ADD, u, em_ir_plane(k, EM_OP_PLANE_MAX, u, 0));
     em_ir_val pos_bool = em_ir_binary(k, EM_OP_GT, x, f32c(k, 0));
-    em_ir_val all = em_ir_plane(k, EM_OP_PLANE_ALL, pos_bool, 0), any = em_ir_plane(k, EM_OP_PLANE_ANY, pos_bool, 0);
-    u = em_ir_binary(k, EM_OP_ADD, u, em_ir_plane(k, EM_OP_PLANE_BALLOT, em_ir_binary(k, EM_OP_AND, all, any), 0));
+    em_ir_val all = em_ir_plane(k, EM_OP_PLANE_ALL, pos_bool, 0),
+              any = em_ir_plane(k, EM_OP_PLANE_ANY, pos_bool, 0);
+    u = em_ir_binary(k, EM_OP_ADD, u,
+                     em_ir_plane(k, EM_OP_PLANE_BALLOT, em_ir_binary(k, EM_OP_AND, all, any), 0));
     em_ir_val lane_dyn = em_ir_binary(k, EM_OP_AND, em_ir_builtin(k, EM_CUBE_POS_X), u32c(k, 3));
     acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_plane(k, EM_OP_PLANE_BROADCAST, x, u32c(k, 0)));
     acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_plane(k, EM_OP_PLANE_BROADCAST, x, lane_dyn));
-    acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_plane(k, EM_OP_PLANE_SHUFFLE, x, em_ir_builtin(k, EM_UNIT_POS_PLANE)));
+    acc = em_ir_binary(k, EM_OP_ADD, acc,
+                       em_ir_plane(k, EM_OP_PLANE_SHUFFLE, x, em_ir_builtin(k, EM_UNIT_POS_PLANE)));
     acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_plane(k, EM_OP_PLANE_SHUFFLE_XOR, x, u32c(k, 1)));
     acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_plane(k, EM_OP_PLANE_SHUFFLE_UP, x, u32c(k, 1)));
     acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_plane(k, EM_OP_PLANE_SHUFFLE_DOWN, x, u32c(k, 2)));
@@ -435,14 +477,15 @@ static em_ir_kernel *build_plane(void)
     em_ir_val line = em_ir_cast(k, em_line(EM_F32, 2), acc);
     em_ir_store(k, lout, pos, em_ir_plane(k, EM_OP_PLANE_INCLUSIVE_SUM, line, 0));
     em_ir_sync_plane(k);
-    em_ir_val dims = em_ir_binary(k, EM_OP_ADD, em_ir_builtin(k, EM_PLANE_DIM), em_ir_builtin(k, EM_PLANE_POS));
+    em_ir_val dims =
+        em_ir_binary(k, EM_OP_ADD, em_ir_builtin(k, EM_PLANE_DIM), em_ir_builtin(k, EM_PLANE_POS));
     em_ir_store(k, uout, pos, em_ir_binary(k, EM_OP_ADD, u, dims));
     em_ir_store(k, out, pos, acc);
     return k;
 }
 
-static const em_scalar all_kinds[] = {EM_BOOL, EM_I8, EM_I16, EM_I32, EM_I64, EM_U8, EM_U16,
-                                      EM_U32, EM_U64, EM_F16, EM_BF16, EM_F32, EM_F64};
+static const em_scalar all_kinds[] = {EM_BOOL, EM_I8,  EM_I16, EM_I32,  EM_I64, EM_U8, EM_U16,
+                                      EM_U32,  EM_U64, EM_F16, EM_BF16, EM_F32, EM_F64};
 #define NKINDS (sizeof all_kinds / sizeof all_kinds[0])
 
 /* Every scalar kind cast to every other through buffers of each kind; bitcasts of many widths. */
@@ -475,7 +518,8 @@ static em_ir_kernel *build_casts(void)
     em_ir_val u = em_ir_bitcast(k, em_ty(EM_U32), v[11]);
     u = em_ir_binary(k, EM_OP_ADD, u, em_ir_bitcast(k, em_ty(EM_U32), em_ir_load(k, half2, pos)));
     em_ir_val b4 = em_ir_bitcast(k, em_line(EM_U8, 4), u);
-    u = em_ir_binary(k, EM_OP_ADD, u, em_ir_cast(k, em_ty(EM_U32), em_ir_extract(k, b4, u32c(k, 3))));
+    u = em_ir_binary(k, EM_OP_ADD, u,
+                     em_ir_cast(k, em_ty(EM_U32), em_ir_extract(k, b4, u32c(k, 3))));
     em_ir_val d2 = em_ir_bitcast(k, em_line(EM_U32, 2), v[12]);
     u = em_ir_binary(k, EM_OP_ADD, u, em_ir_extract(k, d2, u32c(k, 1)));
     em_ir_val hb = em_ir_bitcast(k, em_ty(EM_F16), v[6]);
@@ -487,7 +531,8 @@ static em_ir_kernel *build_casts(void)
     u = em_ir_binary(k, EM_OP_ADD, u, em_ir_cast(k, em_ty(EM_U32), hb));
     u = em_ir_binary(k, EM_OP_ADD, u, em_ir_cast(k, em_ty(EM_U32), bi));
     u = em_ir_binary(k, EM_OP_ADD, u, em_ir_cast(k, em_ty(EM_U32), back));
-    u = em_ir_binary(k, EM_OP_ADD, u, em_ir_bitcast(k, em_ty(EM_U32), em_ir_bitcast(k, em_ty(EM_I32), u)));
+    u = em_ir_binary(k, EM_OP_ADD, u,
+                     em_ir_bitcast(k, em_ty(EM_U32), em_ir_bitcast(k, em_ty(EM_I32), u)));
     em_ir_store(k, bits, pos, u);
     return k;
 }
@@ -495,32 +540,42 @@ static em_ir_kernel *build_casts(void)
 /* Integer ops of one kind (division, remainder, shifts, bit counts...) folded into one value. */
 static em_ir_val int_ops(em_ir_kernel *k, em_ir_val a, em_ir_val b)
 {
-    static const em_ir_op bin[] = {EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV, EM_OP_REM, EM_OP_MIN, EM_OP_MAX,
-                                   EM_OP_AND, EM_OP_OR, EM_OP_XOR, EM_OP_SHL, EM_OP_SHR};
+    static const em_ir_op bin[] = {EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV,
+                                   EM_OP_REM, EM_OP_MIN, EM_OP_MAX, EM_OP_AND,
+                                   EM_OP_OR,  EM_OP_XOR, EM_OP_SHL, EM_OP_SHR};
     em_type t = em_ir_value_at(k, a)->type;
     em_ir_val acc = a;
-    for (size_t i = 0; i < sizeof bin / sizeof bin[0]; i++) acc = em_ir_binary(k, EM_OP_XOR, acc, em_ir_binary(k, bin[i], a, b));
+    for (size_t i = 0; i < sizeof bin / sizeof bin[0]; i++)
+        acc = em_ir_binary(k, EM_OP_XOR, acc, em_ir_binary(k, bin[i], a, b));
     acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_unary(k, EM_OP_NEG, acc));
     acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_unary(k, EM_OP_NOT, b));
     acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_unary(k, EM_OP_ABS, b));
     acc = em_ir_ternary(k, EM_OP_CLAMP, acc, a, b);
     static const em_ir_op counts[] = {EM_OP_POPCOUNT, EM_OP_CLZ, EM_OP_CTZ};
-    for (size_t i = 0; i < 3; i++) acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_cast(k, t, em_ir_unary(k, counts[i], acc)));
+    for (size_t i = 0; i < 3; i++)
+        acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_cast(k, t, em_ir_unary(k, counts[i], acc)));
     em_ir_val lt = em_ir_binary(k, EM_OP_LT, a, b), ge = em_ir_binary(k, EM_OP_GE, a, b);
-    return em_ir_ternary(k, EM_OP_SELECT, em_ir_binary(k, EM_OP_XOR, lt, em_ir_unary(k, EM_OP_NOT, ge)), acc, b);
+    return em_ir_ternary(k, EM_OP_SELECT,
+                         em_ir_binary(k, EM_OP_XOR, lt, em_ir_unary(k, EM_OP_NOT, ge)), acc, b);
 }
 
 /* Float ops of one kind folded into one value. */
 static em_ir_val float_ops(em_ir_kernel *k, em_ir_val a, em_ir_val b, bool transcendental)
 {
-    static const em_ir_op bin[] = {EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV, EM_OP_REM, EM_OP_MIN, EM_OP_MAX};
+    static const em_ir_op bin[] = {EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV,
+                                   EM_OP_REM, EM_OP_MIN, EM_OP_MAX};
     em_ir_val acc = a;
-    for (size_t i = 0; i < sizeof bin / sizeof bin[0]; i++) acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_binary(k, bin[i], a, b));
-    static const em_ir_op un[] = {EM_OP_NEG, EM_OP_ABS, EM_OP_SQRT, EM_OP_RSQRT, EM_OP_FLOOR, EM_OP_CEIL, EM_OP_ROUND};
-    for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_unary(k, un[i], acc));
+    for (size_t i = 0; i < sizeof bin / sizeof bin[0]; i++)
+        acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_binary(k, bin[i], a, b));
+    static const em_ir_op un[] = {EM_OP_NEG,   EM_OP_ABS,  EM_OP_SQRT, EM_OP_RSQRT,
+                                  EM_OP_FLOOR, EM_OP_CEIL, EM_OP_ROUND};
+    for (size_t i = 0; i < sizeof un / sizeof un[0]; i++)
+        acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_unary(k, un[i], acc));
     if (transcendental) {
-        static const em_ir_op tr[] = {EM_OP_EXP, EM_OP_LOG, EM_OP_TANH, EM_OP_ERF, EM_OP_SIN, EM_OP_EXP2};
-        for (size_t i = 0; i < sizeof tr / sizeof tr[0]; i++) acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_unary(k, tr[i], acc));
+        static const em_ir_op tr[] = {EM_OP_EXP, EM_OP_LOG, EM_OP_TANH,
+                                      EM_OP_ERF, EM_OP_SIN, EM_OP_EXP2};
+        for (size_t i = 0; i < sizeof tr / sizeof tr[0]; i++)
+            acc = em_ir_binary(k, EM_OP_ADD, acc, em_ir_unary(k, tr[i], acc));
         acc = em_ir_binary(k, EM_OP_POW, acc, b);
     }
     acc = em_ir_ternary(k, EM_OP_FMA, acc, a, b);
@@ -533,10 +588,14 @@ static em_ir_kernel *build_numerics(bool f64_transcendental)
 {
     em_ir_kernel *k = em_ir_kernel_new("numerics");
     em_ir_val pos = em_ir_builtin(k, EM_ABSOLUTE_POS);
-    struct { em_type t; const char *name; } bufs[] = {
-        {em_line(EM_F16, 4), "h4"}, {em_line(EM_BF16, 2), "b2"}, {em_line(EM_F64, 2), "d2"}, {em_ty(EM_F16), "h"},
-        {em_line(EM_I8, 4), "c4"},  {em_ty(EM_U16), "us"},        {em_ty(EM_I64), "l"},        {em_line(EM_U64, 2), "ul2"},
-        {em_ty(EM_I16), "s"},       {em_line(EM_U8, 3), "uc3"},   {em_ty(EM_I32), "i"},        {em_line(EM_U32, 4), "u4"},
+    struct {
+        em_type t;
+        const char *name;
+    } bufs[] = {
+        {em_line(EM_F16, 4), "h4"},    {em_line(EM_BF16, 2), "b2"}, {em_line(EM_F64, 2), "d2"},
+        {em_ty(EM_F16), "h"},          {em_line(EM_I8, 4), "c4"},   {em_ty(EM_U16), "us"},
+        {em_ty(EM_I64), "l"},          {em_line(EM_U64, 2), "ul2"}, {em_ty(EM_I16), "s"},
+        {em_line(EM_U8, 3), "uc3"},    {em_ty(EM_I32), "i"},        {em_line(EM_U32, 4), "u4"},
         {em_line(EM_BOOL, 3), "flags"}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         em_ir_mem m = em_ir_param_buffer(k, bufs[i].name, bufs[i].t, EM_READ_WRITE, 1);
@@ -545,7 +604,8 @@ static em_ir_kernel *build_numerics(bool f64_transcendental)
         em_ir_val r;
         em_scalar s = (em_scalar)bufs[i].t.scalar;
         if (s == EM_BOOL)
-            r = em_ir_binary(k, EM_OP_XOR, em_ir_binary(k, EM_OP_AND, a, b), em_ir_unary(k, EM_OP_NOT, em_ir_binary(k, EM_OP_OR, a, b)));
+            r = em_ir_binary(k, EM_OP_XOR, em_ir_binary(k, EM_OP_AND, a, b),
+                             em_ir_unary(k, EM_OP_NOT, em_ir_binary(k, EM_OP_OR, a, b)));
         else if (em_scalar_is_float(s))
             r = float_ops(k, a, b, s != EM_F64 || f64_transcendental);
         else
@@ -581,7 +641,8 @@ static em_ir_kernel *build_control(void)
     em_ir_val sum = em_ir_var(k, em_ty(EM_F32), "sum"), i = em_ir_var(k, em_ty(EM_U32), "i");
     em_ir_assign(k, sum, em_ir_cast(k, em_ty(EM_F32), h));
     em_ir_range_begin(k, i, u32c(k, 0), cols, u32c(k, 1), true);
-    em_ir_val idx = em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, row, rs), em_ir_binary(k, EM_OP_MUL, i, cs));
+    em_ir_val idx = em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, row, rs),
+                                 em_ir_binary(k, EM_OP_MUL, i, cs));
     em_ir_assign(k, sum, em_ir_binary(k, EM_OP_ADD, sum, em_ir_load(k, mat, idx)));
     em_ir_if_begin(k, em_ir_binary(k, EM_OP_EQ, i, u32c(k, 3)));
     em_ir_continue(k);
@@ -604,7 +665,9 @@ static em_ir_kernel *build_control(void)
     em_ir_assign(k, lv, em_ir_cast(k, em_line(EM_F32, 4), sum));
     em_ir_val lane = em_ir_binary(k, EM_OP_AND, pos, u32c(k, 3));
     em_ir_loop_begin(k);
-    em_ir_assign(k, lv, em_ir_insert(k, lv, lane, em_ir_binary(k, EM_OP_MUL, em_ir_extract(k, lv, lane), scale)));
+    em_ir_assign(
+        k, lv,
+        em_ir_insert(k, lv, lane, em_ir_binary(k, EM_OP_MUL, em_ir_extract(k, lv, lane), scale)));
     em_ir_if_begin(k, em_ir_binary(k, EM_OP_GT, em_ir_extract(k, lv, u32c(k, 0)), f32c(k, 10)));
     em_ir_assign(k, lv, em_ir_insert(k, lv, u32c(k, 1), f32c(k, 0)));
     em_ir_else(k);
@@ -616,14 +679,19 @@ static em_ir_kernel *build_control(void)
     em_ir_else(k);
     em_ir_store(k, lines, u32c(k, 0), em_ir_const_float(k, em_line(EM_F32, 4), 2.0));
     em_ir_end(k);
-    em_ir_val bigf = em_ir_cast(k, em_ty(EM_F32), em_ir_binary(k, EM_OP_DIV, big, em_ir_cast(k, em_ty(EM_I64), pos)));
+    em_ir_val bigf = em_ir_cast(k, em_ty(EM_F32),
+                                em_ir_binary(k, EM_OP_DIV, big, em_ir_cast(k, em_ty(EM_I64), pos)));
     em_ir_val o5 = em_ir_cast(k, em_line(EM_I32, 5), em_ir_cast(k, em_ty(EM_I32), bigf));
     em_ir_store(k, odd, u32c(k, 1), em_ir_binary(k, EM_OP_ADD, o5, em_ir_load(k, odd, u32c(k, 0))));
-    em_ir_val back = em_ir_binary(k, EM_OP_ADD, em_ir_load(k, lines, u32c(k, 0)), em_ir_load(k, acc, u32c(k, 2)));
-    back = em_ir_binary(k, EM_OP_ADD, back, em_ir_cast(k, em_ty(EM_F32), em_ir_extract(k, em_ir_load(k, odd, u32c(k, 1)), lane)));
+    em_ir_val back = em_ir_binary(k, EM_OP_ADD, em_ir_load(k, lines, u32c(k, 0)),
+                                  em_ir_load(k, acc, u32c(k, 2)));
+    back = em_ir_binary(
+        k, EM_OP_ADD, back,
+        em_ir_cast(k, em_ty(EM_F32), em_ir_extract(k, em_ir_load(k, odd, u32c(k, 1)), lane)));
     em_ir_val args[2] = {sum, back};
     em_ir_print(k, "pos sum %v line %v \"100%%\"\n", args, 2);
-    em_ir_store(k, out, pos, em_ir_binary(k, EM_OP_ADD, back, em_ir_cast(k, em_ty(EM_F32), em_ir_len(k, out))));
+    em_ir_store(k, out, pos,
+                em_ir_binary(k, EM_OP_ADD, back, em_ir_cast(k, em_ty(EM_F32), em_ir_len(k, out))));
     return k;
 }
 
@@ -732,7 +800,8 @@ static int compile_each(em_ir_kernel **ks, size_t n, const em_caps *caps, bool c
     return result;
 }
 
-/* ---- CUDA ------------------------------------------------------------------------------------- */
+/* ---- CUDA -------------------------------------------------------------------------------------
+ */
 
 static void test_cuda_all_ops(void **state)
 {
@@ -744,7 +813,8 @@ static void test_cuda_all_ops(void **state)
     em_caps caps = caps_for("cuda", true, 32);
     char *src = gen_cuda(ks, n, &caps);
     assert_non_null(src);
-    expect_has(src, "extern \"C\" __global__ void gelu_lines(const emv<float, 4> *input_m1, emv<float, 4> *output_m2");
+    expect_has(src, "extern \"C\" __global__ void gelu_lines(const emv<float, 4> *input_m1, "
+                    "emv<float, 4> *output_m2");
     expect_has(src, "__launch_bounds__(256) block_sum(");
     expect_has(src, "__syncthreads();");
     expect_has(src, "__threadfence();");
@@ -788,7 +858,9 @@ static void test_cuda_header_free_and_dynamic_smem(void **state)
     em_ir_store(big, tile2, u, em_ir_const_float(big, em_line(EM_F16, 2), 0.5));
     em_ir_sync_cube(big);
     em_ir_val h = em_ir_extract(big, em_ir_load(big, tile2, u), u32c(big, 1));
-    em_ir_store(big, out, u, em_ir_binary(big, EM_OP_ADD, em_ir_load(big, tile, u), em_ir_cast(big, em_ty(EM_F32), h)));
+    em_ir_store(
+        big, out, u,
+        em_ir_binary(big, EM_OP_ADD, em_ir_load(big, tile, u), em_ir_cast(big, em_ty(EM_F32), h)));
     ks[n++] = prepare(big);
     assert_int_equal(em_codegen_cuda_dynamic_smem(ks[n - 1]), 65536 + 400);
     assert_int_equal(em_codegen_cuda_dynamic_smem(ks[1]), 0);
@@ -801,7 +873,8 @@ static void test_cuda_header_free_and_dynamic_smem(void **state)
     expect_has(src, "em_plane_sum(");
     expect_has(src, "extern __shared__ __align__(32) unsigned char em_smem[];");
     expect_has(src, "float *tile_m2 = reinterpret_cast<float *>(em_smem + 0);");
-    expect_has(src, "emv<unsigned short, 2> *tile2_m3 = reinterpret_cast<emv<unsigned short, 2> *>(em_smem + 65536);");
+    expect_has(src, "emv<unsigned short, 2> *tile2_m3 = reinterpret_cast<emv<unsigned short, 2> "
+                    "*>(em_smem + 65536);");
     void *lib = nvrtc_lib();
     int r = MISSING;
     if (lib) {
@@ -811,7 +884,9 @@ static void test_cuda_header_free_and_dynamic_smem(void **state)
         nvrtc_destroy_fn destroy = (nvrtc_destroy_fn)dlsym(lib, "nvrtcDestroyProgram");
         void *prog = NULL;
         const char *opts[] = {"--gpu-architecture=sm_70", "-default-device"};
-        r = create && compile && destroy && create(&prog, src, "noheader.cu", 0, NULL, NULL) == 0 ? FAILED : MISSING;
+        r = create && compile && destroy && create(&prog, src, "noheader.cu", 0, NULL, NULL) == 0
+                ? FAILED
+                : MISSING;
         if (prog) {
             r = compile(prog, 2, opts) == 0 ? PASSED : FAILED;
             destroy(&prog);
@@ -823,7 +898,8 @@ static void test_cuda_header_free_and_dynamic_smem(void **state)
     expect_compiled(r, "NVRTC");
 }
 
-/* ---- OpenCL ----------------------------------------------------------------------------------- */
+/* ---- OpenCL -----------------------------------------------------------------------------------
+ */
 
 static void test_opencl_all_ops(void **state)
 {
@@ -835,7 +911,8 @@ static void test_opencl_all_ops(void **state)
     em_caps caps = caps_for("opencl", false, 1); /* PoCL: no sub-groups, PLANE_DIM 1 */
     char *src = gen_opencl(ks, n, &caps);
     assert_non_null(src);
-    expect_has(src, "__kernel void gelu_lines(__global const float *input_m1, __global float *output_m2");
+    expect_has(
+        src, "__kernel void gelu_lines(__global const float *input_m1, __global float *output_m2");
     expect_has(src, "__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void block_sum(");
     expect_has(src, "barrier(CLK_LOCAL_MEM_FENCE);");
     expect_has(src, "vload4(");
@@ -846,7 +923,7 @@ static void test_opencl_all_ops(void **state)
     expect_has(src, "em_atomic_add_f32_local(");
     expect_has(src, "atom_cmpxchg(");
     expect_has(src, "#pragma OPENCL EXTENSION cl_khr_fp64 : enable");
-    expect_has(src, "em_acc = em_acc + ");  /* matrix ops as loops */
+    expect_has(src, "em_acc = em_acc + "); /* matrix ops as loops */
     expect_has(src, "rotate(");
     expect_has(src, "__global const ulong *em_meta)");
     assert_null(strstr(src, "sub_group"));
@@ -862,8 +939,9 @@ static void test_opencl_all_ops(void **state)
     expect_compiled(rdrv, "an OpenCL platform (libOpenCL.so.1)");
 }
 
-static const char subgroup_macros[] = "-Dcl_khr_subgroup_shuffle -Dcl_khr_subgroup_shuffle_relative "
-                                      "-Dcl_khr_subgroup_ballot -Dcl_khr_subgroup_non_uniform_arithmetic";
+static const char subgroup_macros[] =
+    "-Dcl_khr_subgroup_shuffle -Dcl_khr_subgroup_shuffle_relative "
+    "-Dcl_khr_subgroup_ballot -Dcl_khr_subgroup_non_uniform_arithmetic";
 
 static void test_opencl_subgroups(void **state)
 {
@@ -888,7 +966,8 @@ static void test_opencl_subgroups(void **state)
     expect_compiled(r, "clang (OpenCL C 2.0)");
 }
 
-/* ---- GLSL ------------------------------------------------------------------------------------- */
+/* ---- GLSL -------------------------------------------------------------------------------------
+ */
 
 static void test_glsl_all_ops(void **state)
 {
@@ -903,7 +982,8 @@ static void test_glsl_all_ops(void **state)
     expect_has(src, "//@@ember-kernel block_sum\n");
     expect_has(src, "layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;");
     expect_has(src, "layout(local_size_x = 256, local_size_y = 1, local_size_z = 1) in;");
-    expect_has(src, "layout(std430, set = 0, binding = 0) readonly buffer em_b0 { vec4 d[]; } input_m1;");
+    expect_has(
+        src, "layout(std430, set = 0, binding = 0) readonly buffer em_b0 { vec4 d[]; } input_m1;");
     expect_has(src, "memoryBarrierShared();\n    barrier();");
     expect_has(src, "subgroupAdd(");
     expect_has(src, "subgroupExclusiveAdd(");
@@ -912,7 +992,8 @@ static void test_glsl_all_ops(void **state)
     expect_has(src, "subgroupBroadcast(");
     expect_has(src, "#extension GL_KHR_shader_subgroup_arithmetic : require");
     expect_has(src, "atomicCompSwap(");
-    expect_has(src, "buffer em_b3_bits { uint d[]; } sums_m4_u;"); /* float atomics through a uint view */
+    expect_has(
+        src, "buffer em_b3_bits { uint d[]; } sums_m4_u;"); /* float atomics through a uint view */
     expect_has(src, "layout(push_constant) uniform em_push_block {");
     expect_has(src, "/* print dropped");
     expect_has(src, "bitfieldReverse(");
@@ -944,7 +1025,8 @@ static void test_glsl_plane_one_and_matrix(void **state)
     expect_compiled(r, "glslangValidator");
 }
 
-/* ---- rejections ------------------------------------------------------------------------------- */
+/* ---- rejections -------------------------------------------------------------------------------
+ */
 
 static void expect_error_has(const char *needle)
 {
@@ -1047,7 +1129,8 @@ static void test_rejections_name_instruction_and_target(void **state)
     free_all(twins, 2);
 }
 
-/* ---- the parameter ABI ------------------------------------------------------------------------ */
+/* ---- the parameter ABI ------------------------------------------------------------------------
+ */
 
 static void test_parameter_abi(void **state)
 {
@@ -1065,16 +1148,20 @@ static void test_parameter_abi(void **state)
     s = em_ir_binary(k, EM_OP_ADD, s, em_ir_stride(k, b, 0));
     s = em_ir_binary(k, EM_OP_ADD, s, em_ir_len(k, c));
     em_ir_val x = em_ir_binary(k, EM_OP_MUL, em_ir_load(k, a, pos), alpha);
-    em_ir_val v = em_ir_binary(k, EM_OP_ADD, em_ir_load(k, b, pos), em_ir_cast(k, em_ty(EM_F32), s));
-    em_ir_store(k, b, pos, em_ir_ternary(k, EM_OP_SELECT, flag, v, em_ir_cast(k, em_line(EM_F32, 4), x)));
+    em_ir_val v =
+        em_ir_binary(k, EM_OP_ADD, em_ir_load(k, b, pos), em_ir_cast(k, em_ty(EM_F32), s));
+    em_ir_store(k, b, pos,
+                em_ir_ternary(k, EM_OP_SELECT, flag, v, em_ir_cast(k, em_line(EM_F32, 4), x)));
     em_ir_store(k, c, pos, em_ir_cast(k, em_ty(EM_U8), flag));
     k = prepare(k);
     const em_ir_kernel *const *ks = (const em_ir_kernel *const *)&k;
 
     char *cu = em_codegen_cuda(ks, 1, NULL);
     assert_non_null(cu);
-    expect_has(cu, "void abi(const float *a_m1, float alpha_1, emv<float, 4> *b_m2, unsigned char flag_2_in, "
-                   "unsigned char *c_m3, const unsigned long long *em_meta)");
+    expect_has(
+        cu,
+        "void abi(const float *a_m1, float alpha_1, emv<float, 4> *b_m2, unsigned char flag_2_in, "
+        "unsigned char *c_m3, const unsigned long long *em_meta)");
     expect_has(cu, "const bool flag_2 = flag_2_in != 0;");
     expect_has(cu, "(unsigned)em_meta[0]"); /* len(a) */
     expect_has(cu, "(unsigned)em_meta[2]"); /* shape(a, 1) */
@@ -1084,19 +1171,23 @@ static void test_parameter_abi(void **state)
     expect_has(cu, "(unsigned)em_meta[8]"); /* len(c) */
     char *cl = em_codegen_opencl(ks, 1, NULL);
     assert_non_null(cl);
-    expect_has(cl, "void abi(__global const float *a_m1, const float alpha_1, __global float *b_m2, const uchar flag_2_in, "
+    expect_has(cl, "void abi(__global const float *a_m1, const float alpha_1, __global float "
+                   "*b_m2, const uchar flag_2_in, "
                    "__global uchar *c_m3, __global const ulong *em_meta)");
     expect_has(cl, "(uint)em_meta[7]");
     char *gl = em_codegen_glsl(ks, 1, NULL);
     assert_non_null(gl);
-    expect_has(gl, "layout(std430, set = 0, binding = 0) readonly buffer em_b0 { float d[]; } a_m1;");
+    expect_has(gl,
+               "layout(std430, set = 0, binding = 0) readonly buffer em_b0 { float d[]; } a_m1;");
     expect_has(gl, "layout(std430, set = 0, binding = 2) buffer em_b2 { vec4 d[]; } b_m2;");
     expect_has(gl, "layout(std430, set = 0, binding = 4) buffer em_b4 { uint8_t d[]; } c_m3;");
-    expect_has(gl, "layout(std430, set = 0, binding = 5) readonly buffer em_meta_block { uint m[]; } em_meta;");
+    expect_has(gl, "layout(std430, set = 0, binding = 5) readonly buffer em_meta_block { uint m[]; "
+                   "} em_meta;");
     expect_has(gl, "layout(offset = 0) float alpha_1;");
     expect_has(gl, "layout(offset = 8) uint flag_2;");
     expect_has(gl, "em_meta.m[14]"); /* stride(b, 0): word 7, low half */
-    int rc = compile_cuda(cu, "abi.cu"), rl = compile_opencl_clang(cl, "CL1.2", NULL, "abi"), rg = compile_glsl(gl, "abi");
+    int rc = compile_cuda(cu, "abi.cu"), rl = compile_opencl_clang(cl, "CL1.2", NULL, "abi"),
+        rg = compile_glsl(gl, "abi");
     free(cu);
     free(cl);
     free(gl);
@@ -1106,7 +1197,8 @@ static void test_parameter_abi(void **state)
     expect_compiled(rg, "glslangValidator");
 }
 
-/* ---- random kernels ------------------------------------------------------------------------------ */
+/* ---- random kernels
+ * ------------------------------------------------------------------------------ */
 
 typedef struct rng {
     uint64_t s;
@@ -1137,7 +1229,10 @@ static void pool_add(pool *p, em_ir_val v)
     if (v && p->n < sizeof p->v / sizeof p->v[0]) p->v[p->n++] = v;
 }
 
-static em_type vtype(em_ir_kernel *k, em_ir_val v) { return em_ir_value_at(k, v)->type; }
+static em_type vtype(em_ir_kernel *k, em_ir_val v)
+{
+    return em_ir_value_at(k, v)->type;
+}
 
 /* A pooled value of kind s whose width suits a (equal, or a scalar); else a constant. */
 static em_ir_val partner(em_ir_kernel *k, rng *r, pool *p, em_type t)
@@ -1148,8 +1243,10 @@ static em_ir_val partner(em_ir_kernel *k, rng *r, pool *p, em_type t)
         if (u.scalar == t.scalar && (u.lanes == t.lanes || u.lanes == 1)) return v;
     }
     if (t.scalar == EM_BOOL) return em_ir_const_bool(k, rnd(r, 2));
-    if (em_scalar_is_float(t.scalar)) return em_ir_const_float(k, em_ty(t.scalar), (double)rnd(r, 100) / 8 - 3);
-    return em_ir_const_int(k, em_ty(t.scalar), (int64_t)rnd(r, 50) - (em_scalar_is_signed(t.scalar) ? 25 : 0));
+    if (em_scalar_is_float(t.scalar))
+        return em_ir_const_float(k, em_ty(t.scalar), (double)rnd(r, 100) / 8 - 3);
+    return em_ir_const_int(k, em_ty(t.scalar),
+                           (int64_t)rnd(r, 50) - (em_scalar_is_signed(t.scalar) ? 25 : 0));
 }
 
 static em_ir_val random_op(em_ir_kernel *k, rng *r, pool *p, em_ir_mem *outs, size_t *nouts)
@@ -1158,19 +1255,25 @@ static em_ir_val random_op(em_ir_kernel *k, rng *r, pool *p, em_ir_mem *outs, si
     em_type t = vtype(k, a);
     em_scalar s = (em_scalar)t.scalar;
     bool fl = em_scalar_is_float(s), bl = s == EM_BOOL;
-    static const em_ir_op fbin[] = {EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV, EM_OP_REM, EM_OP_MIN, EM_OP_MAX, EM_OP_POW};
-    static const em_ir_op ibin[] = {EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV, EM_OP_REM, EM_OP_MIN,
-                                    EM_OP_MAX, EM_OP_AND, EM_OP_OR,  EM_OP_XOR, EM_OP_SHL, EM_OP_SHR};
+    static const em_ir_op fbin[] = {EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV,
+                                    EM_OP_REM, EM_OP_MIN, EM_OP_MAX, EM_OP_POW};
+    static const em_ir_op ibin[] = {EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV,
+                                    EM_OP_REM, EM_OP_MIN, EM_OP_MAX, EM_OP_AND,
+                                    EM_OP_OR,  EM_OP_XOR, EM_OP_SHL, EM_OP_SHR};
     static const em_ir_op bbin[] = {EM_OP_AND, EM_OP_OR, EM_OP_XOR, EM_OP_EQ, EM_OP_NE};
-    static const em_ir_op fun[] = {EM_OP_NEG, EM_OP_ABS, EM_OP_EXP, EM_OP_EXP2, EM_OP_LOG, EM_OP_LOG2,
-                                   EM_OP_SQRT, EM_OP_RSQRT, EM_OP_ERF, EM_OP_TANH, EM_OP_SIN, EM_OP_COS,
-                                   EM_OP_FLOOR, EM_OP_CEIL, EM_OP_ROUND, EM_OP_ISNAN, EM_OP_ISINF};
-    static const em_ir_op iun[] = {EM_OP_NEG, EM_OP_NOT, EM_OP_ABS, EM_OP_POPCOUNT, EM_OP_CLZ, EM_OP_CTZ};
+    static const em_ir_op fun[] = {EM_OP_NEG,   EM_OP_ABS,  EM_OP_EXP,   EM_OP_EXP2, EM_OP_LOG,
+                                   EM_OP_LOG2,  EM_OP_SQRT, EM_OP_RSQRT, EM_OP_ERF,  EM_OP_TANH,
+                                   EM_OP_SIN,   EM_OP_COS,  EM_OP_FLOOR, EM_OP_CEIL, EM_OP_ROUND,
+                                   EM_OP_ISNAN, EM_OP_ISINF};
+    static const em_ir_op iun[] = {EM_OP_NEG,      EM_OP_NOT, EM_OP_ABS,
+                                   EM_OP_POPCOUNT, EM_OP_CLZ, EM_OP_CTZ};
     static const em_ir_op cmp[] = {EM_OP_EQ, EM_OP_NE, EM_OP_LT, EM_OP_LE, EM_OP_GT, EM_OP_GE};
-    static const em_ir_op plane_num[] = {EM_OP_PLANE_SUM, EM_OP_PLANE_PROD, EM_OP_PLANE_MIN, EM_OP_PLANE_MAX,
+    static const em_ir_op plane_num[] = {EM_OP_PLANE_SUM,           EM_OP_PLANE_PROD,
+                                         EM_OP_PLANE_MIN,           EM_OP_PLANE_MAX,
                                          EM_OP_PLANE_INCLUSIVE_SUM, EM_OP_PLANE_EXCLUSIVE_SUM};
-    static const em_ir_op plane_any[] = {EM_OP_PLANE_BROADCAST, EM_OP_PLANE_SHUFFLE, EM_OP_PLANE_SHUFFLE_XOR,
-                                         EM_OP_PLANE_SHUFFLE_UP, EM_OP_PLANE_SHUFFLE_DOWN};
+    static const em_ir_op plane_any[] = {EM_OP_PLANE_BROADCAST, EM_OP_PLANE_SHUFFLE,
+                                         EM_OP_PLANE_SHUFFLE_XOR, EM_OP_PLANE_SHUFFLE_UP,
+                                         EM_OP_PLANE_SHUFFLE_DOWN};
 #define PICK(arr) arr[rnd(r, sizeof arr / sizeof arr[0])]
     switch (rnd(r, 11)) {
     case 0:
@@ -1196,24 +1299,31 @@ static em_ir_val random_op(em_ir_kernel *k, rng *r, pool *p, em_ir_mem *outs, si
         for (int tries = 0; tries < 8; tries++) {
             em_scalar to = all_kinds[1 + rnd(r, NKINDS - 1)];
             size_t w = em_scalar_size(to) * 8;
-            if (bits % w == 0 && bits / w >= 1 && bits / w <= 16) return em_ir_bitcast(k, em_line(to, (unsigned)(bits / w)), a);
+            if (bits % w == 0 && bits / w >= 1 && bits / w <= 16)
+                return em_ir_bitcast(k, em_line(to, (unsigned)(bits / w)), a);
         }
         return em_ir_bitcast(k, t, a);
     }
     case 6: {
         if (t.lanes == 1) return em_ir_cast(k, em_line(s, 2 + rnd(r, 3)), a);
-        em_ir_val lane = rnd(r, 2) ? u32c(k, rnd(r, t.lanes))
-                                   : em_ir_binary(k, EM_OP_REM, em_ir_builtin(k, EM_UNIT_POS), u32c(k, t.lanes));
+        em_ir_val lane =
+            rnd(r, 2) ? u32c(k, rnd(r, t.lanes))
+                      : em_ir_binary(k, EM_OP_REM, em_ir_builtin(k, EM_UNIT_POS), u32c(k, t.lanes));
         if (rnd(r, 2)) return em_ir_extract(k, a, lane);
         return em_ir_insert(k, a, lane, partner(k, r, p, em_ty(s)));
     }
     case 7:
         if (bl && t.lanes == 1 && rnd(r, 2))
-            return em_ir_plane(k, rnd(r, 3) == 0 ? EM_OP_PLANE_BALLOT : rnd(r, 2) ? EM_OP_PLANE_ALL : EM_OP_PLANE_ANY, a, 0);
+            return em_ir_plane(k,
+                               rnd(r, 3) == 0 ? EM_OP_PLANE_BALLOT
+                               : rnd(r, 2)    ? EM_OP_PLANE_ALL
+                                              : EM_OP_PLANE_ANY,
+                               a, 0);
         if (!bl && rnd(r, 2)) return em_ir_plane(k, PICK(plane_num), a, 0);
         return em_ir_plane(k, PICK(plane_any), a, u32c(k, rnd(r, 4)));
     case 8: { /* a branch that stores inside */
-        em_ir_val cond = em_ir_binary(k, EM_OP_LT, em_ir_builtin(k, EM_UNIT_POS), u32c(k, rnd(r, 64)));
+        em_ir_val cond =
+            em_ir_binary(k, EM_OP_LT, em_ir_builtin(k, EM_UNIT_POS), u32c(k, rnd(r, 64)));
         em_ir_if_begin(k, cond);
         em_ir_val x = bl ? em_ir_unary(k, EM_OP_NOT, a) : em_ir_unary(k, EM_OP_NEG, a);
         if (*nouts < 32) {
@@ -1230,9 +1340,11 @@ static em_ir_val random_op(em_ir_kernel *k, rng *r, pool *p, em_ir_mem *outs, si
     case 9: { /* an accumulating loop */
         em_ir_val acc = em_ir_var(k, t, "acc"), i = em_ir_var(k, em_ty(EM_U32), "i");
         em_ir_assign(k, acc, a);
-        em_ir_range_begin(k, i, u32c(k, 0), em_ir_binary(k, EM_OP_AND, em_ir_builtin(k, EM_UNIT_POS), u32c(k, 3)),
+        em_ir_range_begin(k, i, u32c(k, 0),
+                          em_ir_binary(k, EM_OP_AND, em_ir_builtin(k, EM_UNIT_POS), u32c(k, 3)),
                           u32c(k, 1), rnd(r, 2));
-        em_ir_assign(k, acc, bl ? em_ir_binary(k, EM_OP_XOR, acc, a) : em_ir_binary(k, EM_OP_ADD, acc, a));
+        em_ir_assign(k, acc,
+                     bl ? em_ir_binary(k, EM_OP_XOR, acc, a) : em_ir_binary(k, EM_OP_ADD, acc, a));
         em_ir_end(k);
         return acc;
     }
@@ -1270,7 +1382,8 @@ static em_ir_kernel *random_kernel(rng *r, int id)
     return k;
 }
 
-/* Random verified kernels: every generator returns code or an error, and what it returns compiles. */
+/* Random verified kernels: every generator returns code or an error, and what it returns compiles.
+ */
 static void test_random_kernels(void **state)
 {
     (void)state;
@@ -1286,9 +1399,11 @@ static void test_random_kernels(void **state)
         }
         ks[i] = prepare(k);
     }
-    em_caps cuda = caps_for("cuda", true, 32), cl = caps_for("opencl", false, 1), cl32 = caps_for("opencl", true, 32);
+    em_caps cuda = caps_for("cuda", true, 32), cl = caps_for("opencl", false, 1),
+            cl32 = caps_for("opencl", true, 32);
     em_caps glsl = caps_for("glsl", true, 32);
-    char *cu = gen_cuda(ks, N, &cuda), *c1 = gen_opencl(ks, N, &cl), *c32 = gen_opencl(ks, N, &cl32);
+    char *cu = gen_cuda(ks, N, &cuda), *c1 = gen_opencl(ks, N, &cl),
+         *c32 = gen_opencl(ks, N, &cl32);
     assert_non_null(cu);
     assert_non_null(c1);
     assert_non_null(c32);
@@ -1306,7 +1421,8 @@ static void test_random_kernels(void **state)
     assert_true(nok > N / 2);
     char *gl = gen_glsl(ok, nok, &glsl);
     assert_non_null(gl);
-    int rcu = compile_cuda(cu, "random.cu"), rc1 = compile_opencl_clang(c1, "CL1.2", "-w", "random_12");
+    int rcu = compile_cuda(cu, "random.cu"),
+        rc1 = compile_opencl_clang(c1, "CL1.2", "-w", "random_12");
     char flags[512];
     snprintf(flags, sizeof flags, "-w %s", subgroup_macros);
     int rc32 = compile_opencl_clang(c32, "CL2.0", flags, "random_20");

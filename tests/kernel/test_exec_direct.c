@@ -156,6 +156,38 @@ static void test_readable_source(void **state)
     em_ir_kernel_free(ks[1]);
 }
 
+/* Names that clash with C keywords, macros of the standard headers, library functions the
+ * generated code calls, or the generator's own names are renamed; the kernel still runs. */
+static void test_hostile_names(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"float", "EOF", "M_PI", "expf", "em_pad", "launch_", "u_",
+                                        "x y", "9lives", "math_errhandling", "memcpy", "state_", "units_",
+                                        "scratch_", "cube_", "l_"};
+    enum { NN = sizeof names / sizeof names[0] };
+    em_ir_kernel *k = em_ir_kernel_new("hostile");
+    em_ir_mem out = em_ir_param_buffer(k, "stderr", em_ty(EM_F32), EM_WRITE, 0);
+    em_ir_val p = em_ir_param_scalar(k, "NULL", em_ty(EM_F32));
+    em_ir_mem sh = em_ir_shared(k, "free", em_ty(EM_F32), 16);
+    em_ir_val u = em_ir_builtin(k, EM_UNIT_POS);
+    em_ir_val acc = em_ir_var(k, em_ty(EM_F32), "calloc");
+    em_ir_assign(k, acc, p);
+    for (int i = 0; i < NN; i++) {
+        em_ir_val v = em_ir_var(k, em_ty(EM_F32), names[i]);
+        em_ir_assign(k, v, em_ir_unary(k, EM_OP_EXP, em_ir_const_float(k, em_ty(EM_F32), 0.0)));
+        em_ir_assign(k, acc, em_ir_binary(k, EM_OP_ADD, acc, v));
+    }
+    em_ir_store(k, sh, u, acc);
+    em_ir_sync_cube(k);
+    em_ir_store(k, out, u, em_ir_load(k, sh, u));
+    compile_everywhere(&k, 1, "hostile", true);
+    float res[4] = {0};
+    xarg a[] = {xbuf(res, sizeof res, 4), xscalar_f(0.5)};
+    xrun(k, XGRID(1, 1, 1), XGRID(4, 1, 1), a, 2);
+    for (int i = 0; i < 4; i++) assert_true(res[i] == 0.5f + NN);
+    em_ir_kernel_free(k);
+}
+
 static void test_print(void **state)
 {
     (void)state;
@@ -591,7 +623,8 @@ int main(void)
     alarm(400); /* a kernel that never ends fails the test instead of hanging it */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_examples_warning_free), cmocka_unit_test(test_codegen_errors),
-        cmocka_unit_test(test_readable_source),       cmocka_unit_test(test_print),
+        cmocka_unit_test(test_readable_source),
+        cmocka_unit_test(test_hostile_names),       cmocka_unit_test(test_print),
         cmocka_unit_test(test_random_kernels),
     };
     return cmocka_run_group_tests_name("C generator, direct", tests, xsetup_direct, xteardown);

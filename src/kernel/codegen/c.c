@@ -525,28 +525,46 @@ static void decide_storage(cg *g)
 /* ---- names ---------------------------------------------------------------------------------- */
 
 static const char *const reserved[] = {
-    "auto",      "break",      "case",       "char",       "const",     "continue",  "default",
-    "do",        "double",     "else",       "enum",       "extern",    "float",     "for",
-    "goto",      "if",         "inline",     "int",        "long",      "register",  "restrict",
-    "return",    "short",      "signed",     "sizeof",     "static",    "struct",    "switch",
-    "typedef",   "union",      "unsigned",   "void",       "volatile",  "while",     "bool",
-    "true",      "false",      "main",       "NULL",       "stderr",    "fprintf",   "printf",
-    "memcpy",    "memset",     "malloc",     "calloc",     "free",      "size_t",    "int8_t",
-    "int16_t",   "int32_t",    "int64_t",    "uint8_t",    "uint16_t",  "uint32_t",  "uint64_t",
-    "INFINITY",  "NAN",        "isnan",      "isinf",      "exp",       "expf",      "exp2",
-    "exp2f",     "log",        "logf",       "log2",       "log2f",     "sqrt",      "sqrtf",
-    "erf",       "erff",       "tanh",       "tanhf",      "sin",       "sinf",      "cos",
-    "cosf",      "floor",      "floorf",     "ceil",       "ceilf",     "rint",      "rintf",
-    "fabs",      "fabsf",      "fmin",       "fminf",      "fmax",      "fmaxf",     "fma",
-    "fmaf",      "pow",        "powf",       "fmod",       "fmodf",     "ldexp",     "INT8_MIN",
-    "INT8_MAX",  "INT16_MIN",  "INT16_MAX",  "INT32_MIN",  "INT32_MAX", "INT64_MIN", "INT64_MAX",
-    "UINT8_MAX", "UINT16_MAX", "UINT32_MAX", "UINT64_MAX", "INT64_C",   "UINT64_C",  "asm",
-    "fortran",   "errno",      "signbit",    "abs",
+    "auto",       "break",     "case",       "char",
+    "const",      "continue",  "default",    "do",
+    "double",     "else",      "enum",       "extern",
+    "float",      "for",       "goto",       "if",
+    "inline",     "int",       "long",       "register",
+    "restrict",   "return",    "short",      "signed",
+    "sizeof",     "static",    "struct",     "switch",
+    "typedef",    "union",     "unsigned",   "void",
+    "volatile",   "while",     "bool",       "true",
+    "false",      "main",      "NULL",       "stderr",
+    "fprintf",    "printf",    "memcpy",     "memset",
+    "malloc",     "calloc",    "free",       "size_t",
+    "int8_t",     "int16_t",   "int32_t",    "int64_t",
+    "uint8_t",    "uint16_t",  "uint32_t",   "uint64_t",
+    "INFINITY",   "NAN",       "isnan",      "isinf",
+    "exp",        "expf",      "exp2",       "exp2f",
+    "log",        "logf",      "log2",       "log2f",
+    "sqrt",       "sqrtf",     "erf",        "erff",
+    "tanh",       "tanhf",     "sin",        "sinf",
+    "cos",        "cosf",      "floor",      "floorf",
+    "ceil",       "ceilf",     "rint",       "rintf",
+    "fabs",       "fabsf",     "fmin",       "fminf",
+    "fmax",       "fmaxf",     "fma",        "fmaf",
+    "pow",        "powf",      "fmod",       "fmodf",
+    "ldexp",      "INT8_MIN",  "INT8_MAX",   "INT16_MIN",
+    "INT16_MAX",  "INT32_MIN", "INT32_MAX",  "INT64_MIN",
+    "INT64_MAX",  "UINT8_MAX", "UINT16_MAX", "UINT32_MAX",
+    "UINT64_MAX", "INT64_C",   "UINT64_C",   "math_errhandling",
+    "asm",        "fortran",   "errno",      "signbit",
+    "abs",
 };
 
 static bool is_reserved(const char *s)
 {
     if (strncmp(s, "__", 2) == 0) return true;
+    /* names in capitals may be macros of the standard headers (EOF, M_PI, HUGE_VAL...) */
+    bool caps = s[0] && s[1];
+    for (const char *c = s; *c && caps; c++)
+        caps = (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_';
+    if (caps) return true;
     for (size_t i = 0; i < EM_ARRAY_LEN(reserved); i++)
         if (strcmp(s, reserved[i]) == 0) return true;
     return false;

@@ -45,13 +45,24 @@
 #define STATIC_SMEM_LIMIT (48u * 1024u)
 #define SMEM_ALIGN 32u
 
-static const char *const storage_type[EM_SCALAR_COUNT] = {
-    [EM_BOOL] = "unsigned char", [EM_I8] = "signed char", [EM_I16] = "short", [EM_I32] = "int",
-    [EM_I64] = "long long", [EM_U8] = "unsigned char", [EM_U16] = "unsigned short", [EM_U32] = "unsigned",
-    [EM_U64] = "unsigned long long", [EM_F16] = "unsigned short", [EM_BF16] = "unsigned short",
-    [EM_F32] = "float", [EM_F64] = "double"};
+static const char *const storage_type[EM_SCALAR_COUNT] = {[EM_BOOL] = "unsigned char",
+                                                          [EM_I8] = "signed char",
+                                                          [EM_I16] = "short",
+                                                          [EM_I32] = "int",
+                                                          [EM_I64] = "long long",
+                                                          [EM_U8] = "unsigned char",
+                                                          [EM_U16] = "unsigned short",
+                                                          [EM_U32] = "unsigned",
+                                                          [EM_U64] = "unsigned long long",
+                                                          [EM_F16] = "unsigned short",
+                                                          [EM_BF16] = "unsigned short",
+                                                          [EM_F32] = "float",
+                                                          [EM_F64] = "double"};
 
-static bool converted(em_scalar s) { return s == EM_BOOL || s == EM_F16 || s == EM_BF16; }
+static bool converted(em_scalar s)
+{
+    return s == EM_BOOL || s == EM_F16 || s == EM_BF16;
+}
 
 /* ---- types, literals, conversions ------------------------------------------------------------ */
 
@@ -69,17 +80,27 @@ static void cu_lane(em_spmd *e, em_type t, const char *name, unsigned i, em_strb
     em_sb_printf(sb, "%s.v[%u]", name, i);
 }
 
-static int cu_line_kind(em_spmd *e, em_type t) { return EM_LINE_OPS; }
+static int cu_line_kind(em_spmd *e, em_type t)
+{
+    (void)e;
+    (void)t;
+    return EM_LINE_OPS;
+}
 
 static void cu_literal(em_spmd *e, em_scalar s, em_ir_const c, em_strbuf *sb)
 {
-    static const char *const special[4] = {"__int_as_float(0x7f800000)", "__int_as_float(0x7fffffff)",
-                                           "__longlong_as_double(0x7ff0000000000000ll)",
-                                           "__longlong_as_double(0x7fffffffffffffffll)"};
+    static const char *const special[4] = {
+        "__int_as_float(0x7f800000)", "__int_as_float(0x7fffffff)",
+        "__longlong_as_double(0x7ff0000000000000ll)", "__longlong_as_double(0x7fffffffffffffffll)"};
     em_spmd_c_literal(e, s, c, "ll", "ull", special, sb);
 }
 
-static void cu_zero(em_spmd *e, em_type t, em_strbuf *sb) { em_sb_append(sb, " = {}"); }
+static void cu_zero(em_spmd *e, em_type t, em_strbuf *sb)
+{
+    (void)e;
+    (void)t;
+    em_sb_append(sb, " = {}");
+}
 
 static void cu_wrap(em_spmd *e, em_scalar s, const char *x, em_strbuf *sb)
 {
@@ -106,26 +127,30 @@ static void cu_convert(em_spmd *e, em_scalar from, em_scalar to, const char *x, 
 
 static const char *cu_float_fn(em_spmd *e, em_ir_op op, em_scalar s)
 {
+    (void)e;
     static const char *const f32[EM_OP_COUNT] = {
-        [EM_OP_EXP] = "expf", [EM_OP_EXP2] = "exp2f", [EM_OP_LOG] = "logf", [EM_OP_LOG2] = "log2f",
-        [EM_OP_SQRT] = "sqrtf", [EM_OP_RSQRT] = "rsqrtf", [EM_OP_ERF] = "erff", [EM_OP_TANH] = "tanhf",
-        [EM_OP_SIN] = "sinf", [EM_OP_COS] = "cosf", [EM_OP_FLOOR] = "floorf", [EM_OP_CEIL] = "ceilf",
-        [EM_OP_ROUND] = "rintf", [EM_OP_ABS] = "fabsf", [EM_OP_POW] = "powf", [EM_OP_REM] = "fmodf",
-        [EM_OP_MIN] = "fminf", [EM_OP_MAX] = "fmaxf", [EM_OP_FMA] = "fmaf", [EM_OP_ISNAN] = "isnan",
-        [EM_OP_ISINF] = "isinf"};
+        [EM_OP_EXP] = "expf",    [EM_OP_EXP2] = "exp2f",   [EM_OP_LOG] = "logf",
+        [EM_OP_LOG2] = "log2f",  [EM_OP_SQRT] = "sqrtf",   [EM_OP_RSQRT] = "rsqrtf",
+        [EM_OP_ERF] = "erff",    [EM_OP_TANH] = "tanhf",   [EM_OP_SIN] = "sinf",
+        [EM_OP_COS] = "cosf",    [EM_OP_FLOOR] = "floorf", [EM_OP_CEIL] = "ceilf",
+        [EM_OP_ROUND] = "rintf", [EM_OP_ABS] = "fabsf",    [EM_OP_POW] = "powf",
+        [EM_OP_REM] = "fmodf",   [EM_OP_MIN] = "fminf",    [EM_OP_MAX] = "fmaxf",
+        [EM_OP_FMA] = "fmaf",    [EM_OP_ISNAN] = "isnan",  [EM_OP_ISINF] = "isinf"};
     static const char *const f64[EM_OP_COUNT] = {
-        [EM_OP_EXP] = "exp", [EM_OP_EXP2] = "exp2", [EM_OP_LOG] = "log", [EM_OP_LOG2] = "log2",
-        [EM_OP_SQRT] = "sqrt", [EM_OP_RSQRT] = "rsqrt", [EM_OP_ERF] = "erf", [EM_OP_TANH] = "tanh",
-        [EM_OP_SIN] = "sin", [EM_OP_COS] = "cos", [EM_OP_FLOOR] = "floor", [EM_OP_CEIL] = "ceil",
-        [EM_OP_ROUND] = "rint", [EM_OP_ABS] = "fabs", [EM_OP_POW] = "pow", [EM_OP_REM] = "fmod",
-        [EM_OP_MIN] = "fmin", [EM_OP_MAX] = "fmax", [EM_OP_FMA] = "fma", [EM_OP_ISNAN] = "isnan",
-        [EM_OP_ISINF] = "isinf"};
+        [EM_OP_EXP] = "exp",    [EM_OP_EXP2] = "exp2",   [EM_OP_LOG] = "log",
+        [EM_OP_LOG2] = "log2",  [EM_OP_SQRT] = "sqrt",   [EM_OP_RSQRT] = "rsqrt",
+        [EM_OP_ERF] = "erf",    [EM_OP_TANH] = "tanh",   [EM_OP_SIN] = "sin",
+        [EM_OP_COS] = "cos",    [EM_OP_FLOOR] = "floor", [EM_OP_CEIL] = "ceil",
+        [EM_OP_ROUND] = "rint", [EM_OP_ABS] = "fabs",    [EM_OP_POW] = "pow",
+        [EM_OP_REM] = "fmod",   [EM_OP_MIN] = "fmin",    [EM_OP_MAX] = "fmax",
+        [EM_OP_FMA] = "fma",    [EM_OP_ISNAN] = "isnan", [EM_OP_ISINF] = "isinf"};
     if (op >= EM_OP_COUNT) return NULL;
     return s == EM_F64 ? f64[op] : f32[op];
 }
 
 static void cu_bit_count(em_spmd *e, em_ir_op op, em_scalar s, const char *x, em_strbuf *sb)
 {
+    (void)e;
     unsigned w = em_spmd_bits(s);
     if (w == 64) {
         if (op == EM_OP_POPCOUNT)
@@ -153,45 +178,93 @@ static void cu_bit_count(em_spmd *e, em_ir_op op, em_scalar s, const char *x, em
 
 static void cu_to_bits(em_spmd *e, em_scalar s, const char *x, em_strbuf *sb)
 {
+    (void)e;
     switch (s) {
-    case EM_F32: em_sb_printf(sb, "__float_as_uint(%s)", x); break;
-    case EM_F64: em_sb_printf(sb, "(unsigned long long)__double_as_longlong(%s)", x); break;
-    case EM_F16: em_sb_printf(sb, "(unsigned)em_f2h(%s)", x); break;
-    case EM_BF16: em_sb_printf(sb, "(unsigned)em_f2b(%s)", x); break;
-    case EM_I64: case EM_U64: em_sb_printf(sb, "(unsigned long long)(%s)", x); break;
-    case EM_I8: case EM_U8: em_sb_printf(sb, "(unsigned)(unsigned char)(%s)", x); break;
-    case EM_I16: case EM_U16: em_sb_printf(sb, "(unsigned)(unsigned short)(%s)", x); break;
-    default: em_sb_printf(sb, "(unsigned)(%s)", x); break;
+    case EM_F32:
+        em_sb_printf(sb, "__float_as_uint(%s)", x);
+        break;
+    case EM_F64:
+        em_sb_printf(sb, "(unsigned long long)__double_as_longlong(%s)", x);
+        break;
+    case EM_F16:
+        em_sb_printf(sb, "(unsigned)em_f2h(%s)", x);
+        break;
+    case EM_BF16:
+        em_sb_printf(sb, "(unsigned)em_f2b(%s)", x);
+        break;
+    case EM_I64:
+    case EM_U64:
+        em_sb_printf(sb, "(unsigned long long)(%s)", x);
+        break;
+    case EM_I8:
+    case EM_U8:
+        em_sb_printf(sb, "(unsigned)(unsigned char)(%s)", x);
+        break;
+    case EM_I16:
+    case EM_U16:
+        em_sb_printf(sb, "(unsigned)(unsigned short)(%s)", x);
+        break;
+    default:
+        em_sb_printf(sb, "(unsigned)(%s)", x);
+        break;
     }
 }
 
 static void cu_from_bits(em_spmd *e, em_scalar s, const char *b, em_strbuf *sb)
 {
     switch (s) {
-    case EM_F32: em_sb_printf(sb, "__uint_as_float(%s)", b); break;
-    case EM_F64: em_sb_printf(sb, "__longlong_as_double((long long)(%s))", b); break;
-    case EM_F16: em_sb_printf(sb, "em_h2f((unsigned short)(%s))", b); break;
-    case EM_BF16: em_sb_printf(sb, "em_b2f((unsigned short)(%s))", b); break;
-    default: em_sb_printf(sb, "(%s)(%s)", e->d->ctype[s], b); break;
+    case EM_F32:
+        em_sb_printf(sb, "__uint_as_float(%s)", b);
+        break;
+    case EM_F64:
+        em_sb_printf(sb, "__longlong_as_double((long long)(%s))", b);
+        break;
+    case EM_F16:
+        em_sb_printf(sb, "em_h2f((unsigned short)(%s))", b);
+        break;
+    case EM_BF16:
+        em_sb_printf(sb, "em_b2f((unsigned short)(%s))", b);
+        break;
+    default:
+        em_sb_printf(sb, "(%s)(%s)", e->d->ctype[s], b);
+        break;
     }
 }
 
 static void cu_builtin(em_spmd *e, em_builtin b, em_strbuf *sb)
 {
-    static const char *const names[EM_BUILTIN_COUNT] = {
-        [EM_UNIT_POS_X] = "threadIdx.x", [EM_UNIT_POS_Y] = "threadIdx.y", [EM_UNIT_POS_Z] = "threadIdx.z",
-        [EM_CUBE_POS_X] = "blockIdx.x", [EM_CUBE_POS_Y] = "blockIdx.y", [EM_CUBE_POS_Z] = "blockIdx.z",
-        [EM_CUBE_DIM_X] = "blockDim.x", [EM_CUBE_DIM_Y] = "blockDim.y", [EM_CUBE_DIM_Z] = "blockDim.z",
-        [EM_CUBE_COUNT_X] = "gridDim.x", [EM_CUBE_COUNT_Y] = "gridDim.y", [EM_CUBE_COUNT_Z] = "gridDim.z",
-        [EM_PLANE_DIM] = "(unsigned)warpSize", [EM_UNIT_POS_PLANE] = "(em_unit_pos() % (unsigned)warpSize)"};
+    (void)e;
+    static const char *const names[EM_BUILTIN_COUNT] = {[EM_UNIT_POS_X] = "threadIdx.x",
+                                                        [EM_UNIT_POS_Y] = "threadIdx.y",
+                                                        [EM_UNIT_POS_Z] = "threadIdx.z",
+                                                        [EM_CUBE_POS_X] = "blockIdx.x",
+                                                        [EM_CUBE_POS_Y] = "blockIdx.y",
+                                                        [EM_CUBE_POS_Z] = "blockIdx.z",
+                                                        [EM_CUBE_DIM_X] = "blockDim.x",
+                                                        [EM_CUBE_DIM_Y] = "blockDim.y",
+                                                        [EM_CUBE_DIM_Z] = "blockDim.z",
+                                                        [EM_CUBE_COUNT_X] = "gridDim.x",
+                                                        [EM_CUBE_COUNT_Y] = "gridDim.y",
+                                                        [EM_CUBE_COUNT_Z] = "gridDim.z",
+                                                        [EM_PLANE_DIM] = "(unsigned)warpSize",
+                                                        [EM_UNIT_POS_PLANE] =
+                                                            "(em_unit_pos() % (unsigned)warpSize)"};
     em_sb_append(sb, b < EM_BUILTIN_COUNT && names[b] ? names[b] : "0u");
 }
 
-static void cu_meta(em_spmd *e, uint32_t off, em_strbuf *sb) { em_sb_printf(sb, "(unsigned)em_meta[%u]", off); }
+static void cu_meta(em_spmd *e, uint32_t off, em_strbuf *sb)
+{
+    (void)e;
+    em_sb_printf(sb, "(unsigned)em_meta[%u]", off);
+}
 
-/* ---- memory ------------------------------------------------------------------------------------ */
+/* ---- memory ------------------------------------------------------------------------------------
+ */
 
-static const em_ir_memory *mem(em_spmd *e, em_ir_mem m) { return em_ir_mem_at(e->k, m); }
+static const em_ir_memory *mem(em_spmd *e, em_ir_mem m)
+{
+    return em_ir_mem_at(e->k, m);
+}
 
 /* Local memory holds compute types; global and shared memory hold storage types (bool as a byte,
  * whose converters the prelude then needs). */
@@ -203,8 +276,14 @@ static bool stored_converted(em_spmd *e, em_ir_mem m)
     return conv;
 }
 
-static const char *from_storage_fn(em_scalar s) { return s == EM_BOOL ? "em_u2b" : s == EM_F16 ? "em_h2f" : "em_b2f"; }
-static const char *to_storage_fn(em_scalar s) { return s == EM_BOOL ? "em_b2u" : s == EM_F16 ? "em_f2h" : "em_f2b"; }
+static const char *from_storage_fn(em_scalar s)
+{
+    return s == EM_BOOL ? "em_u2b" : s == EM_F16 ? "em_h2f" : "em_b2f";
+}
+static const char *to_storage_fn(em_scalar s)
+{
+    return s == EM_BOOL ? "em_b2u" : s == EM_F16 ? "em_f2h" : "em_f2b";
+}
 
 static void cu_mem_load(em_spmd *e, em_ir_mem m, const char *index, int lane, em_strbuf *sb)
 {
@@ -224,7 +303,8 @@ static void cu_mem_store(em_spmd *e, em_ir_mem m, const char *index, int lane, c
     char sfx[16] = "";
     if (lane >= 0) snprintf(sfx, sizeof sfx, ".v[%d]", lane);
     if (stored_converted(e, m))
-        em_spmd_line(e, "%s[%s]%s = %s(%s);", e->mname[m], index, sfx, to_storage_fn((em_scalar)x->elem.scalar), value);
+        em_spmd_line(e, "%s[%s]%s = %s(%s);", e->mname[m], index, sfx,
+                     to_storage_fn((em_scalar)x->elem.scalar), value);
     else
         em_spmd_line(e, "%s[%s]%s = %s;", e->mname[m], index, sfx, value);
 }
@@ -233,7 +313,8 @@ static bool cu_mem_load_line(em_spmd *e, em_ir_mem m, const char *index, em_strb
 {
     const em_ir_memory *x = mem(e, m);
     if (stored_converted(e, m)) {
-        em_sb_printf(sb, "%s(%s[%s])", from_storage_fn((em_scalar)x->elem.scalar), e->mname[m], index);
+        em_sb_printf(sb, "%s(%s[%s])", from_storage_fn((em_scalar)x->elem.scalar), e->mname[m],
+                     index);
     } else {
         em_sb_printf(sb, "%s[%s]", e->mname[m], index);
     }
@@ -244,7 +325,8 @@ static bool cu_mem_store_line(em_spmd *e, em_ir_mem m, const char *index, const 
 {
     const em_ir_memory *x = mem(e, m);
     if (stored_converted(e, m)) {
-        em_spmd_line(e, "%s[%s] = %s(%s);", e->mname[m], index, to_storage_fn((em_scalar)x->elem.scalar), value);
+        em_spmd_line(e, "%s[%s] = %s(%s);", e->mname[m], index,
+                     to_storage_fn((em_scalar)x->elem.scalar), value);
     } else {
         em_spmd_line(e, "%s[%s] = %s;", e->mname[m], index, value);
     }
@@ -271,7 +353,8 @@ static unsigned arch_number(const em_spmd *e)
     return (unsigned)strtoul(a + (a[0] == 's' ? 3 : 8), NULL, 10);
 }
 
-static void cu_plane(em_spmd *e, const em_ir_inst *in, em_scalar s, const char *a, const char *b, em_strbuf *sb)
+static void cu_plane(em_spmd *e, const em_ir_inst *in, em_scalar s, const char *a, const char *b,
+                     em_strbuf *sb)
 {
     e->needs |= EM_NEED_PLANE;
     bool redux = (s == EM_I32 || s == EM_U32) && arch_number(e) >= 80;
@@ -285,18 +368,40 @@ static void cu_plane(em_spmd *e, const em_ir_inst *in, em_scalar s, const char *
     case EM_OP_PLANE_MAX:
         em_sb_printf(sb, redux ? "__reduce_max_sync(EM_FULL_MASK, %s)" : "em_plane_max(%s)", a);
         break;
-    case EM_OP_PLANE_PROD: em_sb_printf(sb, "em_plane_prod(%s)", a); break;
-    case EM_OP_PLANE_INCLUSIVE_SUM: em_sb_printf(sb, "em_plane_inclusive_sum(%s)", a); break;
-    case EM_OP_PLANE_EXCLUSIVE_SUM: em_sb_printf(sb, "em_plane_exclusive_sum(%s)", a); break;
-    case EM_OP_PLANE_ALL: em_sb_printf(sb, "(__all_sync(EM_FULL_MASK, %s) != 0)", a); break;
-    case EM_OP_PLANE_ANY: em_sb_printf(sb, "(__any_sync(EM_FULL_MASK, %s) != 0)", a); break;
-    case EM_OP_PLANE_BALLOT: em_sb_printf(sb, "__ballot_sync(EM_FULL_MASK, %s)", a); break;
+    case EM_OP_PLANE_PROD:
+        em_sb_printf(sb, "em_plane_prod(%s)", a);
+        break;
+    case EM_OP_PLANE_INCLUSIVE_SUM:
+        em_sb_printf(sb, "em_plane_inclusive_sum(%s)", a);
+        break;
+    case EM_OP_PLANE_EXCLUSIVE_SUM:
+        em_sb_printf(sb, "em_plane_exclusive_sum(%s)", a);
+        break;
+    case EM_OP_PLANE_ALL:
+        em_sb_printf(sb, "(__all_sync(EM_FULL_MASK, %s) != 0)", a);
+        break;
+    case EM_OP_PLANE_ANY:
+        em_sb_printf(sb, "(__any_sync(EM_FULL_MASK, %s) != 0)", a);
+        break;
+    case EM_OP_PLANE_BALLOT:
+        em_sb_printf(sb, "__ballot_sync(EM_FULL_MASK, %s)", a);
+        break;
     case EM_OP_PLANE_BROADCAST:
-    case EM_OP_PLANE_SHUFFLE: em_sb_printf(sb, "em_shfl(%s, (int)(%s))", a, b); break;
-    case EM_OP_PLANE_SHUFFLE_XOR: em_sb_printf(sb, "em_shfl_xor(%s, (int)(%s))", a, b); break;
-    case EM_OP_PLANE_SHUFFLE_UP: em_sb_printf(sb, "em_shfl_up(%s, (unsigned)(%s))", a, b); break;
-    case EM_OP_PLANE_SHUFFLE_DOWN: em_sb_printf(sb, "em_shfl_down(%s, (unsigned)(%s))", a, b); break;
-    default: em_spmd_fail(e, "unknown plane op"); break;
+    case EM_OP_PLANE_SHUFFLE:
+        em_sb_printf(sb, "em_shfl(%s, (int)(%s))", a, b);
+        break;
+    case EM_OP_PLANE_SHUFFLE_XOR:
+        em_sb_printf(sb, "em_shfl_xor(%s, (int)(%s))", a, b);
+        break;
+    case EM_OP_PLANE_SHUFFLE_UP:
+        em_sb_printf(sb, "em_shfl_up(%s, (unsigned)(%s))", a, b);
+        break;
+    case EM_OP_PLANE_SHUFFLE_DOWN:
+        em_sb_printf(sb, "em_shfl_down(%s, (unsigned)(%s))", a, b);
+        break;
+    default:
+        em_spmd_fail(e, "unknown plane op");
+        break;
     }
 }
 
@@ -314,34 +419,44 @@ static void cu_atomic(em_spmd *e, const em_ir_inst *in, const char *index, em_st
     if (in->args[2]) em_spmd_val(e, in->args[2], &c);
     bool i64 = s == EM_I64, f64 = s == EM_F64, is64 = em_spmd_bits(s) == 64;
     const char *ull = "unsigned long long";
-    static const char *const fn[] = {"atomicAdd", "atomicSub", "atomicMin", "atomicMax", "atomicAnd",
-                                     "atomicOr", "atomicXor", "atomicExch", "atomicCAS"};
+    static const char *const fn[] = {"atomicAdd", "atomicSub",  "atomicMin",
+                                     "atomicMax", "atomicAnd",  "atomicOr",
+                                     "atomicXor", "atomicExch", "atomicCAS"};
     em_ir_op op = (em_ir_op)in->op;
     switch (op) {
     case EM_OP_ATOMIC_SUB:
         if (em_scalar_is_float(s))
             em_sb_printf(sb, "atomicAdd(%s, -(%s))", p.data, v.data);
         else if (is64)
-            em_sb_printf(sb, "(%s)atomicAdd((%s *)%s, 0ull - (%s)(%s))", T, ull, p.data, ull, v.data);
+            em_sb_printf(sb, "(%s)atomicAdd((%s *)%s, 0ull - (%s)(%s))", T, ull, p.data, ull,
+                         v.data);
         else
             em_sb_printf(sb, "atomicSub(%s, %s)", p.data, v.data);
         break;
-    case EM_OP_ATOMIC_ADD: case EM_OP_ATOMIC_AND: case EM_OP_ATOMIC_OR: case EM_OP_ATOMIC_XOR:
+    case EM_OP_ATOMIC_ADD:
+    case EM_OP_ATOMIC_AND:
+    case EM_OP_ATOMIC_OR:
+    case EM_OP_ATOMIC_XOR:
     case EM_OP_ATOMIC_XCHG:
         if (i64)
-            em_sb_printf(sb, "(long long)%s((%s *)%s, (%s)(%s))", fn[op - EM_OP_ATOMIC_ADD], ull, p.data, ull, v.data);
-        else if (f64 && op == EM_OP_ATOMIC_XCHG)
-            em_sb_printf(sb, "__longlong_as_double((long long)atomicExch((%s *)%s, (%s)__double_as_longlong(%s)))", ull,
+            em_sb_printf(sb, "(long long)%s((%s *)%s, (%s)(%s))", fn[op - EM_OP_ATOMIC_ADD], ull,
                          p.data, ull, v.data);
+        else if (f64 && op == EM_OP_ATOMIC_XCHG)
+            em_sb_printf(sb,
+                         "__longlong_as_double((long long)atomicExch((%s *)%s, "
+                         "(%s)__double_as_longlong(%s)))",
+                         ull, p.data, ull, v.data);
         else
             em_sb_printf(sb, "%s(%s, %s)", fn[op - EM_OP_ATOMIC_ADD], p.data, v.data);
         break;
-    case EM_OP_ATOMIC_MIN: case EM_OP_ATOMIC_MAX:
+    case EM_OP_ATOMIC_MIN:
+    case EM_OP_ATOMIC_MAX:
         em_sb_printf(sb, "%s(%s, %s)", fn[op - EM_OP_ATOMIC_ADD], p.data, v.data);
         break;
     case EM_OP_ATOMIC_CAS:
         if (i64)
-            em_sb_printf(sb, "(long long)atomicCAS((%s *)%s, (%s)(%s), (%s)(%s))", ull, p.data, ull, v.data, ull, c.data);
+            em_sb_printf(sb, "(long long)atomicCAS((%s *)%s, (%s)(%s), (%s)(%s))", ull, p.data, ull,
+                         v.data, ull, c.data);
         else
             em_sb_printf(sb, "atomicCAS(%s, %s, %s)", p.data, v.data, c.data);
         break;
@@ -350,7 +465,8 @@ static void cu_atomic(em_spmd *e, const em_ir_inst *in, const char *index, em_st
         break;
     case EM_OP_ATOMIC_STORE: /* an exchange whose old value is dropped */
         if (f64)
-            em_sb_printf(sb, "atomicExch((%s *)%s, (%s)__double_as_longlong(%s))", ull, p.data, ull, v.data);
+            em_sb_printf(sb, "atomicExch((%s *)%s, (%s)__double_as_longlong(%s))", ull, p.data, ull,
+                         v.data);
         else if (i64)
             em_sb_printf(sb, "atomicExch((%s *)%s, (%s)(%s))", ull, p.data, ull, v.data);
         else
@@ -365,7 +481,8 @@ static void cu_atomic(em_spmd *e, const em_ir_inst *in, const char *index, em_st
     em_sb_free(&c);
 }
 
-/* ---- matrix ops: WMMA --------------------------------------------------------------------------- */
+/* ---- matrix ops: WMMA ---------------------------------------------------------------------------
+ */
 
 static const unsigned half_shapes[3][3] = {{16, 16, 16}, {32, 8, 16}, {8, 32, 16}};
 static const unsigned tf32_shape[3] = {16, 16, 8};
@@ -411,23 +528,32 @@ static const char *wmma_problem(em_spmd *e, const em_ir_value *f)
             return "WMMA accumulators are f16, f32, f64 or i32";
     }
     if (!ok)
-        return "the shape is not a WMMA shape (f16/bf16/i8/u8: 16x16x16, 32x8x16, 8x32x16; f32 as tf32: "
+        return "the shape is not a WMMA shape (f16/bf16/i8/u8: 16x16x16, 32x8x16, 8x32x16; f32 as "
+               "tf32: "
                "16x16x8; f64: 8x8x4)";
     unsigned arch = arch_number(e);
-    if (arch && arch < need) return "the device's architecture is too old for this WMMA element type";
+    if (arch && arch < need)
+        return "the device's architecture is too old for this WMMA element type";
     return NULL;
 }
 
 static const char *wmma_type(const em_ir_value *f)
 {
     switch (f->type.scalar) {
-    case EM_F16: return "__half";
-    case EM_BF16: return "__nv_bfloat16";
-    case EM_F32: return f->mat_role == EM_MAT_ACC ? "float" : "wmma::precision::tf32";
-    case EM_F64: return "double";
-    case EM_I8: return "signed char";
-    case EM_U8: return "unsigned char";
-    default: return "int";
+    case EM_F16:
+        return "__half";
+    case EM_BF16:
+        return "__nv_bfloat16";
+    case EM_F32:
+        return f->mat_role == EM_MAT_ACC ? "float" : "wmma::precision::tf32";
+    case EM_F64:
+        return "double";
+    case EM_I8:
+        return "signed char";
+    case EM_U8:
+        return "unsigned char";
+    default:
+        return "int";
     }
 }
 
@@ -441,19 +567,21 @@ static void cu_fragment(em_spmd *e, em_ir_val v)
 {
     const em_ir_value *f = em_spmd_value(e, v);
     static const char *const roles[] = {"wmma::matrix_a", "wmma::matrix_b", "wmma::accumulator"};
-    const char *why = e->caps.matrix ? wmma_problem(e, f) : "this device has no matrix units (caps.matrix)";
+    const char *why =
+        e->caps.matrix ? wmma_problem(e, f) : "this device has no matrix units (caps.matrix)";
     if (why) {
-        em_spmd_fail(e, "matrix fragment %s (%s %ux%ux%u): %s", e->vname[v], em_scalar_name((em_scalar)f->type.scalar),
-                     f->mat_m, f->mat_n, f->mat_k, why);
+        em_spmd_fail(e, "matrix fragment %s (%s %ux%ux%u): %s", e->vname[v],
+                     em_scalar_name((em_scalar)f->type.scalar), f->mat_m, f->mat_n, f->mat_k, why);
         return;
     }
     e->needs |= EM_NEED_MATRIX;
     if (f->mat_role == EM_MAT_ACC)
-        em_spmd_line(e, "wmma::fragment<%s, %u, %u, %u, %s> %s;", roles[EM_MAT_ACC], f->mat_m, f->mat_n, f->mat_k,
-                     wmma_type(f), e->vname[v]);
+        em_spmd_line(e, "wmma::fragment<%s, %u, %u, %u, %s> %s;", roles[EM_MAT_ACC], f->mat_m,
+                     f->mat_n, f->mat_k, wmma_type(f), e->vname[v]);
     else
-        em_spmd_line(e, "wmma::fragment<%s, %u, %u, %u, %s, wmma::%s> %s;", roles[f->mat_role], f->mat_m, f->mat_n,
-                     f->mat_k, wmma_type(f), f->mat_layout == EM_COL_MAJOR ? "col_major" : "row_major", e->vname[v]);
+        em_spmd_line(e, "wmma::fragment<%s, %u, %u, %u, %s, wmma::%s> %s;", roles[f->mat_role],
+                     f->mat_m, f->mat_n, f->mat_k, wmma_type(f),
+                     f->mat_layout == EM_COL_MAJOR ? "col_major" : "row_major", e->vname[v]);
 }
 
 static void cu_matrix(em_spmd *e, const em_ir_inst *in)
@@ -461,14 +589,16 @@ static void cu_matrix(em_spmd *e, const em_ir_inst *in)
     if (in->op == EM_OP_MAT_MMA) {
         const em_ir_value *d = em_spmd_value(e, in->args[0]), *a = em_spmd_value(e, in->args[1]);
         em_scalar as = (em_scalar)a->type.scalar, ds = (em_scalar)d->type.scalar;
-        bool ok = ((as == EM_F16) && (ds == EM_F16 || ds == EM_F32)) || ((as == EM_BF16 || as == EM_F32) && ds == EM_F32) ||
+        bool ok = ((as == EM_F16) && (ds == EM_F16 || ds == EM_F32)) ||
+                  ((as == EM_BF16 || as == EM_F32) && ds == EM_F32) ||
                   (as == EM_F64 && ds == EM_F64) || ((as == EM_I8 || as == EM_U8) && ds == EM_I32);
         if (!ok) {
-            em_spmd_fail(e, "WMMA has no mma with %s inputs and %s accumulators", em_scalar_name(as), em_scalar_name(ds));
+            em_spmd_fail(e, "WMMA has no mma with %s inputs and %s accumulators",
+                         em_scalar_name(as), em_scalar_name(ds));
             return;
         }
-        em_spmd_line(e, "wmma::mma_sync(%s, %s, %s, %s);", e->vname[in->args[0]], e->vname[in->args[1]],
-                     e->vname[in->args[2]], e->vname[in->args[3]]);
+        em_spmd_line(e, "wmma::mma_sync(%s, %s, %s, %s);", e->vname[in->args[0]],
+                     e->vname[in->args[1]], e->vname[in->args[2]], e->vname[in->args[3]]);
         return;
     }
     if (in->op == EM_OP_MAT_FILL) {
@@ -476,9 +606,12 @@ static void cu_matrix(em_spmd *e, const em_ir_inst *in)
         em_strbuf v;
         em_sb_init(&v);
         em_spmd_val(e, in->args[1], &v);
-        const char *conv = f->type.scalar == EM_F16 ? "__float2half" : f->type.scalar == EM_BF16 ? "__float2bfloat16" : NULL;
+        const char *conv = f->type.scalar == EM_F16    ? "__float2half"
+                           : f->type.scalar == EM_BF16 ? "__float2bfloat16"
+                                                       : NULL;
         if (conv)
-            em_spmd_line(e, "wmma::fill_fragment(%s, %s(%s));", e->vname[in->args[0]], conv, v.data);
+            em_spmd_line(e, "wmma::fill_fragment(%s, %s(%s));", e->vname[in->args[0]], conv,
+                         v.data);
         else
             em_spmd_line(e, "wmma::fill_fragment(%s, %s);", e->vname[in->args[0]], v.data);
         em_sb_free(&v);
@@ -493,42 +626,62 @@ static void cu_matrix(em_spmd *e, const em_ir_inst *in)
     em_sb_init(&stride);
     em_spmd_val_u32(e, in->args[load ? 1 : 0], &off);
     em_spmd_val_u32(e, in->args[load ? 2 : 1], &stride);
-    const char *pt = wmma_ptr_type((em_scalar)m->elem.scalar), *name = e->mname[in->mem], *fn = e->vname[fv];
+    const char *pt = wmma_ptr_type((em_scalar)m->elem.scalar), *name = e->mname[in->mem],
+               *fn = e->vname[fv];
     const char *layout = in->imm == EM_COL_MAJOR ? "wmma::mem_col_major" : "wmma::mem_row_major";
     if (!load) {
-        em_spmd_line(e, "wmma::store_matrix_sync((%s *)(%s + %s), %s, %s, %s);", pt, name, off.data, fn, stride.data,
-                     layout);
+        em_spmd_line(e, "wmma::store_matrix_sync((%s *)(%s + %s), %s, %s, %s);", pt, name, off.data,
+                     fn, stride.data, layout);
     } else if (f->mat_role == EM_MAT_ACC) {
-        em_spmd_line(e, "wmma::load_matrix_sync(%s, (const %s *)(%s + %s), %s, %s);", fn, pt, name, off.data,
-                     stride.data, layout);
+        em_spmd_line(e, "wmma::load_matrix_sync(%s, (const %s *)(%s + %s), %s, %s);", fn, pt, name,
+                     off.data, stride.data, layout);
     } else if ((int)f->mat_layout != in->imm) {
-        em_spmd_fail(e, "fragment %s is declared %s-major but loaded %s-major; WMMA fixes the layout in the "
-                        "fragment's type", fn, f->mat_layout == EM_COL_MAJOR ? "column" : "row",
-                     in->imm == EM_COL_MAJOR ? "column" : "row");
+        em_spmd_fail(
+            e,
+            "fragment %s is declared %s-major but loaded %s-major; WMMA fixes the layout in the "
+            "fragment's type",
+            fn, f->mat_layout == EM_COL_MAJOR ? "column" : "row",
+            in->imm == EM_COL_MAJOR ? "column" : "row");
     } else {
-        em_spmd_line(e, "wmma::load_matrix_sync(%s, (const %s *)(%s + %s), %s);", fn, pt, name, off.data, stride.data);
+        em_spmd_line(e, "wmma::load_matrix_sync(%s, (const %s *)(%s + %s), %s);", fn, pt, name,
+                     off.data, stride.data);
         if (f->type.scalar == EM_F32)
-            em_spmd_line(e, "for (int em_i = 0; em_i < %s.num_elements; em_i++) %s.x[em_i] = wmma::__float_to_tf32(%s.x[em_i]);",
+            em_spmd_line(e,
+                         "for (int em_i = 0; em_i < %s.num_elements; em_i++) %s.x[em_i] = "
+                         "wmma::__float_to_tf32(%s.x[em_i]);",
                          fn, fn, fn);
     }
     em_sb_free(&off);
     em_sb_free(&stride);
 }
 
-/* ---- debugging, intrinsics --------------------------------------------------------------------- */
+/* ---- debugging, intrinsics ---------------------------------------------------------------------
+ */
 
-static void cu_print(em_spmd *e, const em_ir_inst *in) { em_spmd_printf(e, in, true, "(double)", 32); }
+static void cu_print(em_spmd *e, const em_ir_inst *in)
+{
+    em_spmd_printf(e, in, true, "(double)", 32);
+}
 
 static const char *ptx_constraint(em_type t)
 {
     if (t.lanes != 1) return NULL;
     switch (t.scalar) {
-    case EM_I16: case EM_U16: return "h";
-    case EM_I32: case EM_U32: return "r";
-    case EM_I64: case EM_U64: return "l";
-    case EM_F32: return "f";
-    case EM_F64: return "d";
-    default: return NULL;
+    case EM_I16:
+    case EM_U16:
+        return "h";
+    case EM_I32:
+    case EM_U32:
+        return "r";
+    case EM_I64:
+    case EM_U64:
+        return "l";
+    case EM_F32:
+        return "f";
+    case EM_F64:
+        return "d";
+    default:
+        return NULL;
     }
 }
 
@@ -553,7 +706,8 @@ static bool cu_intrinsic(em_spmd *e, const em_ir_inst *in, em_strbuf *sb)
     if (in->dst) {
         const em_ir_value *d = em_spmd_value(e, in->dst);
         const char *c = ptx_constraint(d->type);
-        if (!c) em_spmd_fail(e, "inline PTX results must be 16/32/64-bit integer or f32/f64 scalars");
+        if (!c)
+            em_spmd_fail(e, "inline PTX results must be 16/32/64-bit integer or f32/f64 scalars");
         em_spmd_fresh(e, "asm", result);
         em_strbuf decl;
         em_sb_init(&decl);
@@ -563,8 +717,10 @@ static bool cu_intrinsic(em_spmd *e, const em_ir_inst *in, em_strbuf *sb)
         em_sb_printf(&outs, "\"=%s\"(%s)", c ? c : "r", result);
     }
     for (unsigned i = 0; i < nargs; i++) {
-        const char *c = ptx_constraint(em_spmd_value(e, in->args[i]) ? em_spmd_value(e, in->args[i])->type : em_ty(EM_BOOL));
-        if (!c) em_spmd_fail(e, "inline PTX operands must be 16/32/64-bit integer or f32/f64 scalars");
+        const char *c = ptx_constraint(
+            em_spmd_value(e, in->args[i]) ? em_spmd_value(e, in->args[i])->type : em_ty(EM_BOOL));
+        if (!c)
+            em_spmd_fail(e, "inline PTX operands must be 16/32/64-bit integer or f32/f64 scalars");
         em_sb_printf(&ins, "%s\"%s\"(", i ? ", " : "", c ? c : "r");
         em_spmd_val(e, in->args[i], &ins);
         em_sb_append(&ins, ")");
@@ -580,7 +736,8 @@ static bool cu_intrinsic(em_spmd *e, const em_ir_inst *in, em_strbuf *sb)
     return true;
 }
 
-/* ---- kernels ------------------------------------------------------------------------------------ */
+/* ---- kernels ------------------------------------------------------------------------------------
+ */
 
 static void storage_line(em_type t, em_strbuf *sb)
 {
@@ -590,7 +747,10 @@ static void storage_line(em_type t, em_strbuf *sb)
         em_sb_printf(sb, "emv<%s, %u>", storage_type[t.scalar], t.lanes);
 }
 
-static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+static uint64_t round_up(uint64_t x, uint64_t a)
+{
+    return (x + a - 1) / a * a;
+}
 
 /* Shared arrays in id order, each at a multiple of SMEM_ALIGN; returns the total bytes. */
 static uint64_t smem_layout(const em_ir_kernel *k, uint64_t *offsets)
@@ -625,7 +785,9 @@ static void declare_memory(em_spmd *e)
     bool dynamic = smem_layout(k, offsets) > STATIC_SMEM_LIMIT;
     if (dynamic) {
         e->needs |= EM_NEED_DYN_SMEM;
-        em_spmd_line(e, "extern __shared__ __align__(%u) unsigned char em_smem[]; /* em_codegen_cuda_dynamic_smem bytes */",
+        em_spmd_line(e,
+                     "extern __shared__ __align__(%u) unsigned char em_smem[]; /* "
+                     "em_codegen_cuda_dynamic_smem bytes */",
                      SMEM_ALIGN);
     }
     for (size_t m = 1; m <= nm; m++) {
@@ -635,10 +797,11 @@ static void declare_memory(em_spmd *e)
         if (x->space == EM_MEM_SHARED) {
             storage_line(x->elem, &t);
             if (dynamic)
-                em_spmd_line(e, "%s *%s = reinterpret_cast<%s *>(em_smem + %llu);", t.data, e->mname[m], t.data,
-                             (unsigned long long)offsets[m]);
+                em_spmd_line(e, "%s *%s = reinterpret_cast<%s *>(em_smem + %llu);", t.data,
+                             e->mname[m], t.data, (unsigned long long)offsets[m]);
             else
-                em_spmd_line(e, "__shared__ __align__(%u) %s %s[%u];", SMEM_ALIGN, t.data, e->mname[m], x->length);
+                em_spmd_line(e, "__shared__ __align__(%u) %s %s[%u];", SMEM_ALIGN, t.data,
+                             e->mname[m], x->length);
         } else if (x->space == EM_MEM_LOCAL && (e->mflags[m] & EM_MEMF_USED)) {
             em_strbuf name;
             em_sb_init(&name);
@@ -659,7 +822,8 @@ static void cu_open(em_spmd *e)
     uint32_t dim[3];
     em_ir_cube_dim(k, dim);
     em_sb_append(sb, "extern \"C\" __global__ void ");
-    if (dim[0] && dim[1] && dim[2]) em_sb_printf(sb, "__launch_bounds__(%u) ", dim[0] * dim[1] * dim[2]);
+    if (dim[0] && dim[1] && dim[2])
+        em_sb_printf(sb, "__launch_bounds__(%u) ", dim[0] * dim[1] * dim[2]);
     em_sb_printf(sb, "%s(", em_ir_kernel_name(k));
     for (size_t i = 0; i < em_ir_param_count(k); i++) {
         const em_ir_param *p = em_ir_param_at(k, i);
@@ -689,10 +853,19 @@ static void cu_open(em_spmd *e)
 static const em_spmd_dialect cuda_dialect = {
     .name = "CUDA",
     .ns = "cuda",
-    .ctype = {[EM_BOOL] = "bool", [EM_I8] = "signed char", [EM_I16] = "short", [EM_I32] = "int",
-              [EM_I64] = "long long", [EM_U8] = "unsigned char", [EM_U16] = "unsigned short",
-              [EM_U32] = "unsigned", [EM_U64] = "unsigned long long", [EM_F16] = "float",
-              [EM_BF16] = "float", [EM_F32] = "float", [EM_F64] = "double"},
+    .ctype = {[EM_BOOL] = "bool",
+              [EM_I8] = "signed char",
+              [EM_I16] = "short",
+              [EM_I32] = "int",
+              [EM_I64] = "long long",
+              [EM_U8] = "unsigned char",
+              [EM_U16] = "unsigned short",
+              [EM_U32] = "unsigned",
+              [EM_U64] = "unsigned long long",
+              [EM_F16] = "float",
+              [EM_BF16] = "float",
+              [EM_F32] = "float",
+              [EM_F64] = "double"},
     .fn_prefix = "__device__ __forceinline__ ",
     .unroll = "#pragma unroll",
     .decl = cu_decl,
@@ -722,35 +895,47 @@ static const em_spmd_dialect cuda_dialect = {
     .open = cu_open,
 };
 
-/* ---- the source's prelude ----------------------------------------------------------------------- */
+/* ---- the source's prelude -----------------------------------------------------------------------
+ */
 
 static const char prelude_lines[] =
     "#define EM_FULL_MASK 0xffffffffu\n"
     "\n"
     "/* A line: N lanes of T, aligned for vector loads when N is a power of two. */\n"
     "template <typename T, int N>\n"
-    "struct alignas((N & (N - 1)) != 0 ? sizeof(T) : sizeof(T) * N <= 16 ? sizeof(T) * N : 16) emv {\n"
+    "struct alignas((N & (N - 1)) != 0 ? sizeof(T) : sizeof(T) * N <= 16 ? sizeof(T) * N : 16) emv "
+    "{\n"
     "    T v[N];\n"
     "};\n";
 
 static const char prelude_vecops[] =
-    "#define EM_LINE_OP(OP)                                                                       \\\n"
-    "    template <typename T, int N> __device__ __forceinline__ emv<T, N> operator OP(emv<T, N> a, emv<T, N> b) \\\n"
-    "    { emv<T, N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = a.v[i] OP b.v[i]; return r; } \\\n"
-    "    template <typename T, int N> __device__ __forceinline__ emv<T, N> operator OP(emv<T, N> a, T b) \\\n"
-    "    { emv<T, N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = a.v[i] OP b; return r; } \\\n"
-    "    template <typename T, int N> __device__ __forceinline__ emv<T, N> operator OP(T a, emv<T, N> b) \\\n"
-    "    { emv<T, N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = a OP b.v[i]; return r; }\n"
+    "#define EM_LINE_OP(OP)                                                                       "
+    "\\\n"
+    "    template <typename T, int N> __device__ __forceinline__ emv<T, N> operator OP(emv<T, N> "
+    "a, emv<T, N> b) \\\n"
+    "    { emv<T, N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = a.v[i] OP b.v[i]; "
+    "return r; } \\\n"
+    "    template <typename T, int N> __device__ __forceinline__ emv<T, N> operator OP(emv<T, N> "
+    "a, T b) \\\n"
+    "    { emv<T, N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = a.v[i] OP b; "
+    "return r; } \\\n"
+    "    template <typename T, int N> __device__ __forceinline__ emv<T, N> operator OP(T a, emv<T, "
+    "N> b) \\\n"
+    "    { emv<T, N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = a OP b.v[i]; "
+    "return r; }\n"
     "EM_LINE_OP(+)\nEM_LINE_OP(-)\nEM_LINE_OP(*)\nEM_LINE_OP(/)\n"
     "template <typename T, int N> __device__ __forceinline__ emv<T, N> operator-(emv<T, N> a)\n"
-    "{ emv<T, N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = -a.v[i]; return r; }\n";
+    "{ emv<T, N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = -a.v[i]; return r; "
+    "}\n";
 
 /* Scalar and line converters between storage type S and compute type C, named TO and FROM. */
 #define CONVERTERS(S, C, TO, FROM)                                                                 \
-    "template <int N> __device__ __forceinline__ emv<" C ", N> " FROM "(emv<" S ", N> x)\n"          \
-    "{ emv<" C ", N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = " FROM "(x.v[i]); return r; }\n" \
-    "template <int N> __device__ __forceinline__ emv<" S ", N> " TO "(emv<" C ", N> x)\n"            \
-    "{ emv<" S ", N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = " TO "(x.v[i]); return r; }\n"
+    "template <int N> __device__ __forceinline__ emv<" C ", N> " FROM "(emv<" S ", N> x)\n"        \
+    "{ emv<" C ", N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = " FROM            \
+    "(x.v[i]); return r; }\n"                                                                      \
+    "template <int N> __device__ __forceinline__ emv<" S ", N> " TO "(emv<" C ", N> x)\n"          \
+    "{ emv<" S ", N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = " TO              \
+    "(x.v[i]); return r; }\n"
 
 static const char prelude_f16[] =
     "/* f16: IEEE binary16 bits in memory, float in registers, rounded after every operation. */\n"
@@ -758,40 +943,51 @@ static const char prelude_f16[] =
     "{ unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
     "__device__ __forceinline__ float em_h2f(unsigned short h)\n"
     "{ float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
-    "__device__ __forceinline__ float em_rh(float f) { return em_h2f(em_f2h(f)); }\n"
-    CONVERTERS("unsigned short", "float", "em_f2h", "em_h2f");
+    "__device__ __forceinline__ float em_rh(float f) { return em_h2f(em_f2h(f)); }\n" CONVERTERS(
+        "unsigned short", "float", "em_f2h", "em_h2f");
 
 static const char prelude_bf16[] =
-    "/* bf16: bfloat16 bits in memory, float in registers, rounded (to nearest even) after every operation. */\n"
+    "/* bf16: bfloat16 bits in memory, float in registers, rounded (to nearest even) after every "
+    "operation. */\n"
     "__device__ __forceinline__ unsigned short em_f2b(float f)\n"
     "{\n"
     "    unsigned u = __float_as_uint(f);\n"
     "    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);\n"
     "    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
     "}\n"
-    "__device__ __forceinline__ float em_b2f(unsigned short b) { return __uint_as_float((unsigned)b << 16); }\n"
-    "__device__ __forceinline__ float em_rb(float f) { return em_b2f(em_f2b(f)); }\n"
-    CONVERTERS("unsigned short", "float", "em_f2b", "em_b2f");
+    "__device__ __forceinline__ float em_b2f(unsigned short b) { return "
+    "__uint_as_float((unsigned)b << 16); }\n"
+    "__device__ __forceinline__ float em_rb(float f) { return em_b2f(em_f2b(f)); }\n" CONVERTERS(
+        "unsigned short", "float", "em_f2b", "em_b2f");
 
 static const char prelude_bool[] =
     "/* bool: one byte 0/1 in memory. */\n"
     "__device__ __forceinline__ bool em_u2b(unsigned char x) { return x != 0; }\n"
-    "__device__ __forceinline__ unsigned char em_b2u(bool x) { return x ? 1 : 0; }\n"
-    CONVERTERS("unsigned char", "bool", "em_b2u", "em_u2b");
+    "__device__ __forceinline__ unsigned char em_b2u(bool x) { return x ? 1 : 0; }\n" CONVERTERS(
+        "unsigned char", "bool", "em_b2u", "em_u2b");
 
 static const char prelude_plane[] =
     "/* Plane (warp) helpers: every lane of the warp must take part. */\n"
-    "#define EM_SHFL(T, W)                                                                        \\\n"
-    "    __device__ __forceinline__ T em_shfl(T x, int l) { return (T)__shfl_sync(EM_FULL_MASK, (W)x, l); } \\\n"
-    "    __device__ __forceinline__ T em_shfl_xor(T x, int m) { return (T)__shfl_xor_sync(EM_FULL_MASK, (W)x, m); } \\\n"
-    "    __device__ __forceinline__ T em_shfl_up(T x, unsigned d) { return (T)__shfl_up_sync(EM_FULL_MASK, (W)x, d); } \\\n"
-    "    __device__ __forceinline__ T em_shfl_down(T x, unsigned d) { return (T)__shfl_down_sync(EM_FULL_MASK, (W)x, d); }\n"
+    "#define EM_SHFL(T, W)                                                                        "
+    "\\\n"
+    "    __device__ __forceinline__ T em_shfl(T x, int l) { return (T)__shfl_sync(EM_FULL_MASK, "
+    "(W)x, l); } \\\n"
+    "    __device__ __forceinline__ T em_shfl_xor(T x, int m) { return "
+    "(T)__shfl_xor_sync(EM_FULL_MASK, (W)x, m); } \\\n"
+    "    __device__ __forceinline__ T em_shfl_up(T x, unsigned d) { return "
+    "(T)__shfl_up_sync(EM_FULL_MASK, (W)x, d); } \\\n"
+    "    __device__ __forceinline__ T em_shfl_down(T x, unsigned d) { return "
+    "(T)__shfl_down_sync(EM_FULL_MASK, (W)x, d); }\n"
     "EM_SHFL(bool, int)\nEM_SHFL(signed char, int)\nEM_SHFL(short, int)\nEM_SHFL(int, int)\n"
-    "EM_SHFL(long long, long long)\nEM_SHFL(unsigned char, unsigned)\nEM_SHFL(unsigned short, unsigned)\n"
-    "EM_SHFL(unsigned, unsigned)\nEM_SHFL(unsigned long long, unsigned long long)\nEM_SHFL(float, float)\n"
+    "EM_SHFL(long long, long long)\nEM_SHFL(unsigned char, unsigned)\nEM_SHFL(unsigned short, "
+    "unsigned)\n"
+    "EM_SHFL(unsigned, unsigned)\nEM_SHFL(unsigned long long, unsigned long long)\nEM_SHFL(float, "
+    "float)\n"
     "EM_SHFL(double, double)\n"
-    "template <typename T> __device__ __forceinline__ T em_min(T a, T b) { return b < a ? b : a; }\n"
-    "template <typename T> __device__ __forceinline__ T em_max(T a, T b) { return b > a ? b : a; }\n"
+    "template <typename T> __device__ __forceinline__ T em_min(T a, T b) { return b < a ? b : a; "
+    "}\n"
+    "template <typename T> __device__ __forceinline__ T em_max(T a, T b) { return b > a ? b : a; "
+    "}\n"
     "__device__ __forceinline__ float em_min(float a, float b) { return fminf(a, b); }\n"
     "__device__ __forceinline__ float em_max(float a, float b) { return fmaxf(a, b); }\n"
     "__device__ __forceinline__ double em_min(double a, double b) { return fmin(a, b); }\n"
@@ -821,9 +1017,11 @@ static const char prelude_plane[] =
 
 static void prelude(const em_caps *caps, uint32_t needs, em_strbuf *sb)
 {
-    em_sb_append(sb, "/* ember: CUDA C++ for NVRTC, generated by src/kernel/codegen/cuda.c (its top comment gives the\n"
+    em_sb_append(sb, "/* ember: CUDA C++ for NVRTC, generated by src/kernel/codegen/cuda.c (its "
+                     "top comment gives the\n"
                      " * parameter ABI). */\n");
-    if (needs & EM_NEED_MATRIX) em_sb_append(sb, "#include <mma.h>\nnamespace wmma = nvcuda::wmma;\n\n");
+    if (needs & EM_NEED_MATRIX)
+        em_sb_append(sb, "#include <mma.h>\nnamespace wmma = nvcuda::wmma;\n\n");
     em_sb_append(sb, prelude_lines);
     if (needs & EM_NEED_VECOPS) em_sb_append(sb, prelude_vecops);
     if (needs & EM_NEED_F16) em_sb_append(sb, prelude_f16);

@@ -50,22 +50,27 @@ typedef struct glsl_state {
 } glsl_state;
 
 static const char *const storage_type[EM_SCALAR_COUNT] = {
-    [EM_BOOL] = "uint8_t", [EM_I8] = "int8_t", [EM_I16] = "int16_t", [EM_I32] = "int", [EM_I64] = "int64_t",
-    [EM_U8] = "uint8_t", [EM_U16] = "uint16_t", [EM_U32] = "uint", [EM_U64] = "uint64_t", [EM_F16] = "float16_t",
-    [EM_BF16] = "uint16_t", [EM_F32] = "float", [EM_F64] = "double"};
+    [EM_BOOL] = "uint8_t", [EM_I8] = "int8_t",     [EM_I16] = "int16_t",   [EM_I32] = "int",
+    [EM_I64] = "int64_t",  [EM_U8] = "uint8_t",    [EM_U16] = "uint16_t",  [EM_U32] = "uint",
+    [EM_U64] = "uint64_t", [EM_F16] = "float16_t", [EM_BF16] = "uint16_t", [EM_F32] = "float",
+    [EM_F64] = "double"};
 
 static const char *const vec_prefix[EM_SCALAR_COUNT] = {
-    [EM_BOOL] = "b", [EM_I8] = "i", [EM_I16] = "i", [EM_I32] = "i", [EM_I64] = "i64", [EM_U8] = "u",
-    [EM_U16] = "u", [EM_U32] = "u", [EM_U64] = "u64", [EM_F16] = "", [EM_BF16] = "", [EM_F32] = "",
-    [EM_F64] = "d"};
+    [EM_BOOL] = "b", [EM_I8] = "i",  [EM_I16] = "i", [EM_I32] = "i",   [EM_I64] = "i64",
+    [EM_U8] = "u",   [EM_U16] = "u", [EM_U32] = "u", [EM_U64] = "u64", [EM_F16] = "",
+    [EM_BF16] = "",  [EM_F32] = "",  [EM_F64] = "d"};
 
-static bool is_vec(em_type t) { return t.lanes >= 2 && t.lanes <= 4; }
+static bool is_vec(em_type t)
+{
+    return t.lanes >= 2 && t.lanes <= 4;
+}
 
 /* Buffers of 2- or 4-lane lines of 32/64-bit kinds are arrays of vectors (std430 packs them). */
 static bool vec_storage(em_type t)
 {
     em_scalar s = (em_scalar)t.scalar;
-    bool wide = s == EM_I32 || s == EM_U32 || s == EM_F32 || s == EM_F64 || s == EM_I64 || s == EM_U64;
+    bool wide =
+        s == EM_I32 || s == EM_U32 || s == EM_F32 || s == EM_F64 || s == EM_I64 || s == EM_U64;
     return wide && (t.lanes == 2 || t.lanes == 4);
 }
 
@@ -83,20 +88,29 @@ static void gl_decl(em_spmd *e, em_type t, const char *name, em_strbuf *sb)
 
 static void gl_lane(em_spmd *e, em_type t, const char *name, unsigned i, em_strbuf *sb)
 {
+    (void)e;
+    (void)t;
     em_sb_printf(sb, "%s[%u]", name, i);
 }
 
-static int gl_line_kind(em_spmd *e, em_type t) { return is_vec(t) ? EM_LINE_OPS : EM_LINE_ASSIGN; }
+static int gl_line_kind(em_spmd *e, em_type t)
+{
+    (void)e;
+    return is_vec(t) ? EM_LINE_OPS : EM_LINE_ASSIGN;
+}
 
 static const char *gl_dtype_missing(em_spmd *e, em_scalar s, int space)
 {
     const bool *dt = e->caps.dtype;
     if ((s == EM_F64 || s == EM_I64 || s == EM_U64) && !dt[s])
-        return s == EM_F64 ? "f64 needs shaderFloat64, which this device lacks (caps.dtype)"
-                           : "64-bit integers need shaderInt64, which this device lacks (caps.dtype)";
+        return s == EM_F64
+                   ? "f64 needs shaderFloat64, which this device lacks (caps.dtype)"
+                   : "64-bit integers need shaderInt64, which this device lacks (caps.dtype)";
     if (space != EM_MEM_GLOBAL) return NULL;
-    if (s == EM_BOOL && !dt[EM_U8]) return "bool buffers need 8-bit storage, which this device lacks (caps.dtype[u8])";
-    if ((s == EM_I8 || s == EM_U8) && !dt[s]) return "8-bit buffers need 8-bit storage, which this device lacks (caps.dtype)";
+    if (s == EM_BOOL && !dt[EM_U8])
+        return "bool buffers need 8-bit storage, which this device lacks (caps.dtype[u8])";
+    if ((s == EM_I8 || s == EM_U8) && !dt[s])
+        return "8-bit buffers need 8-bit storage, which this device lacks (caps.dtype)";
     if ((s == EM_I16 || s == EM_U16 || s == EM_F16 || s == EM_BF16) && !dt[s])
         return "16-bit buffers need 16-bit storage, which this device lacks (caps.dtype)";
     return NULL;
@@ -104,9 +118,9 @@ static const char *gl_dtype_missing(em_spmd *e, em_scalar s, int space)
 
 static void gl_literal(em_spmd *e, em_scalar s, em_ir_const c, em_strbuf *sb)
 {
-    static const char *const special[4] = {"uintBitsToFloat(0x7f800000u)", "uintBitsToFloat(0x7fc00000u)",
-                                           "packDouble2x32(uvec2(0u, 0x7ff00000u))",
-                                           "packDouble2x32(uvec2(0u, 0x7ff80000u))"};
+    static const char *const special[4] = {
+        "uintBitsToFloat(0x7f800000u)", "uintBitsToFloat(0x7fc00000u)",
+        "packDouble2x32(uvec2(0u, 0x7ff00000u))", "packDouble2x32(uvec2(0u, 0x7ff80000u))"};
     if (s == EM_F64 && isfinite(c.f)) {
         char buf[64];
         snprintf(buf, sizeof buf, "%.17g", c.f);
@@ -138,19 +152,35 @@ static void gl_zero(em_spmd *e, em_type t, em_strbuf *sb)
 
 static void gl_wrap(em_spmd *e, em_scalar s, const char *x, em_strbuf *sb)
 {
+    (void)e;
     switch (s) {
-    case EM_I8: em_sb_printf(sb, "bitfieldExtract(%s, 0, 8)", x); break;
-    case EM_I16: em_sb_printf(sb, "bitfieldExtract(%s, 0, 16)", x); break;
-    case EM_U8: em_sb_printf(sb, "((%s) & 0xFFu)", x); break;
-    case EM_U16: em_sb_printf(sb, "((%s) & 0xFFFFu)", x); break;
-    case EM_F16: em_sb_printf(sb, "em_rh(%s)", x); break;
-    case EM_BF16: em_sb_printf(sb, "em_rb(%s)", x); break;
-    default: em_sb_append(sb, x); break;
+    case EM_I8:
+        em_sb_printf(sb, "bitfieldExtract(%s, 0, 8)", x);
+        break;
+    case EM_I16:
+        em_sb_printf(sb, "bitfieldExtract(%s, 0, 16)", x);
+        break;
+    case EM_U8:
+        em_sb_printf(sb, "((%s) & 0xFFu)", x);
+        break;
+    case EM_U16:
+        em_sb_printf(sb, "((%s) & 0xFFFFu)", x);
+        break;
+    case EM_F16:
+        em_sb_printf(sb, "em_rh(%s)", x);
+        break;
+    case EM_BF16:
+        em_sb_printf(sb, "em_rb(%s)", x);
+        break;
+    default:
+        em_sb_append(sb, x);
+        break;
     }
 }
 
 static void gl_convert(em_spmd *e, em_scalar from, em_scalar to, const char *x, em_strbuf *sb)
 {
+    (void)from;
     em_strbuf c;
     em_sb_init(&c);
     em_sb_printf(&c, "%s(%s)", e->d->ctype[to], x);
@@ -161,15 +191,18 @@ static void gl_convert(em_spmd *e, em_scalar from, em_scalar to, const char *x, 
 static const char *gl_float_fn(em_spmd *e, em_ir_op op, em_scalar s)
 {
     static const char *const f32[EM_OP_COUNT] = {
-        [EM_OP_EXP] = "exp", [EM_OP_EXP2] = "exp2", [EM_OP_LOG] = "log", [EM_OP_LOG2] = "log2",
-        [EM_OP_SQRT] = "sqrt", [EM_OP_RSQRT] = "inversesqrt", [EM_OP_ERF] = "em_erf", [EM_OP_TANH] = "tanh",
-        [EM_OP_SIN] = "sin", [EM_OP_COS] = "cos", [EM_OP_FLOOR] = "floor", [EM_OP_CEIL] = "ceil",
-        [EM_OP_ROUND] = "roundEven", [EM_OP_ABS] = "abs", [EM_OP_POW] = "pow", [EM_OP_MIN] = "min",
-        [EM_OP_MAX] = "max", [EM_OP_FMA] = "fma", [EM_OP_ISNAN] = "isnan", [EM_OP_ISINF] = "isinf"};
+        [EM_OP_EXP] = "exp",         [EM_OP_EXP2] = "exp2",   [EM_OP_LOG] = "log",
+        [EM_OP_LOG2] = "log2",       [EM_OP_SQRT] = "sqrt",   [EM_OP_RSQRT] = "inversesqrt",
+        [EM_OP_ERF] = "em_erf",      [EM_OP_TANH] = "tanh",   [EM_OP_SIN] = "sin",
+        [EM_OP_COS] = "cos",         [EM_OP_FLOOR] = "floor", [EM_OP_CEIL] = "ceil",
+        [EM_OP_ROUND] = "roundEven", [EM_OP_ABS] = "abs",     [EM_OP_POW] = "pow",
+        [EM_OP_MIN] = "min",         [EM_OP_MAX] = "max",     [EM_OP_FMA] = "fma",
+        [EM_OP_ISNAN] = "isnan",     [EM_OP_ISINF] = "isinf"};
     static const char *const f64[EM_OP_COUNT] = {
-        [EM_OP_SQRT] = "sqrt", [EM_OP_RSQRT] = "inversesqrt", [EM_OP_FLOOR] = "floor", [EM_OP_CEIL] = "ceil",
-        [EM_OP_ROUND] = "roundEven", [EM_OP_ABS] = "abs", [EM_OP_MIN] = "min", [EM_OP_MAX] = "max",
-        [EM_OP_FMA] = "fma", [EM_OP_ISNAN] = "isnan", [EM_OP_ISINF] = "isinf"};
+        [EM_OP_SQRT] = "sqrt",   [EM_OP_RSQRT] = "inversesqrt", [EM_OP_FLOOR] = "floor",
+        [EM_OP_CEIL] = "ceil",   [EM_OP_ROUND] = "roundEven",   [EM_OP_ABS] = "abs",
+        [EM_OP_MIN] = "min",     [EM_OP_MAX] = "max",           [EM_OP_FMA] = "fma",
+        [EM_OP_ISNAN] = "isnan", [EM_OP_ISINF] = "isinf"};
     if (op >= EM_OP_COUNT) return NULL;
     if (s != EM_F64 && op == EM_OP_ERF) e->needs |= EM_NEED_ERF;
     return s == EM_F64 ? f64[op] : f32[op];
@@ -202,14 +235,33 @@ static void gl_bit_count(em_spmd *e, em_ir_op op, em_scalar s, const char *x, em
 static void gl_to_bits(em_spmd *e, em_scalar s, const char *x, em_strbuf *sb)
 {
     switch (s) {
-    case EM_F32: em_sb_printf(sb, "floatBitsToUint(%s)", x); break;
-    case EM_F64: em_sb_printf(sb, "doubleBitsToUint64(%s)", x); break;
-    case EM_F16: em_sb_printf(sb, "(packHalf2x16(vec2(%s, 0.0)) & 0xFFFFu)", x); break;
-    case EM_BF16: em_sb_printf(sb, "em_f2b(%s)", x); break;
-    case EM_I64: case EM_U64: em_sb_printf(sb, "uint64_t(%s)", x); break;
-    case EM_I8: case EM_U8: em_sb_printf(sb, "(uint(%s) & 0xFFu)", x); break;
-    case EM_I16: case EM_U16: em_sb_printf(sb, "(uint(%s) & 0xFFFFu)", x); break;
-    default: em_sb_printf(sb, "uint(%s)", x); break;
+    case EM_F32:
+        em_sb_printf(sb, "floatBitsToUint(%s)", x);
+        break;
+    case EM_F64:
+        em_sb_printf(sb, "doubleBitsToUint64(%s)", x);
+        break;
+    case EM_F16:
+        em_sb_printf(sb, "(packHalf2x16(vec2(%s, 0.0)) & 0xFFFFu)", x);
+        break;
+    case EM_BF16:
+        em_sb_printf(sb, "em_f2b(%s)", x);
+        break;
+    case EM_I64:
+    case EM_U64:
+        em_sb_printf(sb, "uint64_t(%s)", x);
+        break;
+    case EM_I8:
+    case EM_U8:
+        em_sb_printf(sb, "(uint(%s) & 0xFFu)", x);
+        break;
+    case EM_I16:
+    case EM_U16:
+        em_sb_printf(sb, "(uint(%s) & 0xFFFFu)", x);
+        break;
+    default:
+        em_sb_printf(sb, "uint(%s)", x);
+        break;
     }
     if (em_spmd_bits(s) == 64) e->needs |= EM_NEED_INT64;
 }
@@ -217,32 +269,58 @@ static void gl_to_bits(em_spmd *e, em_scalar s, const char *x, em_strbuf *sb)
 static void gl_from_bits(em_spmd *e, em_scalar s, const char *b, em_strbuf *sb)
 {
     switch (s) {
-    case EM_F32: em_sb_printf(sb, "uintBitsToFloat(%s)", b); break;
-    case EM_F64: em_sb_printf(sb, "uint64BitsToDouble(%s)", b); break;
-    case EM_F16: em_sb_printf(sb, "unpackHalf2x16(%s).x", b); break;
-    case EM_BF16: em_sb_printf(sb, "em_b2f(%s)", b); break;
-    default: gl_convert(e, EM_U32, s, b, sb); break;
+    case EM_F32:
+        em_sb_printf(sb, "uintBitsToFloat(%s)", b);
+        break;
+    case EM_F64:
+        em_sb_printf(sb, "uint64BitsToDouble(%s)", b);
+        break;
+    case EM_F16:
+        em_sb_printf(sb, "unpackHalf2x16(%s).x", b);
+        break;
+    case EM_BF16:
+        em_sb_printf(sb, "em_b2f(%s)", b);
+        break;
+    default:
+        gl_convert(e, EM_U32, s, b, sb);
+        break;
     }
 }
 
 static void gl_builtin(em_spmd *e, em_builtin b, em_strbuf *sb)
 {
+    (void)e;
     static const char *const names[EM_BUILTIN_COUNT] = {
-        [EM_UNIT_POS_X] = "gl_LocalInvocationID.x", [EM_UNIT_POS_Y] = "gl_LocalInvocationID.y",
-        [EM_UNIT_POS_Z] = "gl_LocalInvocationID.z", [EM_CUBE_POS_X] = "gl_WorkGroupID.x",
-        [EM_CUBE_POS_Y] = "gl_WorkGroupID.y", [EM_CUBE_POS_Z] = "gl_WorkGroupID.z",
-        [EM_CUBE_DIM_X] = "gl_WorkGroupSize.x", [EM_CUBE_DIM_Y] = "gl_WorkGroupSize.y",
-        [EM_CUBE_DIM_Z] = "gl_WorkGroupSize.z", [EM_CUBE_COUNT_X] = "gl_NumWorkGroups.x",
-        [EM_CUBE_COUNT_Y] = "gl_NumWorkGroups.y", [EM_CUBE_COUNT_Z] = "gl_NumWorkGroups.z",
-        [EM_PLANE_DIM] = "gl_SubgroupSize", [EM_UNIT_POS_PLANE] = "gl_SubgroupInvocationID"};
+        [EM_UNIT_POS_X] = "gl_LocalInvocationID.x",
+        [EM_UNIT_POS_Y] = "gl_LocalInvocationID.y",
+        [EM_UNIT_POS_Z] = "gl_LocalInvocationID.z",
+        [EM_CUBE_POS_X] = "gl_WorkGroupID.x",
+        [EM_CUBE_POS_Y] = "gl_WorkGroupID.y",
+        [EM_CUBE_POS_Z] = "gl_WorkGroupID.z",
+        [EM_CUBE_DIM_X] = "gl_WorkGroupSize.x",
+        [EM_CUBE_DIM_Y] = "gl_WorkGroupSize.y",
+        [EM_CUBE_DIM_Z] = "gl_WorkGroupSize.z",
+        [EM_CUBE_COUNT_X] = "gl_NumWorkGroups.x",
+        [EM_CUBE_COUNT_Y] = "gl_NumWorkGroups.y",
+        [EM_CUBE_COUNT_Z] = "gl_NumWorkGroups.z",
+        [EM_PLANE_DIM] = "gl_SubgroupSize",
+        [EM_UNIT_POS_PLANE] = "gl_SubgroupInvocationID"};
     em_sb_append(sb, b < EM_BUILTIN_COUNT && names[b] ? names[b] : "0u");
 }
 
-static void gl_meta(em_spmd *e, uint32_t off, em_strbuf *sb) { em_sb_printf(sb, "em_meta.m[%u]", 2 * off); }
+static void gl_meta(em_spmd *e, uint32_t off, em_strbuf *sb)
+{
+    (void)e;
+    em_sb_printf(sb, "em_meta.m[%u]", 2 * off);
+}
 
-/* ---- memory ------------------------------------------------------------------------------------ */
+/* ---- memory ------------------------------------------------------------------------------------
+ */
 
-static const em_ir_memory *mem(em_spmd *e, em_ir_mem m) { return em_ir_mem_at(e->k, m); }
+static const em_ir_memory *mem(em_spmd *e, em_ir_mem m)
+{
+    return em_ir_mem_at(e->k, m);
+}
 
 /* Shared float memory that atomics modify holds the bits (uint / uint64_t). */
 static bool shared_bits(em_spmd *e, em_ir_mem m)
@@ -304,7 +382,8 @@ static void gl_mem_store(em_spmd *e, em_ir_mem m, const char *index, int lane, c
     elem_ref(e, m, index, lane, &el);
     const char *E = el.data;
     if (shared_bits(e, m))
-        em_spmd_line(e, "%s = %s(%s);", E, s == EM_F64 ? "doubleBitsToUint64" : "floatBitsToUint", value);
+        em_spmd_line(e, "%s = %s(%s);", E, s == EM_F64 ? "doubleBitsToUint64" : "floatBitsToUint",
+                     value);
     else if (x->space != EM_MEM_GLOBAL)
         em_spmd_line(e, "%s = %s;", E, value);
     else if (s == EM_BOOL)
@@ -330,7 +409,8 @@ static bool gl_mem_store_line(em_spmd *e, em_ir_mem m, const char *index, const 
 {
     const em_ir_memory *x = mem(e, m);
     if (x->space == EM_MEM_GLOBAL && !vec_storage(x->elem)) return false;
-    em_spmd_line(e, x->space == EM_MEM_GLOBAL ? "%s.d[%s] = %s;" : "%s[%s] = %s;", e->mname[m], index, value);
+    em_spmd_line(e, x->space == EM_MEM_GLOBAL ? "%s.d[%s] = %s;" : "%s[%s] = %s;", e->mname[m],
+                 index, value);
     return true;
 }
 
@@ -349,22 +429,29 @@ static void gl_sync(em_spmd *e, const em_ir_inst *in)
     }
 }
 
-static void gl_plane(em_spmd *e, const em_ir_inst *in, em_scalar s, const char *a, const char *b, em_strbuf *sb)
+static void gl_plane(em_spmd *e, const em_ir_inst *in, em_scalar s, const char *a, const char *b,
+                     em_strbuf *sb)
 {
     glsl_state *st = e->priv;
     e->needs |= EM_NEED_PLANE;
     if (em_spmd_bits(s) == 64 && s != EM_F64) st->plane64 = true;
-    static const char *const arith[] = {"subgroupAdd", "subgroupMul", "subgroupMin", "subgroupMax",
+    static const char *const arith[] = {"subgroupAdd",          "subgroupMul",
+                                        "subgroupMin",          "subgroupMax",
                                         "subgroupInclusiveAdd", "subgroupExclusiveAdd"};
     em_ir_op op = (em_ir_op)in->op;
     const em_ir_value *bv = em_spmd_value(e, in->args[1]);
     switch (op) {
-    case EM_OP_PLANE_SUM: case EM_OP_PLANE_PROD: case EM_OP_PLANE_MIN: case EM_OP_PLANE_MAX:
-    case EM_OP_PLANE_INCLUSIVE_SUM: case EM_OP_PLANE_EXCLUSIVE_SUM:
+    case EM_OP_PLANE_SUM:
+    case EM_OP_PLANE_PROD:
+    case EM_OP_PLANE_MIN:
+    case EM_OP_PLANE_MAX:
+    case EM_OP_PLANE_INCLUSIVE_SUM:
+    case EM_OP_PLANE_EXCLUSIVE_SUM:
         e->needs |= EM_NEED_PLANE_ARITH;
         em_sb_printf(sb, "%s(%s)", arith[op - EM_OP_PLANE_SUM], a);
         break;
-    case EM_OP_PLANE_ALL: case EM_OP_PLANE_ANY:
+    case EM_OP_PLANE_ALL:
+    case EM_OP_PLANE_ANY:
         e->needs |= EM_NEED_PLANE_VOTE;
         em_sb_printf(sb, "%s(%s)", op == EM_OP_PLANE_ALL ? "subgroupAll" : "subgroupAny", a);
         break;
@@ -374,7 +461,8 @@ static void gl_plane(em_spmd *e, const em_ir_inst *in, em_scalar s, const char *
         break;
     case EM_OP_PLANE_BROADCAST:
     case EM_OP_PLANE_SHUFFLE:
-        if (op == EM_OP_PLANE_BROADCAST && bv && bv->kind == EM_VAL_CONST) { /* subgroupBroadcast needs a constant */
+        if (op == EM_OP_PLANE_BROADCAST && bv &&
+            bv->kind == EM_VAL_CONST) { /* subgroupBroadcast needs a constant */
             e->needs |= EM_NEED_PLANE_BALLOT;
             em_sb_printf(sb, "subgroupBroadcast(%s, %uu)", a, (unsigned)bv->c.u);
         } else {
@@ -393,22 +481,28 @@ static void gl_plane(em_spmd *e, const em_ir_inst *in, em_scalar s, const char *
         e->needs |= EM_NEED_SHUFFLE_REL;
         char tmp[32];
         em_spmd_fresh(e, "sh", tmp);
-        em_spmd_line(e, "%s %s = subgroupShuffle%s(%s, uint(%s));", e->d->ctype[s], tmp, up ? "Up" : "Down", a, b);
-        em_sb_printf(sb, up ? "(gl_SubgroupInvocationID >= uint(%s) ? %s : %s)"
-                            : "(gl_SubgroupInvocationID + uint(%s) < gl_SubgroupSize ? %s : %s)",
+        em_spmd_line(e, "%s %s = subgroupShuffle%s(%s, uint(%s));", e->d->ctype[s], tmp,
+                     up ? "Up" : "Down", a, b);
+        em_sb_printf(sb,
+                     up ? "(gl_SubgroupInvocationID >= uint(%s) ? %s : %s)"
+                        : "(gl_SubgroupInvocationID + uint(%s) < gl_SubgroupSize ? %s : %s)",
                      b, tmp, a);
         break;
     }
-    default: em_spmd_fail(e, "unknown plane op"); break;
+    default:
+        em_spmd_fail(e, "unknown plane op");
+        break;
     }
 }
 
 /* Float atomics work on bits: buffers through their uint view (NAME_u), shared arrays hold bits. */
-static void float_atomic(em_spmd *e, const em_ir_inst *in, const char *index, const char *v, em_strbuf *sb)
+static void float_atomic(em_spmd *e, const em_ir_inst *in, const char *index, const char *v,
+                         em_strbuf *sb)
 {
     const em_ir_memory *m = mem(e, in->mem);
     bool f64 = m->elem.scalar == EM_F64, global = m->space == EM_MEM_GLOBAL;
-    const char *bt = f64 ? "uint64_t" : "uint", *to = f64 ? "doubleBitsToUint64" : "floatBitsToUint",
+    const char *bt = f64 ? "uint64_t" : "uint",
+               *to = f64 ? "doubleBitsToUint64" : "floatBitsToUint",
                *from = f64 ? "uint64BitsToDouble" : "uintBitsToFloat";
     em_strbuf a;
     em_sb_init(&a);
@@ -418,11 +512,14 @@ static void float_atomic(em_spmd *e, const em_ir_inst *in, const char *index, co
     if (op == EM_OP_ATOMIC_LOAD) {
         gl_mem_load(e, in->mem, index, -1, sb);
     } else if (op == EM_OP_ATOMIC_XCHG || op == EM_OP_ATOMIC_STORE) {
-        em_sb_printf(sb, op == EM_OP_ATOMIC_XCHG ? "%s(atomicExchange(%s, %s(%s)))" : "%satomicExchange(%s, %s(%s))",
+        em_sb_printf(sb,
+                     op == EM_OP_ATOMIC_XCHG ? "%s(atomicExchange(%s, %s(%s)))"
+                                             : "%satomicExchange(%s, %s(%s))",
                      op == EM_OP_ATOMIC_XCHG ? from : "", a.data, to, v);
     } else if (!f64 && global && e->caps.float_atomic_add) {
         e->needs |= EM_NEED_ATOMIC_FLOAT;
-        em_sb_printf(sb, "atomicAdd(%s.d[%s], %s(%s))", e->mname[in->mem], index, op == EM_OP_ATOMIC_SUB ? "-" : "", v);
+        em_sb_printf(sb, "atomicAdd(%s.d[%s], %s(%s))", e->mname[in->mem], index,
+                     op == EM_OP_ATOMIC_SUB ? "-" : "", v);
     } else { /* add / sub: compare-exchange until no other unit got in between */
         char old[32], seen[32];
         em_spmd_fresh(e, "old", old);
@@ -430,8 +527,8 @@ static void float_atomic(em_spmd *e, const em_ir_inst *in, const char *index, co
         em_spmd_line(e, "%s %s = %s;", bt, old, a.data);
         em_spmd_line(e, "for (;;) {");
         e->depth++;
-        em_spmd_line(e, "%s %s = atomicCompSwap(%s, %s, %s(%s(%s) %s (%s)));", bt, seen, a.data, old, to, from, old,
-                     op == EM_OP_ATOMIC_SUB ? "-" : "+", v);
+        em_spmd_line(e, "%s %s = atomicCompSwap(%s, %s, %s(%s(%s) %s (%s)));", bt, seen, a.data,
+                     old, to, from, old, op == EM_OP_ATOMIC_SUB ? "-" : "+", v);
         em_spmd_line(e, "if (%s == %s) break;", seen, old);
         em_spmd_line(e, "%s = %s;", old, seen);
         e->depth--;
@@ -452,8 +549,8 @@ static void gl_atomic(em_spmd *e, const em_ir_inst *in, const char *index, em_st
     if (in->args[1]) em_spmd_val(e, in->args[1], &v);
     if (in->args[2]) em_spmd_val(e, in->args[2], &c);
     elem_ref(e, in->mem, index, -1, &E);
-    static const char *const fns[] = {"atomicAdd", "atomicAdd", "atomicMin", "atomicMax", "atomicAnd",
-                                      "atomicOr", "atomicXor", "atomicExchange"};
+    static const char *const fns[] = {"atomicAdd", "atomicAdd", "atomicMin", "atomicMax",
+                                      "atomicAnd", "atomicOr",  "atomicXor", "atomicExchange"};
     em_ir_op op = (em_ir_op)in->op;
     if (em_spmd_bits(s) == 64 && !em_scalar_is_float(s)) e->needs |= EM_NEED_ATOMIC64;
     if (em_scalar_is_float(s))
@@ -465,8 +562,8 @@ static void gl_atomic(em_spmd *e, const em_ir_inst *in, const char *index, em_st
     else if (op == EM_OP_ATOMIC_CAS)
         em_sb_printf(sb, "atomicCompSwap(%s, %s, %s)", E.data, v.data, c.data);
     else if (op >= EM_OP_ATOMIC_ADD && op <= EM_OP_ATOMIC_XCHG)
-        em_sb_printf(sb, op == EM_OP_ATOMIC_SUB ? "%s(%s, -(%s))" : "%s(%s, %s)", fns[op - EM_OP_ATOMIC_ADD], E.data,
-                     v.data);
+        em_sb_printf(sb, op == EM_OP_ATOMIC_SUB ? "%s(%s, -(%s))" : "%s(%s, %s)",
+                     fns[op - EM_OP_ATOMIC_ADD], E.data, v.data);
     else
         em_spmd_fail(e, "unknown atomic op");
     em_sb_free(&v);
@@ -474,7 +571,8 @@ static void gl_atomic(em_spmd *e, const em_ir_inst *in, const char *index, em_st
     em_sb_free(&E);
 }
 
-/* ---- kernels ------------------------------------------------------------------------------------ */
+/* ---- kernels ------------------------------------------------------------------------------------
+ */
 
 static void storage_elem(em_spmd *e, em_type t, em_strbuf *sb)
 {
@@ -490,12 +588,23 @@ static void storage_elem(em_spmd *e, em_type t, em_strbuf *sb)
 static const char *push_type(em_scalar s)
 {
     switch (s) {
-    case EM_BOOL: case EM_U8: case EM_U16: case EM_U32: return "uint";
-    case EM_I8: case EM_I16: case EM_I32: return "int";
-    case EM_I64: return "int64_t";
-    case EM_U64: return "uint64_t";
-    case EM_F64: return "double";
-    default: return "float";
+    case EM_BOOL:
+    case EM_U8:
+    case EM_U16:
+    case EM_U32:
+        return "uint";
+    case EM_I8:
+    case EM_I16:
+    case EM_I32:
+        return "int";
+    case EM_I64:
+        return "int64_t";
+    case EM_U64:
+        return "uint64_t";
+    case EM_F64:
+        return "double";
+    default:
+        return "float";
     }
 }
 
@@ -513,14 +622,18 @@ static void declare_interface(em_spmd *e)
         em_strbuf t;
         em_sb_init(&t);
         storage_elem(e, m->elem, &t);
-        em_spmd_line(e, "layout(std430, set = 0, binding = %zu) %sbuffer em_b%zu { %s d[]; } %s;", i,
-                     m->access == EM_READ ? "readonly " : "", i, t.data, e->mname[p->id]);
+        em_spmd_line(e, "layout(std430, set = 0, binding = %zu) %sbuffer em_b%zu { %s d[]; } %s;",
+                     i, m->access == EM_READ ? "readonly " : "", i, t.data, e->mname[p->id]);
         if (e->mflags[p->id] & EM_MEMF_FLOAT_RMW)
-            em_spmd_line(e, "layout(std430, set = 0, binding = %zu) buffer em_b%zu_bits { %s d[]; } %s_u;", i, i,
-                         m->elem.scalar == EM_F64 ? "uint64_t" : "uint", e->mname[p->id]);
+            em_spmd_line(
+                e, "layout(std430, set = 0, binding = %zu) buffer em_b%zu_bits { %s d[]; } %s_u;",
+                i, i, m->elem.scalar == EM_F64 ? "uint64_t" : "uint", e->mname[p->id]);
         em_sb_free(&t);
     }
-    em_spmd_line(e, "layout(std430, set = 0, binding = %zu) readonly buffer em_meta_block { uint m[]; } em_meta;", np);
+    em_spmd_line(e,
+                 "layout(std430, set = 0, binding = %zu) readonly buffer em_meta_block { uint m[]; "
+                 "} em_meta;",
+                 np);
     if (nscalars) {
         em_spmd_line(e, "layout(push_constant) uniform em_push_block {");
         size_t slot = 0;
@@ -528,7 +641,8 @@ static void declare_interface(em_spmd *e)
             const em_ir_param *p = em_ir_param_at(k, i);
             if (p->kind == EM_PARAM_BUFFER) continue;
             em_scalar s = (em_scalar)em_spmd_value(e, p->id)->type.scalar;
-            em_spmd_line(e, "    layout(offset = %zu) %s %s;", 8 * slot++, push_type(s), e->vname[p->id]);
+            em_spmd_line(e, "    layout(offset = %zu) %s %s;", 8 * slot++, push_type(s),
+                         e->vname[p->id]);
         }
         em_spmd_line(e, "} em_pc;");
     }
@@ -586,9 +700,19 @@ static void gl_open(em_spmd *e)
 static const em_spmd_dialect glsl_dialect = {
     .name = "GLSL",
     .ns = "glsl",
-    .ctype = {[EM_BOOL] = "bool", [EM_I8] = "int", [EM_I16] = "int", [EM_I32] = "int", [EM_I64] = "int64_t",
-              [EM_U8] = "uint", [EM_U16] = "uint", [EM_U32] = "uint", [EM_U64] = "uint64_t", [EM_F16] = "float",
-              [EM_BF16] = "float", [EM_F32] = "float", [EM_F64] = "double"},
+    .ctype = {[EM_BOOL] = "bool",
+              [EM_I8] = "int",
+              [EM_I16] = "int",
+              [EM_I32] = "int",
+              [EM_I64] = "int64_t",
+              [EM_U8] = "uint",
+              [EM_U16] = "uint",
+              [EM_U32] = "uint",
+              [EM_U64] = "uint64_t",
+              [EM_F16] = "float",
+              [EM_BF16] = "float",
+              [EM_F32] = "float",
+              [EM_F64] = "double"},
     .fn_prefix = "",
     .vector_math = true,
     .unroll = "[[unroll]]",
@@ -619,14 +743,16 @@ static const em_spmd_dialect glsl_dialect = {
     .open = gl_open,
 };
 
-/* ---- each shader's header ----------------------------------------------------------------------- */
+/* ---- each shader's header -----------------------------------------------------------------------
+ */
 
 static const char helper_f16[] =
     "/* f16: computed as float, rounded after every operation */\n"
     "float em_rh(float x) { return unpackHalf2x16(packHalf2x16(vec2(x, 0.0))).x; }\n";
 
 static const char helper_bf16[] =
-    "/* bf16: bfloat16 bits in memory, float in registers, rounded (to nearest even) after every operation */\n"
+    "/* bf16: bfloat16 bits in memory, float in registers, rounded (to nearest even) after every "
+    "operation */\n"
     "uint em_f2b(float x)\n"
     "{\n"
     "    uint u = floatBitsToUint(x);\n"
@@ -643,26 +769,36 @@ static const char helper_erf[] =
     "    float a = abs(x);\n"
     "    if (a < 0.5) {\n"
     "        float x2 = x * x;\n"
-    "        return 1.1283791671 * x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (0.1 + x2 * (-1.0 / 42.0 + x2 * (1.0 / 216.0 - x2 / 1320.0)))));\n"
+    "        return 1.1283791671 * x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (0.1 + x2 * (-1.0 / 42.0 + "
+    "x2 * (1.0 / 216.0 - x2 / 1320.0)))));\n"
     "    }\n"
     "    float t = 1.0 / (1.0 + 0.3275911 * a);\n"
-    "    float p = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));\n"
+    "    float p = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t "
+    "* 1.061405429))));\n"
     "    return sign(x) * (1.0 - p * exp(-a * a));\n"
     "}\n";
 
 static const char helper_bits64[] =
-    "uint em_popcount64(uint64_t x) { uvec2 v = unpackUint2x32(x); return uint(bitCount(v.x) + bitCount(v.y)); }\n"
+    "uint em_popcount64(uint64_t x) { uvec2 v = unpackUint2x32(x); return uint(bitCount(v.x) + "
+    "bitCount(v.y)); }\n"
     "uint em_clz64(uint64_t x)\n"
-    "{ uvec2 v = unpackUint2x32(x); return v.y != 0u ? uint(31 - findMSB(v.y)) : uint(63 - findMSB(v.x)); }\n"
+    "{ uvec2 v = unpackUint2x32(x); return v.y != 0u ? uint(31 - findMSB(v.y)) : uint(63 - "
+    "findMSB(v.x)); }\n"
     "uint em_ctz64(uint64_t x)\n"
-    "{ uvec2 v = unpackUint2x32(x); return v.x != 0u ? uint(findLSB(v.x)) : v.y != 0u ? uint(32 + findLSB(v.y)) : 64u; }\n";
+    "{ uvec2 v = unpackUint2x32(x); return v.x != 0u ? uint(findLSB(v.x)) : v.y != 0u ? uint(32 + "
+    "findLSB(v.y)) : 64u; }\n";
 
-static void header(const em_ir_kernel *k, const em_caps *caps, uint32_t needs, const glsl_state *st, em_strbuf *sb)
+static void header(const em_ir_kernel *k, const em_caps *caps, uint32_t needs, const glsl_state *st,
+                   em_strbuf *sb)
 {
     em_sb_printf(sb, SEPARATOR "%s\n#version 450\n", em_ir_kernel_name(k));
-    em_sb_append(sb, "/* ember: GLSL compute shader, generated by src/kernel/codegen/glsl.c (its top comment gives the\n"
+    em_sb_append(sb, "/* ember: GLSL compute shader, generated by src/kernel/codegen/glsl.c (its "
+                     "top comment gives the\n"
                      " * bindings, push constants and specialization constants). */\n");
-    static const struct { uint32_t need; const char *ext; } exts[] = {
+    static const struct {
+        uint32_t need;
+        const char *ext;
+    } exts[] = {
         {EM_NEED_INT64 | EM_NEED_BITS64, "GL_EXT_shader_explicit_arithmetic_types_int64"},
         {EM_NEED_STORAGE8, "GL_EXT_shader_8bit_storage"},
         {EM_NEED_STORAGE16, "GL_EXT_shader_16bit_storage"},
@@ -678,12 +814,15 @@ static void header(const em_ir_kernel *k, const em_caps *caps, uint32_t needs, c
     };
     for (size_t i = 0; i < sizeof exts / sizeof exts[0]; i++)
         if (needs & exts[i].need) em_sb_printf(sb, "#extension %s : require\n", exts[i].ext);
-    if (st->plane64) em_sb_append(sb, "#extension GL_EXT_shader_subgroup_extended_types_int64 : require\n");
+    if (st->plane64)
+        em_sb_append(sb, "#extension GL_EXT_shader_subgroup_extended_types_int64 : require\n");
     uint32_t dim[3];
     em_ir_cube_dim(k, dim);
     if (dim[0] && dim[1] && dim[2])
-        em_sb_printf(sb, "layout(local_size_x = %u, local_size_y = %u, local_size_z = %u) in;\n", dim[0], dim[1], dim[2]);
-    em_sb_append(sb, "layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;\n\n");
+        em_sb_printf(sb, "layout(local_size_x = %u, local_size_y = %u, local_size_z = %u) in;\n",
+                     dim[0], dim[1], dim[2]);
+    em_sb_append(sb,
+                 "layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;\n\n");
     if (needs & EM_NEED_F16) em_sb_append(sb, helper_f16);
     if (needs & EM_NEED_BF16) em_sb_append(sb, helper_bf16);
     if (needs & EM_NEED_ERF) em_sb_append(sb, helper_erf);

@@ -38,20 +38,28 @@
 #include "kernel/codegen/spmd.h"
 
 static const char *const storage_type[EM_SCALAR_COUNT] = {
-    [EM_BOOL] = "uchar", [EM_I8] = "char", [EM_I16] = "short", [EM_I32] = "int", [EM_I64] = "long",
-    [EM_U8] = "uchar", [EM_U16] = "ushort", [EM_U32] = "uint", [EM_U64] = "ulong", [EM_F16] = "half",
-    [EM_BF16] = "ushort", [EM_F32] = "float", [EM_F64] = "double"};
+    [EM_BOOL] = "uchar", [EM_I8] = "char",  [EM_I16] = "short",   [EM_I32] = "int",
+    [EM_I64] = "long",   [EM_U8] = "uchar", [EM_U16] = "ushort",  [EM_U32] = "uint",
+    [EM_U64] = "ulong",  [EM_F16] = "half", [EM_BF16] = "ushort", [EM_F32] = "float",
+    [EM_F64] = "double"};
 
 /* Element type of shared and private arrays (compute types; bool as uchar). */
 static const char *const array_type[EM_SCALAR_COUNT] = {
-    [EM_BOOL] = "uchar", [EM_I8] = "char", [EM_I16] = "short", [EM_I32] = "int", [EM_I64] = "long",
-    [EM_U8] = "uchar", [EM_U16] = "ushort", [EM_U32] = "uint", [EM_U64] = "ulong", [EM_F16] = "float",
-    [EM_BF16] = "float", [EM_F32] = "float", [EM_F64] = "double"};
+    [EM_BOOL] = "uchar", [EM_I8] = "char",   [EM_I16] = "short",  [EM_I32] = "int",
+    [EM_I64] = "long",   [EM_U8] = "uchar",  [EM_U16] = "ushort", [EM_U32] = "uint",
+    [EM_U64] = "ulong",  [EM_F16] = "float", [EM_BF16] = "float", [EM_F32] = "float",
+    [EM_F64] = "double"};
 
-static bool native_width(unsigned n) { return n == 2 || n == 3 || n == 4 || n == 8 || n == 16; }
+static bool native_width(unsigned n)
+{
+    return n == 2 || n == 3 || n == 4 || n == 8 || n == 16;
+}
 
 /* A line type that is an OpenCL vector. */
-static bool is_vector(em_type t) { return t.lanes > 1 && native_width(t.lanes) && t.scalar != EM_BOOL; }
+static bool is_vector(em_type t)
+{
+    return t.lanes > 1 && native_width(t.lanes) && t.scalar != EM_BOOL;
+}
 
 /* ---- types, literals, conversions ------------------------------------------------------------ */
 
@@ -67,23 +75,31 @@ static void cl_decl(em_spmd *e, em_type t, const char *name, em_strbuf *sb)
 
 static void cl_lane(em_spmd *e, em_type t, const char *name, unsigned i, em_strbuf *sb)
 {
+    (void)e;
     if (is_vector(t))
         em_sb_printf(sb, "%s.s%x", name, i);
     else
         em_sb_printf(sb, "%s[%u]", name, i);
 }
 
-static int cl_line_kind(em_spmd *e, em_type t) { return is_vector(t) ? EM_LINE_OPS : EM_LINE_LANES; }
+static int cl_line_kind(em_spmd *e, em_type t)
+{
+    (void)e;
+    return is_vector(t) ? EM_LINE_OPS : EM_LINE_LANES;
+}
 
 static const char *cl_dtype_missing(em_spmd *e, em_scalar s, int space)
 {
-    if (s == EM_F64 && !e->caps.dtype[EM_F64]) return "f64 needs cl_khr_fp64, which this device lacks (caps.dtype)";
+    (void)space;
+    if (s == EM_F64 && !e->caps.dtype[EM_F64])
+        return "f64 needs cl_khr_fp64, which this device lacks (caps.dtype)";
     return NULL;
 }
 
 static void cl_literal(em_spmd *e, em_scalar s, em_ir_const c, em_strbuf *sb)
 {
-    static const char *const special[4] = {"INFINITY", "NAN", "((double)INFINITY)", "((double)NAN)"};
+    static const char *const special[4] = {"INFINITY", "NAN", "((double)INFINITY)",
+                                           "((double)NAN)"};
     em_spmd_c_literal(e, s, c, "L", "UL", special, sb);
 }
 
@@ -111,6 +127,7 @@ static void cl_wrap(em_spmd *e, em_scalar s, const char *x, em_strbuf *sb)
 
 static void cl_convert(em_spmd *e, em_scalar from, em_scalar to, const char *x, em_strbuf *sb)
 {
+    (void)from;
     if (to == EM_F16 || to == EM_BF16)
         em_sb_printf(sb, "%s((float)(%s))", to == EM_F16 ? "em_rh" : "em_rb", x);
     else
@@ -119,13 +136,16 @@ static void cl_convert(em_spmd *e, em_scalar from, em_scalar to, const char *x, 
 
 static const char *cl_float_fn(em_spmd *e, em_ir_op op, em_scalar s)
 {
+    (void)e;
+    (void)s;
     static const char *const fns[EM_OP_COUNT] = {
-        [EM_OP_EXP] = "exp", [EM_OP_EXP2] = "exp2", [EM_OP_LOG] = "log", [EM_OP_LOG2] = "log2",
-        [EM_OP_SQRT] = "sqrt", [EM_OP_RSQRT] = "rsqrt", [EM_OP_ERF] = "erf", [EM_OP_TANH] = "tanh",
-        [EM_OP_SIN] = "sin", [EM_OP_COS] = "cos", [EM_OP_FLOOR] = "floor", [EM_OP_CEIL] = "ceil",
-        [EM_OP_ROUND] = "rint", [EM_OP_ABS] = "fabs", [EM_OP_POW] = "pow", [EM_OP_REM] = "fmod",
-        [EM_OP_MIN] = "fmin", [EM_OP_MAX] = "fmax", [EM_OP_FMA] = "fma", [EM_OP_ISNAN] = "isnan",
-        [EM_OP_ISINF] = "isinf"};
+        [EM_OP_EXP] = "exp",    [EM_OP_EXP2] = "exp2",   [EM_OP_LOG] = "log",
+        [EM_OP_LOG2] = "log2",  [EM_OP_SQRT] = "sqrt",   [EM_OP_RSQRT] = "rsqrt",
+        [EM_OP_ERF] = "erf",    [EM_OP_TANH] = "tanh",   [EM_OP_SIN] = "sin",
+        [EM_OP_COS] = "cos",    [EM_OP_FLOOR] = "floor", [EM_OP_CEIL] = "ceil",
+        [EM_OP_ROUND] = "rint", [EM_OP_ABS] = "fabs",    [EM_OP_POW] = "pow",
+        [EM_OP_REM] = "fmod",   [EM_OP_MIN] = "fmin",    [EM_OP_MAX] = "fmax",
+        [EM_OP_FMA] = "fma",    [EM_OP_ISNAN] = "isnan", [EM_OP_ISINF] = "isinf"};
     return op < EM_OP_COUNT ? fns[op] : NULL;
 }
 
@@ -137,6 +157,7 @@ static const char *unsigned_of(em_scalar s)
 
 static void cl_bit_count(em_spmd *e, em_ir_op op, em_scalar s, const char *x, em_strbuf *sb)
 {
+    (void)e;
     /* popcount and clz keep the operand's width (clz(0) is the width) */
     if (op == EM_OP_POPCOUNT)
         em_sb_printf(sb, "(uint)popcount(%s)", x);
@@ -148,32 +169,58 @@ static void cl_bit_count(em_spmd *e, em_ir_op op, em_scalar s, const char *x, em
 
 static void cl_to_bits(em_spmd *e, em_scalar s, const char *x, em_strbuf *sb)
 {
+    (void)e;
     switch (s) {
-    case EM_F32: em_sb_printf(sb, "as_uint(%s)", x); break;
-    case EM_F64: em_sb_printf(sb, "as_ulong(%s)", x); break;
-    case EM_F16: em_sb_printf(sb, "(uint)em_f2h(%s)", x); break;
-    case EM_BF16: em_sb_printf(sb, "(uint)em_f2b(%s)", x); break;
-    case EM_I64: case EM_U64: em_sb_printf(sb, "(ulong)(%s)", x); break;
-    default: em_sb_printf(sb, "(uint)(%s)(%s)", unsigned_of(s), x); break;
+    case EM_F32:
+        em_sb_printf(sb, "as_uint(%s)", x);
+        break;
+    case EM_F64:
+        em_sb_printf(sb, "as_ulong(%s)", x);
+        break;
+    case EM_F16:
+        em_sb_printf(sb, "(uint)em_f2h(%s)", x);
+        break;
+    case EM_BF16:
+        em_sb_printf(sb, "(uint)em_f2b(%s)", x);
+        break;
+    case EM_I64:
+    case EM_U64:
+        em_sb_printf(sb, "(ulong)(%s)", x);
+        break;
+    default:
+        em_sb_printf(sb, "(uint)(%s)(%s)", unsigned_of(s), x);
+        break;
     }
 }
 
 static void cl_from_bits(em_spmd *e, em_scalar s, const char *b, em_strbuf *sb)
 {
     switch (s) {
-    case EM_F32: em_sb_printf(sb, "as_float((uint)(%s))", b); break;
-    case EM_F64: em_sb_printf(sb, "as_double((ulong)(%s))", b); break;
-    case EM_F16: em_sb_printf(sb, "em_h2f((ushort)(%s))", b); break;
-    case EM_BF16: em_sb_printf(sb, "em_b2f((ushort)(%s))", b); break;
-    default: em_sb_printf(sb, "(%s)(%s)", e->d->ctype[s], b); break;
+    case EM_F32:
+        em_sb_printf(sb, "as_float((uint)(%s))", b);
+        break;
+    case EM_F64:
+        em_sb_printf(sb, "as_double((ulong)(%s))", b);
+        break;
+    case EM_F16:
+        em_sb_printf(sb, "em_h2f((ushort)(%s))", b);
+        break;
+    case EM_BF16:
+        em_sb_printf(sb, "em_b2f((ushort)(%s))", b);
+        break;
+    default:
+        em_sb_printf(sb, "(%s)(%s)", e->d->ctype[s], b);
+        break;
     }
 }
 
 static void cl_builtin(em_spmd *e, em_builtin b, em_strbuf *sb)
 {
-    static const char *const fns[EM_BUILTIN_COUNT] = {
-        [EM_UNIT_POS_X] = "get_local_id", [EM_CUBE_POS_X] = "get_group_id", [EM_CUBE_DIM_X] = "get_local_size",
-        [EM_CUBE_COUNT_X] = "get_num_groups"};
+    (void)e;
+    static const char *const fns[EM_BUILTIN_COUNT] = {[EM_UNIT_POS_X] = "get_local_id",
+                                                      [EM_CUBE_POS_X] = "get_group_id",
+                                                      [EM_CUBE_DIM_X] = "get_local_size",
+                                                      [EM_CUBE_COUNT_X] = "get_num_groups"};
     if (b == EM_PLANE_DIM) {
         em_sb_append(sb, "get_sub_group_size()");
     } else if (b == EM_UNIT_POS_PLANE) {
@@ -189,16 +236,24 @@ static void cl_builtin(em_spmd *e, em_builtin b, em_strbuf *sb)
     }
 }
 
-static void cl_meta(em_spmd *e, uint32_t off, em_strbuf *sb) { em_sb_printf(sb, "(uint)em_meta[%u]", off); }
+static void cl_meta(em_spmd *e, uint32_t off, em_strbuf *sb)
+{
+    (void)e;
+    em_sb_printf(sb, "(uint)em_meta[%u]", off);
+}
 
-/* ---- memory ------------------------------------------------------------------------------------ */
+/* ---- memory ------------------------------------------------------------------------------------
+ */
 
-static const em_ir_memory *mem(em_spmd *e, em_ir_mem m) { return em_ir_mem_at(e->k, m); }
+static const em_ir_memory *mem(em_spmd *e, em_ir_mem m)
+{
+    return em_ir_mem_at(e->k, m);
+}
 
 /* Element `index` (lane `lane` when >= 0) of a shared or private array: vector lines by .sN, other
  * lines (bool lines too, whose arrays hold uchar) by an inner index. */
-static void array_elem(em_spmd *e, const em_ir_memory *x, const char *name, const char *index, int lane,
-                       em_strbuf *sb)
+static void array_elem(em_spmd *e, const em_ir_memory *x, const char *name, const char *index,
+                       int lane, em_strbuf *sb)
 {
     em_strbuf el;
     em_sb_init(&el);
@@ -310,11 +365,13 @@ static void cl_sync(em_spmd *e, const em_ir_inst *in)
         e->needs |= EM_NEED_PLANE;
         em_spmd_line(e, "sub_group_barrier(CLK_LOCAL_MEM_FENCE);");
     } else {
-        em_spmd_line(e, in->imm ? "mem_fence(CLK_GLOBAL_MEM_FENCE);" : "mem_fence(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);");
+        em_spmd_line(e, in->imm ? "mem_fence(CLK_GLOBAL_MEM_FENCE);"
+                                : "mem_fence(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);");
     }
 }
 
-/* Sub-group functions take 32/64-bit and float operands: narrow integers and bool go as int/uint. */
+/* Sub-group functions take 32/64-bit and float operands: narrow integers and bool go as int/uint.
+ */
 static const char *plane_arg_type(em_scalar s)
 {
     if (s == EM_BOOL || s == EM_I8 || s == EM_I16) return "int";
@@ -322,7 +379,8 @@ static const char *plane_arg_type(em_scalar s)
     return NULL;
 }
 
-static void cl_plane(em_spmd *e, const em_ir_inst *in, em_scalar s, const char *a, const char *b, em_strbuf *sb)
+static void cl_plane(em_spmd *e, const em_ir_inst *in, em_scalar s, const char *a, const char *b,
+                     em_strbuf *sb)
 {
     e->needs |= EM_NEED_PLANE;
     const char *wide = plane_arg_type(s);
@@ -334,22 +392,38 @@ static void cl_plane(em_spmd *e, const em_ir_inst *in, em_scalar s, const char *
     else
         em_sb_append(&arg, a);
     switch (in->op) {
-    case EM_OP_PLANE_SUM: em_sb_printf(&call, "sub_group_reduce_add(%s)", arg.data); break;
-    case EM_OP_PLANE_MIN: em_sb_printf(&call, "sub_group_reduce_min(%s)", arg.data); break;
-    case EM_OP_PLANE_MAX: em_sb_printf(&call, "sub_group_reduce_max(%s)", arg.data); break;
+    case EM_OP_PLANE_SUM:
+        em_sb_printf(&call, "sub_group_reduce_add(%s)", arg.data);
+        break;
+    case EM_OP_PLANE_MIN:
+        em_sb_printf(&call, "sub_group_reduce_min(%s)", arg.data);
+        break;
+    case EM_OP_PLANE_MAX:
+        em_sb_printf(&call, "sub_group_reduce_max(%s)", arg.data);
+        break;
     case EM_OP_PLANE_PROD:
         e->needs |= EM_NEED_PLANE_MUL;
         em_sb_printf(&call, "sub_group_non_uniform_reduce_mul(%s)", arg.data);
         break;
-    case EM_OP_PLANE_INCLUSIVE_SUM: em_sb_printf(&call, "sub_group_scan_inclusive_add(%s)", arg.data); break;
-    case EM_OP_PLANE_EXCLUSIVE_SUM: em_sb_printf(&call, "sub_group_scan_exclusive_add(%s)", arg.data); break;
-    case EM_OP_PLANE_ALL: em_sb_printf(sb, "(sub_group_all((int)(%s)) != 0)", a); break;
-    case EM_OP_PLANE_ANY: em_sb_printf(sb, "(sub_group_any((int)(%s)) != 0)", a); break;
+    case EM_OP_PLANE_INCLUSIVE_SUM:
+        em_sb_printf(&call, "sub_group_scan_inclusive_add(%s)", arg.data);
+        break;
+    case EM_OP_PLANE_EXCLUSIVE_SUM:
+        em_sb_printf(&call, "sub_group_scan_exclusive_add(%s)", arg.data);
+        break;
+    case EM_OP_PLANE_ALL:
+        em_sb_printf(sb, "(sub_group_all((int)(%s)) != 0)", a);
+        break;
+    case EM_OP_PLANE_ANY:
+        em_sb_printf(sb, "(sub_group_any((int)(%s)) != 0)", a);
+        break;
     case EM_OP_PLANE_BALLOT:
         e->needs |= EM_NEED_PLANE_BALLOT;
         em_sb_printf(sb, "sub_group_ballot((int)(%s)).s0", a);
         break;
-    case EM_OP_PLANE_BROADCAST: em_sb_printf(&call, "sub_group_broadcast(%s, (uint)(%s))", arg.data, b); break;
+    case EM_OP_PLANE_BROADCAST:
+        em_sb_printf(&call, "sub_group_broadcast(%s, (uint)(%s))", arg.data, b);
+        break;
     case EM_OP_PLANE_SHUFFLE:
         e->needs |= EM_NEED_SHUFFLE;
         em_sb_printf(&call, "sub_group_shuffle(%s, (uint)(%s))", arg.data, b);
@@ -365,14 +439,18 @@ static void cl_plane(em_spmd *e, const em_ir_inst *in, em_scalar s, const char *
         e->needs |= EM_NEED_SHUFFLE_REL;
         char tmp[32];
         em_spmd_fresh(e, "sh", tmp);
-        em_spmd_line(e, "%s %s = sub_group_shuffle_%s(%s, (uint)(%s));", wide ? wide : e->d->ctype[s], tmp,
-                     up ? "up" : "down", arg.data, b);
-        em_sb_printf(&call, up ? "(get_sub_group_local_id() >= (uint)(%s) ? %s : %s)"
-                               : "(get_sub_group_local_id() + (uint)(%s) < get_sub_group_size() ? %s : %s)",
-                     b, tmp, arg.data);
+        em_spmd_line(e, "%s %s = sub_group_shuffle_%s(%s, (uint)(%s));",
+                     wide ? wide : e->d->ctype[s], tmp, up ? "up" : "down", arg.data, b);
+        em_sb_printf(
+            &call,
+            up ? "(get_sub_group_local_id() >= (uint)(%s) ? %s : %s)"
+               : "(get_sub_group_local_id() + (uint)(%s) < get_sub_group_size() ? %s : %s)",
+            b, tmp, arg.data);
         break;
     }
-    default: em_spmd_fail(e, "unknown plane op"); break;
+    default:
+        em_spmd_fail(e, "unknown plane op");
+        break;
     }
     if (call.len) {
         if (s == EM_BOOL)
@@ -400,18 +478,21 @@ static void cl_atomic(em_spmd *e, const em_ir_inst *in, const char *index, em_st
     if (in->args[1]) em_spmd_val(e, in->args[1], &v);
     if (in->args[2]) em_spmd_val(e, in->args[2], &c);
     if (is64) e->needs |= EM_NEED_ATOMIC64;
-    static const char *const names[] = {"add", "sub", "min", "max", "and", "or", "xor", "xchg", "cmpxchg"};
+    static const char *const names[] = {"add", "sub", "min",  "max",    "and",
+                                        "or",  "xor", "xchg", "cmpxchg"};
     em_ir_op op = (em_ir_op)in->op;
     const char *pre = is64 ? "atom_" : "atomic_";
     if (op == EM_OP_ATOMIC_LOAD) {
         em_sb_printf(sb, "*(volatile %s %s *)%s", space, storage_type[s], p.data);
     } else if (em_scalar_is_float(s) && (op == EM_OP_ATOMIC_ADD || op == EM_OP_ATOMIC_SUB)) {
         e->needs |= global ? EM_NEED_FATOMIC_G : EM_NEED_FATOMIC_L;
-        em_sb_printf(sb, "em_atomic_add_%s_%s(%s, %s(%s))", s == EM_F64 ? "f64" : "f32", global ? "global" : "local",
-                     p.data, op == EM_OP_ATOMIC_SUB ? "-" : "", v.data);
+        em_sb_printf(sb, "em_atomic_add_%s_%s(%s, %s(%s))", s == EM_F64 ? "f64" : "f32",
+                     global ? "global" : "local", p.data, op == EM_OP_ATOMIC_SUB ? "-" : "",
+                     v.data);
     } else if (s == EM_F64) { /* XCHG, STORE */
-        em_sb_printf(sb, "%satom_xchg((volatile %s long *)%s, as_long(%s))%s", op == EM_OP_ATOMIC_XCHG ? "as_double(" : "",
-                     space, p.data, v.data, op == EM_OP_ATOMIC_XCHG ? ")" : "");
+        em_sb_printf(sb, "%satom_xchg((volatile %s long *)%s, as_long(%s))%s",
+                     op == EM_OP_ATOMIC_XCHG ? "as_double(" : "", space, p.data, v.data,
+                     op == EM_OP_ATOMIC_XCHG ? ")" : "");
     } else if (op == EM_OP_ATOMIC_STORE) {
         em_sb_printf(sb, "%sxchg(%s, %s)", pre, p.data, v.data);
     } else if (op == EM_OP_ATOMIC_CAS) {
@@ -426,9 +507,13 @@ static void cl_atomic(em_spmd *e, const em_ir_inst *in, const char *index, em_st
     em_sb_free(&c);
 }
 
-static void cl_print(em_spmd *e, const em_ir_inst *in) { em_spmd_printf(e, in, false, "", 64); }
+static void cl_print(em_spmd *e, const em_ir_inst *in)
+{
+    em_spmd_printf(e, in, false, "", 64);
+}
 
-/* ---- kernels ------------------------------------------------------------------------------------ */
+/* ---- kernels ------------------------------------------------------------------------------------
+ */
 
 /* "T name[len]" for a shared or private array of elem (lines as vectors or inner arrays). */
 static void array_decl(em_type elem, const char *name, uint32_t len, em_strbuf *sb)
@@ -450,14 +535,15 @@ static void cl_open(em_spmd *e)
     em_ir_cube_dim(k, dim);
     em_sb_append(sb, "__kernel ");
     if (dim[0] && dim[1] && dim[2])
-        em_sb_printf(sb, "__attribute__((reqd_work_group_size(%u, %u, %u))) ", dim[0], dim[1], dim[2]);
+        em_sb_printf(sb, "__attribute__((reqd_work_group_size(%u, %u, %u))) ", dim[0], dim[1],
+                     dim[2]);
     em_sb_printf(sb, "void %s(", em_ir_kernel_name(k));
     for (size_t i = 0; i < em_ir_param_count(k); i++) {
         const em_ir_param *p = em_ir_param_at(k, i);
         if (p->kind == EM_PARAM_BUFFER) {
             const em_ir_memory *m = em_ir_mem_at(k, p->id);
-            em_sb_printf(sb, "__global %s%s *%s, ", m->access == EM_READ ? "const " : "", storage_type[m->elem.scalar],
-                         e->mname[p->id]);
+            em_sb_printf(sb, "__global %s%s *%s, ", m->access == EM_READ ? "const " : "",
+                         storage_type[m->elem.scalar], e->mname[p->id]);
         } else {
             em_scalar s = (em_scalar)em_spmd_value(e, p->id)->type.scalar;
             if (s == EM_BOOL)
@@ -487,12 +573,23 @@ static void cl_open(em_spmd *e)
 static const em_spmd_dialect opencl_dialect = {
     .name = "OpenCL",
     .ns = "opencl",
-    .ctype = {[EM_BOOL] = "bool", [EM_I8] = "char", [EM_I16] = "short", [EM_I32] = "int", [EM_I64] = "long",
-              [EM_U8] = "uchar", [EM_U16] = "ushort", [EM_U32] = "uint", [EM_U64] = "ulong", [EM_F16] = "float",
-              [EM_BF16] = "float", [EM_F32] = "float", [EM_F64] = "double"},
+    .ctype = {[EM_BOOL] = "bool",
+              [EM_I8] = "char",
+              [EM_I16] = "short",
+              [EM_I32] = "int",
+              [EM_I64] = "long",
+              [EM_U8] = "uchar",
+              [EM_U16] = "ushort",
+              [EM_U32] = "uint",
+              [EM_U64] = "ulong",
+              [EM_F16] = "float",
+              [EM_BF16] = "float",
+              [EM_F32] = "float",
+              [EM_F64] = "double"},
     .fn_prefix = "",
     .vector_math = true,
-    .unroll = NULL, /* loops left to unroll have run-time bounds; clang-based compilers warn on a hint */
+    .unroll =
+        NULL, /* loops left to unroll have run-time bounds; clang-based compilers warn on a hint */
     .decl = cl_decl,
     .lane = cl_lane,
     .line_kind = cl_line_kind,
@@ -518,16 +615,19 @@ static const em_spmd_dialect opencl_dialect = {
     .open = cl_open,
 };
 
-/* ---- the source's prelude ----------------------------------------------------------------------- */
+/* ---- the source's prelude -----------------------------------------------------------------------
+ */
 
 static const char prelude_f16[] =
-    "/* f16: binary16 in memory (vload_half / vstore_half), float in registers, rounded after every operation. */\n"
+    "/* f16: binary16 in memory (vload_half / vstore_half), float in registers, rounded after "
+    "every operation. */\n"
     "ushort em_f2h(float x) { ushort h; vstore_half_rte(x, 0, (__private half *)&h); return h; }\n"
     "float em_h2f(ushort h) { return vload_half(0, (__private const half *)&h); }\n"
     "float em_rh(float x) { return em_h2f(em_f2h(x)); }\n";
 
 static const char prelude_bf16[] =
-    "/* bf16: bfloat16 bits in memory, float in registers, rounded (to nearest even) after every operation. */\n"
+    "/* bf16: bfloat16 bits in memory, float in registers, rounded (to nearest even) after every "
+    "operation. */\n"
     "ushort em_f2b(float x)\n"
     "{\n"
     "    uint u = as_uint(x);\n"
@@ -540,7 +640,8 @@ static const char prelude_bf16[] =
 /* Float atomic add as a compare-exchange loop on the bits, for address space SPACE. */
 static void fatomic_helpers(em_strbuf *sb, const char *space, bool f64)
 {
-    const char *ft = f64 ? "double" : "float", *ut = f64 ? "ulong" : "uint", *cas = f64 ? "atom_cmpxchg" : "atomic_cmpxchg";
+    const char *ft = f64 ? "double" : "float", *ut = f64 ? "ulong" : "uint",
+               *cas = f64 ? "atom_cmpxchg" : "atomic_cmpxchg";
     const char *as_u = f64 ? "as_ulong" : "as_uint", *as_f = f64 ? "as_double" : "as_float";
     em_sb_printf(sb,
                  "%s em_atomic_add_%s_%s(volatile __%s %s *p, %s v)\n"
@@ -553,18 +654,21 @@ static void fatomic_helpers(em_strbuf *sb, const char *space, bool f64)
                  "    } while (old != seen);\n"
                  "    return %s(old);\n"
                  "}\n",
-                 ft, f64 ? "f64" : "f32", space, space, ft, ft, space, ut, space, ut, ut, cas, as_u, as_f, as_f);
+                 ft, f64 ? "f64" : "f32", space, space, ft, ft, space, ut, space, ut, ut, cas, as_u,
+                 as_f, as_f);
 }
 
 static void prelude(const em_caps *caps, uint32_t needs, em_strbuf *sb)
 {
-    em_sb_append(sb, "/* ember: OpenCL C (1.2 / 2.0), generated by src/kernel/codegen/opencl.c (its top comment gives\n"
+    em_sb_append(sb, "/* ember: OpenCL C (1.2 / 2.0), generated by src/kernel/codegen/opencl.c "
+                     "(its top comment gives\n"
                      " * the parameter ABI). */\n");
     if (needs & EM_NEED_F64) em_sb_append(sb, "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n");
     if (needs & EM_NEED_ATOMIC64)
         em_sb_append(sb, "#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable\n"
                          "#pragma OPENCL EXTENSION cl_khr_int64_extended_atomics : enable\n");
-    if (needs & EM_NEED_PLANE) em_sb_append(sb, "#pragma OPENCL EXTENSION cl_khr_subgroups : enable\n");
+    if (needs & EM_NEED_PLANE)
+        em_sb_append(sb, "#pragma OPENCL EXTENSION cl_khr_subgroups : enable\n");
     em_sb_append(sb, "\n");
     if (needs & EM_NEED_F16) em_sb_append(sb, prelude_f16);
     if (needs & EM_NEED_BF16) em_sb_append(sb, prelude_bf16);

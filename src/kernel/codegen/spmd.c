@@ -39,7 +39,10 @@ static const char *keep(em_spmd *e, char *s)
     return s;
 }
 
-const char *em_spmd_take(em_spmd *e, em_strbuf *sb) { return keep(e, em_sb_take(sb)); }
+static const char *take(em_spmd *e, em_strbuf *sb)
+{
+    return keep(e, em_sb_take(sb));
+}
 
 const char *em_spmd_str(em_spmd *e, const char *fmt, ...)
 {
@@ -49,7 +52,7 @@ const char *em_spmd_str(em_spmd *e, const char *fmt, ...)
     va_start(ap, fmt);
     em_sb_vprintf(&sb, fmt, ap);
     va_end(ap);
-    return em_spmd_take(e, &sb);
+    return take(e, &sb);
 }
 
 static void release(em_spmd *e, size_t mark)
@@ -62,13 +65,28 @@ static void release(em_spmd *e, size_t mark)
     em_strbuf sb_;                                                                                 \
     em_sb_init(&sb_);                                                                              \
     call;                                                                                          \
-    return em_spmd_take((e), &sb_)
+    return take((e), &sb_)
 
-static const char *h_literal(em_spmd *e, em_scalar s, em_ir_const c) { SCRATCH(e, e->d->literal(e, s, c, &sb_)); }
-static const char *h_lane(em_spmd *e, em_type t, const char *n, unsigned i) { SCRATCH(e, e->d->lane(e, t, n, i, &sb_)); }
-static const char *h_decl(em_spmd *e, em_type t, const char *n) { SCRATCH(e, e->d->decl(e, t, n, &sb_)); }
-static const char *h_zero(em_spmd *e, em_type t) { SCRATCH(e, e->d->zero(e, t, &sb_)); }
-static const char *h_wrap(em_spmd *e, em_scalar s, const char *x) { SCRATCH(e, e->d->wrap(e, s, x, &sb_)); }
+static const char *h_literal(em_spmd *e, em_scalar s, em_ir_const c)
+{
+    SCRATCH(e, e->d->literal(e, s, c, &sb_));
+}
+static const char *h_lane(em_spmd *e, em_type t, const char *n, unsigned i)
+{
+    SCRATCH(e, e->d->lane(e, t, n, i, &sb_));
+}
+static const char *h_decl(em_spmd *e, em_type t, const char *n)
+{
+    SCRATCH(e, e->d->decl(e, t, n, &sb_));
+}
+static const char *h_zero(em_spmd *e, em_type t)
+{
+    SCRATCH(e, e->d->zero(e, t, &sb_));
+}
+static const char *h_wrap(em_spmd *e, em_scalar s, const char *x)
+{
+    SCRATCH(e, e->d->wrap(e, s, x, &sb_));
+}
 static const char *h_convert(em_spmd *e, em_scalar from, em_scalar to, const char *x)
 {
     SCRATCH(e, e->d->convert(e, from, to, x, &sb_));
@@ -77,15 +95,28 @@ static const char *h_bit_count(em_spmd *e, em_ir_op op, em_scalar s, const char 
 {
     SCRATCH(e, e->d->bit_count(e, op, s, x, &sb_));
 }
-static const char *h_to_bits(em_spmd *e, em_scalar s, const char *x) { SCRATCH(e, e->d->to_bits(e, s, x, &sb_)); }
-static const char *h_from_bits(em_spmd *e, em_scalar s, const char *b) { SCRATCH(e, e->d->from_bits(e, s, b, &sb_)); }
-static const char *h_builtin(em_spmd *e, em_builtin b) { SCRATCH(e, e->d->builtin(e, b, &sb_)); }
-static const char *h_meta(em_spmd *e, uint32_t off) { SCRATCH(e, e->d->meta(e, off, &sb_)); }
+static const char *h_to_bits(em_spmd *e, em_scalar s, const char *x)
+{
+    SCRATCH(e, e->d->to_bits(e, s, x, &sb_));
+}
+static const char *h_from_bits(em_spmd *e, em_scalar s, const char *b)
+{
+    SCRATCH(e, e->d->from_bits(e, s, b, &sb_));
+}
+static const char *h_builtin(em_spmd *e, em_builtin b)
+{
+    SCRATCH(e, e->d->builtin(e, b, &sb_));
+}
+static const char *h_meta(em_spmd *e, uint32_t off)
+{
+    SCRATCH(e, e->d->meta(e, off, &sb_));
+}
 static const char *h_mem_load(em_spmd *e, em_ir_mem m, const char *idx, int l)
 {
     SCRATCH(e, e->d->mem_load(e, m, idx, l, &sb_));
 }
-static const char *h_plane(em_spmd *e, const em_ir_inst *in, em_scalar s, const char *a, const char *b)
+static const char *h_plane(em_spmd *e, const em_ir_inst *in, em_scalar s, const char *a,
+                           const char *b)
 {
     SCRATCH(e, e->d->plane(e, in, s, a, b, &sb_));
 }
@@ -126,7 +157,10 @@ void em_spmd_line(em_spmd *e, const char *fmt, ...)
 
 /* ---- values, literals ------------------------------------------------------------------------ */
 
-const em_ir_value *em_spmd_value(const em_spmd *e, em_ir_val v) { return em_ir_value_at(e->k, v); }
+const em_ir_value *em_spmd_value(const em_spmd *e, em_ir_val v)
+{
+    return em_ir_value_at(e->k, v);
+}
 
 static em_type type_of(const em_spmd *e, em_ir_val v)
 {
@@ -140,14 +174,23 @@ static bool is_const(const em_spmd *e, em_ir_val v)
     return x && x->kind == EM_VAL_CONST;
 }
 
-unsigned em_spmd_bits(em_scalar s) { return s == EM_BOOL ? 8 : (unsigned)em_scalar_size(s) * 8; }
+unsigned em_spmd_bits(em_scalar s)
+{
+    return s == EM_BOOL ? 8 : (unsigned)em_scalar_size(s) * 8;
+}
 
-bool em_spmd_narrow(em_scalar s) { return s == EM_I8 || s == EM_I16 || s == EM_U8 || s == EM_U16; }
+bool em_spmd_narrow(em_scalar s)
+{
+    return s == EM_I8 || s == EM_I16 || s == EM_U8 || s == EM_U16;
+}
 
 /* Kinds whose results are brought back into range after each operation. */
-static bool wrapped(em_scalar s) { return em_spmd_narrow(s) || s == EM_F16 || s == EM_BF16; }
+static bool wrapped(em_scalar s)
+{
+    return em_spmd_narrow(s) || s == EM_F16 || s == EM_BF16;
+}
 
-void em_spmd_need_scalar(em_spmd *e, em_scalar s)
+static void need_scalar(em_spmd *e, em_scalar s)
 {
     if (s == EM_F16) e->needs |= EM_NEED_F16;
     if (s == EM_BF16) e->needs |= EM_NEED_BF16;
@@ -202,14 +245,21 @@ static const char *lane(em_spmd *e, em_ir_val v, unsigned i)
     return h_lane(e, x->type, val(e, v), i);
 }
 
-void em_spmd_val(em_spmd *e, em_ir_val v, em_strbuf *sb) { em_sb_append(sb, val(e, v)); }
-void em_spmd_val_lane(em_spmd *e, em_ir_val v, unsigned i, em_strbuf *sb) { em_sb_append(sb, lane(e, v, i)); }
-
+void em_spmd_val(em_spmd *e, em_ir_val v, em_strbuf *sb)
+{
+    em_sb_append(sb, val(e, v));
+}
 static const char *convert(em_spmd *e, em_scalar from, em_scalar to, const char *x);
 
-static const char *val_u32(em_spmd *e, em_ir_val v) { return convert(e, (em_scalar)type_of(e, v).scalar, EM_U32, val(e, v)); }
+static const char *val_u32(em_spmd *e, em_ir_val v)
+{
+    return convert(e, (em_scalar)type_of(e, v).scalar, EM_U32, val(e, v));
+}
 
-void em_spmd_val_u32(em_spmd *e, em_ir_val v, em_strbuf *sb) { em_sb_append(sb, val_u32(e, v)); }
+void em_spmd_val_u32(em_spmd *e, em_ir_val v, em_strbuf *sb)
+{
+    em_sb_append(sb, val_u32(e, v));
+}
 
 static const char *index_expr(em_spmd *e, em_ir_val v)
 {
@@ -217,9 +267,10 @@ static const char *index_expr(em_spmd *e, em_ir_val v)
     return e->d->index32 && wide ? val_u32(e, v) : val(e, v);
 }
 
-void em_spmd_index(em_spmd *e, em_ir_val v, em_strbuf *sb) { em_sb_append(sb, index_expr(e, v)); }
-
-void em_spmd_fresh(em_spmd *e, const char *prefix, char buf[32]) { snprintf(buf, 32, "em_%s%u", prefix, e->fresh++); }
+void em_spmd_fresh(em_spmd *e, const char *prefix, char buf[32])
+{
+    snprintf(buf, 32, "em_%s%u", prefix, e->fresh++);
+}
 
 /* ---- names and the scan before emission ------------------------------------------------------ */
 
@@ -236,7 +287,8 @@ static char *ident(const char *name, const char *fallback, const char *sep, uint
             if (sb.len && sb.data[sb.len - 1] != '_') em_sb_appendc(&sb, '_');
             continue;
         }
-        if (!sb.len && ((c >= '0' && c <= '9') || ((c == 'g' || c == 'G') && (p[1] == 'l' || p[1] == 'L'))))
+        if (!sb.len &&
+            ((c >= '0' && c <= '9') || ((c == 'g' || c == 'G') && (p[1] == 'l' || p[1] == 'L'))))
             em_sb_appendc(&sb, 'n');
         em_sb_appendc(&sb, c);
     }
@@ -281,7 +333,8 @@ static void scan_block(em_spmd *e, uint32_t b, unsigned depth)
             uint8_t f = EM_MEMF_USED;
             bool atomic = in->op >= EM_OP_ATOMIC_ADD && in->op <= EM_OP_ATOMIC_STORE;
             if (atomic) f |= EM_MEMF_ATOMIC;
-            if (atomic && em_scalar_is_float((em_scalar)m->elem.scalar) && in->op != EM_OP_ATOMIC_LOAD)
+            if (atomic && em_scalar_is_float((em_scalar)m->elem.scalar) &&
+                in->op != EM_OP_ATOMIC_LOAD)
                 f |= EM_MEMF_FLOAT_RMW;
             if (in->op == EM_OP_MAT_LOAD || in->op == EM_OP_MAT_STORE) f |= EM_MEMF_MATRIX;
             e->mflags[in->mem] |= f;
@@ -298,7 +351,8 @@ static bool is_identifier(const char *s)
 {
     if (!s || !*s || (*s >= '0' && *s <= '9')) return false;
     for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_'))
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '_'))
             return false;
     return true;
 }
@@ -314,7 +368,8 @@ static bool setup(em_spmd *e)
     e->mflags = calloc(nm, 1);
     e->meta_off = calloc(np + 1, sizeof(uint32_t));
     if (!e->vname || !e->mname || !e->vused || !e->vfirst || !e->mflags || !e->meta_off) {
-        em_set_error(EM_ERR_NOMEM, "%s: out of memory generating kernel %s", e->d->name, em_ir_kernel_name(k));
+        em_set_error(EM_ERR_NOMEM, "%s: out of memory generating kernel %s", e->d->name,
+                     em_ir_kernel_name(k));
         return false;
     }
     if (!is_identifier(em_ir_kernel_name(k))) {
@@ -328,10 +383,12 @@ static bool setup(em_spmd *e)
         const em_ir_value *v = p->kind == EM_PARAM_BUFFER ? NULL : em_spmd_value(e, p->id);
         if (!m && !v) continue;
         em_scalar s = (em_scalar)(m ? m->elem.scalar : v->type.scalar);
-        const char *why = e->d->dtype_missing ? e->d->dtype_missing(e, s, m ? EM_MEM_GLOBAL : -1) : NULL;
+        const char *why =
+            e->d->dtype_missing ? e->d->dtype_missing(e, s, m ? EM_MEM_GLOBAL : -1) : NULL;
         if (why)
-            em_spmd_fail(e, "parameter %zu '%s' (%s %s): %s", i, (m ? m->name : v->name) ? (m ? m->name : v->name) : "",
-                         em_scalar_name(s), m ? "buffer" : "scalar", why);
+            em_spmd_fail(e, "parameter %zu '%s' (%s %s): %s", i,
+                         (m ? m->name : v->name) ? (m ? m->name : v->name) : "", em_scalar_name(s),
+                         m ? "buffer" : "scalar", why);
         if (m) e->meta_words += 1 + 2u * m->rank;
         if (v) use_val(e, p->id);
     }
@@ -341,18 +398,22 @@ static bool setup(em_spmd *e)
     for (size_t v = 1; v < nv; v++) {
         const em_ir_value *x = em_ir_value_at(k, (em_ir_val)v);
         if (!x || x->kind == EM_VAL_CONST || !e->vused[v]) continue;
-        if (x->kind != EM_VAL_MATRIX) em_spmd_need_scalar(e, (em_scalar)x->type.scalar);
+        if (x->kind != EM_VAL_MATRIX) need_scalar(e, (em_scalar)x->type.scalar);
         static const char *const fallback[] = {"t", "v", "c", "p", "f"};
-        e->vname[v] = ident(x->name, fallback[x->kind <= EM_VAL_MATRIX ? x->kind : 0], "", (uint32_t)v);
+        e->vname[v] =
+            ident(x->name, fallback[x->kind <= EM_VAL_MATRIX ? x->kind : 0], "", (uint32_t)v);
         ok = ok && e->vname[v];
     }
     for (size_t m = 1; m < nm; m++) {
         const em_ir_memory *x = em_ir_mem_at(k, (em_ir_mem)m);
-        if (x->space == EM_MEM_GLOBAL || (e->mflags[m] & EM_MEMF_USED)) em_spmd_need_scalar(e, (em_scalar)x->elem.scalar);
+        if (x->space == EM_MEM_GLOBAL || (e->mflags[m] & EM_MEMF_USED))
+            need_scalar(e, (em_scalar)x->elem.scalar);
         e->mname[m] = ident(x->name, "mem", "m", (uint32_t)m);
         ok = ok && e->mname[m];
     }
-    if (!ok) em_set_error(EM_ERR_NOMEM, "%s: out of memory generating kernel %s", e->d->name, em_ir_kernel_name(k));
+    if (!ok)
+        em_set_error(EM_ERR_NOMEM, "%s: out of memory generating kernel %s", e->d->name,
+                     em_ir_kernel_name(k));
     return ok && !e->failed;
 }
 
@@ -371,9 +432,13 @@ static void teardown(em_spmd *e)
     free(e->meta_off);
 }
 
-/* ---- destinations ------------------------------------------------------------------------------ */
+/* ---- destinations ------------------------------------------------------------------------------
+ */
 
-static const char *decl(em_spmd *e, em_type t, const char *name) { return h_decl(e, t, name); }
+static const char *decl(em_spmd *e, em_type t, const char *name)
+{
+    return h_decl(e, t, name);
+}
 
 /* dst = expr for a scalar destination, or a line destination assigned whole (declaring
  * temporaries). */
@@ -381,7 +446,8 @@ static void assign(em_spmd *e, em_ir_val dst, const char *expr)
 {
     const em_ir_value *x = em_spmd_value(e, dst);
     if (!x) return;
-    em_spmd_line(e, "%s = %s;", x->kind == EM_VAL_TEMP ? decl(e, x->type, val(e, dst)) : val(e, dst), expr);
+    em_spmd_line(e, "%s = %s;",
+                 x->kind == EM_VAL_TEMP ? decl(e, x->type, val(e, dst)) : val(e, dst), expr);
 }
 
 /* A line destination written lane by lane: temporaries are declared and written directly;
@@ -445,7 +511,8 @@ static void per_lane(em_spmd *e, const em_ir_inst *in, lane_fn make)
     line_end(e, &ld);
 }
 
-/* ---- scalar operations ------------------------------------------------------------------------ */
+/* ---- scalar operations ------------------------------------------------------------------------
+ */
 
 /* x without its outer parentheses when they enclose all of it. */
 static const char *unparen(em_spmd *e, const char *x)
@@ -471,15 +538,19 @@ static const char *convert(em_spmd *e, em_scalar from, em_scalar to, const char 
 {
     if (from == to) return x;
     if (to == EM_BOOL) return em_spmd_str(e, "((%s) != %s)", x, lit_i(e, from, 0));
-    if (from == EM_BOOL) return em_spmd_str(e, "((%s) ? %s : %s)", x, lit_i(e, to, 1), lit_i(e, to, 0));
-    if (!wrapped(to) && !strcmp(e->d->ctype[from], e->d->ctype[to])) return x; /* same compute type */
+    if (from == EM_BOOL)
+        return em_spmd_str(e, "((%s) ? %s : %s)", x, lit_i(e, to, 1), lit_i(e, to, 0));
+    if (!wrapped(to) && !strcmp(e->d->ctype[from], e->d->ctype[to]))
+        return x; /* same compute type */
     return h_convert(e, from, to, x);
 }
 
 static const char *need_fn(em_spmd *e, em_ir_op op, em_scalar s)
 {
     const char *fn = e->d->float_fn(e, op, s);
-    if (!fn) em_spmd_fail(e, "%s on %s is not available on %s", em_ir_op_name(op), em_scalar_name(s), e->d->name);
+    if (!fn)
+        em_spmd_fail(e, "%s on %s is not available on %s", em_ir_op_name(op), em_scalar_name(s),
+                     e->d->name);
     return fn ? fn : "";
 }
 
@@ -496,8 +567,8 @@ static const char *int_divrem(em_spmd *e, bool rem, em_scalar s, const char *a, 
     const char *on_zero = rem ? zero : a;
     if (em_scalar_is_signed(s) && !em_spmd_narrow(s)) {
         em_ir_const min = {.i = s == EM_I64 ? INT64_MIN : INT32_MIN};
-        return em_spmd_str(e, "((%s) == %s || ((%s) == %s && (%s) == %s) ? %s : %s)", b, zero, a, lit(e, s, min), b,
-                           lit_i(e, s, -1), on_zero, body);
+        return em_spmd_str(e, "((%s) == %s || ((%s) == %s && (%s) == %s) ? %s : %s)", b, zero, a,
+                           lit(e, s, min), b, lit_i(e, s, -1), on_zero, body);
     }
     return wrap(e, s, em_spmd_str(e, "((%s) == %s ? %s : %s)", b, zero, on_zero, body));
 }
@@ -505,11 +576,26 @@ static const char *int_divrem(em_spmd *e, bool rem, em_scalar s, const char *a, 
 static bool op_wraps(em_ir_op op, bool fl)
 {
     switch (op) {
-    case EM_OP_ADD: case EM_OP_SUB: case EM_OP_MUL: case EM_OP_POW: case EM_OP_SHL: case EM_OP_NOT:
-    case EM_OP_EXP: case EM_OP_EXP2: case EM_OP_LOG: case EM_OP_LOG2: case EM_OP_SQRT:
-    case EM_OP_RSQRT: case EM_OP_ERF: case EM_OP_TANH: case EM_OP_SIN: case EM_OP_COS: case EM_OP_FMA:
+    case EM_OP_ADD:
+    case EM_OP_SUB:
+    case EM_OP_MUL:
+    case EM_OP_POW:
+    case EM_OP_SHL:
+    case EM_OP_NOT:
+    case EM_OP_EXP:
+    case EM_OP_EXP2:
+    case EM_OP_LOG:
+    case EM_OP_LOG2:
+    case EM_OP_SQRT:
+    case EM_OP_RSQRT:
+    case EM_OP_ERF:
+    case EM_OP_TANH:
+    case EM_OP_SIN:
+    case EM_OP_COS:
+    case EM_OP_FMA:
         return true;
-    case EM_OP_NEG: case EM_OP_ABS: /* exact on floats */
+    case EM_OP_NEG:
+    case EM_OP_ABS: /* exact on floats */
         return !fl;
     default:
         return false;
@@ -518,32 +604,52 @@ static bool op_wraps(em_ir_op op, bool fl)
 
 /* The expression of a lane-wise op on scalar operand expressions a, b, c, whose operands have
  * kind s (for CAST: from s to the result kind ds). */
-static const char *op_expr(em_spmd *e, em_ir_op op, em_scalar s, em_scalar ds, const char *a, const char *b,
-                           const char *c)
+static const char *op_expr(em_spmd *e, em_ir_op op, em_scalar s, em_scalar ds, const char *a,
+                           const char *b, const char *c)
 {
     bool fl = em_scalar_is_float(s), bl = s == EM_BOOL;
-    static const char *const infix[] = {[EM_OP_ADD] = "+", [EM_OP_SUB] = "-", [EM_OP_MUL] = "*",
-                                        [EM_OP_AND] = "&", [EM_OP_OR] = "|", [EM_OP_XOR] = "^",
-                                        [EM_OP_SHL] = "<<", [EM_OP_SHR] = ">>", [EM_OP_EQ] = "==",
-                                        [EM_OP_NE] = "!=", [EM_OP_LT] = "<", [EM_OP_LE] = "<=",
-                                        [EM_OP_GT] = ">", [EM_OP_GE] = ">="};
+    static const char *const infix[] = {
+        [EM_OP_ADD] = "+", [EM_OP_SUB] = "-", [EM_OP_MUL] = "*",  [EM_OP_AND] = "&",
+        [EM_OP_OR] = "|",  [EM_OP_XOR] = "^", [EM_OP_SHL] = "<<", [EM_OP_SHR] = ">>",
+        [EM_OP_EQ] = "==", [EM_OP_NE] = "!=", [EM_OP_LT] = "<",   [EM_OP_LE] = "<=",
+        [EM_OP_GT] = ">",  [EM_OP_GE] = ">="};
     const char *r;
     switch (op) {
-    case EM_OP_ADD: case EM_OP_SUB: case EM_OP_MUL: case EM_OP_SHL: case EM_OP_SHR:
-    case EM_OP_EQ: case EM_OP_NE: case EM_OP_LT: case EM_OP_LE: case EM_OP_GT: case EM_OP_GE:
+    case EM_OP_ADD:
+    case EM_OP_SUB:
+    case EM_OP_MUL:
+    case EM_OP_SHL:
+    case EM_OP_SHR:
+    case EM_OP_EQ:
+    case EM_OP_NE:
+    case EM_OP_LT:
+    case EM_OP_LE:
+    case EM_OP_GT:
+    case EM_OP_GE:
         r = em_spmd_str(e, "(%s %s %s)", a, infix[op], b);
         break;
-    case EM_OP_AND: case EM_OP_OR: case EM_OP_XOR:
-        r = em_spmd_str(e, "(%s %s %s)", a, bl ? (op == EM_OP_AND ? "&&" : op == EM_OP_OR ? "||" : "!=") : infix[op], b);
+    case EM_OP_AND:
+    case EM_OP_OR:
+    case EM_OP_XOR:
+        r = em_spmd_str(e, "(%s %s %s)", a,
+                        bl ? (op == EM_OP_AND  ? "&&"
+                              : op == EM_OP_OR ? "||"
+                                               : "!=")
+                           : infix[op],
+                        b);
         break;
     case EM_OP_DIV:
         return fl ? wrap(e, s, em_spmd_str(e, "(%s / %s)", a, b)) : int_divrem(e, false, s, a, b);
     case EM_OP_REM:
         if (!fl) return int_divrem(e, true, s, a, b);
-        if (e->d->float_rem_expr) return wrap(e, s, em_spmd_str(e, "((%s) - (%s) * trunc((%s) / (%s)))", a, b, a, b));
+        if (e->d->float_rem_expr)
+            return wrap(e, s, em_spmd_str(e, "((%s) - (%s) * trunc((%s) / (%s)))", a, b, a, b));
         return wrap(e, s, em_spmd_str(e, "%s(%s, %s)", need_fn(e, op, s), a, b));
-    case EM_OP_MIN: case EM_OP_MAX:
-        if (!fl) return em_spmd_str(e, "((%s) %s (%s) ? (%s) : (%s))", a, op == EM_OP_MIN ? "<" : ">", b, a, b);
+    case EM_OP_MIN:
+    case EM_OP_MAX:
+        if (!fl)
+            return em_spmd_str(e, "((%s) %s (%s) ? (%s) : (%s))", a, op == EM_OP_MIN ? "<" : ">", b,
+                               a, b);
         return em_spmd_str(e, "%s(%s, %s)", need_fn(e, op, s), a, b);
     case EM_OP_POW:
         r = em_spmd_str(e, "%s(%s, %s)", need_fn(e, op, s), a, b);
@@ -562,14 +668,19 @@ static const char *op_expr(em_spmd *e, em_ir_op op, em_scalar s, em_scalar ds, c
         else
             r = a;
         break;
-    case EM_OP_POPCOUNT: case EM_OP_CLZ: case EM_OP_CTZ:
+    case EM_OP_POPCOUNT:
+    case EM_OP_CLZ:
+    case EM_OP_CTZ:
         return h_bit_count(e, op, s, a);
     case EM_OP_FMA:
         r = em_spmd_str(e, "%s(%s, %s, %s)", need_fn(e, op, s), a, b, c);
         break;
     case EM_OP_CLAMP:
-        if (!fl) return em_spmd_str(e, "((%s) < (%s) ? (%s) : ((%s) > (%s) ? (%s) : (%s)))", a, b, b, a, c, c, a);
-        return em_spmd_str(e, "%s(%s(%s, %s), %s)", need_fn(e, EM_OP_MIN, s), need_fn(e, EM_OP_MAX, s), a, b, c);
+        if (!fl)
+            return em_spmd_str(e, "((%s) < (%s) ? (%s) : ((%s) > (%s) ? (%s) : (%s)))", a, b, b, a,
+                               c, c, a);
+        return em_spmd_str(e, "%s(%s(%s, %s), %s)", need_fn(e, EM_OP_MIN, s),
+                           need_fn(e, EM_OP_MAX, s), a, b, c);
     case EM_OP_SELECT:
         return em_spmd_str(e, "(%s ? %s : %s)", a, b, c);
     case EM_OP_CAST:
@@ -592,7 +703,8 @@ static const char *whole_line(em_spmd *e, const em_ir_inst *in, em_type t)
     if (op == EM_OP_ADD || op == EM_OP_SUB || op == EM_OP_MUL || (op == EM_OP_DIV && fl)) {
         for (int i = 0; i < 2; i++)
             if (is_const(e, in->args[i]) && type_of(e, in->args[i]).lanes > 1) return NULL;
-        static const char *const ops[] = {[EM_OP_ADD] = "+", [EM_OP_SUB] = "-", [EM_OP_MUL] = "*", [EM_OP_DIV] = "/"};
+        static const char *const ops[] = {
+            [EM_OP_ADD] = "+", [EM_OP_SUB] = "-", [EM_OP_MUL] = "*", [EM_OP_DIV] = "/"};
         e->needs |= EM_NEED_VECOPS;
         return em_spmd_str(e, "%s %s %s", val(e, in->args[0]), ops[op], val(e, in->args[1]));
     }
@@ -627,7 +739,8 @@ static const char *lanewise_lane(em_spmd *e, const em_ir_inst *in, unsigned l)
     if ((op == EM_OP_SHL || op == EM_OP_SHR) && bv && bv->kind == EM_VAL_CONST) {
         /* a constant shift count is taken modulo the width here */
         em_ir_const k = {.u = bv->c.u & (em_spmd_bits(s) - 1)};
-        const char *r = em_spmd_str(e, "(%s %s %s)", lane(e, in->args[0], l), op == EM_OP_SHL ? "<<" : ">>", lit(e, s, k));
+        const char *r = em_spmd_str(e, "(%s %s %s)", lane(e, in->args[0], l),
+                                    op == EM_OP_SHL ? "<<" : ">>", lit(e, s, k));
         return op == EM_OP_SHL ? wrap(e, s, r) : r;
     }
     if (op == EM_OP_SHL || op == EM_OP_SHR)
@@ -645,13 +758,17 @@ static void emit_lanewise(em_spmd *e, const em_ir_inst *in)
         per_lane(e, in, lanewise_lane);
 }
 
-static const char *assign_lane(em_spmd *e, const em_ir_inst *in, unsigned l) { return lane(e, in->args[0], l); }
+static const char *assign_lane(em_spmd *e, const em_ir_inst *in, unsigned l)
+{
+    return lane(e, in->args[0], l);
+}
 
 static void emit_assign(em_spmd *e, const em_ir_inst *in)
 {
     const em_ir_value *d = em_spmd_value(e, in->dst);
     if (!d) return;
-    if (d->type.lanes == 1 || (!is_const(e, in->args[0]) && e->d->line_kind(e, d->type) >= EM_LINE_ASSIGN))
+    if (d->type.lanes == 1 ||
+        (!is_const(e, in->args[0]) && e->d->line_kind(e, d->type) >= EM_LINE_ASSIGN))
         assign(e, in->dst, val(e, in->args[0]));
     else
         per_lane(e, in, assign_lane);
@@ -659,11 +776,15 @@ static void emit_assign(em_spmd *e, const em_ir_inst *in)
 
 /* ---- bitcasts, lines ------------------------------------------------------------------------- */
 
-static const char *to_bits(em_spmd *e, em_scalar s, const char *x) { return h_to_bits(e, s, x); }
+static const char *to_bits(em_spmd *e, em_scalar s, const char *x)
+{
+    return h_to_bits(e, s, x);
+}
 
 static const char *bitcast_lane(em_spmd *e, const em_ir_inst *in, unsigned j)
 {
-    em_scalar ss = (em_scalar)type_of(e, in->args[0]).scalar, ds = (em_scalar)type_of(e, in->dst).scalar;
+    em_scalar ss = (em_scalar)type_of(e, in->args[0]).scalar,
+              ds = (em_scalar)type_of(e, in->dst).scalar;
     unsigned sw = em_spmd_bits(ss), dw = em_spmd_bits(ds);
     const char *bits;
     if (sw == dw) {
@@ -673,7 +794,8 @@ static const char *bitcast_lane(em_spmd *e, const em_ir_inst *in, unsigned j)
         em_scalar wide = dw == 64 ? EM_U64 : EM_U32;
         bits = "";
         for (unsigned q = 0; q < r; q++) {
-            const char *part = convert(e, EM_U32, wide, to_bits(e, ss, lane(e, in->args[0], j * r + q)));
+            const char *part =
+                convert(e, EM_U32, wide, to_bits(e, ss, lane(e, in->args[0], j * r + q)));
             bits = q ? em_spmd_str(e, "%s | (%s << %u)", bits, part, q * sw) : part;
         }
         bits = em_spmd_str(e, "(%s)", bits);
@@ -681,8 +803,9 @@ static const char *bitcast_lane(em_spmd *e, const em_ir_inst *in, unsigned j)
         unsigned r = sw / dw;
         em_scalar swide = sw == 64 ? EM_U64 : EM_U32;
         em_ir_const mask = {.u = (1ull << dw) - 1};
-        const char *part = em_spmd_str(e, "((%s >> %u) & %s)", to_bits(e, ss, lane(e, in->args[0], j / r)),
-                                       (j % r) * dw, lit(e, swide, mask));
+        const char *part =
+            em_spmd_str(e, "((%s >> %u) & %s)", to_bits(e, ss, lane(e, in->args[0], j / r)),
+                        (j % r) * dw, lit(e, swide, mask));
         bits = convert(e, swide, EM_U32, part);
     }
     return h_from_bits(e, ds, bits);
@@ -703,7 +826,8 @@ static void emit_extract(em_spmd *e, const em_ir_inst *in)
         const char *b = val(e, in->args[1]);
         x = lane(e, in->args[0], t.lanes - 1);
         for (unsigned l = t.lanes - 1; l-- > 0;)
-            x = em_spmd_str(e, "(%s) == %s ? %s : %s", b, lit_i(e, (em_scalar)lv->type.scalar, l), lane(e, in->args[0], l), x);
+            x = em_spmd_str(e, "(%s) == %s ? %s : %s", b, lit_i(e, (em_scalar)lv->type.scalar, l),
+                            lane(e, in->args[0], l), x);
         x = em_spmd_str(e, "(%s)", x);
     }
     assign(e, in->dst, x);
@@ -714,7 +838,8 @@ static const char *insert_lane(em_spmd *e, const em_ir_inst *in, unsigned l)
     const em_ir_value *lv = em_spmd_value(e, in->args[1]);
     const char *a = lane(e, in->args[0], l), *c = val(e, in->args[2]);
     if (lv->kind == EM_VAL_CONST) return lv->c.u == l ? c : a;
-    return em_spmd_str(e, "(%s == %s ? %s : %s)", val(e, in->args[1]), lit_i(e, (em_scalar)lv->type.scalar, l), c, a);
+    return em_spmd_str(e, "(%s == %s ? %s : %s)", val(e, in->args[1]),
+                       lit_i(e, (em_scalar)lv->type.scalar, l), c, a);
 }
 
 /* ---- memory, metadata, positions ------------------------------------------------------------- */
@@ -739,7 +864,7 @@ static void emit_load(em_spmd *e, const em_ir_inst *in)
     if (m->elem.lanes == 1)
         assign(e, in->dst, mem_load(e, in->mem, idx, -1));
     else if (e->d->mem_load_line(e, in->mem, idx, &sb))
-        assign(e, in->dst, em_spmd_take(e, &sb));
+        assign(e, in->dst, take(e, &sb));
     else
         per_lane(e, in, load_lane);
     em_sb_free(&sb);
@@ -754,7 +879,8 @@ static void emit_store(em_spmd *e, const em_ir_inst *in)
     if (m->elem.lanes == 1) {
         e->d->mem_store(e, in->mem, idx, -1, val(e, v));
     } else if (is_const(e, v) || !e->d->mem_store_line(e, in->mem, idx, val(e, v))) {
-        for (unsigned l = 0; l < m->elem.lanes; l++) e->d->mem_store(e, in->mem, idx, (int)l, lane(e, v, l));
+        for (unsigned l = 0; l < m->elem.lanes; l++)
+            e->d->mem_store(e, in->mem, idx, (int)l, lane(e, v, l));
     }
 }
 
@@ -775,9 +901,13 @@ static void emit_meta(em_spmd *e, const em_ir_inst *in)
 static void emit_builtin(em_spmd *e, const em_ir_inst *in)
 {
     static const char *const linear[EM_BUILTIN_COUNT] = {
-        [EM_ABSOLUTE_POS] = "em_absolute_pos()", [EM_ABSOLUTE_POS_X] = "em_absolute_pos_x()",
-        [EM_ABSOLUTE_POS_Y] = "em_absolute_pos_y()", [EM_ABSOLUTE_POS_Z] = "em_absolute_pos_z()",
-        [EM_UNIT_POS] = "em_unit_pos()", [EM_CUBE_POS] = "em_cube_pos()", [EM_CUBE_DIM] = "em_cube_dim()",
+        [EM_ABSOLUTE_POS] = "em_absolute_pos()",
+        [EM_ABSOLUTE_POS_X] = "em_absolute_pos_x()",
+        [EM_ABSOLUTE_POS_Y] = "em_absolute_pos_y()",
+        [EM_ABSOLUTE_POS_Z] = "em_absolute_pos_z()",
+        [EM_UNIT_POS] = "em_unit_pos()",
+        [EM_CUBE_POS] = "em_cube_pos()",
+        [EM_CUBE_DIM] = "em_cube_dim()",
         [EM_CUBE_COUNT] = "em_cube_count()"};
     em_builtin b = (em_builtin)in->imm;
     const char *x;
@@ -804,22 +934,26 @@ void em_spmd_position_helpers(const em_spmd_dialect *d, const em_caps *caps, voi
                               const char *void_params, em_strbuf *sb)
 {
     em_spmd e = {.d = d, .caps = *caps, .priv = priv, .inst = UINT32_MAX};
-    static const em_builtin groups[4] = {EM_UNIT_POS_X, EM_CUBE_POS_X, EM_CUBE_DIM_X, EM_CUBE_COUNT_X};
+    static const em_builtin groups[4] = {EM_UNIT_POS_X, EM_CUBE_POS_X, EM_CUBE_DIM_X,
+                                         EM_CUBE_COUNT_X};
     const char *ax[4][3];
     for (int g = 0; g < 4; g++)
         for (int i = 0; i < 3; i++) ax[g][i] = h_builtin(&e, (em_builtin)(groups[g] + i));
     const char *pre = d->fn_prefix, *u = d->ctype[EM_U32], *vp = void_params;
-    em_sb_printf(sb, "%s%s em_unit_pos(%s) { return %s + %s * (%s + %s * %s); }\n", pre, u, vp, ax[0][0], ax[2][0],
-                 ax[0][1], ax[2][1], ax[0][2]);
-    em_sb_printf(sb, "%s%s em_cube_pos(%s) { return %s + %s * (%s + %s * %s); }\n", pre, u, vp, ax[1][0], ax[3][0],
-                 ax[1][1], ax[3][1], ax[1][2]);
-    em_sb_printf(sb, "%s%s em_cube_dim(%s) { return %s * %s * %s; }\n", pre, u, vp, ax[2][0], ax[2][1], ax[2][2]);
-    em_sb_printf(sb, "%s%s em_cube_count(%s) { return %s * %s * %s; }\n", pre, u, vp, ax[3][0], ax[3][1], ax[3][2]);
-    em_sb_printf(sb, "%s%s em_absolute_pos(%s) { return em_cube_pos() * em_cube_dim() + em_unit_pos(); }\n", pre, u,
-                 vp);
+    em_sb_printf(sb, "%s%s em_unit_pos(%s) { return %s + %s * (%s + %s * %s); }\n", pre, u, vp,
+                 ax[0][0], ax[2][0], ax[0][1], ax[2][1], ax[0][2]);
+    em_sb_printf(sb, "%s%s em_cube_pos(%s) { return %s + %s * (%s + %s * %s); }\n", pre, u, vp,
+                 ax[1][0], ax[3][0], ax[1][1], ax[3][1], ax[1][2]);
+    em_sb_printf(sb, "%s%s em_cube_dim(%s) { return %s * %s * %s; }\n", pre, u, vp, ax[2][0],
+                 ax[2][1], ax[2][2]);
+    em_sb_printf(sb, "%s%s em_cube_count(%s) { return %s * %s * %s; }\n", pre, u, vp, ax[3][0],
+                 ax[3][1], ax[3][2]);
+    em_sb_printf(
+        sb, "%s%s em_absolute_pos(%s) { return em_cube_pos() * em_cube_dim() + em_unit_pos(); }\n",
+        pre, u, vp);
     for (int i = 0; i < 3; i++)
-        em_sb_printf(sb, "%s%s em_absolute_pos_%c(%s) { return %s * %s + %s; }\n", pre, u, "xyz"[i], vp, ax[1][i],
-                     ax[2][i], ax[0][i]);
+        em_sb_printf(sb, "%s%s em_absolute_pos_%c(%s) { return %s * %s + %s; }\n", pre, u, "xyz"[i],
+                     vp, ax[1][i], ax[2][i], ax[0][i]);
     release(&e, 0);
     free(e.scratch);
 }
@@ -833,13 +967,14 @@ static const char *plane_lane(em_spmd *e, const em_ir_inst *in, unsigned l)
     const char *a = lane(e, in->args[0], l);
     if (e->plane_one) { /* every unit is its own plane */
         if (op == EM_OP_PLANE_EXCLUSIVE_SUM) return lit_i(e, s, 0);
-        if (op == EM_OP_PLANE_BALLOT) return em_spmd_str(e, "(%s ? %s : %s)", a, lit_i(e, EM_U32, 1), lit_i(e, EM_U32, 0));
+        if (op == EM_OP_PLANE_BALLOT)
+            return em_spmd_str(e, "(%s ? %s : %s)", a, lit_i(e, EM_U32, 1), lit_i(e, EM_U32, 0));
         return a;
     }
     const char *b = in->args[1] ? val(e, in->args[1]) : "";
     const char *r = h_plane(e, in, s, a, b);
-    bool sums = op == EM_OP_PLANE_SUM || op == EM_OP_PLANE_PROD || op == EM_OP_PLANE_INCLUSIVE_SUM ||
-                op == EM_OP_PLANE_EXCLUSIVE_SUM;
+    bool sums = op == EM_OP_PLANE_SUM || op == EM_OP_PLANE_PROD ||
+                op == EM_OP_PLANE_INCLUSIVE_SUM || op == EM_OP_PLANE_EXCLUSIVE_SUM;
     return sums ? wrap(e, s, r) : r;
 }
 
@@ -856,9 +991,11 @@ static void emit_atomic(em_spmd *e, const em_ir_inst *in)
 static bool matrix_lowerable(em_spmd *e)
 {
     if (e->plane_one) return true;
-    em_spmd_fail(e, "matrix ops are lowered to loops only where PLANE_DIM is 1, and this %s device runs "
-                    "planes of %u units (caps.plane_ops); cooperative-matrix extensions are not supported yet",
-                 e->d->name, e->caps.plane_dim);
+    em_spmd_fail(
+        e,
+        "matrix ops are lowered to loops only where PLANE_DIM is 1, and this %s device runs "
+        "planes of %u units (caps.plane_ops); cooperative-matrix extensions are not supported yet",
+        e->d->name, e->caps.plane_dim);
     return false;
 }
 
@@ -868,30 +1005,34 @@ static void frag_dims(const em_ir_value *f, unsigned *rows, unsigned *cols)
     *cols = f->mat_role == EM_MAT_A ? f->mat_k : f->mat_n;
 }
 
-void em_spmd_fragment_loops(em_spmd *e, em_ir_val v)
+static void fragment_loops(em_spmd *e, em_ir_val v)
 {
     const em_ir_value *f = em_spmd_value(e, v);
     unsigned r, c;
     frag_dims(f, &r, &c);
-    em_spmd_line(e, "%s;", decl(e, em_ty((em_scalar)f->type.scalar), em_spmd_str(e, "%s[%u]", val(e, v), r * c)));
+    em_spmd_line(
+        e, "%s;",
+        decl(e, em_ty((em_scalar)f->type.scalar), em_spmd_str(e, "%s[%u]", val(e, v), r * c)));
 }
 
-void em_spmd_matrix_loops(em_spmd *e, const em_ir_inst *in)
+static void matrix_loops(em_spmd *e, const em_ir_inst *in)
 {
     const char *u = e->d->ctype[EM_U32], *z = lit_i(e, EM_U32, 0);
     if (in->op == EM_OP_MAT_FILL) {
         unsigned r, c;
         frag_dims(em_spmd_value(e, in->args[0]), &r, &c);
-        em_spmd_line(e, "for (%s em_i = %s; em_i < %uu; em_i++) %s[em_i] = %s;", u, z, r * c, val(e, in->args[0]),
-                     val(e, in->args[1]));
+        em_spmd_line(e, "for (%s em_i = %s; em_i < %uu; em_i++) %s[em_i] = %s;", u, z, r * c,
+                     val(e, in->args[0]), val(e, in->args[1]));
     } else if (in->op == EM_OP_MAT_LOAD || in->op == EM_OP_MAT_STORE) {
         bool load = in->op == EM_OP_MAT_LOAD;
         em_ir_val fv = in->args[load ? 0 : 2];
         unsigned r, c;
         frag_dims(em_spmd_value(e, fv), &r, &c);
-        const char *off = val_u32(e, in->args[load ? 1 : 0]), *stride = val_u32(e, in->args[load ? 2 : 1]);
-        const char *idx = in->imm == EM_COL_MAJOR ? em_spmd_str(e, "%s + em_c * %s + em_r", off, stride)
-                                                  : em_spmd_str(e, "%s + em_r * %s + em_c", off, stride);
+        const char *off = val_u32(e, in->args[load ? 1 : 0]),
+                   *stride = val_u32(e, in->args[load ? 2 : 1]);
+        const char *idx = in->imm == EM_COL_MAJOR
+                              ? em_spmd_str(e, "%s + em_c * %s + em_r", off, stride)
+                              : em_spmd_str(e, "%s + em_r * %s + em_c", off, stride);
         const char *elem = em_spmd_str(e, "%s[em_r * %uu + em_c]", val(e, fv), c);
         em_spmd_line(e, "for (%s em_r = %s; em_r < %uu; em_r++)", u, z, r);
         em_spmd_line(e, "    for (%s em_c = %s; em_c < %uu; em_c++) {", u, z, c);
@@ -902,17 +1043,21 @@ void em_spmd_matrix_loops(em_spmd *e, const em_ir_inst *in)
             e->d->mem_store(e, in->mem, idx, -1, elem);
         e->depth -= 2;
         em_spmd_line(e, "    }");
-    } else if (in->op == EM_OP_MAT_MMA) { /* D = A * B + C; C is read before D is written (they may be one) */
+    } else if (in->op ==
+               EM_OP_MAT_MMA) { /* D = A * B + C; C is read before D is written (they may be one) */
         const em_ir_value *dv = em_spmd_value(e, in->args[0]), *av = em_spmd_value(e, in->args[1]);
         em_scalar acc = (em_scalar)dv->type.scalar, ab = (em_scalar)av->type.scalar;
         unsigned M = dv->mat_m, N = dv->mat_n, K = dv->mat_k;
-        const char *a = convert(e, ab, acc, em_spmd_str(e, "%s[em_i * %uu + em_k]", val(e, in->args[1]), K));
-        const char *b = convert(e, ab, acc, em_spmd_str(e, "%s[em_k * %uu + em_j]", val(e, in->args[2]), N));
+        const char *a =
+            convert(e, ab, acc, em_spmd_str(e, "%s[em_i * %uu + em_k]", val(e, in->args[1]), K));
+        const char *b =
+            convert(e, ab, acc, em_spmd_str(e, "%s[em_k * %uu + em_j]", val(e, in->args[2]), N));
         const char *sum = wrap(e, acc, em_spmd_str(e, "em_acc + %s * %s", a, b));
         em_spmd_line(e, "for (%s em_i = %s; em_i < %uu; em_i++)", u, z, M);
         em_spmd_line(e, "    for (%s em_j = %s; em_j < %uu; em_j++) {", u, z, N);
         e->depth += 2;
-        em_spmd_line(e, "%s = %s[em_i * %uu + em_j];", decl(e, em_ty(acc), "em_acc"), val(e, in->args[3]), N);
+        em_spmd_line(e, "%s = %s[em_i * %uu + em_j];", decl(e, em_ty(acc), "em_acc"),
+                     val(e, in->args[3]), N);
         em_spmd_line(e, "for (%s em_k = %s; em_k < %uu; em_k++) em_acc = %s;", u, z, K, sum);
         em_spmd_line(e, "%s[em_i * %uu + em_j] = em_acc;", val(e, in->args[0]), N);
         e->depth -= 2;
@@ -925,10 +1070,11 @@ static void emit_matrix(em_spmd *e, const em_ir_inst *in)
     if (e->d->matrix)
         e->d->matrix(e, in);
     else if (matrix_lowerable(e))
-        em_spmd_matrix_loops(e, in);
+        matrix_loops(e, in);
 }
 
-/* ---- debugging, intrinsics ---------------------------------------------------------------------- */
+/* ---- debugging, intrinsics ----------------------------------------------------------------------
+ */
 
 static void c_escape(em_strbuf *sb, char ch)
 {
@@ -945,12 +1091,14 @@ static void c_escape(em_strbuf *sb, char ch)
         em_sb_appendc(sb, (char)c);
 }
 
-void em_spmd_printf(em_spmd *e, const em_ir_inst *in, bool ll64, const char *float_cast, unsigned max_args)
+void em_spmd_printf(em_spmd *e, const em_ir_inst *in, bool ll64, const char *float_cast,
+                    unsigned max_args)
 {
     em_strbuf f, args;
     em_sb_init(&f);
     em_sb_init(&args);
-    unsigned nargs = in->imm > 0 && in->imm <= EM_IR_MAX_ARGS ? (unsigned)in->imm : 0, next = 0, count = 0;
+    unsigned nargs = in->imm > 0 && in->imm <= EM_IR_MAX_ARGS ? (unsigned)in->imm : 0, next = 0,
+             count = 0;
     for (const char *p = in->str ? in->str : ""; *p; p++) {
         if (*p != '%') {
             c_escape(&f, *p);
@@ -984,7 +1132,8 @@ void em_spmd_printf(em_spmd *e, const em_ir_inst *in, bool ll64, const char *flo
         p++;
     }
     if (count > max_args)
-        em_spmd_fail(e, "print has %u values; %s's printf takes at most %u", count, e->d->name, max_args);
+        em_spmd_fail(e, "print has %u values; %s's printf takes at most %u", count, e->d->name,
+                     max_args);
     else
         em_spmd_line(e, "printf(\"%s\"%s);", f.data, args.data);
     e->needs |= EM_NEED_PRINT;
@@ -1011,19 +1160,22 @@ static void emit_intrinsic(em_spmd *e, const em_ir_inst *in)
     const char *name = in->str ? in->str : "";
     size_t nl = strlen(e->d->ns);
     const char *x = NULL;
-    if (!strncmp(name, e->d->ns, nl) && !strncmp(name + nl, ".call:", 6) && is_identifier(name + nl + 6)) {
+    if (!strncmp(name, e->d->ns, nl) && !strncmp(name + nl, ".call:", 6) &&
+        is_identifier(name + nl + 6)) {
         unsigned nargs = in->imm > 0 && in->imm <= EM_IR_MAX_ARGS ? (unsigned)in->imm : 0;
         x = "";
-        for (unsigned i = 0; i < nargs; i++) x = em_spmd_str(e, "%s%s%s", x, i ? ", " : "", val(e, in->args[i]));
+        for (unsigned i = 0; i < nargs; i++)
+            x = em_spmd_str(e, "%s%s%s", x, i ? ", " : "", val(e, in->args[i]));
         x = em_spmd_str(e, "%s(%s)", name + nl + 6, x);
     } else {
         em_strbuf sb;
         em_sb_init(&sb);
         if (e->d->intrinsic && e->d->intrinsic(e, in, &sb))
-            x = em_spmd_take(e, &sb);
+            x = take(e, &sb);
         else
-            em_spmd_fail(e, "intrinsic `%s` is not available on %s (this target knows \"%s.call:NAME\"%s)", name,
-                         e->d->name, e->d->ns, e->d->intrinsic ? " and its own forms" : "");
+            em_spmd_fail(
+                e, "intrinsic `%s` is not available on %s (this target knows \"%s.call:NAME\"%s)",
+                name, e->d->name, e->d->ns, e->d->intrinsic ? " and its own forms" : "");
         em_sb_free(&sb);
     }
     if (e->failed) return;
@@ -1033,7 +1185,8 @@ static void emit_intrinsic(em_spmd *e, const em_ir_inst *in)
         em_spmd_line(e, "%s;", x);
 }
 
-/* ---- control flow ------------------------------------------------------------------------------ */
+/* ---- control flow ------------------------------------------------------------------------------
+ */
 
 static void emit_block(em_spmd *e, uint32_t b, unsigned nest);
 
@@ -1057,8 +1210,10 @@ static void emit_range(em_spmd *e, const em_ir_inst *in, unsigned nest)
         bound[i] = em_spmd_str(e, "%s", name);
     }
     const char *n = val(e, var);
-    const char *inc = em_spmd_narrow(s) ? em_spmd_str(e, "%s = %s", n, wrap(e, s, em_spmd_str(e, "%s + %s", n, bound[1])))
-                                        : em_spmd_str(e, "%s += %s", n, bound[1]);
+    const char *inc =
+        em_spmd_narrow(s)
+            ? em_spmd_str(e, "%s = %s", n, wrap(e, s, em_spmd_str(e, "%s + %s", n, bound[1])))
+            : em_spmd_str(e, "%s += %s", n, bound[1]);
     if (in->imm && e->d->unroll) {
         em_spmd_line(e, "%s", e->d->unroll);
         e->needs |= EM_NEED_UNROLL;
@@ -1090,7 +1245,9 @@ static void emit_control(em_spmd *e, const em_ir_inst *in, unsigned nest)
         }
         em_spmd_line(e, "}");
         break;
-    case EM_OP_RANGE: emit_range(e, in, nest); break;
+    case EM_OP_RANGE:
+        emit_range(e, in, nest);
+        break;
     case EM_OP_LOOP:
         em_spmd_line(e, "for (;;) {");
         e->depth++;
@@ -1098,10 +1255,17 @@ static void emit_control(em_spmd *e, const em_ir_inst *in, unsigned nest)
         e->depth--;
         em_spmd_line(e, "}");
         break;
-    case EM_OP_BREAK: em_spmd_line(e, "break;"); break;
-    case EM_OP_CONTINUE: em_spmd_line(e, "continue;"); break;
-    case EM_OP_RETURN: em_spmd_line(e, "return;"); break;
-    default: break;
+    case EM_OP_BREAK:
+        em_spmd_line(e, "break;");
+        break;
+    case EM_OP_CONTINUE:
+        em_spmd_line(e, "continue;");
+        break;
+    case EM_OP_RETURN:
+        em_spmd_line(e, "return;");
+        break;
+    default:
+        break;
     }
 }
 
@@ -1147,7 +1311,8 @@ static void emit_inst(em_spmd *e, uint32_t idx, unsigned nest)
     else if (op == EM_OP_INTRINSIC)
         emit_intrinsic(e, in);
     else
-        em_spmd_fail(e, "op %s is not supported by the %s generator", em_ir_op_name(op), e->d->name);
+        em_spmd_fail(e, "op %s is not supported by the %s generator", em_ir_op_name(op),
+                     e->d->name);
     release(e, mark);
 }
 
@@ -1158,7 +1323,8 @@ static void emit_block(em_spmd *e, uint32_t b, unsigned nest)
     for (size_t i = 0; i < blk->len && !e->failed; i++) emit_inst(e, blk->items[i], nest);
 }
 
-/* ---- kernels ----------------------------------------------------------------------------------- */
+/* ---- kernels -----------------------------------------------------------------------------------
+ */
 
 static void declare_values(em_spmd *e)
 {
@@ -1173,15 +1339,15 @@ static void declare_values(em_spmd *e)
             if (e->d->fragment)
                 e->d->fragment(e, (em_ir_val)v);
             else if (matrix_lowerable(e))
-                em_spmd_fragment_loops(e, (em_ir_val)v);
+                fragment_loops(e, (em_ir_val)v);
             e->inst = UINT32_MAX;
         }
         release(e, 0);
     }
 }
 
-bool em_spmd_kernel(const em_spmd_dialect *d, const em_ir_kernel *k, const em_caps *caps, void *priv,
-                    em_strbuf *out, uint32_t *needs)
+bool em_spmd_kernel(const em_spmd_dialect *d, const em_ir_kernel *k, const em_caps *caps,
+                    void *priv, em_strbuf *out, uint32_t *needs)
 {
     if (!k) {
         em_set_error(EM_ERR_INVALID, "%s: no kernel", d->name);
@@ -1191,7 +1357,12 @@ bool em_spmd_kernel(const em_spmd_dialect *d, const em_ir_kernel *k, const em_ca
         em_error_context("%s code generator", d->name);
         return false;
     }
-    em_spmd e = {.d = d, .k = k, .caps = *caps, .sb = out, .inst = UINT32_MAX, .priv = priv,
+    em_spmd e = {.d = d,
+                 .k = k,
+                 .caps = *caps,
+                 .sb = out,
+                 .inst = UINT32_MAX,
+                 .priv = priv,
                  .needs = needs ? *needs : 0};
     e.plane_one = !caps->plane_ops || caps->plane_dim <= 1;
     size_t mark = out->len;
@@ -1205,7 +1376,8 @@ bool em_spmd_kernel(const em_spmd_dialect *d, const em_ir_kernel *k, const em_ca
         e.inst = UINT32_MAX;
         e.depth = 0;
         em_spmd_line(&e, "}");
-        if (out->oom && !e.failed) em_set_error(EM_ERR_NOMEM, "%s: out of memory generating code", d->name);
+        if (out->oom && !e.failed)
+            em_set_error(EM_ERR_NOMEM, "%s: out of memory generating code", d->name);
         ok = !e.failed && !out->oom;
     }
     if (!ok && out->len > mark) {
@@ -1225,13 +1397,16 @@ bool em_spmd_check_batch(const em_spmd_dialect *d, const em_ir_kernel *const *ks
     }
     for (size_t i = 0; i < n; i++) {
         if (!ks[i]) {
-            em_set_error(EM_ERR_INVALID, "%s code generator: kernel %zu of the batch is NULL", d->name, i);
+            em_set_error(EM_ERR_INVALID, "%s code generator: kernel %zu of the batch is NULL",
+                         d->name, i);
             return false;
         }
         for (size_t j = 0; j < i; j++)
             if (!strcmp(em_ir_kernel_name(ks[i]), em_ir_kernel_name(ks[j]))) {
-                em_set_error(EM_ERR_INVALID, "%s code generator: two kernels named '%s' in one batch (one source "
-                             "cannot hold both)", d->name, em_ir_kernel_name(ks[i]));
+                em_set_error(EM_ERR_INVALID,
+                             "%s code generator: two kernels named '%s' in one batch (one source "
+                             "cannot hold both)",
+                             d->name, em_ir_kernel_name(ks[i]));
                 return false;
             }
     }
@@ -1267,14 +1442,20 @@ static void float_digits(em_strbuf *sb, double v, bool single)
     if (!strpbrk(buf, ".eEn")) em_sb_append(sb, ".0");
 }
 
-void em_spmd_c_literal(em_spmd *e, em_scalar s, em_ir_const c, const char *sfx_i64, const char *sfx_u64,
-                       const char *const special[4], em_strbuf *sb)
+void em_spmd_c_literal(em_spmd *e, em_scalar s, em_ir_const c, const char *sfx_i64,
+                       const char *sfx_u64, const char *const special[4], em_strbuf *sb)
 {
     (void)e;
     switch (s) {
-    case EM_BOOL: em_sb_append(sb, c.i ? "true" : "false"); break;
-    case EM_I8: em_sb_printf(sb, "%d", (int)(int8_t)c.i); break;
-    case EM_I16: em_sb_printf(sb, "%d", (int)(int16_t)c.i); break;
+    case EM_BOOL:
+        em_sb_append(sb, c.i ? "true" : "false");
+        break;
+    case EM_I8:
+        em_sb_printf(sb, "%d", (int)(int8_t)c.i);
+        break;
+    case EM_I16:
+        em_sb_printf(sb, "%d", (int)(int16_t)c.i);
+        break;
     case EM_I32:
         if ((int32_t)c.i == INT32_MIN)
             em_sb_append(sb, "(-2147483647 - 1)");
@@ -1287,10 +1468,18 @@ void em_spmd_c_literal(em_spmd *e, em_scalar s, em_ir_const c, const char *sfx_i
         else
             em_sb_printf(sb, "%lld%s", (long long)c.i, sfx_i64);
         break;
-    case EM_U8: em_sb_printf(sb, "%uu", (unsigned)(uint8_t)c.u); break;
-    case EM_U16: em_sb_printf(sb, "%uu", (unsigned)(uint16_t)c.u); break;
-    case EM_U32: em_sb_printf(sb, "%uu", (unsigned)(uint32_t)c.u); break;
-    case EM_U64: em_sb_printf(sb, "%llu%s", (unsigned long long)c.u, sfx_u64); break;
+    case EM_U8:
+        em_sb_printf(sb, "%uu", (unsigned)(uint8_t)c.u);
+        break;
+    case EM_U16:
+        em_sb_printf(sb, "%uu", (unsigned)(uint16_t)c.u);
+        break;
+    case EM_U32:
+        em_sb_printf(sb, "%uu", (unsigned)(uint32_t)c.u);
+        break;
+    case EM_U64:
+        em_sb_printf(sb, "%llu%s", (unsigned long long)c.u, sfx_u64);
+        break;
     default: { /* f16, bf16, f32 as float; f64 as double */
         bool single = s != EM_F64;
         if (isnan(c.f)) {

@@ -46,31 +46,31 @@ enum {
 /* Features a kernel uses (em_spmd.needs), collected while emitting so that a prelude holds only
  * the helpers and extensions that are used. */
 enum {
-    EM_NEED_F16 = 1u << 0,          /* f16 values or memory */
-    EM_NEED_BF16 = 1u << 1,         /* bf16 values or memory */
-    EM_NEED_F64 = 1u << 2,          /* f64 values or memory */
-    EM_NEED_INT64 = 1u << 3,        /* 64-bit integer values or memory */
-    EM_NEED_STORAGE8 = 1u << 4,     /* 8-bit buffer elements */
-    EM_NEED_STORAGE16 = 1u << 5,    /* 16-bit buffer elements */
-    EM_NEED_PLANE = 1u << 6,        /* plane built-ins or barriers */
-    EM_NEED_PLANE_ARITH = 1u << 7,  /* plane reductions and scans */
-    EM_NEED_PLANE_VOTE = 1u << 8,   /* plane all / any */
-    EM_NEED_PLANE_BALLOT = 1u << 9, /* plane ballot, broadcast */
-    EM_NEED_SHUFFLE = 1u << 10,     /* plane shuffle, shuffle_xor */
-    EM_NEED_SHUFFLE_REL = 1u << 11, /* plane shuffle_up / down */
-    EM_NEED_PLANE_MUL = 1u << 12,   /* plane product (OpenCL: non-uniform arithmetic) */
-    EM_NEED_ATOMIC64 = 1u << 13,    /* 64-bit atomics */
+    EM_NEED_F16 = 1u << 0,           /* f16 values or memory */
+    EM_NEED_BF16 = 1u << 1,          /* bf16 values or memory */
+    EM_NEED_F64 = 1u << 2,           /* f64 values or memory */
+    EM_NEED_INT64 = 1u << 3,         /* 64-bit integer values or memory */
+    EM_NEED_STORAGE8 = 1u << 4,      /* 8-bit buffer elements */
+    EM_NEED_STORAGE16 = 1u << 5,     /* 16-bit buffer elements */
+    EM_NEED_PLANE = 1u << 6,         /* plane built-ins or barriers */
+    EM_NEED_PLANE_ARITH = 1u << 7,   /* plane reductions and scans */
+    EM_NEED_PLANE_VOTE = 1u << 8,    /* plane all / any */
+    EM_NEED_PLANE_BALLOT = 1u << 9,  /* plane ballot, broadcast */
+    EM_NEED_SHUFFLE = 1u << 10,      /* plane shuffle, shuffle_xor */
+    EM_NEED_SHUFFLE_REL = 1u << 11,  /* plane shuffle_up / down */
+    EM_NEED_PLANE_MUL = 1u << 12,    /* plane product (OpenCL: non-uniform arithmetic) */
+    EM_NEED_ATOMIC64 = 1u << 13,     /* 64-bit atomics */
     EM_NEED_ATOMIC_FLOAT = 1u << 14, /* native float atomic add */
-    EM_NEED_FATOMIC_G = 1u << 15,   /* CAS-loop helpers for float atomics on global memory */
-    EM_NEED_FATOMIC_L = 1u << 16,   /* ... on shared memory */
-    EM_NEED_MATRIX = 1u << 17,      /* matrix units */
-    EM_NEED_ERF = 1u << 18,         /* an erf helper */
-    EM_NEED_BITS64 = 1u << 19,      /* 64-bit bit-count helpers */
-    EM_NEED_UNROLL = 1u << 20,      /* unroll attributes */
-    EM_NEED_PRINT = 1u << 21,       /* printf */
-    EM_NEED_VECOPS = 1u << 22,      /* operators on whole lines */
-    EM_NEED_BOOLMEM = 1u << 23,     /* bool storage conversions */
-    EM_NEED_DYN_SMEM = 1u << 24,    /* CUDA: shared memory placed in dynamic shared memory */
+    EM_NEED_FATOMIC_G = 1u << 15,    /* CAS-loop helpers for float atomics on global memory */
+    EM_NEED_FATOMIC_L = 1u << 16,    /* ... on shared memory */
+    EM_NEED_MATRIX = 1u << 17,       /* matrix units */
+    EM_NEED_ERF = 1u << 18,          /* an erf helper */
+    EM_NEED_BITS64 = 1u << 19,       /* 64-bit bit-count helpers */
+    EM_NEED_UNROLL = 1u << 20,       /* unroll attributes */
+    EM_NEED_PRINT = 1u << 21,        /* printf */
+    EM_NEED_VECOPS = 1u << 22,       /* operators on whole lines */
+    EM_NEED_BOOLMEM = 1u << 23,      /* bool storage conversions */
+    EM_NEED_DYN_SMEM = 1u << 24,     /* CUDA: shared memory placed in dynamic shared memory */
 };
 
 /* What a target supplies. Every hook writes text into `sb`; hooks that return an expression may
@@ -81,11 +81,11 @@ typedef struct em_spmd_dialect {
     const char *ns;                     /* intrinsic namespace: "cuda", "opencl", "glsl" */
     const char *ctype[EM_SCALAR_COUNT]; /* compute type of each scalar kind */
     const char *fn_prefix;              /* written before helper function definitions */
-    const char *unroll; /* line written before a loop marked for unrolling, or NULL */
-    bool index32;       /* memory indices must be 32-bit (64-bit ones are converted to u32) */
-    bool rem_via_div;   /* signed % is not C's remainder: compute a - (a / b) * b */
+    const char *unroll;  /* line written before a loop marked for unrolling, or NULL */
+    bool index32;        /* memory indices must be 32-bit (64-bit ones are converted to u32) */
+    bool rem_via_div;    /* signed % is not C's remainder: compute a - (a / b) * b */
     bool float_rem_expr; /* no fmod: float % is a - b * trunc(a / b) */
-    bool vector_math;   /* float functions (exp, sqrt...) take whole vector lines (not em_ helpers) */
+    bool vector_math; /* float functions (exp, sqrt...) take whole vector lines (not em_ helpers) */
 
     /* Declaration "T name" of a variable of compute type t (arrays put [N] after the name). */
     void (*decl)(em_spmd *e, em_type t, const char *name, em_strbuf *sb);
@@ -112,7 +112,8 @@ typedef struct em_spmd_dialect {
     const char *(*float_fn)(em_spmd *e, em_ir_op op, em_scalar s);
     /* POPCOUNT / CLZ / CTZ of an integer of kind s, as a u32 expression. */
     void (*bit_count)(em_spmd *e, em_ir_op op, em_scalar s, const char *x, em_strbuf *sb);
-    /* Bits of kind s as an unsigned integer of its width (u32 up to 32 bits, u64 for 64) and back. */
+    /* Bits of kind s as an unsigned integer of its width (u32 up to 32 bits, u64 for 64) and back.
+     */
     void (*to_bits)(em_spmd *e, em_scalar s, const char *x, em_strbuf *sb);
     void (*from_bits)(em_spmd *e, em_scalar s, const char *bits, em_strbuf *sb);
     /* A per-axis built-in (UNIT_POS_X.., CUBE_POS_X.., CUBE_DIM_X.., CUBE_COUNT_X.., PLANE_DIM,
@@ -138,7 +139,8 @@ typedef struct em_spmd_dialect {
      * or, for ATOMIC_STORE, the whole call. */
     void (*atomic)(em_spmd *e, const em_ir_inst *in, const char *index, em_strbuf *sb);
     /* Declares a matrix fragment variable / emits a MAT_* instruction. NULL: the shared loop
-     * lowering (only where planes have one unit). */
+     * lowering (only where planes have one unit): a fragment is a per-unit array (A: m*k, B: k*n,
+     * accumulators: m*n, row-major). */
     void (*fragment)(em_spmd *e, em_ir_val v);
     void (*matrix)(em_spmd *e, const em_ir_inst *in);
     /* PRINT; NULL drops it (with a comment). */
@@ -170,9 +172,9 @@ struct em_spmd {
     uint32_t *meta_off;    /* per parameter: first metadata word (buffer parameters) */
     uint32_t meta_words;   /* metadata words of the kernel */
     unsigned fresh;        /* counter for emitter-made names */
-    char **scratch;        /* strings made by em_spmd_str / em_spmd_take (a stack) */
+    char **scratch;        /* strings made by em_spmd_str (a stack) */
     size_t scratch_len, scratch_cap;
-    void *priv;            /* the dialect's own state */
+    void *priv; /* the dialect's own state */
 };
 
 /* Emits one kernel with dialect d into out (the kernel is verified here; it should have been
@@ -198,28 +200,20 @@ void em_spmd_line(em_spmd *e, const char *fmt, ...) __attribute__((format(printf
 /* Records the first error: "TARGET: kernel NAME[: inst N `TEXT`]: message". */
 void em_spmd_fail(em_spmd *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A string that lives until the instruction being emitted is done (printf-style); "" when out of
- * memory (the error is then set). em_spmd_take does the same with a strbuf's contents (resetting
- * it). */
+ * memory (the error is then set). */
 const char *em_spmd_str(em_spmd *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-const char *em_spmd_take(em_spmd *e, em_strbuf *sb);
 /* A value (NULL when out of range). */
 const em_ir_value *em_spmd_value(const em_spmd *e, em_ir_val v);
 /* A value as an expression: its identifier, or a literal for a scalar constant. */
 void em_spmd_val(em_spmd *e, em_ir_val v, em_strbuf *sb);
-/* Lane i of a value (the value itself when it is a scalar, which broadcasts). */
-void em_spmd_val_lane(em_spmd *e, em_ir_val v, unsigned i, em_strbuf *sb);
 /* A value converted to u32 (indices, offsets, lanes). */
 void em_spmd_val_u32(em_spmd *e, em_ir_val v, em_strbuf *sb);
-/* A memory index operand (converted to u32 where the dialect needs 32-bit indices). */
-void em_spmd_index(em_spmd *e, em_ir_val v, em_strbuf *sb);
 /* A fresh identifier "em_PREFIXN" in buf. */
 void em_spmd_fresh(em_spmd *e, const char *prefix, char buf[32]);
 /* Bits of scalar kind s (bool: 8). */
 unsigned em_spmd_bits(em_scalar s);
 /* True for i8, i16, u8, u16 (computed wider and wrapped). */
 bool em_spmd_narrow(em_scalar s);
-/* Marks the needs implied by using scalar kind s (f16, bf16, f64, 64-bit integers). */
-void em_spmd_need_scalar(em_spmd *e, em_scalar s);
 /* The C-like literal shared by CUDA and OpenCL: f32 "1.5f", f64 "1.5", integers with the given
  * 64-bit suffixes, special floats through inf32/nan32/inf64/nan64 (expressions). */
 void em_spmd_c_literal(em_spmd *e, em_scalar s, em_ir_const c, const char *sfx_i64,
@@ -229,10 +223,6 @@ void em_spmd_c_literal(em_spmd *e, em_scalar s, em_ir_const c, const char *sfx_i
  * float arguments ("(double)" on CUDA). At most max_args values. */
 void em_spmd_printf(em_spmd *e, const em_ir_inst *in, bool ll64, const char *float_cast,
                     unsigned max_args);
-/* The loop lowering of matrix fragments and MAT_* ops (valid where planes have one unit): a
- * fragment is a per-unit array (A: m*k, B: k*n, accumulators: m*n, row-major). */
-void em_spmd_fragment_loops(em_spmd *e, em_ir_val v);
-void em_spmd_matrix_loops(em_spmd *e, const em_ir_inst *in);
 /* Writes the helper functions for the linear positions (em_unit_pos(), em_cube_pos(),
  * em_cube_dim(), em_cube_count(), em_absolute_pos() and the per-axis em_absolute_pos_x/y/z())
  * built from the dialect's per-axis built-ins, each prefixed by fn_prefix; `void_params` is
