@@ -980,8 +980,10 @@ static void test_glsl_all_ops(void **state)
     assert_non_null(src);
     expect_has(src, "//@@ember-kernel gelu_lines\n#version 450\n");
     expect_has(src, "//@@ember-kernel block_sum\n");
-    expect_has(src, "layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;");
-    expect_has(src, "layout(local_size_x = 256, local_size_y = 1, local_size_z = 1) in;");
+    expect_has(src, "layout(local_size_x_id = 0) in;");
+    expect_has(src, "layout(constant_id = 3) const uint em_dim_x");
+    expect_has(src, "layout(local_size_x = 256) in;");
+    expect_has(src, "layout(constant_id = 4) const uint em_dim_y = 1u;");
     expect_has(
         src, "layout(std430, set = 0, binding = 0) readonly buffer em_b0 { vec4 d[]; } input_m1;");
     expect_has(src, "memoryBarrierShared();\n    barrier();");

@@ -596,7 +596,8 @@ static char *claim_name(cg *g, em_map *used, const char *base, uint32_t id)
 {
     char buf[96];
     snprintf(buf, sizeof buf, "%s", base);
-    for (unsigned k = 0; is_reserved(buf) || em_map_gets(used, buf); k++) {
+    /* suffixed names (NAME_ID) are no keyword, library name or macro of the standard headers */
+    for (unsigned k = 0; (k == 0 && is_reserved(buf)) || em_map_gets(used, buf); k++) {
         if (k == 0)
             snprintf(buf, sizeof buf, "%s_%u", base, id);
         else

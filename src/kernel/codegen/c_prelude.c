@@ -164,14 +164,15 @@ void cg_literal(em_strbuf *sb, em_scalar s, em_ir_const c)
             if (m >> (bits - 1)) m |= ~((UINT64_C(1) << bits) - 1);
             memcpy(&v, &m, sizeof v);
         }
+        /* 64-bit kinds get 64-bit literals, so that shifts and products stay 64-bit */
         if (v == INT64_MIN)
             em_sb_append(sb, "INT64_MIN");
+        else if (bits == 64)
+            em_sb_printf(sb, v < 0 ? "(INT64_C(%lld))" : "INT64_C(%lld)", (long long)v);
         else if (v == INT32_MIN)
             em_sb_append(sb, "INT32_MIN");
-        else if (v >= INT32_MIN && v <= INT32_MAX)
-            em_sb_printf(sb, v < 0 ? "(%lld)" : "%lld", (long long)v);
         else
-            em_sb_printf(sb, v < 0 ? "(INT64_C(%lld))" : "INT64_C(%lld)", (long long)v);
+            em_sb_printf(sb, v < 0 ? "(%lld)" : "%lld", (long long)v);
         return;
     }
     case EM_U8:
@@ -180,7 +181,7 @@ void cg_literal(em_strbuf *sb, em_scalar s, em_ir_const c)
     case EM_U64: {
         int bits = scalar_bits(s);
         uint64_t v = bits < 64 ? c.u & ((UINT64_C(1) << bits) - 1) : c.u;
-        if (v <= UINT32_MAX)
+        if (bits < 64)
             em_sb_printf(sb, "%lluu", (unsigned long long)v);
         else
             em_sb_printf(sb, "UINT64_C(%llu)", (unsigned long long)v);
@@ -322,15 +323,14 @@ static const char f32odd_helper[] =
     "\n/* double -> float rounded to odd, so that a second rounding to a half kind is exact. */\n"
     "EM_HELPER float em_f32_odd(double d)\n"
     "{\n"
-    "    float f = (float)d;\n"
-    "    if ((double)f != d && d == d) {\n"
-    "        uint32_t b;\n"
-    "        memcpy(&b, &f, 4);\n"
-    "        if (fabs((double)f) > fabs(d)) b--;\n"
-    "        b |= 1u;\n"
-    "        memcpy(&f, &b, 4);\n"
-    "    }\n"
-    "    return f;\n"
+    "    float f = (float)d, r;\n"
+    "    uint32_t b;\n"
+    "    if ((double)f == d || d != d) return f;\n"
+    "    memcpy(&b, &f, 4);\n"
+    "    if (fabs((double)f) > fabs(d)) b--; /* rounded away from zero: step back */\n"
+    "    b |= 1u;\n"
+    "    memcpy(&r, &b, 4);\n"
+    "    return r;\n"
     "}\n";
 
 static const char i64odd_helper[] =

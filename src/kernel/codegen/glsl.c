@@ -23,7 +23,9 @@
  * parameters (slot j at byte offset 8*j, block size 8 * count): 32-bit values at the start of
  * the slot (bool as uint 0/1, i8/i16/i32 as int sign-extended, u8/u16/u32 as uint, f16/bf16/f32
  * as float), 64-bit values (double, int64_t, uint64_t) fill it.
- * Cube size: specialization constants 0, 1, 2 (local_size_x_id/y_id/z_id); kernels with fixed
+ * Cube size: work groups are flat — specialization constant 0 (local_size_x_id) is X*Y*Z — and
+ * constants 3, 4, 5 (em_dim_x/y/z) are the cube's axes, from which UNIT_POS_X/Y/Z are derived, so
+ * sub-groups are runs of consecutive unit indices whatever the cube's shape; kernels with fixed
  * cube dims give them as the defaults. Dispatch = the cube count.
  * Needs: 64-bit integers GL_EXT_shader_explicit_arithmetic_types_int64 (caps.dtype[EM_I64/U64]);
  * f64 shaderFloat64 (caps.dtype[EM_F64], and no f64 transcendentals: GLSL has only sqrt, floor,
@@ -291,15 +293,16 @@ static void gl_builtin(em_spmd *e, em_builtin b, em_strbuf *sb)
 {
     (void)e;
     static const char *const names[EM_BUILTIN_COUNT] = {
-        [EM_UNIT_POS_X] = "gl_LocalInvocationID.x",
-        [EM_UNIT_POS_Y] = "gl_LocalInvocationID.y",
-        [EM_UNIT_POS_Z] = "gl_LocalInvocationID.z",
+        [EM_UNIT_POS] = "gl_LocalInvocationIndex",
+        [EM_UNIT_POS_X] = "(gl_LocalInvocationIndex % em_dim_x)",
+        [EM_UNIT_POS_Y] = "((gl_LocalInvocationIndex / em_dim_x) % em_dim_y)",
+        [EM_UNIT_POS_Z] = "(gl_LocalInvocationIndex / (em_dim_x * em_dim_y))",
         [EM_CUBE_POS_X] = "gl_WorkGroupID.x",
         [EM_CUBE_POS_Y] = "gl_WorkGroupID.y",
         [EM_CUBE_POS_Z] = "gl_WorkGroupID.z",
-        [EM_CUBE_DIM_X] = "gl_WorkGroupSize.x",
-        [EM_CUBE_DIM_Y] = "gl_WorkGroupSize.y",
-        [EM_CUBE_DIM_Z] = "gl_WorkGroupSize.z",
+        [EM_CUBE_DIM_X] = "em_dim_x",
+        [EM_CUBE_DIM_Y] = "em_dim_y",
+        [EM_CUBE_DIM_Z] = "em_dim_z",
         [EM_CUBE_COUNT_X] = "gl_NumWorkGroups.x",
         [EM_CUBE_COUNT_Y] = "gl_NumWorkGroups.y",
         [EM_CUBE_COUNT_Z] = "gl_NumWorkGroups.z",
@@ -818,11 +821,17 @@ static void header(const em_ir_kernel *k, const em_caps *caps, uint32_t needs, c
         em_sb_append(sb, "#extension GL_EXT_shader_subgroup_extended_types_int64 : require\n");
     uint32_t dim[3];
     em_ir_cube_dim(k, dim);
-    if (dim[0] && dim[1] && dim[2])
-        em_sb_printf(sb, "layout(local_size_x = %u, local_size_y = %u, local_size_z = %u) in;\n",
-                     dim[0], dim[1], dim[2]);
-    em_sb_append(sb,
-                 "layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;\n\n");
+    /* Work groups are flat (1-D, X*Y*Z units) so that sub-groups are runs of consecutive unit
+     * indices whatever the cube's shape (implementations may otherwise form sub-groups per x row);
+     * the cube's axes are the spec constants em_dim_x/y/z (ids 3, 4, 5). */
+    bool fixed = dim[0] && dim[1] && dim[2];
+    if (fixed) em_sb_printf(sb, "layout(local_size_x = %u) in;\n", dim[0] * dim[1] * dim[2]);
+    em_sb_append(sb, "layout(local_size_x_id = 0) in;\n");
+    em_sb_printf(sb,
+                 "layout(constant_id = 3) const uint em_dim_x = %uu;\n"
+                 "layout(constant_id = 4) const uint em_dim_y = %uu;\n"
+                 "layout(constant_id = 5) const uint em_dim_z = %uu;\n\n",
+                 fixed ? dim[0] : 1, fixed ? dim[1] : 1, fixed ? dim[2] : 1);
     if (needs & EM_NEED_F16) em_sb_append(sb, helper_f16);
     if (needs & EM_NEED_BF16) em_sb_append(sb, helper_bf16);
     if (needs & EM_NEED_ERF) em_sb_append(sb, helper_erf);

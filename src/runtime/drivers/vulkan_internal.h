@@ -192,6 +192,7 @@ typedef struct em_vk_kernel {
     uint32_t push_size;               /* bytes of the push-constant block (0 when none) */
     uint32_t local_size[3];           /* LocalSize from the shader */
     bool spec_size[3];                /* axis taken from specialization constant 0/1/2 */
+    bool flat;                        /* 1-D group of X*Y*Z units; axes in spec constants 3/4/5 */
     bool num_groups;                  /* reads gl_NumWorkGroups (grid cannot be split) */
     bool subgroups;                   /* uses sub-group operations or built-ins */
     struct {

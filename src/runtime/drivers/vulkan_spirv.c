@@ -488,6 +488,7 @@ typedef struct reflection {
     size_t entry_at;       /* word index of the OpEntryPoint (for renaming) */
     uint32_t local[3];     /* LocalSize */
     bool spec[3];          /* specialization constants 0/1/2 exist */
+    bool flat;             /* spec constants 3/4/5 give the cube's axes; the group is 1-D */
     uint32_t bindings[64]; /* storage-buffer bindings of set 0 */
     uint32_t nbindings;
     em_vk_push_member push[64]; /* push-constant members in order */
@@ -699,6 +700,7 @@ static em_status reflect(const uint32_t *w, size_t n, const char *what, reflecti
         const id_info *v = &ids[id];
         if (v->spec_id >= 0 && v->spec_id < 3 && v->op == OP_SPEC_CONSTANT)
             out->spec[v->spec_id] = true;
+        if (v->spec_id == 3 && v->op == OP_SPEC_CONSTANT) out->flat = true;
         if (v->op != OP_VARIABLE) continue;
         uint32_t storage = v->b;
         const id_info *ptr = v->a < bound ? &ids[v->a] : NULL;
@@ -984,6 +986,7 @@ static em_status make_kernel(em_vk_device *d, const uint32_t *w, size_t n, const
     k->push_size = r->push_size;
     memcpy(k->local_size, r->local, sizeof(k->local_size));
     memcpy(k->spec_size, r->spec, sizeof(k->spec_size));
+    k->flat = r->flat;
     k->num_groups = r->num_groups;
     k->subgroups = r->subgroups;
     if (k->push_size > d->props.limits.maxPushConstantsSize || k->push_size > 256)
@@ -1139,8 +1142,13 @@ em_status em_rt_vk_pipeline(em_vk_device *d, em_vk_kernel *k, const uint32_t dim
             return EM_OK;
         }
     }
+    /* Generated kernels run flat (1-D) work groups of X*Y*Z units, so that sub-groups are runs of
+     * consecutive linear unit indices whatever the cube's shape; the axes come from spec
+     * constants 3/4/5. Hand-written shaders may use the plain 3-D scheme of constants 0/1/2. */
+    uint32_t units3 = dim[0] * dim[1] * dim[2];
+    uint32_t want[3] = {k->flat ? units3 : dim[0], k->flat ? 1 : dim[1], k->flat ? 1 : dim[2]};
     for (int a = 0; a < 3; a++)
-        if (!k->spec_size[a] && k->local_size[a] != dim[a])
+        if (!k->spec_size[a] && k->local_size[a] != want[a])
             return em_set_error(EM_ERR_INVALID,
                                 "vulkan: kernel %s is compiled for cubes of "
                                 "%ux%ux%u units and cannot run with %ux%ux%u",
@@ -1153,8 +1161,10 @@ em_status em_rt_vk_pipeline(em_vk_device *d, em_vk_kernel *k, const uint32_t dim
         k->pipes = g;
         k->cap_pipes = nc;
     }
-    VkSpecializationMapEntry entries[3] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}};
-    VkSpecializationInfo spec = {3, entries, 12, dim};
+    uint32_t values[6] = {want[0], want[1], want[2], dim[0], dim[1], dim[2]};
+    VkSpecializationMapEntry entries[6] = {{0, 0, 4},  {1, 4, 4},  {2, 8, 4},
+                                           {3, 12, 4}, {4, 16, 4}, {5, 20, 4}};
+    VkSpecializationInfo spec = {k->flat ? 6 : 3, entries, sizeof values, values};
     /* where the sub-group size varies, a kernel using sub-groups gets the size of the caps */
     VkPipelineShaderStageRequiredSubgroupSizeCreateInfo size = {
         .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
