@@ -23,6 +23,25 @@
 
 extern char **environ;
 
+#ifdef cmocka_unit_test
+/* Opens `device`, or skips the test (saying why) when this machine has no device of `backend`
+ * ("opencl", "vulkan"); fails the test when the backend has devices but the open fails. */
+static inline em_device *rt_open_or_skip(const char *backend, const char *device)
+{
+    em_backend_info info[8];
+    size_t n = em_backend_list(info, 8);
+    for (size_t i = 0; i < n && i < 8; i++) {
+        if (strcmp(info[i].name, backend) == 0 && info[i].device_count == 0) {
+            fprintf(stderr, "skipped: no %s device (%s)\n", backend, info[i].why);
+            skip();
+        }
+    }
+    em_device *dev = em_device_open(device);
+    if (!dev) fail_msg("em_device_open(%s): %s", device, em_last_error());
+    return dev;
+}
+#endif
+
 /* out[i] = a[i] * scale + b[i] for i < len(out): distinct `scale`s give distinct kernels. */
 static inline em_ir_kernel *rt_kernel_axpb(const char *name, double scale)
 {

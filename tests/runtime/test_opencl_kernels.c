@@ -24,20 +24,7 @@ const char *__lsan_default_suppressions(void)
 }
 
 /* Opens opencl:0, or skips the test (saying why) when the machine has none. */
-static em_device *open_or_skip(void)
-{
-    em_backend_info info[8];
-    size_t n = em_backend_list(info, 8);
-    for (size_t i = 0; i < n && i < 8; i++) {
-        if (strcmp(info[i].name, "opencl") == 0 && info[i].device_count == 0) {
-            fprintf(stderr, "skipped: no OpenCL device (%s)\n", info[i].why);
-            skip();
-        }
-    }
-    em_device *dev = em_device_open("opencl:0");
-    if (!dev) fail_msg("em_device_open(opencl:0): %s", em_last_error());
-    return dev;
-}
+static em_device *open_or_skip(void) { return rt_open_or_skip("opencl", "opencl:0"); }
 
 /* Compiles k on dev (failing the test with the message otherwise); frees k. */
 static em_kernel *compile(em_device *dev, em_ir_kernel *k)

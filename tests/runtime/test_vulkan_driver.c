@@ -23,20 +23,7 @@ static const char *test_device(void)
 }
 
 /* Opens the device under test, or skips the test (saying why) when the machine has none. */
-static em_device *open_or_skip(void)
-{
-    em_backend_info info[8];
-    size_t n = em_backend_list(info, 8);
-    for (size_t i = 0; i < n && i < 8; i++) {
-        if (strcmp(info[i].name, "vulkan") == 0 && info[i].device_count == 0) {
-            fprintf(stderr, "skipped: no Vulkan device (%s)\n", info[i].why);
-            skip();
-        }
-    }
-    em_device *dev = em_device_open(test_device());
-    if (!dev) fail_msg("em_device_open(%s): %s", test_device(), em_last_error());
-    return dev;
-}
+static em_device *open_or_skip(void) { return rt_open_or_skip("vulkan", test_device()); }
 
 static char tmp_dir[1024]; /* this run's scratch directory (removed at the end) */
 
