@@ -301,7 +301,8 @@ static void test_values_across_barriers(void **state)
     float in[N * 4], out[N * 4];
     uint32_t counts[N];
     for (int i = 0; i < N * 4; i++) in[i] = (float)(i % 17) - 3.5f;
-    xarg args[] = {xbuf(in, sizeof in, N), xbuf(out, sizeof out, N), xbuf(counts, sizeof counts, N)};
+    xarg args[] = {xbuf(in, sizeof in, N), xbuf(out, sizeof out, N),
+                   xbuf(counts, sizeof counts, N)};
     xrun(k, XGRID(CUBES, 1, 1), XGRID(DIM, 1, 1), args, 3);
     for (int i = 0; i < N; i++) {
         int c = i / DIM, u = i % DIM, nb = c * DIM + (u + 1) % DIM;

@@ -161,9 +161,11 @@ static void test_readable_source(void **state)
 static void test_hostile_names(void **state)
 {
     (void)state;
-    static const char *const names[] = {"float", "EOF", "M_PI", "expf", "em_pad", "launch_", "u_",
-                                        "x y", "9lives", "math_errhandling", "memcpy", "state_", "units_",
-                                        "scratch_", "cube_", "l_"};
+    static const char *const names[] = {
+        "float",   "EOF",    "M_PI",   "expf",     "em_pad",
+        "launch_", "u_",     "x y",    "9lives",   "math_errhandling",
+        "memcpy",  "state_", "units_", "scratch_", "cube_",
+        "l_"};
     enum { NN = sizeof names / sizeof names[0] };
     em_ir_kernel *k = em_ir_kernel_new("hostile");
     em_ir_mem out = em_ir_param_buffer(k, "stderr", em_ty(EM_F32), EM_WRITE, 0);
@@ -622,9 +624,11 @@ int main(void)
 {
     alarm(400); /* a kernel that never ends fails the test instead of hanging it */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_examples_warning_free), cmocka_unit_test(test_codegen_errors),
+        cmocka_unit_test(test_examples_warning_free),
+        cmocka_unit_test(test_codegen_errors),
         cmocka_unit_test(test_readable_source),
-        cmocka_unit_test(test_hostile_names),       cmocka_unit_test(test_print),
+        cmocka_unit_test(test_hostile_names),
+        cmocka_unit_test(test_print),
         cmocka_unit_test(test_random_kernels),
     };
     return cmocka_run_group_tests_name("C generator, direct", tests, xsetup_direct, xteardown);

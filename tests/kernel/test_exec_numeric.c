@@ -545,6 +545,56 @@ static void test_int_ops(void **state)
     free(a), free(b), free(c), free(r);
 }
 
+/* 64-bit constants stay 64-bit in expressions: products, shifts and sums beyond 32 bits. */
+static void test_int64_constants(void **state)
+{
+    (void)state;
+    em_ir_kernel *k = em_ir_kernel_new("int64_constants");
+    em_type u = em_ty(EM_U64), i = em_ty(EM_I64);
+    em_ir_mem zu = em_ir_param_buffer(k, "zu", u, EM_READ, 0);
+    em_ir_mem zi = em_ir_param_buffer(k, "zi", i, EM_READ, 0);
+    em_ir_mem ou = em_ir_param_buffer(k, "ou", u, EM_WRITE, 0);
+    em_ir_mem oi = em_ir_param_buffer(k, "oi", i, EM_WRITE, 0);
+    em_ir_val x = em_ir_load(k, zu, em_ir_u32(k, 0)),
+              y = em_ir_load(k, zi, em_ir_u32(k, 0)); /* zeros */
+    em_ir_val big = em_ir_binary(k, EM_OP_ADD, em_ir_const_uint(k, u, 4000000000u), x);
+    em_ir_store(k, ou, em_ir_u32(k, 0), em_ir_binary(k, EM_OP_MUL, big, em_ir_const_uint(k, u, 3)));
+    em_ir_store(k, ou, em_ir_u32(k, 1),
+                em_ir_binary(k, EM_OP_SHR, em_ir_const_uint(k, u, UINT64_C(1) << 40),
+                             em_ir_binary(k, EM_OP_ADD, x, em_ir_const_uint(k, u, 35))));
+    em_ir_store(k, ou, em_ir_u32(k, 2),
+                em_ir_binary(k, EM_OP_SHL, em_ir_binary(k, EM_OP_ADD, x, em_ir_const_uint(k, u, 1)),
+                             em_ir_const_uint(k, u, 40)));
+    /* constants only (folded by em_ir_simplify on the runtime path, computed by the C otherwise) */
+    em_ir_store(k, ou, em_ir_u32(k, 3),
+                em_ir_binary(k, EM_OP_MUL, em_ir_const_uint(k, u, 4000000000u), em_ir_const_uint(k, u, 3)));
+    em_ir_store(k, ou, em_ir_u32(k, 4),
+                em_ir_binary(k, EM_OP_SHR, em_ir_const_uint(k, u, 106), em_ir_const_uint(k, u, 42)));
+    em_ir_store(k, oi, em_ir_u32(k, 0),
+                em_ir_binary(k, EM_OP_SUB,
+                             em_ir_binary(k, EM_OP_ADD, y, em_ir_const_int(k, i, -3000000000)),
+                             em_ir_const_int(k, i, -5)));
+    em_ir_store(k, oi, em_ir_u32(k, 1), em_ir_unary(k, EM_OP_NEG, em_ir_const_int(k, i, -7)));
+    em_ir_store(k, oi, em_ir_u32(k, 2),
+                em_ir_binary(k, EM_OP_MUL,
+                             em_ir_binary(k, EM_OP_ADD, y, em_ir_const_int(k, i, 1 << 20)),
+                             em_ir_const_int(k, i, -(1 << 20))));
+    uint64_t zero_u = 0, outu[5];
+    int64_t zero_i = 0, outi[3];
+    xarg args[] = {xbuf(&zero_u, 8, 1), xbuf(&zero_i, 8, 1), xbuf(outu, sizeof outu, 5),
+                   xbuf(outi, sizeof outi, 3)};
+    xrun(k, XGRID(1, 1, 1), XGRID(1, 1, 1), args, 4);
+    assert_true(outu[0] == UINT64_C(12000000000));
+    assert_true(outu[1] == 32);
+    assert_true(outu[2] == UINT64_C(1) << 40);
+    assert_true(outu[3] == UINT64_C(12000000000));
+    assert_true(outu[4] == 0);
+    assert_true(outi[0] == -2999999995);
+    assert_true(outi[1] == 7);
+    assert_true(outi[2] == -(INT64_C(1) << 40));
+    em_ir_kernel_free(k);
+}
+
 /* ---- casts and bitcasts ------------------------------------------------------------------------
  */
 
@@ -1056,10 +1106,15 @@ static void test_matrix_ops(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_f16_bf16),  cmocka_unit_test(test_f64),
-        cmocka_unit_test(test_int_ops),   cmocka_unit_test(test_casts),
-        cmocka_unit_test(test_bitcasts),  cmocka_unit_test(test_select_compare_lines),
-        cmocka_unit_test(test_plane_ops), cmocka_unit_test(test_matrix_ops),
+        cmocka_unit_test(test_f16_bf16),
+        cmocka_unit_test(test_f64),
+        cmocka_unit_test(test_int_ops),
+        cmocka_unit_test(test_int64_constants),
+        cmocka_unit_test(test_casts),
+        cmocka_unit_test(test_bitcasts),
+        cmocka_unit_test(test_select_compare_lines),
+        cmocka_unit_test(test_plane_ops),
+        cmocka_unit_test(test_matrix_ops),
     };
     return XRUN_BOTH(tests);
 }
