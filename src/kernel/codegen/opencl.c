@@ -688,24 +688,6 @@ static void prelude(const em_caps *caps, uint32_t needs, em_strbuf *sb)
 
 char *em_codegen_opencl(const em_ir_kernel *const *ks, size_t n, const em_caps *caps)
 {
-    if (!em_spmd_check_batch(&opencl_dialect, ks, n)) return NULL;
     em_caps c = caps ? *caps : em_spmd_default_caps("opencl", 1);
-    em_strbuf body, out;
-    em_sb_init(&body);
-    em_sb_init(&out);
-    uint32_t needs = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (i) em_sb_append(&body, "\n");
-        if (!em_spmd_kernel(&opencl_dialect, ks[i], &c, NULL, &body, &needs)) {
-            em_sb_free(&body);
-            em_sb_free(&out);
-            return NULL;
-        }
-    }
-    prelude(&c, needs, &out);
-    em_sb_append(&out, body.data);
-    em_sb_free(&body);
-    char *text = em_sb_take(&out);
-    if (!text) em_set_error(EM_ERR_NOMEM, "OpenCL code generator: out of memory");
-    return text;
+    return em_spmd_translation_unit(&opencl_dialect, ks, n, &c, prelude, "OpenCL");
 }

@@ -1494,3 +1494,27 @@ void em_spmd_c_literal(em_spmd *e, em_scalar s, em_ir_const c, const char *sfx_i
     }
     }
 }
+
+char *em_spmd_translation_unit(const em_spmd_dialect *d, const em_ir_kernel *const *ks, size_t n,
+                               const em_caps *caps, em_spmd_prelude_fn prelude, const char *label)
+{
+    if (!em_spmd_check_batch(d, ks, n)) return NULL;
+    em_strbuf body, out;
+    em_sb_init(&body);
+    em_sb_init(&out);
+    uint32_t needs = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i) em_sb_append(&body, "\n");
+        if (!em_spmd_kernel(d, ks[i], caps, NULL, &body, &needs)) {
+            em_sb_free(&body);
+            em_sb_free(&out);
+            return NULL;
+        }
+    }
+    prelude(caps, needs, &out);
+    em_sb_append(&out, body.data);
+    em_sb_free(&body);
+    char *text = em_sb_take(&out);
+    if (!text) em_set_error(EM_ERR_NOMEM, "%s code generator: out of memory", label);
+    return text;
+}

@@ -193,6 +193,14 @@ bool em_spmd_check_batch(const em_spmd_dialect *d, const em_ir_kernel *const *ks
  * (plane_ops when > 1). */
 em_caps em_spmd_default_caps(const char *target, uint32_t plane_dim);
 
+/* Writes the prelude of a whole translation unit, given the union of what its kernels need. */
+typedef void (*em_spmd_prelude_fn)(const em_caps *caps, uint32_t needs, em_strbuf *sb);
+/* One translation unit for a batch (targets that put every kernel in one source: CUDA, OpenCL):
+ * checks the batch, emits every kernel, then prepends the prelude. `label` names the generator in
+ * an out-of-memory message. Returns malloc'd text, or NULL with the error set. */
+char *em_spmd_translation_unit(const em_spmd_dialect *d, const em_ir_kernel *const *ks, size_t n,
+                               const em_caps *caps, em_spmd_prelude_fn prelude, const char *label);
+
 /* ---- helpers for dialects ----------------------------------------------------------------- */
 
 /* Writes one indented line (printf-style) followed by a newline. */
