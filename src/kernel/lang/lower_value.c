@@ -458,11 +458,30 @@ bool em_lang_need_cond(lower *L, const lv *x, lpos pos, const char *what)
 /* ---- folding ------------------------------------------------------------------------------------
  */
 
+/* For a comparison token, the constant bool it folds to given how a compares with b: -1, 0, 1,
+ * or 2 when unordered (a NaN). Returns false for any other token. */
+static bool fold_comparison(int op, int order, lv *out)
+{
+    bool r;
+    switch (op) {
+    case T_EQEQ: r = order == 0; break;
+    case T_NE: r = order != 0; break;
+    case T_LT: r = order == -1; break;
+    case T_LE: r = order == -1 || order == 0; break;
+    case T_GT: r = order == 1; break;
+    case T_GE: r = order == 1 || order == 0; break;
+    default: return false;
+    }
+    *out = em_lang_lv_const_bool(r);
+    return true;
+}
+
 /* Untyped integer arithmetic, with overflow reported. */
 static lv fold_untyped_int(lower *L, int op, int64_t a, int64_t b, lpos pos)
 {
     int64_t r = 0;
     lv out = {.kind = V_ULIT_INT};
+    if (fold_comparison(op, a < b ? -1 : a > b, &out)) return out;
     switch (op) {
     case T_PLUS:
         if (__builtin_add_overflow(a, b, &r)) goto overflow;
@@ -501,18 +520,6 @@ static lv fold_untyped_int(lower *L, int op, int64_t a, int64_t b, lpos pos)
             r = a << b;
         }
         break;
-    case T_EQEQ:
-        return em_lang_lv_const_bool(a == b);
-    case T_NE:
-        return em_lang_lv_const_bool(a != b);
-    case T_LT:
-        return em_lang_lv_const_bool(a < b);
-    case T_LE:
-        return em_lang_lv_const_bool(a <= b);
-    case T_GT:
-        return em_lang_lv_const_bool(a > b);
-    case T_GE:
-        return em_lang_lv_const_bool(a >= b);
     default:
         return em_lang_lv_err();
     }
@@ -525,6 +532,7 @@ overflow:
 static lv fold_untyped_float(lower *L, int op, double a, double b, lpos pos)
 {
     lv out = {.kind = V_ULIT_FLOAT};
+    if (fold_comparison(op, a < b ? -1 : a > b ? 1 : a == b ? 0 : 2, &out)) return out;
     switch (op) {
     case T_PLUS:
         out.c.f = a + b;
@@ -543,18 +551,6 @@ static lv fold_untyped_float(lower *L, int op, double a, double b, lpos pos)
         if (b == 0) return em_lang_lerr(L, pos, NULL, "division by zero in a constant expression");
         out.c.f = fmod(a, b);
         break;
-    case T_EQEQ:
-        return em_lang_lv_const_bool(a == b);
-    case T_NE:
-        return em_lang_lv_const_bool(a != b);
-    case T_LT:
-        return em_lang_lv_const_bool(a < b);
-    case T_LE:
-        return em_lang_lv_const_bool(a <= b);
-    case T_GT:
-        return em_lang_lv_const_bool(a > b);
-    case T_GE:
-        return em_lang_lv_const_bool(a >= b);
     default:
         return em_lang_lerr(L, pos, NULL, "'%s' needs integers, got float literal",
                             em_lang_op_text(op));
