@@ -81,7 +81,8 @@ static int list_kernels(int argc, char **argv)
     return 0;
 }
 
-/* Prints the IR of k, then the code for `target` when given. */
+/* Prints the IR of k, then (when simplification changes it) the simplified IR that the targets
+ * compile, then the code for `target` when given. */
 static int dump_one(const em_ir_kernel *k, const char *target)
 {
     char *ir = em_ir_print_kernel(k);
@@ -90,6 +91,14 @@ static int dump_one(const em_ir_kernel *k, const char *target)
         return 1;
     }
     fputs(ir, stdout);
+    em_ir_kernel *simple = em_ir_kernel_clone(k);
+    if (simple && em_ir_simplify(simple) == EM_OK) {
+        char *sir = em_ir_print_kernel(simple);
+        if (sir && strcmp(sir, ir) != 0)
+            printf("\n/* ---- after simplification (what every target compiles) ---- */\n%s", sir);
+        free(sir);
+    }
+    em_ir_kernel_free(simple);
     free(ir);
     if (!target) return 0;
     char *src = em_kernel_source(k, target);
