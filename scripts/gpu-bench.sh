@@ -2,7 +2,8 @@
 # gpu-bench.sh — ember's backend micro-benchmarks on the GPU machine, beside PyTorch's, in one call
 # (the figures of docs/benchmarks.md, "Backend micro-benchmarks"): device-to-device copy
 # bandwidth, GELU f32 and bf16 over 1 GiB (GB/s and % of the copy bandwidth), launch overhead, and
-# cold / warm compile times.
+# cold / warm compile times; then issue #6's tensor ops (softmax, layer_norm, gelu, sum, transpose
+# + contiguous at GPT-2 shapes: bench/bench_tensor.c beside bench/reference/torch_tensor_ops.py).
 #
 #   scripts/gpu-bench.sh [--device NAME] [--build DIR] [--bytes N] [--no-sweep] [--timeout S]
 #
@@ -15,6 +16,8 @@
 # (a folder of its own, so that gpu-test.sh can write to the same $OUT), else DIR/gpu-bench-logs:
 #   ember_backend.json   ember's JSON line          ember_backend.txt   its table and messages
 #   torch_elementwise.json  PyTorch's JSON line     torch_elementwise.txt  its messages
+#   ember_tensor.json    ember_bench_tensor's line  ember_tensor.txt    its table and messages
+#   torch_tensor_ops.json  PyTorch's line          torch_tensor_ops.txt  its messages
 #   info.txt             `ember info`               summary.txt         the final table
 # The commit shown is $EMBER_COMMIT when set (a copy of the tree without .git cannot tell).
 # Exits 0 when both ran, 1 when the device is absent or ember's benchmark failed, 3 when only the
@@ -53,7 +56,7 @@ if [ ! -x "$BENCH" ]; then
         pkg-config --exists libcjson; then
         say "== no $BENCH: building it (gcc, EMBER_WERROR=OFF)"
         { CC=gcc cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_WERROR=OFF &&
-            cmake --build "$BUILD" -j "$(nproc)" --target ember_bench_backend ember_cli; } \
+            cmake --build "$BUILD" -j "$(nproc)" --target ember_bench_backend ember_bench_tensor ember_cli; } \
             > "$LOGS/build.txt" 2>&1
     fi
     if [ ! -x "$BENCH" ]; then
@@ -162,6 +165,63 @@ print(f"torch: {t.get('torch', '?')} (CUDA {t.get('cuda', '?')}), {t.get('device
 for err in e.get("errors", []):
     print(f"ember error: {err}")
 EOF
+fi
+
+# ---- tensor ops (issue #6): ember_bench_tensor beside torch_tensor_ops.py --------------------
+TBENCH=$BUILD/bench/ember_bench_tensor
+if [ -x "$TBENCH" ]; then
+    say "== ember: $TBENCH --device $DEVICE --json"
+    timeout "$TIMEOUT" "$TBENCH" --device "$DEVICE" --json \
+        > "$LOGS/ember_tensor.json" 2> "$LOGS/ember_tensor.txt"
+    trc=$?
+    tee -a "$SUMMARY" < "$LOGS/ember_tensor.txt"
+    [ $trc -ne 0 ] && ember_rc=$trc && say "ember_bench_tensor FAILED (exit $trc)"
+    say "== torch: python3 bench/reference/torch_tensor_ops.py"
+    timeout "$TIMEOUT" python3 "$ROOT/bench/reference/torch_tensor_ops.py" \
+        > "$LOGS/torch_tensor_ops.json" 2> "$LOGS/torch_tensor_ops.txt"
+    trc=$?
+    if [ $trc -ne 0 ]; then
+        torch_rc=$trc
+        say "torch_tensor_ops.py FAILED (exit $trc):"
+        tail -5 "$LOGS/torch_tensor_ops.txt" | sed 's/^/    /' | tee -a "$SUMMARY"
+    fi
+    if command -v python3 > /dev/null; then
+        python3 - "$LOGS/ember_tensor.json" "$LOGS/torch_tensor_ops.json" << 'EOF' | tee -a "$SUMMARY"
+import json, sys
+
+def load(path):
+    try:
+        with open(path) as f:
+            lines = [l for l in f.read().splitlines() if l.startswith("{")]
+        return json.loads(lines[-1]) if lines else {}
+    except (OSError, ValueError):
+        return {}
+
+e, t = load(sys.argv[1]), load(sys.argv[2])
+eo, to = e.get("ops", {}), t.get("ops", {})
+print()
+print(f"{'tensor op (GB/s; ratio = torch time / ember time)':52} {'ember':>9} {'torch':>9} {'ember/torch':>12}")
+for name in ("softmax", "layer_norm", "gelu_tanh", "gelu_erf", "sum_last", "transpose_contiguous"):
+    a, b = eo.get(name, {}), to.get(name, {})
+    shape = "x".join(str(d) for d in (a.get("shape") or b.get("shape") or []))
+    ev, tv = a.get("gbps"), b.get("gbps")
+    note = ""
+    if a and not a.get("verified", False):
+        ratio = "WRONG"
+    elif a.get("shape") and b.get("shape") and a["shape"] != b["shape"]:
+        ratio = "shapes differ"
+    elif a.get("median_ms") and b.get("median_ms"):
+        r = b["median_ms"] / a["median_ms"]
+        ratio, note = f"{r:.3f}", ("" if r >= 0.9 else "  (below the 0.9 goal)")
+    else:
+        ratio = "-"
+    fmt = lambda v: "-" if v is None else f"{v:.4g}"
+    print(f"{name + ' ' + shape:52} {fmt(ev):>9} {fmt(tv):>9} {ratio:>12}{note}")
+print(f"(goal, issue 6: ember at least 0.9x PyTorch eager on each; ember commit {e.get('commit', '?')})")
+EOF
+    fi
+else
+    say "no $TBENCH: the tensor-op comparison was skipped"
 fi
 
 say "== logs in $LOGS"

@@ -432,6 +432,37 @@ static void test_simplify_unrolls(void **state)
     em_ir_kernel_free(k2);
 }
 
+static void test_simplify_merges_invariant_reads(void **state)
+{
+    (void)state;
+    em_ir_kernel *k = em_ir_kernel_new("reads");
+    em_ir_mem a = em_ir_param_buffer(k, "a", em_ty(EM_F32), EM_READ_WRITE, 2);
+    em_ir_val pos = em_ir_builtin(k, EM_ABSOLUTE_POS);
+    em_ir_if_begin(k, em_ir_binary(k, EM_OP_LT, pos, em_ir_len(k, a)));
+    em_ir_val again = em_ir_builtin(k, EM_ABSOLUTE_POS); /* the same read, in another block */
+    em_ir_val s0 = em_ir_shape(k, a, 0), s0b = em_ir_shape(k, a, 0), s1 = em_ir_shape(k, a, 1);
+    em_ir_val sum = em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_ADD, s0, s0b), s1);
+    em_ir_store(k, a, again, em_ir_cast(k, em_ty(EM_F32), sum));
+    em_ir_end(k);
+    assert_int_equal(em_ir_simplify(k), EM_OK);
+    assert_int_equal(count_op(k, em_ir_body(k), EM_OP_BUILTIN), 2); /* reads never change block */
+    assert_int_equal(count_op(k, em_ir_body(k), EM_OP_SHAPE), 2); /* dims 0 and 1 stay distinct */
+    assert_int_equal(count_op(k, em_ir_body(k), EM_OP_LEN), 1);
+    em_ir_kernel_free(k);
+    /* a barrier between two identical reads keeps both */
+    k = em_ir_kernel_new("reads_barrier");
+    em_ir_mem o = em_ir_param_buffer(k, "o", em_ty(EM_U32), EM_WRITE, 1);
+    em_ir_val u0 = em_ir_builtin(k, EM_UNIT_POS);
+    em_ir_store(k, o, u0, u0);
+    em_ir_sync_cube(k);
+    em_ir_val u1 = em_ir_builtin(k, EM_UNIT_POS);
+    em_ir_val u2 = em_ir_builtin(k, EM_UNIT_POS);
+    em_ir_store(k, o, u1, u2);
+    assert_int_equal(em_ir_simplify(k), EM_OK);
+    assert_int_equal(count_op(k, em_ir_body(k), EM_OP_BUILTIN), 2);
+    em_ir_kernel_free(k);
+}
+
 static void test_simplify_rejects_invalid(void **state)
 {
     (void)state;
@@ -466,6 +497,7 @@ int main(void)
         cmocka_unit_test(test_simplify_folds_constants),
         cmocka_unit_test(test_simplify_constant_if_and_dead_code),
         cmocka_unit_test(test_simplify_unrolls),
+        cmocka_unit_test(test_simplify_merges_invariant_reads),
         cmocka_unit_test(test_simplify_rejects_invalid),
         cmocka_unit_test(test_scalar_tables),
     };

@@ -280,6 +280,64 @@ static void unroll_block(simplifier *s, uint32_t b)
     set_block(k, b, out, m);
 }
 
+/* ---- repeated reads ------------------------------------------------------------------------ */
+
+/* Position and metadata reads (BUILTIN, LEN, SHAPE, STRIDE) take no operands and have no side
+ * effects, so a second identical read in the same block can use the first one's value. Reads are
+ * not moved across blocks or barriers: keeping values short-lived across barriers matters to
+ * targets that split kernels at barriers (the C target, and PoCL, which miscompiles a position
+ * computed before a barrier loop and used inside it). */
+typedef struct read_key {
+    uint16_t op;   /* the read */
+    uint32_t mem;  /* its memory (metadata reads) */
+    int32_t imm;   /* its built-in or dimension */
+    em_ir_val val; /* the temporary that holds it */
+} read_key;
+
+static bool is_invariant_read(const em_ir_kernel *k, const em_ir_inst *in)
+{
+    if (in->op != EM_OP_BUILTIN && in->op != EM_OP_LEN && in->op != EM_OP_SHAPE &&
+        in->op != EM_OP_STRIDE)
+        return false;
+    const em_ir_value *d = em_ir_value_at(k, in->dst);
+    return d && d->kind == EM_VAL_TEMP;
+}
+
+static void merge_reads(simplifier *s, uint32_t b)
+{
+    em_ir_kernel *k = s->k;
+    read_key keys[32];
+    size_t nkeys = 0, m = 0;
+    em_ir_block *blk = &k->blocks.items[b];
+    for (size_t i = 0; i < blk->len; i++) {
+        uint32_t idx = blk->items[i];
+        const em_ir_inst *in = &k->insts.items[idx];
+        if (in->op == EM_OP_SYNC_CUBE) nkeys = 0;
+        if (is_container(in)) {
+            uint32_t b0 = in->blocks[0], b1 = in->blocks[1];
+            if (em_ir_block_has_barrier(k, b0) || em_ir_block_has_barrier(k, b1)) nkeys = 0;
+            if (b0) merge_reads(s, b0);
+            if (b1) merge_reads(s, b1);
+            blk = &k->blocks.items[b];
+        }
+        if (is_invariant_read(k, in)) {
+            const read_key *found = NULL;
+            for (size_t j = 0; j < nkeys && !found; j++)
+                if (keys[j].op == in->op && keys[j].mem == in->mem && keys[j].imm == in->imm)
+                    found = &keys[j];
+            if (found) {
+                s->subst[in->dst] = found->val;
+                s->changed = true;
+                continue; /* drop the repeated read */
+            }
+            if (nkeys < sizeof keys / sizeof keys[0])
+                keys[nkeys++] = (read_key){in->op, in->mem, in->imm, in->dst};
+        }
+        blk->items[m++] = idx;
+    }
+    blk->len = m;
+}
+
 /* ---- dead code ------------------------------------------------------------------------------ */
 
 static void count_uses(const em_ir_kernel *k, uint32_t b, uint32_t *uses)
@@ -347,6 +405,11 @@ em_status em_ir_simplify(em_ir_kernel *k)
         fold_block(&s, 1);
         remove_dead(&s);
         if (!s.changed) break;
+    }
+    if (grow_subst(&s)) {
+        merge_reads(&s, em_ir_body(k));
+        fold_block(&s, 1); /* rewrites the uses of the reads that were merged */
+        remove_dead(&s);
     }
     free(s.subst);
     if (k->oom) return em_set_error(EM_ERR_NOMEM, "out of memory simplifying %s", k->name);
