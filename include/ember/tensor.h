@@ -129,9 +129,29 @@ em_tensor *em_logical_not(const em_tensor *t); /* bool */
 
 /* ---- elementwise: binary, with NumPy broadcasting ------------------------------------------- */
 
-/* Both operands have the same dtype and device; the result has the broadcast shape and that
- * dtype (comparisons and logical ops: bool). Integer div truncates toward zero (x / 0 gives 0);
- * remainder takes the divisor's sign, as Python's %. */
+/* Type promotion, as PyTorch's torch.promote_types: the dtype two operands of different dtypes
+ * are converted to (with em_cast) before a binary op or where runs.
+ *
+ *   a \ b   bool  u8    i32   i64   f16   bf16  f32   f64
+ *   bool    bool  u8    i32   i64   f16   bf16  f32   f64
+ *   u8            u8    i32   i64   f16   bf16  f32   f64
+ *   i32                 i32   i64   f16   bf16  f32   f64
+ *   i64                       i64   f16   bf16  f32   f64
+ *   f16                             f16   f32   f32   f64
+ *   bf16                                  bf16  f32   f64
+ *   f32                                         f32   f64
+ *   f64                                               f64
+ *
+ * (symmetric; bool gives way to anything, a float beats any integer, f16 with bf16 meets at f32,
+ * an unsigned with a signed integer gives the smallest signed type holding both, i64 for u64).
+ * EM_SCALAR_COUNT for a value outside the enum. */
+em_scalar em_promote_types(em_scalar a, em_scalar b);
+
+/* Binary ops: both operands on the same device; operands of different dtypes are first converted
+ * to em_promote_types of the two. The result has the broadcast shape and that dtype (comparisons
+ * and logical ops: bool). em_div is true division, as in PyTorch: integer or bool operands give
+ * f32 (i32 / i32 -> f32). Remainder stays integer for integers and takes the divisor's sign, as
+ * Python's %. Arithmetic on two bool tensors is refused ("not defined for bool tensors"). */
 em_tensor *em_add(const em_tensor *a, const em_tensor *b);
 em_tensor *em_sub(const em_tensor *a, const em_tensor *b);
 em_tensor *em_mul(const em_tensor *a, const em_tensor *b);
@@ -149,12 +169,15 @@ em_tensor *em_ge(const em_tensor *a, const em_tensor *b);
 em_tensor *em_logical_and(const em_tensor *a, const em_tensor *b);
 em_tensor *em_logical_or(const em_tensor *a, const em_tensor *b);
 em_tensor *em_logical_xor(const em_tensor *a, const em_tensor *b);
-/* cond (bool) ? a : b, all three broadcast together. */
+/* cond (bool) ? a : b, all three broadcast together; a and b are promoted as for binary ops. */
 em_tensor *em_where(const em_tensor *cond, const em_tensor *a, const em_tensor *b);
 /* t with value where mask (bool, broadcast to t's shape) holds. */
 em_tensor *em_masked_fill(const em_tensor *t, const em_tensor *mask, double value);
 
-/* Scalar variants: the scalar takes t's dtype. em_rsub_scalar is s - t, em_rdiv_scalar s / t. */
+/* Scalar variants: the scalar takes t's dtype, except that an integer or bool tensor with a
+ * non-integral (or non-finite) scalar is first converted to f32, as in PyTorch (i32 + 0.5 -> f32).
+ * With an integral scalar an integer tensor stays integer, and em_div_scalar truncates toward zero
+ * (x / 0 gives 0). em_rsub_scalar is s - t, em_rdiv_scalar s / t. */
 em_tensor *em_add_scalar(const em_tensor *t, double s);
 em_tensor *em_sub_scalar(const em_tensor *t, double s);
 em_tensor *em_rsub_scalar(const em_tensor *t, double s);

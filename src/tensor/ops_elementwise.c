@@ -215,10 +215,24 @@ em_tensor *em_clamp(const em_tensor *t, double lo, double hi)
 {
     return tn_unary("clamp", t, TN_U_CLAMP, lo, hi);
 }
-em_tensor *em_pow_scalar(const em_tensor *t, double e) { return tn_unary("pow", t, TN_U_POWS, e, 0); }
+
+static em_tensor *promote_cast(const em_tensor *t, em_scalar dtype);
+
+/* Scalar ops keep t's dtype, except that an integer or bool tensor with a non-integral scalar
+ * runs in the default float dtype (f32), as in PyTorch. */
+static em_tensor *scalar_op(const char *op, const em_tensor *t, int code, double s)
+{
+    if (!t || em_scalar_is_float(t->dtype) || (isfinite(s) && s == trunc(s)))
+        return tn_unary(op, t, code, s, 0);
+    em_tensor *x = promote_cast(t, EM_F32);
+    tn_done(t);
+    return x ? tn_unary(op, em_take(x), code, s, 0) : NULL;
+}
+
+em_tensor *em_pow_scalar(const em_tensor *t, double e) { return scalar_op("pow", t, TN_U_POWS, e); }
 
 #define SCALAR(name, code)                                                                         \
-    em_tensor *em_##name(const em_tensor *t, double s) { return tn_unary(#name, t, code, s, 0); }
+    em_tensor *em_##name(const em_tensor *t, double s) { return scalar_op(#name, t, code, s); }
 SCALAR(add_scalar, TN_U_ADDS)
 SCALAR(sub_scalar, TN_U_SUBS)
 SCALAR(rsub_scalar, TN_U_RSUBS)
@@ -286,10 +300,103 @@ em_tensor *em_contiguous(const em_tensor *t)
     return em_clone(t);
 }
 
-/* ---- binary ---------------------------------------------------------------------------------- */
-
 enum { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN, B_REM, B_EQ, B_NE, B_LT, B_LE, B_GT,
        B_GE, B_AND, B_OR, B_XOR };
+
+/* ---- type promotion -------------------------------------------------------------------------- */
+
+static bool is_unsigned_int(em_scalar t)
+{
+    return t == EM_U8 || t == EM_U16 || t == EM_U32 || t == EM_U64;
+}
+
+em_scalar em_promote_types(em_scalar a, em_scalar b)
+{
+    if ((unsigned)a >= EM_SCALAR_COUNT || (unsigned)b >= EM_SCALAR_COUNT) return EM_SCALAR_COUNT;
+    if (a == b) return a;
+    if (a == EM_BOOL) return b;
+    if (b == EM_BOOL) return a;
+    bool fa = em_scalar_is_float(a), fb = em_scalar_is_float(b);
+    if (fa && fb) {
+        if ((a == EM_F16 && b == EM_BF16) || (a == EM_BF16 && b == EM_F16)) return EM_F32;
+        return em_scalar_size(a) >= em_scalar_size(b) ? a : b;
+    }
+    if (fa) return a;
+    if (fb) return b;
+    bool ua = is_unsigned_int(a), ub = is_unsigned_int(b);
+    size_t sa = em_scalar_size(a), sb = em_scalar_size(b);
+    if (ua == ub) return sa >= sb ? a : b;
+    em_scalar s = ua ? b : a;
+    size_t su = ua ? sa : sb, ss = ua ? sb : sa;
+    if (ss > su) return s;
+    /* the smallest signed type wider than the unsigned one (i64 for u64, which PyTorch refuses) */
+    if (su == 1) return EM_I16;
+    if (su == 2) return EM_I32;
+    return EM_I64;
+}
+
+/* t converted to dtype as a new tensor; t is not consumed (em_cast would release a donated t). */
+static em_tensor *promote_cast(const em_tensor *t, em_scalar dtype)
+{
+    if (!tn_check_dtype_supported("cast", dtype)) return NULL;
+    em_tensor *out = tn_new(t->st->dev, dtype, t->rank, t->shape);
+    if (out && tn_copy_into("cast", out, t) != EM_OK) {
+        em_release(out);
+        out = NULL;
+    }
+    return out;
+}
+
+/* Converts those of a and b whose dtype differs from dt; on success *pa / *pb are the operands to
+ * use (a cast one is new and donated, so the op consuming it releases or reuses it). */
+static bool promote_pair(const em_tensor *a, const em_tensor *b, em_scalar dt, const em_tensor **pa,
+                         const em_tensor **pb, bool *ca, bool *cb)
+{
+    *pa = a;
+    *pb = b;
+    *ca = *cb = false;
+    if (a->dtype != dt) {
+        em_tensor *x = promote_cast(a, dt);
+        if (!x) return false;
+        *pa = em_take(x);
+        *ca = true;
+    }
+    if (b == a) {
+        *pb = *pa;
+        *cb = *ca;
+    } else if (b->dtype != dt) {
+        em_tensor *x = promote_cast(b, dt);
+        if (!x) {
+            if (*ca) em_release((em_tensor *)*pa);
+            return false;
+        }
+        *pb = em_take(x);
+        *cb = true;
+    }
+    return true;
+}
+
+/* ---- binary ---------------------------------------------------------------------------------- */
+
+static em_tensor *binary(const char *op, const em_tensor *a, const em_tensor *b, int code);
+
+/* Runs the op on a and b converted to their promoted dtype (true division of integers: f32). */
+static em_tensor *binary_promoted(const char *op, const em_tensor *a, const em_tensor *b, int code,
+                                  em_scalar dt)
+{
+    const em_tensor *xa, *xb;
+    bool ca, cb;
+    if (!promote_pair(a, b, dt, &xa, &xb, &ca, &cb)) {
+        tn_done(a);
+        if (b != a) tn_done(b);
+        return NULL;
+    }
+    /* consumes the cast operands and the passed-through ones */
+    em_tensor *out = binary(op, xa, xb, code);
+    if (ca) tn_done(a);
+    if (cb && b != a) tn_done(b);
+    return out;
+}
 
 static em_tensor *binary(const char *op, const em_tensor *a, const em_tensor *b, int code)
 {
@@ -302,6 +409,11 @@ static em_tensor *binary(const char *op, const em_tensor *a, const em_tensor *b,
     int rank;
     int64_t shape[EM_MAX_RANK];
     if (!tn_same_device(op, a, b)) goto done;
+    {
+        em_scalar pt = em_promote_types(a->dtype, b->dtype);
+        if (code == B_DIV && !em_scalar_is_float(pt)) pt = EM_F32;
+        if (pt != a->dtype || pt != b->dtype) return binary_promoted(op, a, b, code, pt);
+    }
     if (a->dtype != b->dtype) {
         em_set_error(EM_ERR_INVALID, "%s: dtypes %s and %s differ (cast one first)", op,
                      em_scalar_name(a->dtype), em_scalar_name(b->dtype));
@@ -414,7 +526,19 @@ static em_tensor *where3(const char *op, const em_tensor *c, const em_tensor *a,
 
 em_tensor *em_where(const em_tensor *cond, const em_tensor *a, const em_tensor *b)
 {
-    em_tensor *out = cond && a && b ? where3("where", cond, a, b) : NULL;
+    em_tensor *out = NULL;
+    if (cond && a && b && a->dtype != b->dtype && tn_same_device("where", cond, a) &&
+        tn_same_device("where", a, b)) {
+        const em_tensor *xa, *xb;
+        bool ca, cb;
+        if (promote_pair(a, b, em_promote_types(a->dtype, b->dtype), &xa, &xb, &ca, &cb)) {
+            out = where3("where", cond, xa, xb);
+            if (ca) em_release((em_tensor *)xa);
+            if (cb) em_release((em_tensor *)xb);
+        }
+    } else if (cond && a && b) {
+        out = where3("where", cond, a, b);
+    }
     tn_done(cond);
     if (a != cond) tn_done(a);
     if (b != a && b != cond) tn_done(b);

@@ -175,20 +175,157 @@ static void test_binary_broadcast_views(void **state)
                 em_tensor *a = em_slice(tu_tensor(dev, dt, EM_SHAPE(8, 1, 3), va), 0, 0, 8, 2);
                 em_tensor *b = tu_tensor(dev, dt, EM_SHAPE(5, 1), vb);
                 em_tensor *y = binary_ops[k](a, b);
+                em_scalar rdt = !fl && k == 3 ? EM_F32 : dt; /* true division of integers */
                 for (int i = 0; i < 4; i++)
                     for (int j = 0; j < 5; j++)
                         for (int c = 0; c < 3; c++) {
                             double r = ref_binary(k, va[(2 * i) * 3 + c], vb[j]);
-                            if (!fl && k == 3) r = trunc(r);
-                            ref[(i * 5 + j) * 3 + c] = k >= 8 ? r : tu_round(dt, r);
+                            ref[(i * 5 + j) * 3 + c] = k >= 8 ? r : tu_round(rdt, r);
                         }
                 char what[64];
                 snprintf(what, sizeof what, "%s %s", binary_names[k], em_scalar_name(dt));
-                tu_check(what, y, EM_SHAPE(4, 5, 3), ref, k >= 8 ? 0 : tu_tol_on(dev, dt) * 2);
-                if (k >= 8) assert_int_equal(em_dtype(y), EM_BOOL);
+                tu_check(what, y, EM_SHAPE(4, 5, 3), ref, k >= 8 ? 0 : tu_tol_on(dev, rdt) * 2);
+                assert_int_equal(em_dtype(y), k >= 8 ? EM_BOOL : rdt);
                 em_scope_end(NULL, 0);
             }
         }
+    }
+}
+
+/* Type promotion (em_promote_types): each row of the table in tensor.h, through the binary ops
+ * (both operand orders), div (true division), remainder, comparisons and where, against host
+ * references; and the scalar variants' rule for integer tensors with non-integral scalars. */
+typedef struct promo_case {
+    em_scalar a, b, want;
+} promo_case;
+
+static void promo_values(em_scalar dt, double *v, size_t n, bool divisor)
+{
+    for (size_t i = 0; i < n; i++) {
+        int k = (int)((i * 7 + (divisor ? 3 : 1)) % 9); /* 0..8 */
+        if (dt == EM_BOOL) v[i] = divisor ? 1 : (double)(k & 1);
+        else if (em_scalar_is_float(dt)) v[i] = divisor ? 0.5 + 0.5 * (k % 4) : 0.5 * k - 2;
+        else if (dt == EM_U8) v[i] = divisor ? 1 + k % 4 : k;
+        else v[i] = divisor ? 1 + k % 4 : k - 4;
+    }
+}
+
+static void test_type_promotion(void **state)
+{
+    (void)state;
+    static const promo_case cases[] = {
+        {EM_F16, EM_F32, EM_F32},  {EM_BF16, EM_F16, EM_F32},  {EM_I32, EM_F32, EM_F32},
+        {EM_I32, EM_I64, EM_I64},  {EM_U8, EM_I32, EM_I32},    {EM_BOOL, EM_F32, EM_F32},
+        {EM_BOOL, EM_I32, EM_I32}, {EM_BOOL, EM_BF16, EM_BF16}, {EM_BF16, EM_BF16, EM_BF16},
+        {EM_F32, EM_F64, EM_F64},  {EM_U8, EM_F16, EM_F16},    {EM_I64, EM_BF16, EM_BF16},
+        {EM_U8, EM_I64, EM_I64},   {EM_BOOL, EM_U8, EM_U8},    {EM_I64, EM_F64, EM_F64},
+    };
+    /* the table itself, on the host */
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        assert_int_equal(em_promote_types(cases[i].a, cases[i].b), cases[i].want);
+        assert_int_equal(em_promote_types(cases[i].b, cases[i].a), cases[i].want);
+    }
+    assert_int_equal(em_promote_types(EM_F16, EM_F16), EM_F16);
+    assert_int_equal(em_promote_types(EM_BOOL, EM_BOOL), EM_BOOL);
+    assert_int_equal(em_promote_types(EM_U8, EM_I8), EM_I16);
+    assert_int_equal(em_promote_types((em_scalar)99, EM_F32), EM_SCALAR_COUNT);
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+            promo_case pc = cases[ci];
+            if (!tu_has(dev, pc.a) || !tu_has(dev, pc.b) || !tu_has(dev, pc.want) ||
+                !tu_has(dev, EM_F32))
+                continue;
+            em_scope_begin();
+            double va[6], vb[3], ref[6], ref2[6];
+            promo_values(pc.a, va, 6, false);
+            promo_values(pc.b, vb, 3, true);
+            em_tensor *a = tu_tensor(dev, pc.a, EM_SHAPE(2, 3), va);
+            em_tensor *b = tu_tensor(dev, pc.b, EM_SHAPE(3), vb);
+            char what[96];
+            bool fl = em_scalar_is_float(pc.want);
+            for (int k = 0; k < 14; k++) {
+                if (k == 4) continue; /* pow: covered by the same-dtype tests */
+                if (k == 7 && fl) continue; /* float remainder: covered by the same-dtype tests */
+                em_scalar rdt = k >= 8 ? EM_BOOL : k == 3 && !fl ? EM_F32 : pc.want;
+                double tol = tu_tol_on(dev, rdt) * 2;
+                for (int i = 0; i < 6; i++) {
+                    double x = va[i], y = vb[i % 3];
+                    double r = ref_binary(k, x, y), r2 = ref_binary(k, y, x);
+                    if (rdt == EM_U8) { /* u8 arithmetic wraps */
+                        r -= 256 * floor(r / 256);
+                        r2 -= 256 * floor(r2 / 256);
+                    }
+                    ref[i] = k >= 8 ? r : tu_round(rdt, r);
+                    ref2[i] = k >= 8 ? r2 : tu_round(rdt, r2);
+                }
+                snprintf(what, sizeof what, "%s %s %s", binary_names[k], em_scalar_name(pc.a),
+                         em_scalar_name(pc.b));
+                em_tensor *y = binary_ops[k](a, b);
+                tu_check(what, y, EM_SHAPE(2, 3), ref, k >= 8 ? 0 : tol);
+                assert_int_equal(em_dtype(y), rdt);
+                if (k == 3 || k == 7) continue; /* b / a: a may hold zeros */
+                snprintf(what, sizeof what, "%s %s %s", binary_names[k], em_scalar_name(pc.b),
+                         em_scalar_name(pc.a));
+                y = binary_ops[k](b, a);
+                tu_check(what, y, EM_SHAPE(2, 3), ref2, k >= 8 ? 0 : tol);
+                assert_int_equal(em_dtype(y), rdt);
+            }
+            /* where promotes its two value operands */
+            double vc[6] = {1, 0, 0, 1, 1, 0};
+            em_tensor *c = tu_tensor(dev, EM_BOOL, EM_SHAPE(2, 3), vc);
+            for (int i = 0; i < 6; i++) ref[i] = vc[i] ? va[i] : vb[i % 3];
+            snprintf(what, sizeof what, "where %s %s", em_scalar_name(pc.a), em_scalar_name(pc.b));
+            em_tensor *w = em_where(c, a, b);
+            tu_check(what, w, EM_SHAPE(2, 3), ref, 0);
+            assert_int_equal(em_dtype(w), pc.want);
+            /* donated operands are released (or reused) through the conversion */
+            em_tensor *a2 = em_take(tu_tensor(dev, pc.a, EM_SHAPE(2, 3), va));
+            em_tensor *b2 = em_take(tu_tensor(dev, pc.b, EM_SHAPE(3), vb));
+            for (int i = 0; i < 6; i++) ref[i] = tu_round(pc.want, va[i] + vb[i % 3]);
+            tu_check("add donated", em_add(a2, b2), EM_SHAPE(2, 3), ref,
+                     tu_tol_on(dev, pc.want) * 2);
+            em_scope_end(NULL, 0);
+        }
+        /* scalar variants: float tensors keep their dtype; integer tensors with a non-integral
+         * scalar go to f32; with an integral scalar they stay integer */
+        em_scope_begin();
+        double vi[4] = {-3, 0, 2, 7}, ref[4];
+        em_tensor *ti = tu_tensor(dev, EM_I32, EM_SHAPE(4), vi);
+        em_tensor *y = em_add_scalar(ti, 0.5);
+        for (int i = 0; i < 4; i++) ref[i] = vi[i] + 0.5;
+        tu_check("i32 + 0.5", y, EM_SHAPE(4), ref, 0);
+        assert_int_equal(em_dtype(y), EM_F32);
+        y = em_mul_scalar(ti, 1.5);
+        for (int i = 0; i < 4; i++) ref[i] = vi[i] * 1.5;
+        tu_check("i32 * 1.5", y, EM_SHAPE(4), ref, 0);
+        assert_int_equal(em_dtype(y), EM_F32);
+        y = em_div_scalar(ti, 0.5);
+        for (int i = 0; i < 4; i++) ref[i] = vi[i] / 0.5;
+        tu_check("i32 / 0.5", y, EM_SHAPE(4), ref, 0);
+        assert_int_equal(em_dtype(y), EM_F32);
+        y = em_lt_scalar(ti, 1.5);
+        for (int i = 0; i < 4; i++) ref[i] = vi[i] < 1.5;
+        tu_check("i32 < 1.5", y, EM_SHAPE(4), ref, 0);
+        assert_int_equal(em_dtype(y), EM_BOOL);
+        y = em_add_scalar(ti, 2);
+        for (int i = 0; i < 4; i++) ref[i] = vi[i] + 2;
+        tu_check("i32 + 2", y, EM_SHAPE(4), ref, 0);
+        assert_int_equal(em_dtype(y), EM_I32);
+        y = em_add_scalar(em_take(tu_tensor(dev, EM_I64, EM_SHAPE(4), vi)), 0.25);
+        for (int i = 0; i < 4; i++) ref[i] = vi[i] + 0.25;
+        tu_check("i64 (donated) + 0.25", y, EM_SHAPE(4), ref, 0);
+        assert_int_equal(em_dtype(y), EM_F32);
+        for (size_t fi = 0; fi < sizeof tu_float_types / sizeof *tu_float_types; fi++) {
+            em_scalar ft = tu_float_types[fi];
+            if (!tu_has(dev, ft)) continue;
+            double vf[4] = {-3, 0, 2, 7};
+            y = em_add_scalar(tu_tensor(dev, ft, EM_SHAPE(4), vf), 0.5);
+            for (int i = 0; i < 4; i++) ref[i] = tu_round(ft, vf[i] + 0.5);
+            tu_check("float + 0.5", y, EM_SHAPE(4), ref, tu_tol_on(dev, ft));
+            assert_int_equal(em_dtype(y), ft);
+        }
+        em_scope_end(NULL, 0);
     }
 }
 
@@ -360,6 +497,7 @@ int main(void)
         cmocka_unit_test(test_unary_floats),
         cmocka_unit_test(test_unary_params_and_predicates),
         cmocka_unit_test(test_binary_broadcast_views),
+        cmocka_unit_test(test_type_promotion),
         cmocka_unit_test(test_logical_where_masked_fill),
         cmocka_unit_test(test_cast_all_pairs),
         cmocka_unit_test(test_zero_size_and_scalars),
