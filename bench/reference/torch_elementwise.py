@@ -21,34 +21,15 @@ import time
 import torch
 import torch.nn.functional as F
 
+from timing import median_ms, sig  # bench/reference/timing.py
+
+
 
 def parse_bytes(text):
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     if text and text[-1].upper() in scale:
         return int(float(text[:-1]) * scale[text[-1].upper()])
     return int(text)
-
-
-def median_ms(fn, repeats, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    n = len(times)
-    med = times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
-    return med, times[0]
-
-
-def sig(x, digits=5):
-    return float(f"{x:.{digits}g}")
 
 
 def main():

@@ -21,29 +21,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-WARMUP = 3
-
-
-def median_ms(fn, repeats):
-    for _ in range(WARMUP):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    n = len(times)
-    med = times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
-    return med, times[0]
-
-
-def sig(x, digits=5):
-    return float(f"{x:.{digits}g}")
+from timing import median_ms, sig  # bench/reference/timing.py
 
 
 def main():

@@ -137,16 +137,8 @@ static void cl_convert(em_spmd *e, em_scalar from, em_scalar to, const char *x, 
 static const char *cl_float_fn(em_spmd *e, em_ir_op op, em_scalar s)
 {
     (void)e;
-    (void)s;
-    static const char *const fns[EM_OP_COUNT] = {
-        [EM_OP_EXP] = "exp",    [EM_OP_EXP2] = "exp2",   [EM_OP_LOG] = "log",
-        [EM_OP_LOG2] = "log2",  [EM_OP_SQRT] = "sqrt",   [EM_OP_RSQRT] = "rsqrt",
-        [EM_OP_ERF] = "erf",    [EM_OP_TANH] = "tanh",   [EM_OP_SIN] = "sin",
-        [EM_OP_COS] = "cos",    [EM_OP_FLOOR] = "floor", [EM_OP_CEIL] = "ceil",
-        [EM_OP_ROUND] = "rint", [EM_OP_ABS] = "fabs",    [EM_OP_POW] = "pow",
-        [EM_OP_REM] = "fmod",   [EM_OP_MIN] = "fmin",    [EM_OP_MAX] = "fmax",
-        [EM_OP_FMA] = "fma",    [EM_OP_ISNAN] = "isnan", [EM_OP_ISINF] = "isinf"};
-    return op < EM_OP_COUNT ? fns[op] : NULL;
+    (void)s; /* OpenCL's math functions are overloaded by type */
+    return em_spmd_libm_name(op, false);
 }
 
 static const char *unsigned_of(em_scalar s)

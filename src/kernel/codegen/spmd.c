@@ -1518,3 +1518,25 @@ char *em_spmd_translation_unit(const em_spmd_dialect *d, const em_ir_kernel *con
     if (!text) em_set_error(EM_ERR_NOMEM, "%s code generator: out of memory", label);
     return text;
 }
+
+const char *em_spmd_libm_name(em_ir_op op, bool single)
+{
+    static const char *const f32[EM_OP_COUNT] = {
+        [EM_OP_EXP] = "expf",    [EM_OP_EXP2] = "exp2f",   [EM_OP_LOG] = "logf",
+        [EM_OP_LOG2] = "log2f",  [EM_OP_SQRT] = "sqrtf",   [EM_OP_RSQRT] = "rsqrtf",
+        [EM_OP_ERF] = "erff",    [EM_OP_TANH] = "tanhf",   [EM_OP_SIN] = "sinf",
+        [EM_OP_COS] = "cosf",    [EM_OP_FLOOR] = "floorf", [EM_OP_CEIL] = "ceilf",
+        [EM_OP_ROUND] = "rintf", [EM_OP_ABS] = "fabsf",    [EM_OP_POW] = "powf",
+        [EM_OP_REM] = "fmodf",   [EM_OP_MIN] = "fminf",    [EM_OP_MAX] = "fmaxf",
+        [EM_OP_FMA] = "fmaf",    [EM_OP_ISNAN] = "isnan",  [EM_OP_ISINF] = "isinf"};
+    static const char *const f64[EM_OP_COUNT] = {
+        [EM_OP_EXP] = "exp",    [EM_OP_EXP2] = "exp2",   [EM_OP_LOG] = "log",
+        [EM_OP_LOG2] = "log2",  [EM_OP_SQRT] = "sqrt",   [EM_OP_RSQRT] = "rsqrt",
+        [EM_OP_ERF] = "erf",    [EM_OP_TANH] = "tanh",   [EM_OP_SIN] = "sin",
+        [EM_OP_COS] = "cos",    [EM_OP_FLOOR] = "floor", [EM_OP_CEIL] = "ceil",
+        [EM_OP_ROUND] = "rint", [EM_OP_ABS] = "fabs",    [EM_OP_POW] = "pow",
+        [EM_OP_REM] = "fmod",   [EM_OP_MIN] = "fmin",    [EM_OP_MAX] = "fmax",
+        [EM_OP_FMA] = "fma",    [EM_OP_ISNAN] = "isnan", [EM_OP_ISINF] = "isinf"};
+    if ((unsigned)op >= EM_OP_COUNT) return NULL;
+    return single ? f32[op] : f64[op];
+}

@@ -193,6 +193,10 @@ bool em_spmd_check_batch(const em_spmd_dialect *d, const em_ir_kernel *const *ks
  * (plane_ops when > 1). */
 em_caps em_spmd_default_caps(const char *target, uint32_t plane_dim);
 
+/* The C-library name of a float math op ("exp", "rsqrt", "isnan"...; with `single`, the float
+ * variants "expf", "rsqrtf"...), as CUDA and OpenCL spell them; NULL for ops that have none. */
+const char *em_spmd_libm_name(em_ir_op op, bool single);
+
 /* Writes the prelude of a whole translation unit, given the union of what its kernels need. */
 typedef void (*em_spmd_prelude_fn)(const em_caps *caps, uint32_t needs, em_strbuf *sb);
 /* One translation unit for a batch (targets that put every kernel in one source: CUDA, OpenCL):
