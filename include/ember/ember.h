@@ -4,4 +4,11 @@
 #include "ember/base.h"
 #include "ember/kernel.h"
 #include "ember/runtime.h"
+#include "ember/tensor.h"
+#include "ember/tensor_op.h"
+#include "ember/autodiff.h"
+#include "ember/nn.h"
+#include "ember/optim.h"
+#include "ember/record.h"
+#include "ember/data.h"
 #endif

@@ -1,0 +1,101 @@
+/* ember/optim.h — optimizers, gradient clipping and accumulation, learning-rate schedules.
+ *
+ * An optimizer updates a set of parameters (leaf tensors that require gradients) from their
+ * gradients (em_grad), in place and with recording off. Parameters are taken from a module tree
+ * (every parameter, its `decay` flag choosing the weight-decay group) or given as a list. State
+ * (momentum, Adam's moments: f32, on the parameters' device) is created on the first step and can
+ * be visited by name for checkpoints ("<param name>.exp_avg", ...). Errors: a status with the
+ * message set; nothing aborts. */
+#ifndef EMBER_OPTIM_H
+#define EMBER_OPTIM_H
+
+#include "ember/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One parameter as optimizers see it. */
+typedef struct em_param_ref {
+    const char *name; /* full name (copied by the optimizer) */
+    em_tensor *t;     /* borrowed: the parameter must outlive the optimizer */
+    bool decay;       /* in the weight-decay group */
+} em_param_ref;
+
+typedef struct em_optimizer em_optimizer;
+
+typedef struct em_sgd_config {
+    double lr, momentum, dampening, weight_decay;
+    bool nesterov;
+} em_sgd_config;
+
+typedef struct em_adam_config {
+    double lr, beta1, beta2, eps, weight_decay;
+    bool decoupled; /* AdamW (decoupled decay, applied to the decay group only) or Adam (L2
+                       added to the gradient) */
+} em_adam_config;
+
+/* Parameters from a module tree (every parameter, decay per entry) or a list. */
+em_optimizer *em_sgd_new(em_module *m, const em_sgd_config *cfg);
+em_optimizer *em_adam_new(em_module *m, const em_adam_config *cfg);
+em_optimizer *em_sgd_new_params(const em_param_ref *ps, int n, const em_sgd_config *cfg);
+em_optimizer *em_adam_new_params(const em_param_ref *ps, int n, const em_adam_config *cfg);
+void em_optimizer_free(em_optimizer *o);
+
+/* One update from the current gradients (parameters without a gradient are skipped). */
+em_status em_optimizer_step(em_optimizer *o);
+/* Drops every parameter's gradient. */
+void em_optimizer_zero_grad(em_optimizer *o);
+void em_optimizer_set_lr(em_optimizer *o, double lr);
+double em_optimizer_lr(const em_optimizer *o);
+int64_t em_optimizer_steps(const em_optimizer *o); /* steps taken (Adam's bias correction t) */
+
+/* Optimizer state for checkpoints: visits every state tensor with a full name; load replaces the
+ * state from tensors found by name (missing ones are an error naming them). */
+typedef bool (*em_optim_state_fn)(const char *name, em_tensor *t, void *user);
+void em_optimizer_state_visit(em_optimizer *o, em_optim_state_fn fn, void *user);
+typedef em_tensor *(*em_optim_state_lookup)(const char *name, void *user);
+em_status em_optimizer_state_load(em_optimizer *o, em_optim_state_lookup fn, void *user,
+                                  int64_t steps);
+
+/* Gradient clipping over the parameters (the optimizer's, or a module's): by global L2 norm
+ * (returns the norm before clipping through *norm_out when not NULL) and by value. */
+em_status em_clip_grad_norm(em_optimizer *o, double max_norm, double *norm_out);
+em_status em_clip_grad_value(em_optimizer *o, double clip);
+/* Gradient accumulation: multiplies every gradient by s (e.g. 1 / micro-steps). */
+em_status em_scale_grads(em_optimizer *o, double s);
+
+/* ---- learning-rate schedules: plain values, lr = em_lr_at(s, step) ------------------------- */
+
+typedef enum em_lr_kind {
+    EM_LR_CONSTANT,  /* base */
+    EM_LR_LINEAR,    /* warmup, then linear from base to min_lr at total_steps */
+    EM_LR_COSINE,    /* warmup, then cosine from base to min_lr at total_steps */
+    EM_LR_STEP,      /* warmup, then base * gamma^(floor((step - warmup) / step_size)) */
+    EM_LR_NOAM,      /* base * dim^-0.5 * min(step^-0.5, step * warmup^-1.5) (step from 1) */
+} em_lr_kind;
+
+typedef struct em_lr_schedule {
+    em_lr_kind kind;
+    double base, min_lr, gamma;
+    int64_t warmup, total_steps, step_size, dim;
+} em_lr_schedule;
+
+/* Linear warmup from 0 over `warmup` steps applies to every kind but NOAM. */
+double em_lr_at(const em_lr_schedule *s, int64_t step);
+
+/* A composition: `n` schedules each in force from its start step (starts ascending, the first
+ * 0); each sees the step counted from its own start. */
+typedef struct em_lr_sequence {
+    const em_lr_schedule *parts;
+    const int64_t *starts;
+    int n;
+} em_lr_sequence;
+double em_lr_sequence_at(const em_lr_sequence *s, int64_t step);
+/* Parses "cosine", "linear", "constant", "step", "noam"; false with the error set otherwise. */
+bool em_lr_kind_parse(const char *name, em_lr_kind *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,54 @@
+/* internal.h — what the autodiff layer's files share: the context a backward rule sees, the rule
+ * table (rules_*.c), and helpers every rule uses. The tape itself (nodes, the walk, saved tensors,
+ * recomputation) is tape.c's and backward.c's business. */
+#ifndef EM_AUTODIFF_INTERNAL_H
+#define EM_AUTODIFF_INTERNAL_H
+
+#include "base/base.h"
+#include "ember/autodiff.h"
+#include "ember/tensor_op.h"
+
+/* What a backward rule sees. Saved tensors are detached views (no recording), present only when
+ * the rule's table entry asks for them (NULL otherwise, and NULL for absent optional inputs). */
+typedef struct ad_ctx {
+    em_op op;
+    const em_op_params *p;
+    int nin;
+    const em_tensor *in[EM_OP_MAX_INPUTS]; /* saved inputs (see ad_rule.save_inputs) */
+    const em_tensor *out;                  /* saved output (see ad_rule.save_output) */
+    em_shape in_shape[EM_OP_MAX_INPUTS];   /* always: each input's shape */
+    em_scalar in_dtype[EM_OP_MAX_INPUTS];  /* always: each input's dtype */
+    bool in_present[EM_OP_MAX_INPUTS];     /* always: false for absent optional inputs */
+    bool needs[EM_OP_MAX_INPUTS];          /* which inputs want a gradient */
+    em_shape out_shape;                    /* always */
+    em_scalar out_dtype;                   /* always */
+} ad_ctx;
+
+/* A backward rule: from g = d loss / d out (out's shape, out's dtype) computes d loss / d in[i]
+ * for every i with c->needs[i], as a new reference in gin[i] (NULL = a zero gradient). A gradient
+ * may have any shape that broadcasts to the input's shape and any float dtype: the tape sums it
+ * over broadcast dims and casts it to the input's dtype. Runs with recording off. Returns EM_OK
+ * or an error status with the message set (the tape releases whatever gin holds). */
+typedef em_status (*ad_rule_fn)(const ad_ctx *c, const em_tensor *g, em_tensor **gin);
+
+typedef struct ad_rule {
+    ad_rule_fn backward;    /* NULL: the op is not differentiable (its inputs get no gradient) */
+    unsigned save_inputs;   /* bit i: the rule reads c->in[i] */
+    bool save_output;       /* the rule reads c->out */
+} ad_rule;
+
+/* The rule of an op (rules.c assembles the table from rules_*.c). Never NULL; .backward may be. */
+const ad_rule *ad_rule_for(em_op op);
+
+/* The rules of each family, filled by rules_<family>.c into the table (indexed by em_op). */
+void ad_rules_elementwise(ad_rule *table);
+void ad_rules_reduce(ad_rule *table);
+void ad_rules_layout(ad_rule *table);
+void ad_rules_index(ad_rule *table);
+void ad_rules_conv(ad_rule *table);
+
+/* Sums g over the dims along which `shape` was broadcast to g's shape and reshapes to `shape`.
+ * A new reference (g retained when no reduction is needed), NULL on error. */
+em_tensor *ad_sum_to(const em_tensor *g, em_shape shape);
+
+#endif
