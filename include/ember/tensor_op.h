@@ -16,79 +16,79 @@
 extern "C" {
 #endif
 
-typedef enum em_op {
-    EM_OP_NONE = 0,
+typedef enum em_tensor_op {
+    EM_TOP_NONE = 0,
     /* unary elementwise: in[0] = x; p.f[0], p.f[1] as noted */
-    EM_OP_NEG, EM_OP_ABS, EM_OP_SIGN, EM_OP_EXP, EM_OP_LN, EM_OP_LOG1P, EM_OP_EXPM1, EM_OP_SQRT,
-    EM_OP_RSQRT, EM_OP_RECIPROCAL, EM_OP_SIN, EM_OP_COS, EM_OP_TANH, EM_OP_ERF, EM_OP_SIGMOID,
-    EM_OP_RELU, EM_OP_GELU, EM_OP_GELU_TANH, EM_OP_SILU, EM_OP_SOFTPLUS, EM_OP_FLOOR, EM_OP_CEIL,
-    EM_OP_ROUND,
-    EM_OP_CLAMP,         /* f[0] = lo, f[1] = hi */
-    EM_OP_POW_SCALAR,    /* x ^ f[0] */
-    EM_OP_ADD_SCALAR,    /* x + f[0] (sub_scalar records f[0] = -s) */
-    EM_OP_MUL_SCALAR,    /* x * f[0] */
-    EM_OP_DIV_SCALAR,    /* x / f[0] */
-    EM_OP_RSUB_SCALAR,   /* f[0] - x */
-    EM_OP_RDIV_SCALAR,   /* f[0] / x */
-    EM_OP_MAXIMUM_SCALAR, EM_OP_MINIMUM_SCALAR, /* max/min(x, f[0]) */
-    EM_OP_CAST,          /* to out's dtype (clone and contiguous record this too) */
+    EM_TOP_NEG, EM_TOP_ABS, EM_TOP_SIGN, EM_TOP_EXP, EM_TOP_LN, EM_TOP_LOG1P, EM_TOP_EXPM1, EM_TOP_SQRT,
+    EM_TOP_RSQRT, EM_TOP_RECIPROCAL, EM_TOP_SIN, EM_TOP_COS, EM_TOP_TANH, EM_TOP_ERF, EM_TOP_SIGMOID,
+    EM_TOP_RELU, EM_TOP_GELU, EM_TOP_GELU_TANH, EM_TOP_SILU, EM_TOP_SOFTPLUS, EM_TOP_FLOOR, EM_TOP_CEIL,
+    EM_TOP_ROUND,
+    EM_TOP_CLAMP,         /* f[0] = lo, f[1] = hi */
+    EM_TOP_POW_SCALAR,    /* x ^ f[0] */
+    EM_TOP_ADD_SCALAR,    /* x + f[0] (sub_scalar records f[0] = -s) */
+    EM_TOP_MUL_SCALAR,    /* x * f[0] */
+    EM_TOP_DIV_SCALAR,    /* x / f[0] */
+    EM_TOP_RSUB_SCALAR,   /* f[0] - x */
+    EM_TOP_RDIV_SCALAR,   /* f[0] / x */
+    EM_TOP_MAXIMUM_SCALAR, EM_TOP_MINIMUM_SCALAR, /* max/min(x, f[0]) */
+    EM_TOP_CAST,          /* to out's dtype (clone and contiguous record this too) */
     /* binary, broadcasting: in[0] = a, in[1] = b (after promotion, the gradient is cast back) */
-    EM_OP_ADD, EM_OP_SUB, EM_OP_MUL, EM_OP_DIV, EM_OP_POW, EM_OP_MAXIMUM, EM_OP_MINIMUM,
-    EM_OP_REMAINDER,
-    EM_OP_WHERE,         /* in[0] = cond, in[1] = a, in[2] = b */
-    EM_OP_MASKED_FILL,   /* in[0] = x, in[1] = mask; f[0] = value */
+    EM_TOP_ADD, EM_TOP_SUB, EM_TOP_MUL, EM_TOP_DIV, EM_TOP_POW, EM_TOP_MAXIMUM, EM_TOP_MINIMUM,
+    EM_TOP_REMAINDER,
+    EM_TOP_WHERE,         /* in[0] = cond, in[1] = a, in[2] = b */
+    EM_TOP_MASKED_FILL,   /* in[0] = x, in[1] = mask; f[0] = value */
     /* reductions: i[0..ni) = the reduced dims (normalized, ascending), keepdim = flag */
-    EM_OP_SUM, EM_OP_MEAN, EM_OP_PROD, EM_OP_MAX, EM_OP_MIN, EM_OP_LOGSUMEXP,
-    EM_OP_VAR, EM_OP_STD, /* k = correction */
-    EM_OP_CUMSUM,        /* k = dim */
-    EM_OP_SOFTMAX, EM_OP_LOG_SOFTMAX, /* k = dim (normalized) */
-    EM_OP_LAYER_NORM,    /* in = x, weight or NULL, bias or NULL; k = nnorm; f[0] = eps */
-    EM_OP_RMS_NORM,      /* in = x, weight or NULL; k = nnorm; f[0] = eps */
+    EM_TOP_SUM, EM_TOP_MEAN, EM_TOP_PROD, EM_TOP_MAX, EM_TOP_MIN, EM_TOP_LOGSUMEXP,
+    EM_TOP_VAR, EM_TOP_STD, /* k = correction */
+    EM_TOP_CUMSUM,        /* k = dim */
+    EM_TOP_SOFTMAX, EM_TOP_LOG_SOFTMAX, /* k = dim (normalized) */
+    EM_TOP_LAYER_NORM,    /* in = x, weight or NULL, bias or NULL; k = nnorm; f[0] = eps */
+    EM_TOP_RMS_NORM,      /* in = x, weight or NULL; k = nnorm; f[0] = eps */
     /* layout: out's geometry is in out; p as noted */
-    EM_OP_RESHAPE,       /* any view/copy to out's shape with the same numel (view, flatten,
+    EM_TOP_RESHAPE,       /* any view/copy to out's shape with the same numel (view, flatten,
                             squeeze, unsqueeze record this) */
-    EM_OP_PERMUTE,       /* i[0..ni) = perm (transpose records the swap) */
-    EM_OP_EXPAND,        /* to out's shape */
-    EM_OP_SLICE,         /* k = dim; i[0] = start, i[1] = end, i[2] = step (normalized) */
-    EM_OP_SELECT,        /* k = dim; i[0] = index (normalized) */
-    EM_OP_FLIP,          /* i[0..ni) = dims */
-    EM_OP_CAT,           /* in[0..nin) along k = dim (normalized) */
-    EM_OP_TRIL, EM_OP_TRIU, /* k = diagonal */
-    EM_OP_PAD,           /* i[0..ni) = pads as given to em_pad; f[0] = value */
+    EM_TOP_PERMUTE,       /* i[0..ni) = perm (transpose records the swap) */
+    EM_TOP_EXPAND,        /* to out's shape */
+    EM_TOP_SLICE,         /* k = dim; i[0] = start, i[1] = end, i[2] = step (normalized) */
+    EM_TOP_SELECT,        /* k = dim; i[0] = index (normalized) */
+    EM_TOP_FLIP,          /* i[0..ni) = dims */
+    EM_TOP_CAT,           /* in[0..nin) along k = dim (normalized) */
+    EM_TOP_TRIL, EM_TOP_TRIU, /* k = diagonal */
+    EM_TOP_PAD,           /* i[0..ni) = pads as given to em_pad; f[0] = value */
     /* matmul: in[0] = a, in[1] = b (the 1-D promotions of torch.matmul included) */
-    EM_OP_MATMUL,
+    EM_TOP_MATMUL,
     /* indexing: in[0] = t, in[1] = index (not differentiable), in[2] = src */
-    EM_OP_INDEX_SELECT,  /* k = dim */
-    EM_OP_GATHER,        /* k = dim */
-    EM_OP_SCATTER,       /* k = dim */
-    EM_OP_SCATTER_ADD,   /* k = dim */
-    EM_OP_EMBEDDING,     /* in[0] = weight, in[1] = ids */
+    EM_TOP_INDEX_SELECT,  /* k = dim */
+    EM_TOP_GATHER,        /* k = dim */
+    EM_TOP_SCATTER,       /* k = dim */
+    EM_TOP_SCATTER_ADD,   /* k = dim */
+    EM_TOP_EMBEDDING,     /* in[0] = weight, in[1] = ids */
     /* convolution (NCHW): in = x, weight, bias or NULL; i[0..4) = stride, padding, dilation, groups */
-    EM_OP_CONV2D,
-    EM_OP_MAX_POOL2D, EM_OP_AVG_POOL2D, /* i[0..3) = kernel, stride (resolved), padding */
-    EM_OP_COUNT
-} em_op;
+    EM_TOP_CONV2D,
+    EM_TOP_MAX_POOL2D, EM_TOP_AVG_POOL2D, /* i[0..3) = kernel, stride (resolved), padding */
+    EM_TOP_COUNT
+} em_tensor_op;
 
 /* The most inputs an op reports (cat of more tensors reports in chunks of cats). */
-#define EM_OP_MAX_INPUTS 16
+#define EM_TOP_MAX_INPUTS 16
 
-typedef struct em_op_params {
+typedef struct em_top_params {
     double f[4];      /* float parameters */
     int64_t i[16];    /* integer lists: dims, perm, pads, slice bounds */
     int ni;           /* entries of i used */
     int64_t k;        /* one integer: dim, correction, diagonal, nnorm */
     bool flag;        /* keepdim */
-} em_op_params;
+} em_top_params;
 
 /* A short lowercase name ("add", "layer_norm"). */
-const char *em_op_name(em_op op);
+const char *em_top_name(em_tensor_op op);
 
 /* The recorder: called by an op after it computed `out` (a new reference the op returns) from
  * `in` (borrowed; entries may be NULL for absent optional inputs), when some input carries an
  * annotation. `release` is called as a tensor carrying an annotation is freed (the recorder frees
  * the annotation). */
 typedef struct em_op_recorder {
-    void (*record)(em_op op, const em_op_params *p, const em_tensor *const *in, int nin,
+    void (*record)(em_tensor_op op, const em_top_params *p, const em_tensor *const *in, int nin,
                    em_tensor *out);
     void (*release)(em_tensor *t, void *annotation);
 } em_op_recorder;

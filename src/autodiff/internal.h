@@ -11,15 +11,15 @@
 /* What a backward rule sees. Saved tensors are detached views (no recording), present only when
  * the rule's table entry asks for them (NULL otherwise, and NULL for absent optional inputs). */
 typedef struct ad_ctx {
-    em_op op;
-    const em_op_params *p;
+    em_tensor_op op;
+    const em_top_params *p;
     int nin;
-    const em_tensor *in[EM_OP_MAX_INPUTS]; /* saved inputs (see ad_rule.save_inputs) */
+    const em_tensor *in[EM_TOP_MAX_INPUTS]; /* saved inputs (see ad_rule.save_inputs) */
     const em_tensor *out;                  /* saved output (see ad_rule.save_output) */
-    em_shape in_shape[EM_OP_MAX_INPUTS];   /* always: each input's shape */
-    em_scalar in_dtype[EM_OP_MAX_INPUTS];  /* always: each input's dtype */
-    bool in_present[EM_OP_MAX_INPUTS];     /* always: false for absent optional inputs */
-    bool needs[EM_OP_MAX_INPUTS];          /* which inputs want a gradient */
+    em_shape in_shape[EM_TOP_MAX_INPUTS];   /* always: each input's shape */
+    em_scalar in_dtype[EM_TOP_MAX_INPUTS];  /* always: each input's dtype */
+    bool in_present[EM_TOP_MAX_INPUTS];     /* always: false for absent optional inputs */
+    bool needs[EM_TOP_MAX_INPUTS];          /* which inputs want a gradient */
     em_shape out_shape;                    /* always */
     em_scalar out_dtype;                   /* always */
 } ad_ctx;
@@ -38,9 +38,9 @@ typedef struct ad_rule {
 } ad_rule;
 
 /* The rule of an op (rules.c assembles the table from rules_*.c). Never NULL; .backward may be. */
-const ad_rule *ad_rule_for(em_op op);
+const ad_rule *ad_rule_for(em_tensor_op op);
 
-/* The rules of each family, filled by rules_<family>.c into the table (indexed by em_op). */
+/* The rules of each family, filled by rules_<family>.c into the table (indexed by em_tensor_op). */
 void ad_rules_elementwise(ad_rule *table);
 void ad_rules_reduce(ad_rule *table);
 void ad_rules_layout(ad_rule *table);

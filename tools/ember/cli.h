@@ -7,5 +7,9 @@ int em_cli_info(int argc, char **argv);   /* info.c: devices found, and why othe
 int em_cli_kernel(int argc, char **argv); /* kernel.c: check / dump kernels */
 int em_cli_tokenize(int argc, char **argv); /* tokenize.c: text <-> token ids */
 int em_cli_data(int argc, char **argv);     /* data.c: token shards, tokenizer training */
+int em_cli_train(int argc, char **argv);    /* train.c: GPT training with the dashboard */
+int em_cli_sample(int argc, char **argv);   /* sample.c: text generation */
+int em_cli_chat(int argc, char **argv);     /* chat.c: terminal chat */
+int em_cli_bench(int argc, char **argv);    /* bench.c: benchmarks (matmul, ...) */
 
 #endif

@@ -25,6 +25,10 @@ static const command COMMANDS[] = {
     {"kernel", em_cli_kernel, "check, dump and run kernels"},
     {"tokenize", em_cli_tokenize, "print the token ids of a text (or decode ids back to text)"},
     {"data", em_cli_data, "prepare token shards from text, train a BPE tokenizer"},
+    {"train", em_cli_train, "train a GPT on token shards or a text file, with a live dashboard"},
+    {"sample", em_cli_sample, "generate text from a checkpoint (KV cache, top-k/top-p sampling)"},
+    {"chat", em_cli_chat, "talk to a model in the terminal"},
+    {"bench", em_cli_bench, "benchmarks: matmul (against cuBLAS / OpenBLAS where present)"},
 };
 
 static void usage(FILE *out)
