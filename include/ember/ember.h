@@ -11,4 +11,5 @@
 #include "ember/optim.h"
 #include "ember/record.h"
 #include "ember/data.h"
+#include "ember/gpt.h"
 #endif

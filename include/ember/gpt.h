@@ -1,0 +1,90 @@
+/* ember/gpt.h — the GPT model (GPT-2 family), text generation with a KV cache, and loading
+ * Hugging Face GPT-2 weights.
+ *
+ * Parameter names follow Hugging Face's GPT2LMHeadModel without the "transformer." prefix:
+ * wte.weight, wpe.weight, h.<i>.ln_1.weight, h.<i>.attn.c_attn.weight ([dim, 3 dim], Conv1D
+ * layout), ..., ln_f.weight; the LM head is tied to wte (no lm_head.weight of its own when tied).
+ * A checkpoint is a safetensors file whose metadata holds the config as JSON under "ember.config"
+ * (and, for training checkpoints, the optimizer state and step). */
+#ifndef EMBER_GPT_H
+#define EMBER_GPT_H
+
+#include "ember/data.h"
+#include "ember/nn.h"
+#include "ember/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct em_gpt_config {
+    int64_t vocab_size;   /* 50257 for GPT-2's tokenizer */
+    int64_t block_size;   /* context length */
+    int64_t n_layer, n_head, n_embd;
+    double dropout;
+    bool bias;            /* biases in Linear and LayerNorm (GPT-2: true) */
+    bool tied;            /* LM head shares wte (GPT-2: true) */
+} em_gpt_config;
+
+/* Presets: "tiny" (trains on a 2-core CPU in minutes), "gpt2" (124M), "gpt2-medium",
+ * "gpt2-large". false with the error set for an unknown name. */
+bool em_gpt_preset(const char *name, em_gpt_config *out);
+/* The config as JSON (malloc'd) and back. */
+char *em_gpt_config_to_json(const em_gpt_config *c);
+bool em_gpt_config_from_json(const char *json, em_gpt_config *out);
+
+typedef struct em_gpt em_gpt;
+
+/* A freshly initialized model (GPT-2's init: normal(0, 0.02), scaled residual projections) with
+ * parameters of dtype on dev. */
+em_gpt *em_gpt_new(em_device *dev, em_scalar dtype, const em_gpt_config *cfg, uint64_t seed);
+void em_gpt_free(em_gpt *g);
+const em_gpt_config *em_gpt_config_of(const em_gpt *g);
+em_module *em_gpt_module(em_gpt *g); /* the parameter tree, for optimizers and records */
+em_device *em_gpt_device(const em_gpt *g);
+
+/* ids [B, T] (i32/i64, T <= block_size) -> logits [B, T, vocab] (f32). With a cache (one per
+ * layer, made by em_gpt_cache_new), ids holds only the new positions. */
+typedef struct em_gpt_cache em_gpt_cache;
+em_gpt_cache *em_gpt_cache_new(em_gpt *g, int64_t batch, int64_t max_len);
+void em_gpt_cache_free(em_gpt_cache *c);
+void em_gpt_cache_reset(em_gpt_cache *c);
+int64_t em_gpt_cache_len(const em_gpt_cache *c);
+em_tensor *em_gpt_forward(em_gpt *g, const em_tensor *ids, em_gpt_cache *cache);
+/* Mean cross-entropy of the next-token predictions: logits from ids [B, T] against targets
+ * [B, T]. */
+em_tensor *em_gpt_loss(em_gpt *g, const em_tensor *ids, const em_tensor *targets);
+
+/* Saves / loads a model with its config (see above). em_gpt_load also reads Hugging Face's
+ * GPT-2 model.safetensors (names with or without "transformer.", config from the shapes, or
+ * from config.json beside it when present). */
+em_status em_gpt_save(em_gpt *g, const char *path);
+em_gpt *em_gpt_load(const char *path, em_device *dev, em_scalar dtype);
+
+/* ---- sampling and generation ----------------------------------------------------------------- */
+
+typedef struct em_sample_config {
+    double temperature;         /* 0: greedy */
+    int64_t top_k;              /* 0: off */
+    double top_p;               /* 1: off */
+    double repetition_penalty;  /* 1: off (CTRL-style: divide positive logits, multiply negative) */
+    uint64_t seed;
+} em_sample_config;
+/* Picks the next token from one row of logits (host f32 [vocab]) given the ids so far (for the
+ * repetition penalty); rng_state advances. */
+int64_t em_sample_token(const float *logits, int64_t vocab, const int64_t *history, int64_t nhist,
+                        const em_sample_config *cfg, uint64_t *rng_state);
+
+/* Streams tokens: called with each new token id; return false to stop. */
+typedef bool (*em_token_fn)(int64_t token, void *user);
+/* Generates up to max_new tokens after prompt (ids), feeding the prompt once and then one token
+ * at a time through the KV cache (the window slides when the context is full). Stops early at
+ * stop_token (>= 0) or when fn returns false. Writes the count generated to *n_out. */
+em_status em_gpt_generate(em_gpt *g, const int64_t *prompt, int64_t nprompt, int64_t max_new,
+                          const em_sample_config *cfg, int64_t stop_token, em_token_fn fn,
+                          void *user, int64_t *n_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
