@@ -203,6 +203,35 @@ static void test_softmax(void **state)
     }
 }
 
+/* Masked rows, as attention produces them: -inf entries anywhere (also first in the row, and in
+ * the stretch one unit walks), rows longer than a cube, and a row of -inf only (NaN, as PyTorch). */
+static void test_softmax_masked(void **state)
+{
+    (void)state;
+    enum { ROWS = 4, N = 600 };
+    static double x[ROWS * N], ref[ROWS * N];
+    tu_fill(x, ROWS * N, -4, 4, 77);
+    for (int64_t j = 0; j < N; j++) {
+        if (j < 300) x[0 * N + j] = -INFINITY;       /* row 0: first half masked (left padding) */
+        if (j % 256 == 3) x[1 * N + j] = -INFINITY;  /* row 1: one unit's whole stretch masked */
+        if (j > 0) x[2 * N + j] = -INFINITY;         /* row 2: only the first entry remains */
+        x[3 * N + j] = -INFINITY;                    /* row 3: all masked */
+    }
+    for (int r = 0; r < ROWS; r++) {
+        double m = -INFINITY, s = 0;
+        for (int j = 0; j < N; j++) m = fmax(m, x[r * N + j]);
+        for (int j = 0; j < N; j++) s += exp(x[r * N + j] - m);
+        for (int j = 0; j < N; j++) ref[r * N + j] = isinf(m) ? NAN : exp(x[r * N + j] - m) / s;
+    }
+    for (int di = 0; di < tu_ndev; di++) {
+        em_scope_begin();
+        em_tensor *t = tu_tensor(tu_devs[di], EM_F32, EM_SHAPE(ROWS, N), x);
+        tu_check("softmax masked f32", em_softmax(t, -1), EM_SHAPE(ROWS, N), ref,
+                 tu_tol_on(tu_devs[di], EM_F32) * 2);
+        em_scope_end(NULL, 0);
+    }
+}
+
 static void test_norms(void **state)
 {
     (void)state;
@@ -256,6 +285,7 @@ int main(void)
         cmocka_unit_test(test_arg_all_any_int),
         cmocka_unit_test(test_cumsum),
         cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_softmax_masked),
         cmocka_unit_test(test_norms),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);

@@ -931,12 +931,16 @@ static const char prelude_f16[] =
 
 static const char prelude_bf16[] =
     "/* bf16: bfloat16 bits in memory, float in registers, rounded (to nearest even) after every "
-    "operation. */\n"
+    "operation; one cvt instruction from sm_80 on. */\n"
     "__device__ __forceinline__ unsigned short em_f2b(float f)\n"
     "{\n"
+    "#if __CUDA_ARCH__ >= 800\n"
+    "    unsigned short b; asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(b) : \"f\"(f)); return b;\n"
+    "#else\n"
     "    unsigned u = __float_as_uint(f);\n"
     "    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);\n"
     "    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
+    "#endif\n"
     "}\n"
     "__device__ __forceinline__ float em_b2f(unsigned short b) { return "
     "__uint_as_float((unsigned)b << 16); }\n"
