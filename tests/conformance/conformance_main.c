@@ -17,14 +17,6 @@
 
 #include "conformance.h"
 
-/* Under LeakSanitizer: PoCL's compiler (its LLVM) keeps memory it never frees when it builds a
- * program; those leaks are PoCL's, not ember's, so sanitizer runs ignore them. */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
-{
-    return "leak:libpocl.so\nleak:libLLVM\nleak:libclang\n";
-}
-
 #define MAX_CASES 96
 #define MAX_DEVS 4
 
@@ -996,6 +988,46 @@ static conf_result case_mma(conf_ctx *c, int v)
     return r;
 }
 
+/* mma_tiled: c = a · b + 0.5 (32×64 f16 times 64×48 f16, f32 out) through shared f16 tiles and a
+ * shared f32 staging tile; exact in f32 (products of quarter-multiples, short sums). */
+static conf_result case_mma_tiled(conf_ctx *c, int v)
+{
+    (void)v;
+    NEED_DTYPE(c, EM_F16);
+    enum { M = 32, N = 48, K = 64 };
+    static double a[M * K], b[K * N], ref[M * N], got[M * N];
+    static uint16_t ha[M * K], hb[K * N];
+    static float cc[M * N];
+    for (int i = 0; i < M * K; i++) a[i] = ((i * 7) % 11 - 5) * 0.25;
+    for (int i = 0; i < K * N; i++) b[i] = ((i * 3) % 13 - 6) * 0.5;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double s = 0.5;
+            for (int k = 0; k < K; k++) s += a[m * K + k] * b[k * N + n];
+            ref[m * N + n] = s;
+        }
+    conf_pack(EM_F16, a, NULL, M * K, ha);
+    conf_pack(EM_F16, b, NULL, K * N, hb);
+    conf_buf ba = conf_buf_new(c, ha, sizeof(ha)), bb = conf_buf_new(c, hb, sizeof(hb)),
+             bc = conf_buf_new(c, NULL, sizeof(cc));
+    em_arg args[] = {conf_arg(&ba, M * K), conf_arg(&bb, K * N), conf_arg(&bc, M * N),
+                     em_arg_u32(N), em_arg_u32(K)};
+    uint32_t P = c->caps->plane_dim ? c->caps->plane_dim : 1;
+    uint32_t cubes[3] = {N / 16, M / 16, 1}, dims[3] = {P, 1, 1};
+    conf_result r = conf_launch(c, "mma_tiled", NULL, 0, 1, cubes, dims, args, 5);
+    if (r == CONF_PASS) {
+        bool ok = conf_buf_read(c, &bc, cc, "mma_tiled: c");
+        for (int i = 0; ok && i < M * N; i++) got[i] = cc[i];
+        ok = ok && conf_cmp_f(c, "mma_tiled: c", got, ref, NULL, M * N, 1e-6, 1);
+        r = ok ? CONF_PASS : CONF_FAIL;
+    }
+    conf_buf_free(&ba);
+    conf_buf_free(&bb);
+    conf_buf_free(&bc);
+    if (r == CONF_PASS && !c->caps->matrix) c->emulated = true;
+    return r;
+}
+
 /* ---- the case list, devices, summary ------------------------------------------------------------ */
 
 static conf_case g_cases[MAX_CASES];
@@ -1046,6 +1078,7 @@ static void build_cases(void)
     for (size_t k = 0; k < sizeof(POLYS) / sizeof(POLYS[0]); k++)
         add_case(case_poly, (int)k, "poly<%s> comptime #%zu", em_scalar_name(POLYS[k].t), k);
     add_case(case_mma, 0, "mma16 (coop. matrix)");
+    add_case(case_mma_tiled, 0, "mma tiled, shared (coop. m.)");
 }
 
 static const char *g_devs[MAX_DEVS];
@@ -1068,6 +1101,17 @@ static void run_device(void **state)
     conf_ctx ctx = {dev, em_device_caps(dev), g_module, false, ""};
     printf("conformance: %s: %s (plane size %u)\n", name, ctx.caps->device_name,
            ctx.caps->plane_dim);
+    if (ctx.caps->matrix_api[0]) { /* the matrix units the mma cases run on */
+        printf("  matrix units (%s):", ctx.caps->matrix_api);
+        for (uint32_t i = 0; i < ctx.caps->matrix_shape_count && i < EM_CAPS_MATRIX_SHAPES; i++) {
+            const em_matrix_shape *x = &ctx.caps->matrix_shapes[i];
+            printf("%s %s x %s + %s -> %s %ux%ux%u", i ? "," : "",
+                   em_scalar_name((em_scalar)x->a), em_scalar_name((em_scalar)x->b),
+                   em_scalar_name((em_scalar)x->c), em_scalar_name((em_scalar)x->d), x->m, x->n,
+                   x->k);
+        }
+        printf("\n");
+    }
     size_t fails = 0;
     for (size_t k = 0; k < g_ncases; k++) {
         ctx.emulated = false;

@@ -15,14 +15,6 @@
 #include <pthread.h>
 #include "runtime/rt_util.h"
 
-/* Under LeakSanitizer: PoCL's compiler (its LLVM) keeps memory it never frees when it builds a
- * program; those are PoCL's, not ember's, so sanitizer runs ignore leaks allocated inside it. */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
-{
-    return "leak:libpocl.so\nleak:libLLVM\nleak:libclang\n";
-}
-
 /* Opens opencl:0, or skips the test (saying why) when the machine has none. */
 static em_device *open_or_skip(void) { return rt_open_or_skip("opencl", "opencl:0"); }
 
