@@ -91,6 +91,13 @@ typedef struct em_op_recorder {
     void (*record)(em_tensor_op op, const em_top_params *p, const em_tensor *const *in, int nin,
                    em_tensor *out);
     void (*release)(em_tensor *t, void *annotation);
+    /* Optional: asked before an in-place write into an annotated tensor (em_copy_); returns EM_OK
+     * or an error status with the message set (e.g. a tensor requiring gradients while
+     * gradients are recorded), which the write then returns. */
+    em_status (*check_write)(const em_tensor *t, const char *op);
+    /* Optional: false while the recorder records nothing on this thread (autodiff's no-grad), so
+     * that ops may then reuse donated buffers and fuse as if no input were annotated. */
+    bool (*active)(void);
 } em_op_recorder;
 
 /* Installs the recorder (one per process; NULL uninstalls). */
@@ -100,6 +107,16 @@ void em_set_op_recorder(const em_op_recorder *r);
  * no annotation of its own unless the recorder gives it one. */
 void *em_tensor_annotation(const em_tensor *t);
 void em_tensor_set_annotation(em_tensor *t, void *annotation);
+
+/* Helpers for recorders (they hold tensors beyond the caller's scopes):
+ * em_tensor_alias: a new tensor object viewing t's storage with t's geometry, with no annotation
+ * and recording nothing; it belongs to no scope (the caller owns it). NULL on error.
+ * em_tensor_untrack: removes t from the scope holding its creation reference (the caller owns
+ * that reference from now on).
+ * em_tensor_exclusive: true when t has one reference and is the only view of its storage. */
+em_tensor *em_tensor_alias(const em_tensor *t);
+void em_tensor_untrack(em_tensor *t);
+bool em_tensor_exclusive(const em_tensor *t);
 
 #ifdef __cplusplus
 }

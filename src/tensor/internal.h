@@ -29,7 +29,26 @@ struct em_tensor {
     void *scope;                 /* the scope holding the creation reference, or NULL */
     size_t scope_slot;           /* index in that scope's list */
     bool taken;                  /* donated with em_take to the next op reading it */
+    void *annotation;            /* the op recorder's per-tensor data (tensor_op.h), or NULL */
 };
+
+/* ---- op recording (record.c) ---- */
+#include "ember/tensor_op.h"
+/* Reports an op to the installed recorder when some input carries an annotation and out is a
+ * floating-point tensor (integer and bool results are not differentiable). Call it after out is
+ * computed and while every input is still alive (before tn_done). NULL out is ignored. */
+void tn_record(em_tensor_op op, const em_top_params *p, const em_tensor *const *in, int nin,
+               em_tensor *out);
+/* Shorthands: one input with no parameters, and a params block with k set. */
+void tn_record1(em_tensor_op op, const em_tensor *in, em_tensor *out);
+em_top_params tn_params_k(int64_t k);
+/* True when a recorder is installed and some of in[0..n) carries an annotation: the op will be
+ * recorded, so it must not write its result into an input's buffer. */
+bool tn_recording(const em_tensor *const *in, int n);
+/* Called as an annotated tensor is freed (releases the annotation through the recorder). */
+void tn_release_annotation(em_tensor *t);
+/* Asks the recorder whether an in-place write into t is allowed (EM_OK when not annotated). */
+em_status tn_check_write(const em_tensor *t, const char *op);
 
 /* ---- scopes (scope.c) ---- */
 /* Registers a new tensor with the current scope (if any). Returns t. */

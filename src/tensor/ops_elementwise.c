@@ -145,6 +145,30 @@ static em_status unary_into(const char *op, const em_tensor *t, em_tensor *out, 
     return run_walk(op, "tensor_unary", b, 5, ts, 2, out->rank, out->shape, strides, sc, 2);
 }
 
+/* The recorded op of a unary code (EM_TOP_NONE: not differentiable), with its parameters. */
+static em_tensor_op unary_top(int code, double p0, double p1, em_top_params *p)
+{
+    static const em_tensor_op direct[] = {
+        [TN_U_NEG] = EM_TOP_NEG, [TN_U_ABS] = EM_TOP_ABS, [TN_U_SIGN] = EM_TOP_SIGN,
+        [TN_U_EXP] = EM_TOP_EXP, [TN_U_LOG] = EM_TOP_LN, [TN_U_LOG1P] = EM_TOP_LOG1P,
+        [TN_U_EXPM1] = EM_TOP_EXPM1, [TN_U_SQRT] = EM_TOP_SQRT, [TN_U_RSQRT] = EM_TOP_RSQRT,
+        [TN_U_RECIP] = EM_TOP_RECIPROCAL, [TN_U_SIN] = EM_TOP_SIN, [TN_U_COS] = EM_TOP_COS,
+        [TN_U_TANH] = EM_TOP_TANH, [TN_U_ERF] = EM_TOP_ERF, [TN_U_SIGMOID] = EM_TOP_SIGMOID,
+        [TN_U_RELU] = EM_TOP_RELU, [TN_U_GELU] = EM_TOP_GELU, [TN_U_GELU_TANH] = EM_TOP_GELU_TANH,
+        [TN_U_SILU] = EM_TOP_SILU, [TN_U_SOFTPLUS] = EM_TOP_SOFTPLUS, [TN_U_FLOOR] = EM_TOP_FLOOR,
+        [TN_U_CEIL] = EM_TOP_CEIL, [TN_U_ROUND] = EM_TOP_ROUND, [TN_U_CLAMP] = EM_TOP_CLAMP,
+        [TN_U_POWS] = EM_TOP_POW_SCALAR, [TN_U_COPY] = EM_TOP_CAST, [TN_U_ADDS] = EM_TOP_ADD_SCALAR,
+        [TN_U_SUBS] = EM_TOP_ADD_SCALAR, [TN_U_MULS] = EM_TOP_MUL_SCALAR,
+        [TN_U_DIVS] = EM_TOP_DIV_SCALAR, [TN_U_RSUBS] = EM_TOP_RSUB_SCALAR,
+        [TN_U_RDIVS] = EM_TOP_RDIV_SCALAR, [TN_U_MAXS] = EM_TOP_MAXIMUM_SCALAR,
+        [TN_U_MINS] = EM_TOP_MINIMUM_SCALAR,
+    };
+    *p = tn_params_k(0);
+    p->f[0] = code == TN_U_SUBS ? -p0 : p0;
+    p->f[1] = p1;
+    return code >= 0 && code < (int)(sizeof direct / sizeof *direct) ? direct[code] : EM_TOP_NONE;
+}
+
 em_tensor *tn_unary(const char *op, const em_tensor *t, int code, double p0, double p1)
 {
     if (!t) return NULL;
@@ -174,6 +198,11 @@ em_tensor *tn_unary(const char *op, const em_tensor *t, int code, double p0, dou
         return NULL;
     }
     em_status st = unary_into(op, t, out, code, p0, p1);
+    if (st == EM_OK && !reuse) {
+        em_top_params p;
+        em_tensor_op top = unary_top(code, p0, p1, &p);
+        if (top != EM_TOP_NONE) tn_record(top, &p, &t, 1, out);
+    }
     if (!reuse) tn_done(t);
     if (st != EM_OK) {
         em_release(out);
@@ -256,6 +285,8 @@ em_status em_copy_(em_tensor *dst, const em_tensor *src)
 {
     if (!dst || !src) return em_last_status() != EM_OK ? em_last_status() : EM_ERR_INVALID;
     if (!tn_same_device("copy_", dst, src)) return EM_ERR_INVALID;
+    em_status ws = tn_check_write(dst, "copy_");
+    if (ws != EM_OK) return ws;
     int r;
     int64_t shape[EM_MAX_RANK];
     if (!tn_broadcast("copy_", dst, src, &r, shape)) return EM_ERR_INVALID;
@@ -279,6 +310,7 @@ em_tensor *em_cast(const em_tensor *t, em_scalar dtype)
         em_release(out);
         out = NULL;
     }
+    tn_record1(EM_TOP_CAST, t, out);
     tn_done(t);
     return out;
 }
@@ -289,13 +321,16 @@ em_tensor *em_contiguous(const em_tensor *t)
 {
     if (!t) return NULL;
     if (em_is_contiguous(t)) {
-        if (t->taken) {
+        if (t->taken && !t->annotation) {
             em_tensor *r = (em_tensor *)t;
             r->taken = false;
             if (!r->scope) tn_scope_track(r);
             return r; /* the donated reference becomes the result */
         }
-        return tn_view(t, t->rank, t->shape, t->stride, t->offset);
+        em_tensor *v = tn_view(t, t->rank, t->shape, t->stride, t->offset);
+        tn_record1(EM_TOP_CAST, t, v);
+        tn_done(t);
+        return v;
     }
     return em_clone(t);
 }
@@ -344,6 +379,7 @@ static em_tensor *promote_cast(const em_tensor *t, em_scalar dtype)
         em_release(out);
         out = NULL;
     }
+    tn_record1(EM_TOP_CAST, t, out);
     return out;
 }
 
@@ -426,9 +462,12 @@ static em_tensor *binary(const char *op, const em_tensor *a, const em_tensor *b,
     }
     if (!tn_broadcast(op, a, b, &rank, shape)) goto done;
     em_scalar odt = code >= B_EQ ? EM_BOOL : a->dtype;
-    bool reuse_a = odt == a->dtype && tn_reusable(a) && a->rank == rank &&
+    const em_tensor *ins[2] = {a, b};
+    bool rec = tn_recording(ins, 2); /* a recorded op may need its inputs: no reuse */
+    bool reuse_a = !rec && odt == a->dtype && tn_reusable(a) && a->rank == rank &&
                    memcmp(a->shape, shape, sizeof(int64_t) * (size_t)rank) == 0;
-    bool reuse_b = !reuse_a && a != b && odt == b->dtype && tn_reusable(b) && b->rank == rank &&
+    bool reuse_b = !rec && !reuse_a && a != b && odt == b->dtype && tn_reusable(b) &&
+                   b->rank == rank &&
                    memcmp(b->shape, shape, sizeof(int64_t) * (size_t)rank) == 0;
     if (reuse_a || reuse_b) {
         out = (em_tensor *)(reuse_a ? a : b);
@@ -448,6 +487,8 @@ static em_tensor *binary(const char *op, const em_tensor *a, const em_tensor *b,
     memcpy(strides[2], out->stride, sizeof strides[2]);
     const em_tensor *ts[3] = {a, b, out};
     em_status st = run_walk(op, "tensor_binary", bd, 5, ts, 3, rank, shape, strides, NULL, 0);
+    if (st == EM_OK && rec && code <= B_REM)
+        tn_record((em_tensor_op)(EM_TOP_ADD + code), NULL, ins, 2, out);
     if (out == a || out == b) {
         tn_done(out == a ? b : a);
         if (st != EM_OK) {
@@ -533,11 +574,15 @@ em_tensor *em_where(const em_tensor *cond, const em_tensor *a, const em_tensor *
         bool ca, cb;
         if (promote_pair(a, b, em_promote_types(a->dtype, b->dtype), &xa, &xb, &ca, &cb)) {
             out = where3("where", cond, xa, xb);
+            const em_tensor *ins[3] = {cond, xa, xb};
+            tn_record(EM_TOP_WHERE, NULL, ins, 3, out);
             if (ca) em_release((em_tensor *)xa);
             if (cb) em_release((em_tensor *)xb);
         }
     } else if (cond && a && b) {
         out = where3("where", cond, a, b);
+        const em_tensor *ins[3] = {cond, a, b};
+        tn_record(EM_TOP_WHERE, NULL, ins, 3, out);
     }
     tn_done(cond);
     if (a != cond) tn_done(a);
@@ -559,6 +604,10 @@ em_tensor *em_masked_fill(const em_tensor *t, const em_tensor *mask, double valu
             em_release(out);
             out = NULL;
         }
+        em_top_params p = tn_params_k(0);
+        p.f[0] = value;
+        const em_tensor *ins[2] = {t, mask};
+        tn_record(EM_TOP_MASKED_FILL, &p, ins, 2, out);
     }
     tn_done(t);
     if (mask != t) tn_done(mask);

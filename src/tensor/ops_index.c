@@ -74,6 +74,11 @@ fail:
     em_release(out);
     out = NULL;
 done:
+    if (out) {
+        em_top_params p = tn_params_k(tn_dim("index_select", dim, t->rank));
+        const em_tensor *ins[2] = {t, index};
+        tn_record(EM_TOP_INDEX_SELECT, &p, ins, 2, out);
+    }
     tn_done(t);
     if (index != t) tn_done(index);
     return out;
@@ -137,6 +142,11 @@ em_tensor *em_gather(const em_tensor *t, int dim, const em_tensor *index)
     em_release(out);
     out = NULL;
 done:
+    if (out) {
+        em_top_params p = tn_params_k(tn_dim("gather", dim, t->rank));
+        const em_tensor *ins[2] = {t, index};
+        tn_record(EM_TOP_GATHER, &p, ins, 2, out);
+    }
     tn_done(t);
     if (index != t) tn_done(index);
     return out;
@@ -186,9 +196,19 @@ static em_tensor *scatter(const char *op, const em_tensor *t, int dim, const em_
     return out;
 }
 
+static void record_scatter(em_tensor_op op, const em_tensor *t, int dim, const em_tensor *index,
+                           const em_tensor *src, em_tensor *out)
+{
+    if (!out) return;
+    em_top_params p = tn_params_k(tn_dim(em_top_name(op), dim, t->rank));
+    const em_tensor *ins[3] = {t, index, src};
+    tn_record(op, &p, ins, 3, out);
+}
+
 em_tensor *em_scatter(const em_tensor *t, int dim, const em_tensor *index, const em_tensor *src)
 {
     em_tensor *out = t && index && src ? scatter("scatter", t, dim, index, src, false) : NULL;
+    record_scatter(EM_TOP_SCATTER, t, dim, index, src, out);
     tn_done(t);
     tn_done(index);
     tn_done(src);
@@ -198,6 +218,7 @@ em_tensor *em_scatter(const em_tensor *t, int dim, const em_tensor *index, const
 em_tensor *em_scatter_add(const em_tensor *t, int dim, const em_tensor *index, const em_tensor *src)
 {
     em_tensor *out = t && index && src ? scatter("scatter_add", t, dim, index, src, true) : NULL;
+    record_scatter(EM_TOP_SCATTER_ADD, t, dim, index, src, out);
     tn_done(t);
     tn_done(index);
     tn_done(src);

@@ -2,15 +2,18 @@
  * transpose, expand, squeeze, unsqueeze, slice with steps, narrow, select, split, chunk.
  * Copies: reshape otherwise, flip and tril/triu (kernels of src/kernels/tensor_layout.ek), and
  * cat, stack and pad (strided copies into views of the result). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "tensor/internal.h"
 
-/* A view of t with the given geometry; releases t when it was donated. */
+/* A view of t with the given geometry, reported as op with params p (NULL: none); releases t when
+ * it was donated. */
 static em_tensor *make_view(const em_tensor *t, int rank, const int64_t *shape, const int64_t *stride,
-                            int64_t offset)
+                            int64_t offset, em_tensor_op op, const em_top_params *p)
 {
     em_tensor *v = tn_view(t, rank, shape, stride, offset);
+    tn_record(op, p, &t, 1, v);
     tn_done(t);
     return v;
 }
@@ -92,7 +95,7 @@ em_tensor *em_view(const em_tensor *t, em_shape shape)
                      em_describe(t, d, sizeof d), want);
         return fail(t);
     }
-    return make_view(t, shape.rank, shape.d, st, t->offset);
+    return make_view(t, shape.rank, shape.d, st, t->offset, EM_TOP_RESHAPE, NULL);
 }
 
 em_tensor *em_reshape(const em_tensor *t, em_shape shape)
@@ -100,11 +103,13 @@ em_tensor *em_reshape(const em_tensor *t, em_shape shape)
     if (!t) return NULL;
     if (!infer_shape("reshape", t, &shape)) return fail(t);
     int64_t st[EM_MAX_RANK];
-    if (view_strides(t, &shape, st)) return make_view(t, shape.rank, shape.d, st, t->offset);
+    if (view_strides(t, &shape, st))
+        return make_view(t, shape.rank, shape.d, st, t->offset, EM_TOP_RESHAPE, NULL);
     em_tensor *c = em_clone(t); /* releases t when donated */
     if (!c) return NULL;
     tn_contig_strides(shape.rank, shape.d, st);
     em_tensor *v = tn_view(c, shape.rank, shape.d, st, 0);
+    tn_record1(EM_TOP_RESHAPE, c, v);
     em_release(c);
     return v;
 }
@@ -123,6 +128,8 @@ em_tensor *em_permute(const em_tensor *t, const int *perm, int n)
     }
     int64_t sh[EM_MAX_RANK], st[EM_MAX_RANK];
     bool seen[EM_MAX_RANK] = {false};
+    em_top_params p = tn_params_k(0);
+    p.ni = n;
     for (int i = 0; i < n; i++) {
         int d = tn_dim("permute", perm[i], t->rank);
         if (d < 0) return fail(t);
@@ -131,10 +138,11 @@ em_tensor *em_permute(const em_tensor *t, const int *perm, int n)
             return fail(t);
         }
         seen[d] = true;
+        p.i[i] = d;
         sh[i] = t->shape[d];
         st[i] = t->stride[d];
     }
-    return make_view(t, n, sh, st, t->offset);
+    return make_view(t, n, sh, st, t->offset, EM_TOP_PERMUTE, &p);
 }
 
 em_tensor *em_transpose(const em_tensor *t, int d0, int d1)
@@ -142,7 +150,10 @@ em_tensor *em_transpose(const em_tensor *t, int d0, int d1)
     if (!t) return NULL;
     int a = tn_dim("transpose", d0, t->rank), b = a < 0 ? -1 : tn_dim("transpose", d1, t->rank);
     if (a < 0 || b < 0) return fail(t);
-    if (t->rank == 0) return make_view(t, 0, t->shape, t->stride, t->offset);
+    if (t->rank == 0) return make_view(t, 0, t->shape, t->stride, t->offset, EM_TOP_RESHAPE, NULL);
+    em_top_params p = tn_params_k(0);
+    p.ni = t->rank;
+    for (int i = 0; i < t->rank; i++) p.i[i] = i == a ? b : i == b ? a : i;
     int64_t sh[EM_MAX_RANK], st[EM_MAX_RANK];
     memcpy(sh, t->shape, sizeof sh);
     memcpy(st, t->stride, sizeof st);
@@ -150,7 +161,7 @@ em_tensor *em_transpose(const em_tensor *t, int d0, int d1)
     st[a] = t->stride[b];
     sh[b] = t->shape[a];
     st[b] = t->stride[a];
-    return make_view(t, t->rank, sh, st, t->offset);
+    return make_view(t, t->rank, sh, st, t->offset, EM_TOP_PERMUTE, &p);
 }
 
 em_tensor *em_expand(const em_tensor *t, em_shape shape)
@@ -176,7 +187,7 @@ em_tensor *em_expand(const em_tensor *t, em_shape shape)
             goto bad;
         }
     }
-    return make_view(t, shape.rank, sh, st, t->offset);
+    return make_view(t, shape.rank, sh, st, t->offset, EM_TOP_EXPAND, NULL);
 bad: {
     char d[128], want[128];
     tn_describe_shape(t->dtype, shape.rank, shape.d, want, sizeof want);
@@ -200,7 +211,7 @@ em_tensor *em_squeeze(const em_tensor *t, int dim)
         sh[r] = t->shape[i];
         st[r++] = t->stride[i];
     }
-    return make_view(t, r, sh, st, t->offset);
+    return make_view(t, r, sh, st, t->offset, EM_TOP_RESHAPE, NULL);
 }
 
 em_tensor *em_unsqueeze(const em_tensor *t, int dim)
@@ -222,7 +233,7 @@ em_tensor *em_unsqueeze(const em_tensor *t, int dim)
             st[i] = t->stride[j++];
         }
     }
-    return make_view(t, t->rank + 1, sh, st, t->offset);
+    return make_view(t, t->rank + 1, sh, st, t->offset, EM_TOP_RESHAPE, NULL);
 }
 
 em_tensor *em_slice(const em_tensor *t, int dim, int64_t start, int64_t end, int64_t step)
@@ -248,7 +259,12 @@ em_tensor *em_slice(const em_tensor *t, int dim, int64_t start, int64_t end, int
     memcpy(st, t->stride, sizeof st);
     sh[d] = (end - start + step - 1) / step;
     st[d] = t->stride[d] * step;
-    return make_view(t, t->rank, sh, st, t->offset + start * t->stride[d]);
+    em_top_params p = tn_params_k(d);
+    p.ni = 3;
+    p.i[0] = start;
+    p.i[1] = end;
+    p.i[2] = step;
+    return make_view(t, t->rank, sh, st, t->offset + start * t->stride[d], EM_TOP_SLICE, &p);
 }
 
 em_tensor *em_narrow(const em_tensor *t, int dim, int64_t start, int64_t length)
@@ -284,7 +300,10 @@ em_tensor *em_select(const em_tensor *t, int dim, int64_t index)
         sh[r] = t->shape[i];
         st[r++] = t->stride[i];
     }
-    return make_view(t, r, sh, st, t->offset + index * t->stride[d]);
+    em_top_params p = tn_params_k(d);
+    p.ni = 1;
+    p.i[0] = index;
+    return make_view(t, r, sh, st, t->offset + index * t->stride[d], EM_TOP_SELECT, &p);
 }
 
 int em_split(const em_tensor *t, int64_t size, int dim, em_tensor **out, int max_out)
@@ -367,6 +386,10 @@ em_tensor *em_flip(const em_tensor *t, const int *dims, int ndims)
     if (t->rank == 0) mask = 0;
     em_lang_bind b = em_lang_bind_int("FLIP", mask);
     em_tensor *out = launch_simple("flip", "tensor_flip", t, &b, 1, NULL);
+    em_top_params p = tn_params_k(0);
+    for (int d = 0; d < t->rank; d++)
+        if (mask & (1u << d)) p.i[p.ni++] = d;
+    tn_record(EM_TOP_FLIP, &p, &t, 1, out);
     tn_done(t);
     return out;
 }
@@ -384,12 +407,16 @@ static em_tensor *tri(const char *op, const em_tensor *t, int64_t k, bool upper)
     ka.value.i = k;
     tn_arg s = tn_arg_s(ka);
     em_tensor *out = launch_simple(op, "tensor_tri", t, &b, 1, &s);
+    em_top_params p = tn_params_k(k);
+    tn_record(upper ? EM_TOP_TRIU : EM_TOP_TRIL, &p, &t, 1, out);
     tn_done(t);
     return out;
 }
 
 em_tensor *em_tril(const em_tensor *t, int64_t k) { return tri("tril", t, k, false); }
 em_tensor *em_triu(const em_tensor *t, int64_t k) { return tri("triu", t, k, true); }
+
+static em_tensor *cat_chunked(em_tensor *const *ts, int n, int dim);
 
 em_tensor *em_cat(em_tensor *const *ts, int n, int dim)
 {
@@ -398,6 +425,8 @@ em_tensor *em_cat(em_tensor *const *ts, int n, int dim)
         em_set_error(EM_ERR_INVALID, "cat: no tensors given");
         return NULL;
     }
+    if (n > EM_TOP_MAX_INPUTS && tn_recording((const em_tensor *const *)ts, n))
+        return cat_chunked(ts, n, dim);
     for (int i = 0; i < n; i++)
         if (!ts[i]) goto done;
     const em_tensor *a = ts[0];
@@ -441,12 +470,53 @@ em_tensor *em_cat(em_tensor *const *ts, int n, int dim)
         }
         at += ts[i]->shape[d];
     }
+    if (tn_recording((const em_tensor *const *)ts, n)) {
+        em_top_params p = tn_params_k(d);
+        tn_record(EM_TOP_CAT, &p, (const em_tensor *const *)ts, n, out);
+    }
 done:
     for (int i = 0; i < n; i++) {
         bool dup = false;
         for (int j = 0; j < i; j++) dup |= ts[j] == ts[i];
         if (!dup) tn_done(ts[i]);
     }
+    return out;
+}
+
+/* A recorded cat of more inputs than an op reports: cats of chunks, then a cat of those (each
+ * reported). Donated inputs are released once at the end. */
+static em_tensor *cat_chunked(em_tensor *const *ts, int n, int dim)
+{
+    bool *taken = calloc((size_t)n, sizeof *taken);
+    size_t nparts = (size_t)(n + EM_TOP_MAX_INPUTS - 1) / EM_TOP_MAX_INPUTS;
+    em_tensor **parts = calloc(nparts, sizeof *parts);
+    em_tensor *out = NULL;
+    int np = 0;
+    if (!taken || !parts) {
+        em_set_error(EM_ERR_NOMEM, "cat: out of host memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        taken[i] = ts[i] && ts[i]->taken;
+        if (ts[i]) ts[i]->taken = false;
+    }
+    for (int i = 0; i < n; i += EM_TOP_MAX_INPUTS) {
+        int m = n - i < EM_TOP_MAX_INPUTS ? n - i : EM_TOP_MAX_INPUTS;
+        parts[np] = em_cat(ts + i, m, dim);
+        if (!parts[np]) goto done;
+        np++;
+    }
+    out = em_cat(parts, np, dim);
+done:
+    for (int i = 0; i < np; i++) em_release(parts[i]);
+    for (int i = 0; taken && i < n; i++) {
+        bool dup = false;
+        for (int j = 0; j < i; j++) dup |= ts[j] == ts[i];
+        if (ts[i]) ts[i]->taken = taken[i];
+        if (!dup && taken[i]) tn_done(ts[i]);
+    }
+    free(taken);
+    free(parts);
     return out;
 }
 
@@ -514,6 +584,13 @@ em_tensor *em_pad(const em_tensor *t, const int64_t *pads, int npads, double val
     em_tensor *dst = tn_view(out, t->rank, t->shape, out->stride, start);
     em_status st = dst ? tn_copy_into("pad", dst, t) : EM_ERR_NOMEM;
     em_release(dst);
+    if (st == EM_OK) {
+        em_top_params p = tn_params_k(0);
+        p.f[0] = value;
+        p.ni = npads;
+        for (int i = 0; i < npads; i++) p.i[i] = pads[i];
+        tn_record(EM_TOP_PAD, &p, &t, 1, out);
+    }
     tn_done(t);
     if (st != EM_OK) {
         em_release(out);

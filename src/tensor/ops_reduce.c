@@ -51,18 +51,35 @@ static int split_dims(const char *op, const em_tensor *t, const int *dims, int n
     return k;
 }
 
+/* Reports a reduction (float results only; argmax/argmin/all/any record nothing). */
+static void record_reduce(int code, const em_tensor *t, const bool *red, bool keepdim,
+                          int correction, em_tensor *out)
+{
+    static const em_tensor_op top[] = {
+        [R_SUM] = EM_TOP_SUM, [R_PROD] = EM_TOP_PROD, [R_MAX] = EM_TOP_MAX, [R_MIN] = EM_TOP_MIN,
+        [R_MEAN] = EM_TOP_MEAN, [R_VAR] = EM_TOP_VAR, [R_STD] = EM_TOP_STD,
+        [R_LSE] = EM_TOP_LOGSUMEXP,
+    };
+    if (code >= (int)(sizeof top / sizeof *top) || top[code] == EM_TOP_NONE) return;
+    em_top_params p = tn_params_k(correction);
+    p.flag = keepdim;
+    for (int i = 0; i < t->rank; i++)
+        if (red[i]) p.i[p.ni++] = i;
+    tn_record(top[code], &p, &t, 1, out);
+}
+
 static em_tensor *reduce(const char *op, const em_tensor *t, const int *dims, int ndims, bool keepdim,
                          int code, int correction)
 {
     if (!t) return NULL;
     em_tensor *out = NULL;
+    bool red[EM_MAX_RANK] = {false};
     bool fl = em_scalar_is_float(t->dtype);
     if ((code == R_MEAN || code == R_VAR || code == R_STD || code == R_LSE) && !fl) {
         em_set_error(EM_ERR_INVALID, "%s: needs a floating-point tensor, got %s", op, em_scalar_name(t->dtype));
         goto done;
     }
     int perm[EM_MAX_RANK];
-    bool red[EM_MAX_RANK];
     int k = split_dims(op, t, dims, ndims, perm, red);
     if (k < 0) goto done;
     /* Output shape and the kernel's view of x and out. */
@@ -130,6 +147,7 @@ static em_tensor *reduce(const char *op, const em_tensor *t, const int *dims, in
         out = NULL;
     }
 done:
+    if (out) record_reduce(code, t, red, keepdim, correction, out);
     tn_done(t);
     return out;
 }
@@ -215,6 +233,10 @@ static em_tensor *softmax(const char *op, const em_tensor *t, int dim, bool log_
         out = NULL;
     }
 done:
+    if (out) {
+        em_top_params p = tn_params_k(tn_dim(op, dim, t->rank));
+        tn_record(log_softmax ? EM_TOP_LOG_SOFTMAX : EM_TOP_SOFTMAX, &p, &t, 1, out);
+    }
     tn_done(t);
     return out;
 }
@@ -250,6 +272,10 @@ em_tensor *em_cumsum(const em_tensor *t, int dim)
         out = NULL;
     }
 done:
+    if (out) {
+        em_top_params p = tn_params_k(d);
+        tn_record(EM_TOP_CUMSUM, &p, &t, 1, out);
+    }
     tn_done(t);
     return out;
 }
@@ -317,6 +343,10 @@ em_tensor *em_layer_norm(const em_tensor *t, int nnorm, const em_tensor *weight,
                          double eps)
 {
     em_tensor *out = t ? norm("layer_norm", t, nnorm, weight, bias, eps, false) : NULL;
+    em_top_params p = tn_params_k(nnorm);
+    p.f[0] = eps;
+    const em_tensor *ins[3] = {t, weight, bias};
+    tn_record(EM_TOP_LAYER_NORM, &p, ins, 3, out);
     tn_done(t);
     tn_done(weight);
     tn_done(bias);
@@ -326,6 +356,10 @@ em_tensor *em_layer_norm(const em_tensor *t, int nnorm, const em_tensor *weight,
 em_tensor *em_rms_norm(const em_tensor *t, int nnorm, const em_tensor *weight, double eps)
 {
     em_tensor *out = t ? norm("rms_norm", t, nnorm, weight, NULL, eps, true) : NULL;
+    em_top_params p = tn_params_k(nnorm);
+    p.f[0] = eps;
+    const em_tensor *ins[2] = {t, weight};
+    tn_record(EM_TOP_RMS_NORM, &p, ins, 2, out);
     tn_done(t);
     tn_done(weight);
     return out;

@@ -23,7 +23,20 @@ static int dim_last(const em_tensor *t, int d, int64_t *shape, int64_t *stride)
     return t->rank;
 }
 
-static em_status sort_impl(const em_tensor *t, int dim, bool desc, em_tensor **values, em_tensor **indices)
+/* Sorted values are differentiable as a gather of t by the indices along d (a 0-d t: a copy). */
+static void record_values(const em_tensor *t, int d, const em_tensor *ix, em_tensor *v)
+{
+    if (t->rank == 0) {
+        tn_record1(EM_TOP_CAST, t, v);
+        return;
+    }
+    em_top_params p = tn_params_k(d);
+    const em_tensor *ins[2] = {t, ix};
+    tn_record(EM_TOP_GATHER, &p, ins, 2, v);
+}
+
+static em_status sort_impl(const em_tensor *t, int dim, bool desc, em_tensor **values,
+                           em_tensor **indices, bool record)
 {
     int d = tn_dim("sort", dim, t->rank);
     if (d < 0) return em_last_status();
@@ -51,6 +64,7 @@ static em_status sort_impl(const em_tensor *t, int dim, bool desc, em_tensor **v
             return em_last_status();
         }
     }
+    if (values && record) record_values(t, d, ix, v);
     if (values) *values = v;
     else em_release(v);
     if (indices) *indices = ix;
@@ -63,7 +77,7 @@ em_status em_sort(const em_tensor *t, int dim, bool descending, em_tensor **valu
     if (values) *values = NULL;
     if (indices) *indices = NULL;
     if (!t) return em_last_status() != EM_OK ? em_last_status() : EM_ERR_INVALID;
-    em_status st = sort_impl(t, dim, descending, values, indices);
+    em_status st = sort_impl(t, dim, descending, values, indices, true);
     tn_done(t);
     return st;
 }
@@ -91,10 +105,14 @@ em_status em_topk(const em_tensor *t, int64_t k, int dim, bool largest, em_tenso
         return em_last_status();
     }
     em_tensor *v = NULL, *ix = NULL;
-    em_status st = sort_impl(t, d, largest, &v, &ix);
-    tn_done(t);
-    if (st != EM_OK) return st;
+    em_status st = sort_impl(t, d, largest, &v, &ix, false);
+    if (st != EM_OK) {
+        tn_done(t);
+        return st;
+    }
     if (t->rank == 0) {
+        record_values(t, d, ix, v);
+        tn_done(t);
         if (values) *values = v;
         else em_release(v);
         if (indices) *indices = ix;
@@ -106,8 +124,11 @@ em_status em_topk(const em_tensor *t, int64_t k, int dim, bool largest, em_tenso
     if (!vk || !ik) {
         em_release(vk);
         em_release(ik);
+        tn_done(t);
         return em_last_status();
     }
+    record_values(t, d, ik, vk);
+    tn_done(t);
     if (values) *values = vk;
     else em_release(vk);
     if (indices) *indices = ik;

@@ -84,6 +84,7 @@ em_tensor *em_retain(em_tensor *t)
 
 static void tensor_free(em_tensor *t)
 {
+    if (t->annotation) tn_release_annotation(t);
     storage_release(t->st);
     free(t);
 }
@@ -111,8 +112,27 @@ void tn_done(const em_tensor *t)
 
 bool tn_reusable(const em_tensor *t)
 {
-    return t && t->taken && atomic_load(&t->refs) == 1 && atomic_load(&t->st->refs) == 1 &&
-           em_is_contiguous(t) && t->offset == 0;
+    /* An annotated tensor may be saved by (or recorded into) the op recorder's graph. */
+    return t && t->taken && !t->annotation && atomic_load(&t->refs) == 1 &&
+           atomic_load(&t->st->refs) == 1 && em_is_contiguous(t) && t->offset == 0;
+}
+
+bool em_tensor_exclusive(const em_tensor *t)
+{
+    return t && atomic_load(&t->refs) == 1 && atomic_load(&t->st->refs) == 1;
+}
+
+void em_tensor_untrack(em_tensor *t)
+{
+    if (t && t->scope) tn_scope_forget(t);
+}
+
+em_tensor *em_tensor_alias(const em_tensor *t)
+{
+    if (!t) return NULL;
+    em_tensor *v = tn_view(t, t->rank, t->shape, t->stride, t->offset);
+    em_tensor_untrack(v);
+    return v;
 }
 
 /* ---- construction ---------------------------------------------------------------------------- */

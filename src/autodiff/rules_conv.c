@@ -1,0 +1,64 @@
+/* rules_conv.c — backward rules of conv2d and the 2-D pools: thin wrappers over the gradient ops
+ * of include/ember/tensor_grad.h (gather-style kernels, deterministic on every device).
+ *   conv2d:     dx = conv2d_backward_input(g, w), dw = conv2d_backward_weight(g, x),
+ *               dbias = sum of g over N, H, W;
+ *   max_pool2d: dx = max_pool2d_backward(g, x) (the window's first maximum gets its gradient);
+ *   avg_pool2d: dx = avg_pool2d_backward(g, x's shape) (needs nothing saved). */
+#include "autodiff/internal.h"
+#include "ember/tensor_grad.h"
+
+static em_status finish(const ad_ctx *c, em_tensor **gin, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (c->needs[i] && !gin[i]) {
+            for (int j = 0; j < n; j++) {
+                em_release(gin[j]);
+                gin[j] = NULL;
+            }
+            if (em_last_status() == EM_OK)
+                em_set_error(EM_ERR_INTERNAL, "no gradient computed for input %d", i);
+            return em_error_context("%s backward", em_top_name(c->op));
+        }
+    return EM_OK;
+}
+
+/* in = x, weight, bias or NULL; p->i = stride, padding, dilation, groups. */
+static em_status conv2d_backward(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
+{
+    int s = (int)c->p->i[0], pad = (int)c->p->i[1], dil = (int)c->p->i[2], groups = (int)c->p->i[3];
+    gin[0] = gin[1] = gin[2] = NULL;
+    if (c->needs[0])
+        gin[0] = em_conv2d_backward_input(g, c->in[1], c->in_shape[0], s, pad, dil, groups);
+    if (c->needs[1] && (!c->needs[0] || gin[0]))
+        gin[1] = em_conv2d_backward_weight(g, c->in[0], c->in_shape[1], s, pad, dil, groups);
+    if (c->nin > 2 && c->in_present[2] && c->needs[2] && (!c->needs[1] || gin[1]) &&
+        (!c->needs[0] || gin[0]))
+        gin[2] = em_sum(g, (const int[]){0, 2, 3}, 3, false);
+    return finish(c, gin, c->nin < 3 ? c->nin : 3);
+}
+
+/* in = x; p->i = kernel, stride, padding. */
+static em_status max_pool2d_backward(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
+{
+    gin[0] = NULL;
+    if (c->needs[0])
+        gin[0] =
+            em_max_pool2d_backward(g, c->in[0], (int)c->p->i[0], (int)c->p->i[1], (int)c->p->i[2]);
+    return finish(c, gin, 1);
+}
+
+static em_status avg_pool2d_backward(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
+{
+    gin[0] = NULL;
+    if (c->needs[0])
+        gin[0] = em_avg_pool2d_backward(g, c->in_shape[0], (int)c->p->i[0], (int)c->p->i[1],
+                                        (int)c->p->i[2]);
+    return finish(c, gin, 1);
+}
+
+void ad_rules_conv(ad_rule *table)
+{
+    table[EM_TOP_CONV2D] = (ad_rule){conv2d_backward, 0x3u, false};
+    table[EM_TOP_MAX_POOL2D] = (ad_rule){max_pool2d_backward, 0x1u, false};
+    table[EM_TOP_AVG_POOL2D] = (ad_rule){avg_pool2d_backward, 0x0u, false};
+}
