@@ -48,6 +48,13 @@ fail:
     out = NULL;
 done:
     em_release(bc);
+    if (out) {
+        em_top_params p = tn_params_k(0);
+        p.ni = 4;
+        p.i[0] = stride, p.i[1] = padding, p.i[2] = dilation, p.i[3] = groups;
+        const em_tensor *ins[3] = {x, w, bias};
+        tn_record(EM_TOP_CONV2D, &p, ins, 3, out);
+    }
     tn_done(x);
     tn_done(w);
     tn_done(bias);
@@ -80,6 +87,12 @@ static em_tensor *pool(const char *op, const em_tensor *x, int k, int stride, in
         out = NULL;
     }
 done:
+    if (out) {
+        em_top_params p = tn_params_k(0);
+        p.ni = 3;
+        p.i[0] = k, p.i[1] = stride, p.i[2] = padding;
+        tn_record(max ? EM_TOP_MAX_POOL2D : EM_TOP_AVG_POOL2D, &p, &x, 1, out);
+    }
     tn_done(x);
     return out;
 }

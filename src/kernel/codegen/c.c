@@ -728,6 +728,7 @@ static int open_range(cg *g, uint32_t idx, const em_ir_inst *in, bool hoist_all)
         bool copy =
             i > 0 && (is_kind(g, a, EM_VAL_VAR) ||
                       (hoist_all && !is_kind(g, a, EM_VAL_CONST) && !is_kind(g, a, EM_VAL_PARAM)));
+        copy = copy || (v[i].data && strlen(v[i].data) >= sizeof names[i]); /* too long to inline */
         if (copy) {
             if (!opened) {
                 cg_line(g, "{");

@@ -1,0 +1,42 @@
+/* ember/tensor_grad.h — tensor ops that compute the gradients of other tensor ops, for the
+ * autodiff layer's backward rules (and anyone writing a backward by hand): the input and weight
+ * gradients of conv2d and the input gradients of the 2-D pools.
+ *
+ * Same conventions as tensor.h: each returns a new contiguous tensor (the caller owns it) of
+ * grad_out's dtype, or NULL with the error set; inputs are borrowed; a NULL input gives NULL.
+ * grad_out is d loss / d out for the forward op's output; the geometry parameters are those the
+ * forward op was called with. Results are deterministic (each element is one unit's sum in a fixed
+ * order; no atomics), identical on every device up to rounding. */
+#ifndef EMBER_TENSOR_GRAD_H
+#define EMBER_TENSOR_GRAD_H
+
+#include "ember/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* d loss / d x of em_conv2d(x, weight, bias, stride, padding, dilation, groups), of shape
+ * x_shape [N, C, H, W]; grad_out is [N, O, OH, OW], weight [O, C/groups, KH, KW]. */
+em_tensor *em_conv2d_backward_input(const em_tensor *grad_out, const em_tensor *weight,
+                                    em_shape x_shape, int stride, int padding, int dilation,
+                                    int groups);
+/* d loss / d weight of the same conv2d, of shape weight_shape [O, C/groups, KH, KW]. (The bias
+ * gradient is em_sum of grad_out over dims 0, 2, 3.) */
+em_tensor *em_conv2d_backward_weight(const em_tensor *grad_out, const em_tensor *x,
+                                     em_shape weight_shape, int stride, int padding, int dilation,
+                                     int groups);
+/* d loss / d x of em_max_pool2d(x, kernel, stride, padding): each window's gradient goes to the
+ * element the forward selected (the first maximum in row-major window order; padding never wins;
+ * a NaN takes over, the last one winning, as in PyTorch). stride 0 means the kernel size. */
+em_tensor *em_max_pool2d_backward(const em_tensor *grad_out, const em_tensor *x, int kernel,
+                                  int stride, int padding);
+/* d loss / d x of em_avg_pool2d(x, kernel, stride, padding), of shape x_shape: each window's
+ * gradient divided by kernel * kernel (padding counted, as the forward counts it). */
+em_tensor *em_avg_pool2d_backward(const em_tensor *grad_out, em_shape x_shape, int kernel,
+                                  int stride, int padding);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
