@@ -412,6 +412,14 @@ bool em_ir_block_has_barrier(const em_ir_kernel *k, uint32_t b);
 
 /* ---- targets ---------------------------------------------------------------------------------- */
 
+/* One matrix-unit (cooperative matrix) combination a device runs, plane-wide:
+ * D (m x n, kind d) = A (m x k, kind a) * B (k x n, kind b) + C (m x n, kind c). */
+typedef struct em_matrix_shape {
+    uint16_t m, n, k;
+    uint8_t a, b, c, d; /* em_scalar kinds */
+} em_matrix_shape;
+#define EM_CAPS_MATRIX_SHAPES 24
+
 /* What a target device can do: published by each runtime driver, read by code generators and
  * legalization. */
 typedef struct em_caps {
@@ -429,6 +437,13 @@ typedef struct em_caps {
     bool plane_ops;           /* plane (warp / sub-group) operations */
     bool matrix;              /* cooperative matrices (else lowered to loops) */
     bool print;               /* print works */
+    /* Matrix units, where the device lists them (Vulkan: VK_KHR/NV_cooperative_matrix): the API
+     * ("VK_KHR_cooperative_matrix", "VK_NV_cooperative_matrix"; "" when not listed: CUDA's WMMA
+     * shapes are fixed by its code generator) and the combinations it runs (at most
+     * EM_CAPS_MATRIX_SHAPES; 0 with an API named: none). */
+    char matrix_api[32];
+    uint32_t matrix_shape_count;
+    em_matrix_shape matrix_shapes[EM_CAPS_MATRIX_SHAPES];
 } em_caps;
 
 /* ---- checking, printing, hashing, passes --------------------------------------------------- */

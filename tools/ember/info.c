@@ -38,9 +38,21 @@ static void print_caps(const char *name, const em_caps *c)
     for (int s = 0; s < EM_SCALAR_COUNT; s++)
         if (c->dtype[s])
             printf(" %s", em_scalar_name((em_scalar)s));
+    bool loops = !c->plane_ops || c->plane_dim <= 1; /* matrix ops as loops (one unit per plane) */
+    const char *mma = c->matrix ? "yes" : loops ? "no (lowered to loops)" : "no";
     printf("\n  f32 atomic add %s, plane ops %s, matrix units %s, print %s\n",
-           c->float_atomic_add ? "yes" : "no", c->plane_ops ? "yes" : "no",
-           c->matrix ? "yes" : "no (lowered to loops)", c->print ? "yes" : "no");
+           c->float_atomic_add ? "yes" : "no", c->plane_ops ? "yes" : "no", mma,
+           c->print ? "yes" : "no");
+    if (c->matrix_api[0]) {
+        printf("  matrix units through %s:", c->matrix_api);
+        for (uint32_t i = 0; i < c->matrix_shape_count && i < EM_CAPS_MATRIX_SHAPES; i++) {
+            const em_matrix_shape *x = &c->matrix_shapes[i];
+            printf("%s %s x %s + %s -> %s %ux%ux%u", i ? "," : "", em_scalar_name((em_scalar)x->a),
+                   em_scalar_name((em_scalar)x->b), em_scalar_name((em_scalar)x->c),
+                   em_scalar_name((em_scalar)x->d), x->m, x->n, x->k);
+        }
+        printf("%s\n", c->matrix_shape_count ? "" : " (no combinations ember can use)");
+    }
 }
 
 static double now_seconds(void)

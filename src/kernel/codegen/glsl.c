@@ -35,8 +35,10 @@
  * atomic add GL_EXT_shader_atomic_float on buffers when caps.float_atomic_add, else (and on
  * shared memory) a compare-exchange loop on the bits (a second, uint-typed view of the buffer on
  * the same binding).
- * Matrix ops lower to per-unit loops where PLANE_DIM is 1 and are rejected otherwise
- * (VK_KHR_cooperative_matrix is future work). print is dropped (no debugPrintfEXT).
+ * Matrix ops: cooperative matrices where caps.matrix holds (GL_KHR_cooperative_matrix, or
+ * GL_NV_cooperative_matrix when caps.matrix_api is "VK_NV_cooperative_matrix"; see "matrix ops"
+ * below), per-unit loops where PLANE_DIM is 1, else rejected. print is dropped (no
+ * debugPrintfEXT).
  * Intrinsics: "glsl.call:NAME" calls a built-in function. */
 #include <math.h>
 #include <stdio.h>
@@ -48,7 +50,13 @@
 #define SEPARATOR "//@@ember-kernel "
 
 typedef struct glsl_state {
-    bool plane64; /* plane ops on 64-bit integers */
+    bool plane64;  /* plane ops on 64-bit integers */
+    bool coopmat;  /* matrix ops map to cooperative matrices (caps.matrix) */
+    bool nv;       /* ... through GL_NV_cooperative_matrix (else GL_KHR_cooperative_matrix) */
+    bool f16;      /* float16_t values (GL_EXT_shader_explicit_arithmetic_types_float16) */
+    bool i8;       /* int8_t / uint8_t values (..._int8) */
+    bool i16;      /* int16_t / uint16_t values (..._int16) */
+    bool coop_int; /* integer cooperative matrices (NV: GL_NV_integer_cooperative_matrix) */
 } glsl_state;
 
 static const char *const storage_type[EM_SCALAR_COUNT] = {
@@ -332,6 +340,17 @@ static bool shared_bits(em_spmd *e, em_ir_mem m)
     return x->space == EM_MEM_SHARED && (e->mflags[m] & EM_MEMF_FLOAT_RMW);
 }
 
+/* Shared arrays that cooperative-matrix loads/stores use hold the storage type (float16_t,
+ * int8_t...: coopMatLoad reads the array's own element type), converted on ordinary access. */
+static bool shared_typed(em_spmd *e, em_ir_mem m)
+{
+    const glsl_state *st = e->priv;
+    const em_ir_memory *x = mem(e, m);
+    return st && st->coopmat && x->space == EM_MEM_SHARED && (e->mflags[m] & EM_MEMF_MATRIX) &&
+           !shared_bits(e, m) && x->elem.lanes == 1 &&
+           strcmp(storage_type[x->elem.scalar], e->d->ctype[x->elem.scalar]) != 0;
+}
+
 /* The element (or lane) of memory m as an lvalue in the memory's own type. */
 static void elem_ref(em_spmd *e, em_ir_mem m, const char *index, int lane, em_strbuf *sb)
 {
@@ -359,6 +378,8 @@ static void gl_mem_load(em_spmd *e, em_ir_mem m, const char *index, int lane, em
     const char *E = el.data;
     if (shared_bits(e, m))
         em_sb_printf(sb, "%s(%s)", s == EM_F64 ? "uint64BitsToDouble" : "uintBitsToFloat", E);
+    else if (shared_typed(e, m))
+        em_sb_printf(sb, "%s(%s)", e->d->ctype[s], E);
     else if (x->space != EM_MEM_GLOBAL)
         em_sb_append(sb, E);
     else if (s == EM_BOOL)
@@ -387,6 +408,8 @@ static void gl_mem_store(em_spmd *e, em_ir_mem m, const char *index, int lane, c
     if (shared_bits(e, m))
         em_spmd_line(e, "%s = %s(%s);", E, s == EM_F64 ? "doubleBitsToUint64" : "floatBitsToUint",
                      value);
+    else if (shared_typed(e, m))
+        em_spmd_line(e, "%s = %s(%s);", E, storage_type[s], value);
     else if (x->space != EM_MEM_GLOBAL)
         em_spmd_line(e, "%s = %s;", E, value);
     else if (s == EM_BOOL)
@@ -574,6 +597,238 @@ static void gl_atomic(em_spmd *e, const em_ir_inst *in, const char *index, em_st
     em_sb_free(&E);
 }
 
+/* ---- matrix ops: cooperative matrices --------------------------------------------------------
+ *
+ * Where caps.matrix holds, a fragment is a cooperative matrix of the sub-group.
+ * GL_KHR_cooperative_matrix:
+ *     coopmat<T, gl_ScopeSubgroup, ROWS, COLS, gl_MatrixUseA / gl_MatrixUseB /
+ *     gl_MatrixUseAccumulator>, coopMatLoad / coopMatStore (gl_CooperativeMatrixLayoutRowMajor
+ *     or ...ColumnMajor), coopMatMulAdd.
+ * GL_NV_cooperative_matrix (caps.matrix_api "VK_NV_cooperative_matrix"):
+ *     fcoopmatNV<BITS, gl_ScopeSubgroup, ROWS, COLS> (icoopmatNV / ucoopmatNV for integers),
+ *     coopMatLoadNV / coopMatStoreNV (a column-major flag), coopMatMulAddNV.
+ * Both need GL_KHR_memory_scope_semantics (glslang then writes the Vulkan memory model: the
+ * device needs vulkanMemoryModel). Memory must hold the fragment's own element type, one scalar
+ * per element (coopMatLoad reads the array's element type): f16 buffers are float16_t arrays, and
+ * shared arrays that matrix ops use are declared in their storage type (shared_typed). Offsets
+ * and strides count elements. When the caps list the device's combinations (matrix_shapes), a
+ * fragment and an mma must match one of them. */
+
+/* Notes that a value of kind s appears as its own GLSL type (extensions for the header). */
+static void note_value_type(em_spmd *e, em_scalar s)
+{
+    glsl_state *st = e->priv;
+    if (s == EM_F16) st->f16 = true;
+    if (s == EM_I8 || s == EM_U8) st->i8 = true;
+    if (s == EM_I16 || s == EM_U16) st->i16 = true;
+    if (s == EM_I64 || s == EM_U64) e->needs |= EM_NEED_INT64;
+}
+
+static const char *coop_elem(em_scalar s)
+{
+    switch (s) {
+    case EM_F16:
+        return "float16_t";
+    case EM_F32:
+        return "float";
+    case EM_F64:
+        return "double";
+    case EM_I8:
+        return "int8_t";
+    case EM_U8:
+        return "uint8_t";
+    case EM_I16:
+        return "int16_t";
+    case EM_U16:
+        return "uint16_t";
+    case EM_I32:
+        return "int";
+    case EM_U32:
+        return "uint";
+    case EM_I64:
+        return "int64_t";
+    case EM_U64:
+        return "uint64_t";
+    default:
+        return NULL; /* bool, bf16 */
+    }
+}
+
+static void frag_shape(const em_ir_value *f, unsigned *rows, unsigned *cols)
+{
+    *rows = f->mat_role == EM_MAT_B ? f->mat_k : f->mat_m;
+    *cols = f->mat_role == EM_MAT_A ? f->mat_k : f->mat_n;
+}
+
+/* The GLSL type of fragment f. */
+static const char *coop_type(em_spmd *e, const em_ir_value *f)
+{
+    const glsl_state *st = e->priv;
+    em_scalar s = (em_scalar)f->type.scalar;
+    unsigned r, c;
+    frag_shape(f, &r, &c);
+    if (st->nv) {
+        const char *kind = em_scalar_is_float(s) ? "f" : em_scalar_is_signed(s) ? "i" : "u";
+        return em_spmd_str(e, "%scoopmatNV<%u, gl_ScopeSubgroup, %u, %u>", kind, em_spmd_bits(s), r,
+                           c);
+    }
+    static const char *const use[] = {"gl_MatrixUseA", "gl_MatrixUseB", "gl_MatrixUseAccumulator"};
+    return em_spmd_str(e, "coopmat<%s, gl_ScopeSubgroup, %u, %u, %s>", coop_elem(s), r, c,
+                       use[f->mat_role <= EM_MAT_ACC ? f->mat_role : EM_MAT_ACC]);
+}
+
+/* True when the caps list no combinations (then any is tried) or one fits f's role and shape. */
+static bool shape_listed(const em_caps *c, const em_ir_value *f)
+{
+    if (!c->matrix_shape_count) return true;
+    for (uint32_t i = 0; i < c->matrix_shape_count && i < EM_CAPS_MATRIX_SHAPES; i++) {
+        const em_matrix_shape *x = &c->matrix_shapes[i];
+        if (x->m != f->mat_m || x->n != f->mat_n || x->k != f->mat_k) continue;
+        unsigned t = f->type.scalar;
+        if (f->mat_role == EM_MAT_A   ? x->a == t
+            : f->mat_role == EM_MAT_B ? x->b == t
+                                      : (x->c == t || x->d == t))
+            return true;
+    }
+    return false;
+}
+
+/* The device's combinations as text ("f16 x f16 + f32 -> f32 16x16x16, ..."), for messages. */
+static const char *shape_list(em_spmd *e)
+{
+    em_strbuf sb;
+    em_sb_init(&sb);
+    for (uint32_t i = 0; i < e->caps.matrix_shape_count && i < EM_CAPS_MATRIX_SHAPES; i++) {
+        const em_matrix_shape *x = &e->caps.matrix_shapes[i];
+        em_sb_printf(&sb, "%s%s x %s + %s -> %s %ux%ux%u", i ? ", " : "",
+                     em_scalar_name((em_scalar)x->a), em_scalar_name((em_scalar)x->b),
+                     em_scalar_name((em_scalar)x->c), em_scalar_name((em_scalar)x->d), x->m, x->n,
+                     x->k);
+    }
+    const char *out = em_spmd_str(e, "%s", sb.data ? sb.data : "");
+    em_sb_free(&sb);
+    return out;
+}
+
+static void gl_fragment(em_spmd *e, em_ir_val v)
+{
+    const glsl_state *st = e->priv;
+    const em_ir_value *f = em_spmd_value(e, v);
+    em_scalar s = (em_scalar)f->type.scalar;
+    const char *api = e->caps.matrix_api[0] ? e->caps.matrix_api : "VK_KHR_cooperative_matrix";
+    if (!st->coopmat) {
+        em_spmd_fail(e,
+                     "matrix fragment %s: this Vulkan device has no cooperative matrices "
+                     "(VK_KHR_cooperative_matrix / VK_NV_cooperative_matrix absent: caps.matrix), "
+                     "and matrix ops lower to loops only where PLANE_DIM is 1 (here %u)",
+                     e->vname[v], e->caps.plane_dim);
+        return;
+    }
+    if (!coop_elem(s) || (st->nv && s == EM_F64)) {
+        em_spmd_fail(e, "matrix fragment %s: %s has no cooperative-matrix type in %s", e->vname[v],
+                     em_scalar_name(s), api);
+        return;
+    }
+    if (!shape_listed(&e->caps, f)) {
+        em_spmd_fail(e,
+                     "matrix fragment %s (%s %ux%ux%u, %s): the device's %s lists no such "
+                     "combination (it runs: %s)",
+                     e->vname[v], em_scalar_name(s), f->mat_m, f->mat_n, f->mat_k,
+                     f->mat_role == EM_MAT_A   ? "A"
+                     : f->mat_role == EM_MAT_B ? "B"
+                                               : "accumulator",
+                     api, shape_list(e));
+        return;
+    }
+    e->needs |= EM_NEED_MATRIX;
+    note_value_type(e, s);
+    if (!em_scalar_is_float(s)) ((glsl_state *)e->priv)->coop_int = true;
+    em_spmd_line(e, "%s %s;", coop_type(e, f), e->vname[v]);
+}
+
+/* Memory that a matrix load / store may use with fragment f, or why not. */
+static const char *matrix_mem_problem(em_spmd *e, em_ir_mem m, const em_ir_value *f)
+{
+    const em_ir_memory *x = mem(e, m);
+    if (x->space == EM_MEM_LOCAL) return "cooperative matrices load from buffers or shared memory";
+    if (x->elem.lanes != 1) return "matrix memory must hold scalars (not lines)";
+    if (x->elem.scalar != f->type.scalar)
+        return em_spmd_str(e, "the memory holds %s and the fragment %s (they must be one kind)",
+                           em_scalar_name((em_scalar)x->elem.scalar),
+                           em_scalar_name((em_scalar)f->type.scalar));
+    if (x->space == EM_MEM_SHARED && shared_bits(e, m))
+        return "shared memory that float atomics modify cannot hold matrices";
+    return NULL;
+}
+
+static void gl_matrix(em_spmd *e, const em_ir_inst *in)
+{
+    const glsl_state *st = e->priv;
+    if (!st->coopmat) { /* the fragment's declaration has failed already */
+        em_spmd_fail(e, "matrix ops need cooperative matrices (caps.matrix)");
+        return;
+    }
+    em_strbuf a, b;
+    em_sb_init(&a);
+    em_sb_init(&b);
+    if (in->op == EM_OP_MAT_FILL) {
+        const em_ir_value *f = em_spmd_value(e, in->args[0]);
+        em_spmd_val(e, in->args[1], &a);
+        em_spmd_line(e, "%s = %s(%s(%s));", e->vname[in->args[0]], coop_type(e, f),
+                     coop_elem((em_scalar)f->type.scalar), a.data);
+    } else if (in->op == EM_OP_MAT_MMA) {
+        const em_ir_value *d = em_spmd_value(e, in->args[0]), *av = em_spmd_value(e, in->args[1]),
+                          *bv = em_spmd_value(e, in->args[2]), *cv = em_spmd_value(e, in->args[3]);
+        bool listed = !e->caps.matrix_shape_count;
+        for (uint32_t i = 0; i < e->caps.matrix_shape_count && i < EM_CAPS_MATRIX_SHAPES; i++) {
+            const em_matrix_shape *x = &e->caps.matrix_shapes[i];
+            listed |= x->m == d->mat_m && x->n == d->mat_n && x->k == d->mat_k &&
+                      x->a == av->type.scalar && x->b == bv->type.scalar &&
+                      x->c == cv->type.scalar && x->d == d->type.scalar;
+        }
+        if (!listed)
+            em_spmd_fail(e,
+                         "no cooperative-matrix mma %s x %s + %s -> %s %ux%ux%u here (it runs: %s)",
+                         em_scalar_name((em_scalar)av->type.scalar),
+                         em_scalar_name((em_scalar)bv->type.scalar),
+                         em_scalar_name((em_scalar)cv->type.scalar),
+                         em_scalar_name((em_scalar)d->type.scalar), d->mat_m, d->mat_n, d->mat_k,
+                         shape_list(e));
+        else if (cv->type.scalar != d->type.scalar)
+            em_spmd_fail(e, "cooperative-matrix mma needs C and D of one kind (%s, %s)",
+                         em_scalar_name((em_scalar)cv->type.scalar),
+                         em_scalar_name((em_scalar)d->type.scalar));
+        else
+            em_spmd_line(e, "%s = coopMatMulAdd%s(%s, %s, %s);", e->vname[in->args[0]],
+                         st->nv ? "NV" : "", e->vname[in->args[1]], e->vname[in->args[2]],
+                         e->vname[in->args[3]]);
+    } else {
+        bool load = in->op == EM_OP_MAT_LOAD;
+        em_ir_val fv = in->args[load ? 0 : 2];
+        const em_ir_value *f = em_spmd_value(e, fv);
+        const char *why = matrix_mem_problem(e, in->mem, f);
+        em_spmd_val_u32(e, in->args[load ? 1 : 0], &a);
+        em_spmd_val_u32(e, in->args[load ? 2 : 1], &b);
+        const em_ir_memory *x = mem(e, in->mem);
+        const char *arr = x->space == EM_MEM_GLOBAL ? em_spmd_str(e, "%s.d", e->mname[in->mem])
+                                                    : e->mname[in->mem];
+        bool col = in->imm == EM_COL_MAJOR;
+        const char *layout = st->nv ? (col ? "true" : "false")
+                             : col  ? "gl_CooperativeMatrixLayoutColumnMajor"
+                                    : "gl_CooperativeMatrixLayoutRowMajor";
+        if (why)
+            em_spmd_fail(e, "matrix %s of %s: %s", load ? "load" : "store", e->vname[fv], why);
+        else if (load)
+            em_spmd_line(e, "coopMatLoad%s(%s, %s, %s, %s, %s);", st->nv ? "NV" : "", e->vname[fv],
+                         arr, a.data, b.data, layout);
+        else
+            em_spmd_line(e, "coopMatStore%s(%s, %s, %s, %s, %s);", st->nv ? "NV" : "", e->vname[fv],
+                         arr, a.data, b.data, layout);
+    }
+    em_sb_free(&a);
+    em_sb_free(&b);
+}
+
 /* ---- kernels ------------------------------------------------------------------------------------
  */
 
@@ -658,8 +913,11 @@ static void declare_interface(em_spmd *e)
         em_sb_printf(&name, "%s[%u]", e->mname[m], x->length);
         if (shared_bits(e, (em_ir_mem)m))
             em_sb_printf(&d, "%s %s", x->elem.scalar == EM_F64 ? "uint64_t" : "uint", name.data);
+        else if (shared_typed(e, (em_ir_mem)m))
+            em_sb_printf(&d, "%s %s", storage_type[x->elem.scalar], name.data);
         else
             gl_decl(e, x->elem, name.data, &d);
+        if (shared_typed(e, (em_ir_mem)m)) note_value_type(e, (em_scalar)x->elem.scalar);
         em_spmd_line(e, "shared %s;", d.data);
         em_sb_free(&d);
         em_sb_free(&name);
@@ -819,6 +1077,19 @@ static void header(const em_ir_kernel *k, const em_caps *caps, uint32_t needs, c
         if (needs & exts[i].need) em_sb_printf(sb, "#extension %s : require\n", exts[i].ext);
     if (st->plane64)
         em_sb_append(sb, "#extension GL_EXT_shader_subgroup_extended_types_int64 : require\n");
+    if (st->f16)
+        em_sb_append(sb, "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n");
+    if (st->i8)
+        em_sb_append(sb, "#extension GL_EXT_shader_explicit_arithmetic_types_int8 : require\n");
+    if (st->i16)
+        em_sb_append(sb, "#extension GL_EXT_shader_explicit_arithmetic_types_int16 : require\n");
+    if (needs & EM_NEED_MATRIX) {
+        em_sb_append(sb, st->nv ? "#extension GL_NV_cooperative_matrix : require\n"
+                                : "#extension GL_KHR_cooperative_matrix : require\n");
+        if (st->nv && st->coop_int)
+            em_sb_append(sb, "#extension GL_NV_integer_cooperative_matrix : require\n");
+        em_sb_append(sb, "#extension GL_KHR_memory_scope_semantics : require\n");
+    }
     uint32_t dim[3];
     em_ir_cube_dim(k, dim);
     /* Work groups are flat (1-D, X*Y*Z units) so that sub-groups are runs of consecutive unit
@@ -845,15 +1116,24 @@ char *em_codegen_glsl(const em_ir_kernel *const *ks, size_t n, const em_caps *ca
 {
     if (!em_spmd_check_batch(&glsl_dialect, ks, n)) return NULL;
     em_caps c = caps ? *caps : em_spmd_default_caps("glsl", 32);
+    /* matrix ops: cooperative matrices where the device has them, loops where planes have one
+     * unit, else an error naming what is missing (gl_fragment) */
+    em_spmd_dialect coop = glsl_dialect;
+    coop.fragment = gl_fragment;
+    coop.matrix = gl_matrix;
+    bool plane_one = !c.plane_ops || c.plane_dim <= 1;
+    const em_spmd_dialect *dialect = c.matrix || !plane_one ? &coop : &glsl_dialect;
     em_strbuf out, body;
     em_sb_init(&out);
     em_sb_init(&body);
     bool ok = true;
     for (size_t i = 0; i < n && ok; i++) {
         glsl_state st = {0};
+        st.coopmat = c.matrix;
+        st.nv = c.matrix && !strcmp(c.matrix_api, "VK_NV_cooperative_matrix");
         uint32_t needs = 0;
         em_sb_clear(&body);
-        ok = em_spmd_kernel(&glsl_dialect, ks[i], &c, &st, &body, &needs);
+        ok = em_spmd_kernel(dialect, ks[i], &c, &st, &body, &needs);
         if (!ok) break;
         if (i) em_sb_append(&out, "\n");
         header(ks[i], &c, needs, &st, &out);

@@ -11,8 +11,9 @@
  * process (on the first probe) and lives as long as the process. Devices are numbered discrete
  * GPUs first, then integrated, virtual and CPU devices: "vulkan:0" is the best device the machine
  * has. A device gets one compute queue and the optional features ember's shaders may use (f16,
- * f64, 8/16/64-bit integers and storage, float atomics, sub-group size control), each enabled only
- * where supported and reported in the caps.
+ * f64, 8/16/64-bit integers and storage, float atomics, sub-group size control, cooperative
+ * matrices through VK_KHR_cooperative_matrix or VK_NV_cooperative_matrix (vulkan_coopmat.c)), each
+ * enabled only where supported and reported in the caps.
  *
  * Memory: one VkBuffer with its own VkDeviceMemory per block (the runtime's pool does the
  * reusing). On a CPU or integrated device whose device-local memory is also host-visible and
@@ -297,6 +298,7 @@ typedef struct vk_support {
     bool atomic_float;                                  /* VK_EXT_shader_atomic_float is present */
     bool portability; /* VK_KHR_portability_subset must be enabled */
     bool sm_builtins; /* VK_NV_shader_sm_builtins (SM count) */
+    em_vk_coopmat cm; /* cooperative matrices (vulkan_coopmat.c) */
 } vk_support;
 
 static void query_support(em_vk_device *d, vk_support *s)
@@ -311,6 +313,7 @@ static void query_support(em_vk_device *d, vk_support *s)
     s->atomic_float = exts && has_extension(exts, next, "VK_EXT_shader_atomic_float");
     s->portability = exts && has_extension(exts, next, "VK_KHR_portability_subset");
     s->sm_builtins = exts && has_extension(exts, next, "VK_NV_shader_sm_builtins");
+    em_rt_vk_coopmat_query(G.gipa, G.instance, d->phys, exts, exts ? next : 0, &s->cm);
     free(exts);
 
     s->has_12 = d->api_version >= VK_API_VERSION_1_2;
@@ -420,12 +423,21 @@ static em_status create_device(em_vk_device *d, const vk_support *s)
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES,
         .subgroupSizeControl = VK_TRUE};
 
-    const char *exts[3];
+    const char *exts[4];
     uint32_t nexts = 0;
     void *chain = NULL;
     if (s->atomic_float) {
         exts[nexts++] = "VK_EXT_shader_atomic_float";
         chain = &af;
+    }
+    uint64_t cm_storage[8]; /* the cooperative-matrix feature struct (KHR or NV) */
+    VkBaseOutStructure *cm_feature = NULL;
+    const char *cm_ext =
+        em_rt_vk_coopmat_enable(&s->cm, cm_storage, sizeof(cm_storage), (void **)&cm_feature);
+    if (cm_ext && s->has_12) {
+        exts[nexts++] = cm_ext;
+        cm_feature->pNext = chain;
+        chain = cm_feature;
     }
     if (s->portability) exts[nexts++] = "VK_KHR_portability_subset";
     if (d->size_control) {
@@ -646,7 +658,6 @@ static void fill_caps(em_vk_device *d, const vk_support *s, em_caps *caps)
     caps->dtype[EM_I8] = caps->dtype[EM_U8] = i8;
     caps->dtype[EM_F16] = s->has_12 && s->f12.shaderFloat16 && s->f11.storageBuffer16BitAccess;
     caps->dtype[EM_F64] = s->f2.features.shaderFloat64;
-    caps->dtype[EM_BF16] = false;
     caps->float_atomic_add =
         s->atomic_float && s->af.shaderBufferFloat32AtomicAdd && s->af.shaderSharedFloat32AtomicAdd;
     const VkSubgroupFeatureFlags need =
@@ -656,8 +667,20 @@ static void fill_caps(em_vk_device *d, const vk_support *s, em_caps *caps)
     caps->plane_ops = (s->subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                       (s->subgroup.supportedOperations & need) == need;
     d->plane_ops = caps->plane_ops;
-    caps->matrix = false; /* VK_KHR_cooperative_matrix: future work */
-    caps->print = false;  /* debugPrintf needs the validation layer */
+    /* cooperative matrices: the API chosen at open (vulkan_coopmat.c) and its combinations */
+    caps->matrix = s->cm.api != EM_VK_COOPMAT_NONE;
+    snprintf(caps->matrix_api, sizeof(caps->matrix_api), "%s",
+             s->cm.api == EM_VK_COOPMAT_KHR  ? "VK_KHR_cooperative_matrix"
+             : s->cm.api == EM_VK_COOPMAT_NV ? "VK_NV_cooperative_matrix"
+                                             : "");
+    caps->matrix_shape_count = s->cm.count;
+    memcpy(caps->matrix_shapes, s->cm.shapes, sizeof(caps->matrix_shapes));
+    /* bf16: 16-bit patterns in buffers (uint16_t), f32 in registers (glsl.c), so 16-bit storage is
+     * all it needs. Left off where cooperative matrices are on: the tensor matmul then picks its
+     * matrix kernel for bf16 (src/tensor/matmul_config.c), and GLSL has no bf16 cooperative
+     * matrix without GL_EXT_bfloat16 (glslang 15+), so bf16 matmuls would fail to compile there. */
+    caps->dtype[EM_BF16] = i16 && !caps->matrix;
+    caps->print = false; /* debugPrintf needs the validation layer */
 }
 
 static void destroy_device(em_vk_device *d)
@@ -719,6 +742,9 @@ static em_status vk_open(int index, em_caps *caps, void **out)
                       s.sscp.minSubgroupSize != s.sscp.maxSubgroupSize &&
                       s.subgroup.subgroupSize >= s.sscp.minSubgroupSize &&
                       s.subgroup.subgroupSize <= s.sscp.maxSubgroupSize;
+    em_rt_vk_coopmat_choose(d, s.has_12 && s.f12.vulkanMemoryModel, &s.cm);
+    if (s.cm.why[0])
+        EM_LOGI("vulkan:%d: %s: cooperative matrices not used: %s", index, p.deviceName, s.cm.why);
     d->subgroup_size = s.subgroup.subgroupSize;
     d->max_group_subgroups = s.sscp.maxComputeWorkgroupSubgroups;
     d->ssbo_align = d->props.limits.minStorageBufferOffsetAlignment;

@@ -258,5 +258,42 @@ em_status em_rt_vk_function(void *dev, void *module, const char *name, void **fn
 /* The pipeline of kernel k for a cube dimension, made on first use. Called with d->lock held. */
 em_status em_rt_vk_pipeline(em_vk_device *d, em_vk_kernel *k, const uint32_t dim[3],
                             VkPipeline *out);
+/* True when the device's GLSL compiler compiles `src` (one compute shader) to SPIR-V for the
+ * device's target environment; the error state is left as it was. */
+bool em_rt_vk_glsl_compiles(em_vk_device *d, const char *src);
+
+/* ---- cooperative matrices (vulkan_coopmat.c) ------------------------------------------------- */
+
+typedef enum em_vk_coopmat_api {
+    EM_VK_COOPMAT_NONE = 0,
+    EM_VK_COOPMAT_KHR, /* VK_KHR_cooperative_matrix, GLSL GL_KHR_cooperative_matrix */
+    EM_VK_COOPMAT_NV,  /* VK_NV_cooperative_matrix, GLSL GL_NV_cooperative_matrix */
+} em_vk_coopmat_api;
+
+/* What a device offers for cooperative matrices and what the driver uses. */
+typedef struct em_vk_coopmat {
+    bool khr, nv;          /* the extensions are listed (and their cooperativeMatrix feature set) */
+    em_vk_coopmat_api api; /* the one enabled and published in the caps (NONE: caps.matrix off) */
+    uint32_t count;        /* combinations of `api` usable by ember's shaders (subgroup scope) */
+    em_matrix_shape shapes[EM_CAPS_MATRIX_SHAPES];
+    char why[200];      /* when api is NONE but an extension is listed: why it is not used */
+    uint32_t nkhr, nnv; /* what each extension lists */
+    em_matrix_shape khr_shapes[EM_CAPS_MATRIX_SHAPES], nv_shapes[EM_CAPS_MATRIX_SHAPES];
+} em_vk_coopmat;
+
+/* Queries both extensions of the physical device (exts: its extension list) and lists their
+ * subgroup-scope combinations. gipa/instance give the instance-level query functions. */
+void em_rt_vk_coopmat_query(PFN_vkGetInstanceProcAddr gipa, VkInstance instance,
+                            VkPhysicalDevice phys, const VkExtensionProperties *exts, uint32_t n,
+                            em_vk_coopmat *out);
+/* Chooses the API to use (api, count and shapes filled), given what the device-creation
+ * features allow (memory_model: vulkanMemoryModel is enabled) and $EMBER_VK_COOPMAT (khr, nv,
+ * off, or auto: KHR where the GLSL compiler knows GL_KHR_cooperative_matrix, else NV). Called
+ * before the logical device exists: the compiler probe needs only d->env_name and d->spirv_env. */
+void em_rt_vk_coopmat_choose(em_vk_device *d, bool memory_model, em_vk_coopmat *cm);
+/* The extension name and a feature struct (to chain into vkCreateDevice) for cm->api; NULL when
+ * none. *feature must live until the device is created. */
+const char *em_rt_vk_coopmat_enable(const em_vk_coopmat *cm, void *feature_storage,
+                                    size_t storage_size, void **feature);
 
 #endif

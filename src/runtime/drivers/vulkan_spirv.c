@@ -955,6 +955,32 @@ em_status em_rt_vk_build(void *state, const char *source, const char *out_path)
     return st;
 }
 
+bool em_rt_vk_glsl_compiles(em_vk_device *d, const char *src)
+{
+    char saved[4096];
+    em_status saved_status = em_last_status();
+    snprintf(saved, sizeof(saved), "%s", em_last_error());
+    compiler_choice c;
+    bool ok = false;
+    if (choose_compiler(&c) == EM_OK) {
+        spirv raw = {0};
+        if (c.kind == EM_VK_SHADERC) {
+            ok = compile_shaderc(d, "ember_probe", src, &raw) == EM_OK;
+        } else {
+            const char *tmp = getenv("TMPDIR");
+            char base[600];
+            static unsigned counter;
+            snprintf(base, sizeof(base), "%s/ember-vk-probe-%ld-%u", tmp && *tmp ? tmp : "/tmp",
+                     (long)getpid(), __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+            ok = compile_glslang(d, &c, base, 0, "ember_probe", src, &raw) == EM_OK;
+        }
+        free(raw.words);
+    }
+    em_clear_error();
+    if (saved[0]) em_set_error(saved_status, "%s", saved);
+    return ok;
+}
+
 /* ---- loading --------------------------------------------------------------------------------- */
 
 static void free_kernel(em_vk_device *d, em_vk_kernel *k)
