@@ -159,6 +159,29 @@ void em_cache_stats_get(em_cache_stats *out);
  * directory at all can be written. */
 const char *em_cache_dir(void);
 
+/* ---- autotune cache -------------------------------------------------------------------------- */
+
+/* EMBER_AUTOTUNE: off (ops use their heuristic default and never benchmark), on (the default:
+ * benchmark a short list of candidates on first use, keep the winner), full (a longer list). */
+typedef enum em_autotune_mode {
+    EM_AUTOTUNE_OFF = 0,
+    EM_AUTOTUNE_ON,
+    EM_AUTOTUNE_FULL,
+} em_autotune_mode;
+/* The mode from $EMBER_AUTOTUNE (read on every call; unknown values mean on). */
+em_autotune_mode em_autotune_get_mode(void);
+/* The winning configuration stored for (device, op, key) — key is the op's choice of kernel,
+ * dtype, layout and shape bucket — copied into value (NUL-terminated). True when found, in this
+ * process or on disk under em_cache_dir()/autotune/ (shared by devices of the same target,
+ * architecture and name). */
+bool em_autotune_lookup(em_device *dev, const char *op, const char *key, char *value, size_t size);
+/* Stores a one-line value for (device, op, key), in memory and on disk (atomically: concurrent
+ * processes see the old or the new value, never a torn one). EM_OK or an error status; the value
+ * is remembered in memory even when the disk write fails. */
+em_status em_autotune_store(em_device *dev, const char *op, const char *key, const char *value);
+/* Forgets the results held in memory (the disk entries stay); for tests. */
+void em_autotune_forget_memory(void);
+
 /* ---- timing ---------------------------------------------------------------------------------- */
 
 /* Seconds elapsed on the device between two points: em_device_timer_start records, em_device_timer

@@ -266,8 +266,33 @@ em_tensor *em_pad(const em_tensor *t, const int64_t *pads, int npads, double val
 /* ---- matmul ---------------------------------------------------------------------------------- */
 
 /* a [..., M, K] x b [..., K, N] -> [..., M, N] with batch dims broadcast; 1-D operands are
- * promoted as in torch.matmul. f16/bf16 accumulate in f32. */
+ * promoted as in torch.matmul. f16/bf16 accumulate in f32 (on tensor cores where the device has
+ * them). f32 stays exact f32 (no tf32) unless allowed by em_matmul_ex's allow_tf32 or
+ * $EMBER_ALLOW_TF32=1, as PyTorch's default allow_tf32=False for matmul. */
 em_tensor *em_matmul(const em_tensor *a, const em_tensor *b);
+
+/* The activation of a matmul epilogue. */
+typedef enum em_matmul_act {
+    EM_MATMUL_ACT_NONE = 0,
+    EM_MATMUL_ACT_RELU,
+    EM_MATMUL_ACT_GELU,      /* exact (erf) form */
+    EM_MATMUL_ACT_GELU_TANH, /* tanh approximation (GPT-2) */
+} em_matmul_act;
+
+/* What em_matmul_ex does on top of the product, in the matmul kernel itself (no extra pass):
+ * result = act(a x b + bias) + residual, computed in the accumulation type (f32 for f16/bf16) and
+ * rounded once to the result dtype. Every field is optional (zero-initialize the struct). */
+typedef struct em_matmul_epilogue {
+    const em_tensor *bias;     /* NULL or [N] (or [1, ..., N]), a's dtype: added to every row */
+    em_matmul_act act;         /* activation after the bias */
+    const em_tensor *residual; /* NULL or a tensor of a's dtype broadcastable to the result */
+    bool allow_tf32;           /* f32 operands may use tf32 tensor cores (10-bit mantissa) */
+} em_matmul_epilogue;
+
+/* em_matmul with an epilogue (NULL: plain em_matmul). Errors name the shapes involved (a bias
+ * that is not [N], a residual that does not broadcast to the result, a dtype that differs, an
+ * activation on integers other than ReLU). Inputs are borrowed (donated ones are released). */
+em_tensor *em_matmul_ex(const em_tensor *a, const em_tensor *b, const em_matmul_epilogue *ep);
 
 /* ---- indexing -------------------------------------------------------------------------------- */
 

@@ -1,31 +1,34 @@
-/* ops_matmul.c — em_matmul: batched, broadcast matrix multiply with torch.matmul's promotion of
- * 1-D operands, through the tiled kernel of src/kernels/tensor_matmul.ek. Operands are read
- * through their strides (a transposed weight needs no copy); batch dims broadcast by stride 0. */
+/* ops_matmul.c — em_matmul and em_matmul_ex: batched, broadcast matrix multiply with
+ * torch.matmul's promotion of 1-D operands, and an optional fused epilogue (bias, activation,
+ * residual). This file checks the operands and builds the problem in the kernels' rank-R
+ * geometry: operands are read through their strides (a transposed weight needs no copy), batch
+ * dims broadcast by stride 0. Which kernel and configuration runs is matmul_tune.c's choice
+ * (matmul_config.c has the heuristics); matmul_launch.c launches it. */
+#include <stdlib.h>
 #include <string.h>
 
-#include "tensor/internal.h"
+#include "tensor/matmul_internal.h"
 
-#define TILE 16
-
-em_tensor *em_matmul(const em_tensor *a, const em_tensor *b)
+/* Checks a and b and fills p's operand geometry and result (p->out is NULL when the result is
+ * empty or K == 0, handled by the caller with *trivial). false with the error set. */
+static bool mm_setup(mm_problem *p, const em_tensor *a, const em_tensor *b, em_tensor **out,
+                     bool *zero_fill, int *rr_out, int64_t *rsh)
 {
-    if (!a || !b) {
-        tn_done(a);
-        if (b != a) tn_done(b);
-        return NULL;
-    }
-    em_tensor *out = NULL;
     char sa[128], sb[128];
-    if (!tn_same_device("matmul", a, b)) goto done;
+    memset(p, 0, sizeof *p);
+    *out = NULL;
+    *zero_fill = false;
+    if (!tn_same_device("matmul", a, b)) return false;
     if (a->dtype != b->dtype) {
-        em_set_error(EM_ERR_INVALID, "matmul: dtypes %s and %s differ (cast one first)", em_scalar_name(a->dtype),
-                     em_scalar_name(b->dtype));
-        goto done;
+        em_set_error(EM_ERR_INVALID, "matmul: dtypes %s and %s differ (cast one first)",
+                     em_scalar_name(a->dtype), em_scalar_name(b->dtype));
+        return false;
     }
     if (a->dtype == EM_BOOL || a->rank == 0 || b->rank == 0) {
-        em_set_error(EM_ERR_INVALID, "matmul: needs numeric tensors of rank 1 or more, got %s and %s",
+        em_set_error(EM_ERR_INVALID,
+                     "matmul: needs numeric tensors of rank 1 or more, got %s and %s",
                      em_describe(a, sa, sizeof sa), em_describe(b, sb, sizeof sb));
-        goto done;
+        return false;
     }
     /* Promote 1-D operands to matrices: a [K] -> [1, K], b [K] -> [K, 1]. */
     int ra = a->rank == 1 ? 2 : a->rank, rb = b->rank == 1 ? 2 : b->rank;
@@ -42,66 +45,199 @@ em_tensor *em_matmul(const em_tensor *a, const em_tensor *b)
     }
     int64_t M = ash[ra - 2], K = ash[ra - 1], N = bsh[rb - 1];
     if (bsh[rb - 2] != K) {
-        em_set_error(EM_ERR_INVALID, "matmul: shapes %s and %s do not match (inner dims %lld and %lld)",
+        em_set_error(EM_ERR_INVALID,
+                     "matmul: shapes %s and %s do not match (inner dims %lld and %lld)",
                      em_describe(a, sa, sizeof sa), em_describe(b, sb, sizeof sb), (long long)K,
                      (long long)bsh[rb - 2]);
-        goto done;
+        return false;
     }
     /* Broadcast the batch dims. */
     int ba = ra - 2, bb = rb - 2, br = ba > bb ? ba : bb;
-    int R = br + 2;
-    int64_t osh[EM_MAX_RANK], aS[EM_MAX_RANK], bS[EM_MAX_RANK], xsh_a[EM_MAX_RANK], xsh_b[EM_MAX_RANK];
     for (int i = 0; i < br; i++) {
         int ia = i - (br - ba), ib = i - (br - bb);
         int64_t da = ia >= 0 ? ash[ia] : 1, db = ib >= 0 ? bsh[ib] : 1;
         if (da != db && da != 1 && db != 1) {
             em_set_error(EM_ERR_INVALID, "matmul: batch dims of %s and %s cannot be broadcast",
                          em_describe(a, sa, sizeof sa), em_describe(b, sb, sizeof sb));
-            goto done;
+            return false;
         }
-        osh[i] = da == 1 ? db : da;
-        aS[i] = ia >= 0 && ash[ia] != 1 ? ast[ia] : 0;
-        bS[i] = ib >= 0 && bsh[ib] != 1 ? bst[ib] : 0;
+        p->osh[i] = da == 1 ? db : da;
+        p->ast[i] = ia >= 0 && ash[ia] != 1 ? ast[ia] : 0;
+        p->bst[i] = ib >= 0 && bsh[ib] != 1 ? bst[ib] : 0;
     }
-    memcpy(xsh_a, osh, sizeof osh);
-    memcpy(xsh_b, osh, sizeof osh);
-    xsh_a[br] = M, xsh_a[br + 1] = K, aS[br] = ast[ra - 2], aS[br + 1] = ast[ra - 1];
-    xsh_b[br] = K, xsh_b[br + 1] = N, bS[br] = bst[rb - 2], bS[br + 1] = bst[rb - 1];
-    osh[br] = M, osh[br + 1] = N;
+    p->R = br + 2;
+    memcpy(p->ash, p->osh, sizeof p->osh);
+    memcpy(p->bsh, p->osh, sizeof p->osh);
+    p->ash[br] = M, p->ash[br + 1] = K, p->ast[br] = ast[ra - 2], p->ast[br + 1] = ast[ra - 1];
+    p->bsh[br] = K, p->bsh[br + 1] = N, p->bst[br] = bst[rb - 2], p->bst[br + 1] = bst[rb - 1];
+    p->osh[br] = M, p->osh[br + 1] = N;
     /* The result's shape drops the promoted dims. */
-    int64_t rsh[EM_MAX_RANK];
     int rr = 0;
-    for (int i = 0; i < br; i++) rsh[rr++] = osh[i];
+    for (int i = 0; i < br; i++) rsh[rr++] = p->osh[i];
     if (a->rank > 1) rsh[rr++] = M;
     if (b->rank > 1) rsh[rr++] = N;
-    out = tn_new(a->st->dev, a->dtype, rr, rsh);
-    if (!out) goto done;
-    int64_t batch = tn_numel(br, osh);
-    if (M * N * batch == 0) goto done;
+    *rr_out = rr;
+    p->dev = a->st->dev;
+    p->caps = em_device_caps(p->dev);
+    p->dt = a->dtype;
+    p->ct = em_scalar_is_float(a->dtype) ? tn_compute_type(a->dtype)
+            : a->dtype == EM_I64         ? EM_I64
+                                         : EM_I32;
+    p->M = M, p->N = N, p->K = K, p->a = a, p->b = b;
+    p->batch = tn_numel(br, p->osh);
+    tn_contig_strides(p->R, p->osh, p->ost);
+    *out = tn_new(p->dev, a->dtype, rr, rsh);
+    if (!*out) return false;
+    p->out = *out;
+    if (M * N * p->batch == 0) return true;
     if (K == 0) {
+        *zero_fill = true;
+        return true;
+    }
+    if (p->batch > 65535) {
+        em_set_error(EM_ERR_UNSUPPORTED, "matmul: %lld batches is more than the 65535 supported",
+                     (long long)p->batch);
+        return false;
+    }
+    return true;
+}
+
+/* Checks the epilogue against the problem and fills p's epilogue fields. */
+static bool mm_setup_epilogue(mm_problem *p, const em_matmul_epilogue *ep, int rr,
+                              const int64_t *rsh)
+{
+    char s1[128], s2[128];
+    if (!ep) return true;
+    p->act = (int)ep->act;
+    p->tf32 = ep->allow_tf32;
+    if ((unsigned)ep->act > EM_MATMUL_ACT_GELU_TANH) {
+        em_set_error(EM_ERR_INVALID, "matmul: unknown epilogue activation %d", (int)ep->act);
+        return false;
+    }
+    if (ep->act > EM_MATMUL_ACT_RELU && !em_scalar_is_float(p->dt)) {
+        em_set_error(EM_ERR_INVALID, "matmul: GELU epilogue needs floating-point operands, got %s",
+                     em_scalar_name(p->dt));
+        return false;
+    }
+    const em_tensor *t = ep->bias;
+    if (t) {
+        tn_describe_shape(p->dt, rr, rsh, s2, sizeof s2);
+        bool ok =
+            t->rank >= 1 && t->shape[t->rank - 1] == p->N && tn_same_device("matmul", p->a, t);
+        for (int i = 0; ok && i + 1 < t->rank; i++) ok = t->shape[i] == 1;
+        if (!ok || t->dtype != p->dt) {
+            if (ok || t->st->dev == p->dev)
+                em_set_error(
+                    EM_ERR_INVALID, "matmul: bias %s does not fit result %s (needs %s[%lld])",
+                    em_describe(t, s1, sizeof s1), s2, em_scalar_name(p->dt), (long long)p->N);
+            return false;
+        }
+        p->bias = t;
+        p->bias_stride = t->stride[t->rank - 1];
+        p->bias_off = t->offset;
+    }
+    t = ep->residual;
+    if (t) {
+        tn_describe_shape(p->dt, rr, rsh, s2, sizeof s2);
+        if (!tn_same_device("matmul", p->a, t)) return false;
+        bool ok = t->dtype == p->dt && t->rank <= rr;
+        for (int i = 0; ok && i < t->rank; i++) {
+            int64_t d = t->shape[t->rank - 1 - i];
+            ok = d == 1 || d == rsh[rr - 1 - i];
+        }
+        if (!ok) {
+            em_set_error(EM_ERR_INVALID, "matmul: residual %s does not broadcast to result %s",
+                         em_describe(t, s1, sizeof s1), s2);
+            return false;
+        }
+        int64_t rs[EM_MAX_RANK];
+        tn_expand_geom(t, rr, rsh, rs);
+        /* result dims -> kernel dims: batch dims, then M (absent for a 1-D a), then N */
+        int br = p->R - 2, k = 0;
+        for (int i = 0; i < br; i++) p->rst[i] = rs[k++];
+        p->rst[br] = p->a->rank > 1 ? rs[k++] : 0;
+        p->rst[br + 1] = p->b->rank > 1 ? rs[k++] : 0;
+        p->res = t;
+    }
+    return true;
+}
+
+/* The product with the epilogue; inputs borrowed (never consumed). */
+static em_tensor *mm_run(const em_tensor *a, const em_tensor *b, const em_matmul_epilogue *ep)
+{
+    mm_problem p;
+    em_tensor *out = NULL;
+    bool zero_fill;
+    int rr = 0;
+    int64_t rsh[EM_MAX_RANK];
+    if (!mm_setup(&p, a, b, &out, &zero_fill, &rr, rsh)) goto fail;
+    if (!mm_setup_epilogue(&p, ep, rr, rsh)) goto fail;
+    const char *tf = getenv("EMBER_ALLOW_TF32");
+    if (tf && !strcmp(tf, "1")) p.tf32 = true;
+    if (p.M * p.N * p.batch == 0) return out;
+    mm_config c;
+    if (zero_fill) {
+        /* K == 0: the product is zero; the epilogue still applies (through the SIMT kernel) */
         if (tn_fill(out, 0) != EM_OK) goto fail;
-        goto done;
+        if (!p.bias && !p.res) return out;
+        p.K = 0;
+        c = mm_heuristic(&p);
+    } else {
+        c = mm_choose(&p);
     }
-    int64_t ost[EM_MAX_RANK];
-    tn_contig_strides(R, osh, ost);
-    if (batch > 65535) {
-        em_set_error(EM_ERR_UNSUPPORTED, "matmul: %lld batches is more than the 65535 supported", (long long)batch);
-        goto fail;
-    }
-    em_scalar ct = em_scalar_is_float(a->dtype) ? tn_compute_type(a->dtype) : a->dtype == EM_I64 ? EM_I64 : EM_I32;
-    if (a->dtype == EM_U8) ct = EM_I32;
-    em_lang_bind bd[4] = {em_lang_bind_type("T", a->dtype), em_lang_bind_type("C", ct), em_lang_bind_int("R", R),
-                          em_lang_bind_int("TILE", TILE)};
-    tn_arg args[3] = {tn_arg_geom(a, R, xsh_a, aS, a->offset), tn_arg_geom(b, R, xsh_b, bS, b->offset),
-                      tn_arg_geom(out, R, osh, ost, 0)};
-    uint32_t cubes[3] = {(uint32_t)((N + TILE - 1) / TILE), (uint32_t)((M + TILE - 1) / TILE), (uint32_t)batch};
-    uint32_t units[3] = {TILE, TILE, 1};
-    if (tn_launch("matmul", a->st->dev, "tensor_matmul", bd, 4, 1, cubes, units, args, 3) != EM_OK) goto fail;
-    goto done;
+    if (mm_launch(&p, &c) != EM_OK) goto fail;
+    return out;
 fail:
     em_release(out);
-    out = NULL;
-done:
+    return NULL;
+}
+
+em_tensor *em_matmul(const em_tensor *a, const em_tensor *b)
+{
+    if (!a || !b) {
+        tn_done(a);
+        if (b != a) tn_done(b);
+        return NULL;
+    }
+    em_tensor *out = mm_run(a, b, NULL);
+    if (out) {
+        const em_tensor *ins[2] = {a, b};
+        tn_record(EM_TOP_MATMUL, NULL, ins, 2, out);
+    }
+    tn_done(a);
+    if (b != a) tn_done(b);
+    return out;
+}
+
+/* With recording inputs (autodiff) the epilogue is composed from recorded ops instead. */
+static em_tensor *mm_composed(const em_tensor *a, const em_tensor *b, const em_matmul_epilogue *ep)
+{
+    em_scope_begin();
+    em_tensor *y = em_matmul(a, b);
+    if (y && ep->bias) y = em_add(y, ep->bias);
+    if (y && ep->act == EM_MATMUL_ACT_RELU) y = em_relu(y);
+    if (y && ep->act == EM_MATMUL_ACT_GELU) y = em_gelu(y);
+    if (y && ep->act == EM_MATMUL_ACT_GELU_TANH) y = em_gelu_tanh(y);
+    if (y && ep->residual) y = em_add(y, ep->residual);
+    em_scope_end(y ? &y : NULL, y ? 1 : 0);
+    return y;
+}
+
+em_tensor *em_matmul_ex(const em_tensor *a, const em_tensor *b, const em_matmul_epilogue *ep)
+{
+    if (!ep) return em_matmul(a, b);
+    em_tensor *out = NULL;
+    if (a && b && (!ep->bias || ep->bias->dtype == a->dtype) &&
+        (!ep->residual || ep->residual->dtype == a->dtype)) {
+        const em_tensor *ins[4] = {a, b, ep->bias, ep->residual};
+        int n = 2;
+        if (ep->bias) ins[n++] = ep->bias;
+        if (ep->residual) ins[n++] = ep->residual;
+        /* em_matmul (recorded) consumes donated a and b itself */
+        if (tn_recording(ins, n) && (unsigned)ep->act <= EM_MATMUL_ACT_GELU_TANH)
+            return mm_composed(a, b, ep);
+    }
+    if (a && b) out = mm_run(a, b, ep);
     tn_done(a);
     if (b != a) tn_done(b);
     return out;

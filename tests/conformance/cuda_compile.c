@@ -316,6 +316,7 @@ static void test_corpus_compiles(void **state)
     items[n++] = item("atomics_f32", 1, 0, NULL);
     items[n++] = item("dims3", 1, 0, NULL);
     items[n++] = item("mma16", 1, 0, NULL);
+    items[n++] = item("mma_tiled", 1, 0, NULL);
     em_lang_bind p1[] = {em_lang_bind_type("F", EM_F32), em_lang_bind_int("DEGREE", 7),
                          em_lang_bind_bool("SQUARE", true), em_lang_bind_bool("LINE4", true)};
     em_lang_bind p2[] = {em_lang_bind_type("F", EM_F16), em_lang_bind_int("DEGREE", 5)};
@@ -336,11 +337,76 @@ static void test_corpus_compiles(void **state)
     if (failed) fail_msg("%zu CUDA compile failures in the corpus", failed);
 }
 
+/* The matmul kernels in the configurations src/tensor/matmul_config.c picks on CUDA (tensor-core
+ * tiles per dtype, SIMT tiles, split-K partials, every epilogue flag), beyond the defaults that
+ * test_builtins_compile covers. */
+static void test_matmul_configs_compile(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_NVRTC();
+    const em_lang_module *m = em_lang_builtins();
+    assert_non_null(m);
+    spec_item items[64];
+    size_t n = 0;
+    static const em_scalar mma_types[] = {EM_F16, EM_BF16, EM_F32};
+    static const int warps[][3] = {{4, 2, 32}, {2, 2, 32}, {2, 4, 32}, {4, 4, 32}, {2, 1, 64}, {1, 2, 64}};
+    for (size_t t = 0; t < 3; t++) {
+        for (size_t w = 0; w < 6; w++) {
+            bool raw = w == 1, epi = w == 0;
+            em_lang_bind b[] = {em_lang_bind_type("T", mma_types[t]),
+                                em_lang_bind_type("O", raw ? EM_F32 : mma_types[t]),
+                                em_lang_bind_int("R", w == 2 ? 3 : 2),
+                                em_lang_bind_int("WARPS_M", warps[w][0]),
+                                em_lang_bind_int("WARPS_N", warps[w][1]),
+                                em_lang_bind_int("BK", warps[w][2]),
+                                em_lang_bind_int("PLANE", 32),
+                                em_lang_bind_bool("RAW", raw),
+                                em_lang_bind_bool("BIAS", epi),
+                                em_lang_bind_int("ACT", epi ? 3 : 0),
+                                em_lang_bind_bool("RES", epi)};
+            items[n++] = item("matmul_mma", 1, sizeof(b) / sizeof(b[0]), b);
+        }
+    }
+    static const int simt[][5] = {{64, 64, 8, 4, 4}, {128, 128, 8, 8, 8}, {128, 64, 8, 8, 4},
+                                  {32, 32, 8, 2, 2}, {64, 64, 16, 4, 4}, {64, 128, 8, 4, 8},
+                                  {32, 64, 8, 2, 4}};
+    static const em_scalar simt_types[][2] = {{EM_F32, EM_F32}, {EM_F16, EM_F32}, {EM_BF16, EM_F32},
+                                              {EM_F64, EM_F64}, {EM_I32, EM_I32}, {EM_I64, EM_I64},
+                                              {EM_U8, EM_I32}};
+    for (size_t c = 0; c < 7; c++) {
+        size_t t = c % 7;
+        bool raw = c == 3, epi = c == 0 || c == 2;
+        em_lang_bind b[] = {em_lang_bind_type("T", simt_types[t][0]),
+                            em_lang_bind_type("C", simt_types[t][1]),
+                            em_lang_bind_type("O", raw ? simt_types[t][1] : simt_types[t][0]),
+                            em_lang_bind_int("R", c == 1 ? 4 : 2),
+                            em_lang_bind_int("BM", simt[c][0]), em_lang_bind_int("BN", simt[c][1]),
+                            em_lang_bind_int("BK", simt[c][2]), em_lang_bind_int("TM", simt[c][3]),
+                            em_lang_bind_int("TN", simt[c][4]), em_lang_bind_bool("RAW", raw),
+                            em_lang_bind_bool("BIAS", epi),
+                            em_lang_bind_int("ACT", epi && em_scalar_is_float(simt_types[t][0]) ? 2 : epi),
+                            em_lang_bind_bool("RES", epi)};
+        items[n++] = item("matmul_simt", 1, sizeof(b) / sizeof(b[0]), b);
+    }
+    for (size_t t = 0; t < 3; t++) {
+        em_lang_bind b[] = {em_lang_bind_type("T", mma_types[t]), em_lang_bind_type("C", EM_F32),
+                            em_lang_bind_int("R", 3), em_lang_bind_bool("BIAS", true),
+                            em_lang_bind_int("ACT", 1), em_lang_bind_bool("RES", true)};
+        items[n++] = item("matmul_splitk_reduce", 1, sizeof(b) / sizeof(b[0]), b);
+    }
+    size_t compiled = 0, failed = 0, unspec = 0;
+    compile_items(m, items, n, true, &compiled, &failed, &unspec);
+    printf("matmul configurations: %zu specializations compiled for sm_80 and sm_90, %zu failed\n",
+           compiled / 2, failed);
+    if (failed) fail_msg("%zu CUDA compile failures among the matmul configurations", failed);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builtins_compile),
         cmocka_unit_test(test_corpus_compiles),
+        cmocka_unit_test(test_matmul_configs_compile),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     return failed ? 1 : g_skipped ? 77 : 0;

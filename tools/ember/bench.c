@@ -1,12 +1,242 @@
-/* bench.c — `ember bench`: benchmarks. (Placeholder until its issue lands: says so and fails.) */
+/* bench.c — `ember bench matmul`: ember's matmul throughput per shape, next to a reference run in
+ * the same process on the same data: cuBLAS (cublasGemmEx, dlopen'd libcublas.so.13 / .12) on a
+ * CUDA device, OpenBLAS (cblas_sgemm, dlopen'd libopenblas.so.0) on the CPU for f32. The
+ * references live only here; ember's ops never call them. One JSON line per shape:
+ *
+ *   {"bench":"matmul","device":"cuda:0","dtype":"bf16","shape":[4096,4096,4096],
+ *    "ember_tflops":..., "ember_ms":..., "config":"...", "ref":"cublas", "ref_tflops":...,
+ *    "ratio":...}
+ *
+ * --dtype tf32 runs f32 operands with tf32 allowed (ember and cuBLAS alike). The first call of a
+ * shape (compilation, autotuning) is not timed. */
+#include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "cli.h"
+#include "ember/tensor.h"
+#include "runtime/rt.h"
+#include "tensor/internal.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- references ------------------------------------------------------------------------------ */
+
+typedef int (*cublas_create_fn)(void **);
+typedef int (*cublas_destroy_fn)(void *);
+typedef int (*cublas_gemm_ex_fn)(void *, int, int, int, int, int, const void *, const void *, int,
+                                 int, const void *, int, int, const void *, void *, int, int, int,
+                                 int);
+typedef int (*cu_sync_fn)(void);
+typedef void (*cblas_sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
+                               const float *, int, float, float *, int);
+
+typedef struct reference {
+    const char *name; /* "cublas", "openblas" or NULL when none loaded */
+    void *lib, *cuda; /* dlopen handles */
+    void *handle;     /* cublasHandle_t */
+    cublas_create_fn create;
+    cublas_destroy_fn destroy;
+    cublas_gemm_ex_fn gemm;
+    cu_sync_fn sync; /* cuCtxSynchronize */
+    cblas_sgemm_fn sgemm;
+    char why[160]; /* why no reference */
+} reference;
+
+static void ref_open(reference *r, em_device *dev)
+{
+    memset(r, 0, sizeof *r);
+    const char *target = em_device_caps(dev)->target;
+    if (!strcmp(target, "cuda")) {
+        static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+        for (size_t i = 0; i < 3 && !r->lib; i++) r->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        r->cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (!r->lib || !r->cuda) {
+            snprintf(r->why, sizeof r->why, "libcublas could not be loaded");
+            return;
+        }
+        r->create = (cublas_create_fn)dlsym(r->lib, "cublasCreate_v2");
+        r->destroy = (cublas_destroy_fn)dlsym(r->lib, "cublasDestroy_v2");
+        r->gemm = (cublas_gemm_ex_fn)dlsym(r->lib, "cublasGemmEx");
+        r->sync = (cu_sync_fn)dlsym(r->cuda, "cuCtxSynchronize");
+        if (!r->create || !r->gemm || !r->sync || r->create(&r->handle) != 0) {
+            snprintf(r->why, sizeof r->why, "cublasCreate failed");
+            return;
+        }
+        r->name = "cublas";
+    } else if (!strcmp(target, "c")) {
+        static const char *const names[] = {
+            "libopenblas.so.0", "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
+            "/usr/lib/aarch64-linux-gnu/openblas-pthread/libopenblas.so.0"};
+        for (size_t i = 0; i < 3 && !r->lib; i++) r->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (r->lib) r->sgemm = (cblas_sgemm_fn)dlsym(r->lib, "cblas_sgemm");
+        if (r->sgemm)
+            r->name = "openblas";
+        else
+            snprintf(r->why, sizeof r->why, "libopenblas.so.0 not installed");
+    } else {
+        snprintf(r->why, sizeof r->why, "no reference for %s devices", target);
+    }
+}
+
+static void ref_close(reference *r)
+{
+    if (r->handle && r->destroy) r->destroy(r->handle);
+    if (r->lib) dlclose(r->lib);
+    if (r->cuda) dlclose(r->cuda);
+}
+
+static void *dev_ptr(const em_tensor *t)
+{
+    return (char *)t->st->buf->mem + t->offset * (int64_t)em_scalar_size(t->dtype);
+}
+
+/* Seconds per call of the reference on the same operands (row-major C = A B), or -1. */
+static double ref_time(reference *r, const char *dtype, const em_tensor *a, const em_tensor *b,
+                       em_tensor *c, int M, int N, int K, int iters)
+{
+    if (!r->name) return -1;
+    if (r->gemm) {
+        /* column-major view: C^T [N, M] = B^T [N, K] x A^T [K, M] */
+        int type = !strcmp(dtype, "bf16") ? 14 : !strcmp(dtype, "f16") ? 2 : 0;
+        int compute = !strcmp(dtype, "tf32") ? 77 : 68; /* CUBLAS_COMPUTE_32F(_FAST_TF32) */
+        float one = 1, zero = 0;
+        double t0 = 0;
+        for (int i = -2; i < iters; i++) {
+            if (i == 0) {
+                r->sync();
+                t0 = now_s();
+            }
+            if (r->gemm(r->handle, 0, 0, N, M, K, &one, dev_ptr(b), type, N, dev_ptr(a), type, K,
+                        &zero, dev_ptr(c), type, N, compute, -1) != 0)
+                return -1;
+        }
+        r->sync();
+        return (now_s() - t0) / iters;
+    }
+    if (strcmp(dtype, "f32")) return -1;
+    float *ha = malloc((size_t)M * K * 4), *hb = malloc((size_t)K * N * 4),
+          *hc = malloc((size_t)M * N * 4);
+    double best = -1;
+    if (ha && hb && hc && em_to_host(a, ha, (size_t)M * K * 4) == EM_OK &&
+        em_to_host(b, hb, (size_t)K * N * 4) == EM_OK) {
+        r->sgemm(101, 111, 111, M, N, K, 1, ha, K, hb, N, 0, hc, N); /* warm-up */
+        double t0 = now_s();
+        for (int i = 0; i < iters; i++) r->sgemm(101, 111, 111, M, N, K, 1, ha, K, hb, N, 0, hc, N);
+        best = (now_s() - t0) / iters;
+    }
+    free(ha), free(hb), free(hc);
+    return best;
+}
+
+/* ---- ember ------------------------------------------------------------------------------------
+ */
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: ember bench matmul [--device D] [--dtype f32|tf32|f16|bf16] "
+                    "[--shapes MxNxK,...] [--iters N]\n");
+    return 2;
+}
+
+static int bench_matmul(int argc, char **argv)
+{
+    const char *devname = "cpu", *dtype = "f32", *shapes = NULL;
+    int iters = 0;
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 < argc && !strcmp(argv[i], "--device"))
+            devname = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--dtype"))
+            dtype = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--shapes"))
+            shapes = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--iters"))
+            iters = atoi(argv[++i]);
+        else
+            return usage();
+    }
+    em_scalar dt = !strcmp(dtype, "f16") ? EM_F16 : !strcmp(dtype, "bf16") ? EM_BF16 : EM_F32;
+    if (strcmp(dtype, "f32") && strcmp(dtype, "tf32") && strcmp(dtype, "f16") &&
+        strcmp(dtype, "bf16"))
+        return usage();
+    em_device *dev = em_device_open(devname);
+    if (!dev) {
+        fprintf(stderr, "ember bench: %s\n", em_last_error());
+        return 1;
+    }
+    bool cpu = !strcmp(em_device_caps(dev)->target, "c");
+    if (!shapes)
+        shapes = cpu ? "256x256x256,512x512x512,1024x1024x1024"
+                     : "1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192";
+    reference ref;
+    ref_open(&ref, dev);
+    em_matmul_epilogue ep = {NULL, EM_MATMUL_ACT_NONE, NULL, !strcmp(dtype, "tf32")};
+    int rc = 0;
+    const char *p = shapes;
+    em_rng rng = em_rng_new(1);
+    while (*p) {
+        long long M, N, K;
+        int used = 0;
+        if (sscanf(p, "%lldx%lldx%lld%n", &M, &N, &K, &used) != 3 || M <= 0 || N <= 0 || K <= 0) {
+            fprintf(stderr, "ember bench: bad shape list at '%s' (want MxNxK,...)\n", p);
+            rc = 2;
+            break;
+        }
+        p += used;
+        if (*p == ',') p++;
+        em_scope_begin();
+        em_tensor *a = em_randn(dev, dt, EM_SHAPE(M, K), &rng);
+        em_tensor *b = em_randn(dev, dt, EM_SHAPE(K, N), &rng);
+        double flop = 2.0 * (double)M * (double)N * (double)K;
+        int n = iters > 0 ? iters : flop > 1e12 ? 10 : flop > 1e10 ? 30 : cpu ? 3 : 100;
+        if (cpu && iters <= 0 && flop > 1e9) n = 2;
+        em_tensor *y = a && b ? em_matmul_ex(a, b, &ep) : NULL; /* compile, autotune */
+        em_timer t;
+        double s = -1;
+        if (y && em_device_sync(dev) == EM_OK && em_timer_start(&t, dev) == EM_OK) {
+            for (int i = 0; i < n && y; i++) {
+                em_release(y);
+                y = em_matmul_ex(a, b, &ep);
+            }
+            s = y ? em_timer_stop(&t) / n : -1;
+        }
+        if (s <= 0) {
+            fprintf(stderr, "ember bench: %lldx%lldx%lld: %s\n", M, N, K, em_last_error());
+            rc = 1;
+            em_scope_end(NULL, 0);
+            break;
+        }
+        double rs = ref_time(&ref, dtype, a, b, y, (int)M, (int)N, (int)K, n);
+        printf("{\"bench\":\"matmul\",\"device\":\"%s\",\"device_name\":\"%s\",\"dtype\":\"%s\","
+               "\"shape\":[%lld,%lld,%lld],\"iters\":%d,\"ember_ms\":%.4f,\"ember_tflops\":%.4f",
+               em_device_name(dev), em_device_caps(dev)->device_name, dtype, M, N, K, n, s * 1e3,
+               flop / s / 1e12);
+        if (rs > 0)
+            printf(",\"ref\":\"%s\",\"ref_ms\":%.4f,\"ref_tflops\":%.4f,\"ratio\":%.3f", ref.name,
+                   rs * 1e3, flop / rs / 1e12, rs / s);
+        else
+            printf(",\"ref\":null,\"ref_why\":\"%s\"",
+                   ref.name ? "reference does not take this dtype" : ref.why);
+        printf("}\n");
+        fflush(stdout);
+        em_scope_end(NULL, 0);
+    }
+    ref_close(&ref);
+    em_device_close(dev);
+    return rc;
+}
 
 int em_cli_bench(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "ember bench: not available in this build yet\n");
+    if (argc >= 2 && !strcmp(argv[1], "matmul")) return bench_matmul(argc - 1, argv + 1);
+    fprintf(stderr, "usage: ember bench matmul [options]   (see ember bench matmul --help)\n");
     return 2;
 }

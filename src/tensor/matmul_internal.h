@@ -1,0 +1,71 @@
+/* matmul_internal.h — what the matmul files of the tensor layer share: the problem (operand
+ * geometry after torch.matmul's promotions and batch broadcasting, plus the epilogue), a kernel
+ * configuration, and the steps: heuristic choice and candidate lists (matmul_config.c), launch of
+ * one configuration (matmul_launch.c) and autotuning (matmul_tune.c). ops_matmul.c is the entry. */
+#ifndef EM_TENSOR_MATMUL_INTERNAL_H
+#define EM_TENSOR_MATMUL_INTERNAL_H
+
+#include "tensor/internal.h"
+
+/* Which kernel a configuration runs. */
+typedef enum mm_kind {
+    MM_SIMPLE = 0, /* tensor_matmul.ek: the plain 16 x 16 tiled reference kernel (no epilogue) */
+    MM_SIMT,       /* matmul_simt.ek: register-blocked, every dtype */
+    MM_MMA,        /* matmul_mma.ek: cooperative matrices (f16/bf16, f32 as tf32 when allowed) */
+} mm_kind;
+
+/* One kernel configuration. */
+typedef struct mm_config {
+    int kind;   /* an mm_kind */
+    int bm, bn; /* output tile of a cube (MMA: 32 * wm by 64 * wn) */
+    int bk;     /* K step staged in shared memory */
+    int tm, tn; /* SIMT: the block of one unit; MMA: planes along M and N */
+    int split;  /* split-K factor (1: none) */
+} mm_config;
+
+/* A matmul problem: everything the kernels need, in the kernels' rank-R geometry. */
+typedef struct mm_problem {
+    em_device *dev;         /* the device of a, b and out */
+    const em_caps *caps;    /* its capabilities */
+    em_scalar dt;           /* operand and result dtype */
+    em_scalar ct;           /* accumulation type */
+    int R;                  /* kernel rank: batch dims + 2 */
+    int64_t M, N, K, batch; /* sizes; batch = product of the broadcast batch dims */
+    const em_tensor *a, *b; /* operands (borrowed) */
+    em_tensor *out;         /* the result (contiguous) */
+    int64_t ash[EM_MAX_RANK], ast[EM_MAX_RANK]; /* a as [batch..., M, K] (broadcast strides 0) */
+    int64_t bsh[EM_MAX_RANK], bst[EM_MAX_RANK]; /* b as [batch..., K, N] */
+    int64_t osh[EM_MAX_RANK], ost[EM_MAX_RANK]; /* out as [batch..., M, N] */
+    const em_tensor *bias;                      /* epilogue bias [N] or NULL */
+    int64_t bias_stride;                        /* its stride along N */
+    int64_t bias_off;                           /* its offset */
+    const em_tensor *res;                       /* epilogue residual or NULL */
+    int64_t rst[EM_MAX_RANK]; /* its strides in out's rank-R geometry (0 where broadcast) */
+    int act;                  /* em_matmul_act */
+    bool tf32;                /* f32 may run on tensor cores as tf32 */
+} mm_problem;
+
+/* matmul_config.c */
+/* Whether c can run p on p's device (dtype, shared memory, cube size, grid). */
+bool mm_config_valid(const mm_problem *p, const mm_config *c);
+/* The heuristic default configuration (EMBER_AUTOTUNE=off, and the first candidate). */
+mm_config mm_heuristic(const mm_problem *p);
+/* Up to max valid candidates for autotuning (full: a longer list). Returns the count. */
+int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max);
+/* "simt 64x64x8 4x4 s1" and back (false when text is not a configuration). */
+void mm_config_format(const mm_config *c, char *buf, size_t size);
+bool mm_config_parse(const char *text, mm_config *c);
+/* The autotune key of p: device-independent parts (kernel family, dtype, layout, shape bucket). */
+void mm_tune_key(const mm_problem *p, char *buf, size_t size);
+
+/* matmul_launch.c */
+/* Runs c on p, writing p->out. EM_OK or the error set. */
+em_status mm_launch(const mm_problem *p, const mm_config *c);
+
+/* matmul_tune.c */
+/* The configuration to run p with: $EMBER_MATMUL_CONFIG when set (tests and benchmarks), else
+ * the heuristic (EMBER_AUTOTUNE=off), else the cached winner, else the winner of a benchmark of
+ * the candidates, stored in the autotune cache. */
+mm_config mm_choose(const mm_problem *p);
+
+#endif

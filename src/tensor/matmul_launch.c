@@ -1,0 +1,113 @@
+/* matmul_launch.c — runs one matmul configuration (matmul_internal.h) on a problem: binds the
+ * operands, the epilogue tensors (or placeholders the kernel never reads, since its comptime
+ * flags are off) and, for split-K, a contiguous workspace of partial sums in the accumulation
+ * type that matmul_splitk_reduce adds up and finishes with the epilogue. */
+#include <string.h>
+
+#include "tensor/matmul_internal.h"
+
+/* The bias argument: [N] with its stride, or a one-element placeholder on a. */
+static tn_arg bias_arg(const mm_problem *p)
+{
+    int64_t shape = p->bias ? p->N : 1, stride = p->bias ? p->bias_stride : 0;
+    return p->bias ? tn_arg_geom(p->bias, 1, &shape, &stride, p->bias_off)
+                   : tn_arg_geom(p->a, 1, &shape, &stride, p->a->offset);
+}
+
+/* The residual argument in out's geometry, or a placeholder on a (strides 0). */
+static tn_arg res_arg(const mm_problem *p)
+{
+    static const int64_t zeros[EM_MAX_RANK];
+    return p->res ? tn_arg_geom(p->res, p->R, p->osh, p->rst, p->res->offset)
+                  : tn_arg_geom(p->a, p->R, p->osh, zeros, p->a->offset);
+}
+
+static em_status launch_simple(const mm_problem *p)
+{
+    em_lang_bind bd[4] = {em_lang_bind_type("T", p->dt), em_lang_bind_type("C", p->ct),
+                          em_lang_bind_int("R", p->R), em_lang_bind_int("TILE", 16)};
+    tn_arg args[3] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
+                      tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset),
+                      tn_arg_geom(p->out, p->R, p->osh, p->ost, 0)};
+    uint32_t cubes[3] = {(uint32_t)((p->N + 15) / 16), (uint32_t)((p->M + 15) / 16),
+                         (uint32_t)p->batch};
+    uint32_t units[3] = {16, 16, 1};
+    return tn_launch("matmul", p->dev, "tensor_matmul", bd, 4, 1, cubes, units, args, 3);
+}
+
+em_status mm_launch(const mm_problem *p, const mm_config *c)
+{
+    if (c->kind == MM_SIMPLE && !p->bias && !p->res && !p->act) return launch_simple(p);
+    bool mma = c->kind == MM_MMA;
+    int split = c->split > 1 ? c->split : 1;
+    int64_t kchunk = (p->K + split - 1) / split;
+    kchunk = (kchunk + c->bk - 1) / c->bk * c->bk; /* chunks start on a BK boundary */
+    if (kchunk == 0) kchunk = 1;
+    em_tensor *part = NULL;
+    tn_arg outa = tn_arg_geom(p->out, p->R, p->osh, p->ost, 0);
+    if (split > 1) {
+        int64_t psh[3] = {p->batch * split, p->M, p->N};
+        part = tn_new(p->dev, p->ct, 3, psh);
+        if (!part) return em_error_context("matmul");
+        int64_t sh[EM_MAX_RANK], st[EM_MAX_RANK];
+        for (int i = 0; i < p->R; i++) sh[i] = 1, st[i] = 0;
+        sh[p->R - 2] = p->M, sh[p->R - 1] = p->N, st[p->R - 2] = p->N, st[p->R - 1] = 1;
+        outa = tn_arg_geom(part, p->R, sh, st, 0);
+    }
+    const int64_t *ast = p->ast, *bst = p->bst;
+    bool akfast = ast[p->R - 1] == 1 || ast[p->R - 2] != 1;
+    bool bnfast = bst[p->R - 1] == 1 || bst[p->R - 2] != 1;
+    em_lang_bind bd[20];
+    size_t nb = 0;
+    bd[nb++] = em_lang_bind_type("T", p->dt);
+    if (!mma) bd[nb++] = em_lang_bind_type("C", p->ct);
+    bd[nb++] = em_lang_bind_type("O", split > 1 ? p->ct : p->dt);
+    bd[nb++] = em_lang_bind_int("R", p->R);
+    bd[nb++] = em_lang_bind_int("BK", c->bk);
+    bd[nb++] = em_lang_bind_bool("RAW", split > 1);
+    bd[nb++] = em_lang_bind_bool("BIAS", p->bias != NULL);
+    bd[nb++] = em_lang_bind_int("ACT", p->act);
+    bd[nb++] = em_lang_bind_bool("RES", p->res != NULL);
+    uint32_t units[3] = {1, 1, 1};
+    uint32_t plane = p->caps && p->caps->plane_dim ? p->caps->plane_dim : 1;
+    if (mma) {
+        bd[nb++] = em_lang_bind_int("WARPS_M", c->tm);
+        bd[nb++] = em_lang_bind_int("WARPS_N", c->tn);
+        bd[nb++] = em_lang_bind_int("PLANE", plane);
+        bd[nb++] = em_lang_bind_bool("LOOPS", !p->caps || strcmp(p->caps->target, "cuda") != 0);
+        units[0] = (uint32_t)(c->tm * c->tn) * plane;
+    } else {
+        bd[nb++] = em_lang_bind_int("BM", c->bm);
+        bd[nb++] = em_lang_bind_int("BN", c->bn);
+        bd[nb++] = em_lang_bind_int("TM", c->tm);
+        bd[nb++] = em_lang_bind_int("TN", c->tn);
+        /* unrolled register blocking for CUDA; loops the compiler vectorizes elsewhere */
+        bd[nb++] = em_lang_bind_bool("LOOPS", !p->caps || strcmp(p->caps->target, "cuda") != 0);
+        units[0] = (uint32_t)((c->bm / c->tm) * (c->bn / c->tn));
+    }
+    tn_arg args[8] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
+                      tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset),
+                      outa,
+                      bias_arg(p),
+                      res_arg(p),
+                      tn_arg_s(em_arg_u32((uint32_t)kchunk)),
+                      tn_arg_s(em_arg_u32((uint32_t)split)),
+                      tn_arg_s(em_arg_u32((akfast ? 1u : 0u) | (bnfast ? 2u : 0u)))};
+    uint32_t cubes[3] = {(uint32_t)((p->N + c->bn - 1) / c->bn),
+                         (uint32_t)((p->M + c->bm - 1) / c->bm), (uint32_t)(p->batch * split)};
+    em_status st = tn_launch("matmul", p->dev, mma ? "matmul_mma" : "matmul_simt", bd, nb, 1, cubes,
+                             units, args, 8);
+    if (st == EM_OK && split > 1) {
+        em_lang_bind rb[6] = {
+            em_lang_bind_type("T", p->dt),   em_lang_bind_type("C", p->ct),
+            em_lang_bind_int("R", p->R),     em_lang_bind_bool("BIAS", p->bias != NULL),
+            em_lang_bind_int("ACT", p->act), em_lang_bind_bool("RES", p->res != NULL)};
+        tn_arg ra[5] = {tn_arg_t(part), tn_arg_geom(p->out, p->R, p->osh, p->ost, 0), bias_arg(p),
+                        res_arg(p), tn_arg_s(em_arg_u32((uint32_t)split))};
+        uint32_t rc[3], ru[3];
+        tn_grid_1d((uint64_t)(p->batch * p->M * p->N), rc, ru);
+        st = tn_launch("matmul", p->dev, "matmul_splitk_reduce", rb, 6, 1, rc, ru, ra, 5);
+    }
+    em_release(part);
+    return st;
+}

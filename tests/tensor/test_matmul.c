@@ -1,0 +1,403 @@
+/* test_matmul.c — conformance of em_matmul / em_matmul_ex on every device present: every dtype;
+ * odd sizes (1, 7, 33, 129) with K not a multiple of any tile; transposed, strided and offset
+ * operands; 1-D operands and broadcast batches; every SIMT tile configuration and split-K
+ * (forced through $EMBER_MATMUL_CONFIG); the tensor-core kernel (cooperative matrices, lowered to
+ * loops where PLANE_DIM is 1, so its indexing is checked without a GPU); the fused epilogue (bias,
+ * ReLU, GELU, GELU-tanh, broadcast residual); error messages. Reference: float64 in C, computed
+ * from the operands as read back from the device (so it sees exactly what the kernels see). */
+#include "tensor_util.h"
+
+/* torch.matmul in float64: a [..., M, K] (or [K]) x b [..., K, N] (or [K]) with broadcast batch
+ * dims, plus the epilogue: act(p + bias[n]) + residual (broadcast to the result). The result
+ * shape goes to *rs; the caller frees the returned array. */
+static double act_ref(int act, double v)
+{
+    if (act == EM_MATMUL_ACT_RELU) return v > 0 ? v : 0;
+    if (act == EM_MATMUL_ACT_GELU) return 0.5 * v * (1 + erf(v / sqrt(2.0)));
+    if (act == EM_MATMUL_ACT_GELU_TANH)
+        return 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    return v;
+}
+
+static double *ref_matmul(const double *a, em_shape as, const double *b, em_shape bs,
+                          const double *bias, int act, const double *res, em_shape ress,
+                          em_shape *rs)
+{
+    int64_t M = as.rank == 1 ? 1 : as.d[as.rank - 2], K = as.d[as.rank - 1];
+    int64_t N = bs.rank == 1 ? 1 : bs.d[bs.rank - 1];
+    int ba = as.rank > 2 ? as.rank - 2 : 0, bb = bs.rank > 2 ? bs.rank - 2 : 0;
+    int br = ba > bb ? ba : bb;
+    int64_t bsh[EM_MAX_RANK];
+    for (int i = 0; i < br; i++) {
+        int ia = i - (br - ba), ib = i - (br - bb);
+        int64_t da = ia >= 0 ? as.d[ia] : 1, db = ib >= 0 ? bs.d[ib] : 1;
+        bsh[i] = da == 1 ? db : da;
+    }
+    rs->rank = 0;
+    for (int i = 0; i < br; i++) rs->d[rs->rank++] = bsh[i];
+    if (as.rank > 1) rs->d[rs->rank++] = M;
+    if (bs.rank > 1) rs->d[rs->rank++] = N;
+    int64_t nb = 1;
+    for (int i = 0; i < br; i++) nb *= bsh[i];
+    double *out = calloc((size_t)(nb * M * N) + 1, sizeof(double));
+    for (int64_t z = 0; z < nb; z++) {
+        int64_t idx[EM_MAX_RANK], rem = z;
+        for (int i = br - 1; i >= 0; i--) idx[i] = rem % bsh[i], rem /= bsh[i];
+        int64_t za = 0, zb = 0;
+        for (int i = 0; i < ba; i++) za = za * as.d[i] + (as.d[i] == 1 ? 0 : idx[i + br - ba]);
+        for (int i = 0; i < bb; i++) zb = zb * bs.d[i] + (bs.d[i] == 1 ? 0 : idx[i + br - bb]);
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++)
+                    s += a[(za * M + m) * K + k] * b[(zb * K + k) * N + n];
+                if (bias) s += bias[n];
+                s = act_ref(act, s);
+                int64_t o = (z * M + m) * N + n;
+                if (res) {
+                    /* the result index o -> residual index (broadcast from the right) */
+                    int64_t ri = 0, rem2 = o, rstride = 1;
+                    for (int d = rs->rank - 1, e = ress.rank - 1; d >= 0; d--, e--) {
+                        int64_t c = rem2 % rs->d[d];
+                        rem2 /= rs->d[d];
+                        if (e >= 0) {
+                            if (ress.d[e] != 1) ri += c * rstride;
+                            rstride *= ress.d[e];
+                        }
+                    }
+                    s += res[ri];
+                }
+                out[o] = s;
+            }
+    }
+    return out;
+}
+
+static double tol_of(em_device *dev, em_scalar dt, int64_t K)
+{
+    if (!em_scalar_is_float(dt)) return 0;
+    double t = tu_tol_on(dev, dt);
+    if (dt == EM_F32) t *= 1 + (double)K / 64; /* f32 sums of K terms */
+    return t;
+}
+
+/* Rounds the reference as an integer result type wraps (u8 results wrap mod 256). */
+static void wrap_ref(em_scalar dt, double *r, size_t n)
+{
+    if (dt != EM_U8) return;
+    for (size_t i = 0; i < n; i++) r[i] = (double)((uint8_t)(int64_t)r[i]);
+}
+
+/* Checks y = a x b (+ epilogue) against the reference computed from a and b read back. */
+static void check_mm(const char *what, const em_tensor *a, const em_tensor *b,
+                     const em_matmul_epilogue *ep)
+{
+    assert_non_null(a);
+    assert_non_null(b);
+    em_tensor *y = em_matmul_ex(a, b, ep);
+    if (!y) fprintf(stderr, "%s: %s\n", what, em_last_error());
+    assert_non_null(y);
+    double *ad = tu_read(a), *bd = tu_read(b), *bias = NULL, *res = NULL;
+    em_shape ress = {0};
+    if (ep && ep->bias) bias = tu_read(ep->bias);
+    if (ep && ep->residual) res = tu_read(ep->residual), ress = em_shape_of(ep->residual);
+    em_shape rs;
+    double *ref = ref_matmul(ad, em_shape_of(a), bd, em_shape_of(b), bias, ep ? (int)ep->act : 0,
+                             res, ress, &rs);
+    em_scalar dt = em_dtype(a);
+    int64_t K = em_dim(a, -1);
+    wrap_ref(dt, ref, (size_t)em_numel(y));
+    char label[256];
+    snprintf(label, sizeof label, "%s %s", what, em_scalar_name(dt));
+    tu_check(label, y, rs, ref, tol_of(em_tensor_device(a), dt, K));
+    free(ad), free(bd), free(bias), free(res), free(ref);
+    em_release(y);
+}
+
+/* A random tensor of dt (small integers for integer dtypes). */
+static em_tensor *rnd(em_device *dev, em_scalar dt, em_shape s, uint32_t seed)
+{
+    size_t n = 1;
+    for (int i = 0; i < s.rank; i++) n *= (size_t)s.d[i];
+    double *v = malloc((n + 1) * sizeof(double));
+    if (em_scalar_is_float(dt)) {
+        tu_fill(v, n, -1, 1, seed);
+    } else {
+        tu_fill(v, n, dt == EM_U8 ? 0 : -3, 4, seed);
+        for (size_t i = 0; i < n; i++) v[i] = floor(v[i]);
+    }
+    em_tensor *t = tu_tensor(dev, dt, s, v);
+    free(v);
+    return t;
+}
+
+static const em_scalar all_types[] = {EM_F32, EM_F16, EM_BF16, EM_F64, EM_I32, EM_I64, EM_U8};
+
+static int setup(void **state)
+{
+    setenv("EMBER_AUTOTUNE", "off", 1); /* the heuristic choice here; test_autotune tunes */
+    unsetenv("EMBER_MATMUL_CONFIG");
+    return tu_setup(state);
+}
+
+/* Every dtype, odd sizes, the heuristic configuration. */
+static void test_dtypes_odd_sizes(void **state)
+{
+    (void)state;
+    static const int64_t sizes[][3] = {
+        {1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {129, 40, 70}, {3, 130, 1}};
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        for (size_t ti = 0; ti < EM_ARRAY_LEN(all_types); ti++) {
+            em_scalar dt = all_types[ti];
+            if (!tu_has(dev, dt)) continue;
+            for (size_t si = 0; si < EM_ARRAY_LEN(sizes); si++) {
+                em_scope_begin();
+                int64_t M = sizes[si][0], N = sizes[si][1], K = sizes[si][2];
+                em_tensor *a = rnd(dev, dt, EM_SHAPE(M, K), (uint32_t)(si * 7 + ti));
+                em_tensor *b = rnd(dev, dt, EM_SHAPE(K, N), (uint32_t)(si * 11 + ti + 100));
+                check_mm("odd sizes", a, b, NULL);
+                em_scope_end(NULL, 0);
+            }
+        }
+    }
+}
+
+/* Transposed, strided and offset operands; 1-D operands; broadcast batches. */
+static void test_layouts_batches(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        static const em_scalar types[] = {EM_F32, EM_F16, EM_I32};
+        for (size_t ti = 0; ti < EM_ARRAY_LEN(types); ti++) {
+            em_scalar dt = types[ti];
+            if (!tu_has(dev, dt)) continue;
+            em_scope_begin();
+            /* a^T: stored [K, M], b^T: stored [N, K] */
+            em_tensor *at = em_transpose(rnd(dev, dt, EM_SHAPE(37, 21), 1), 0, 1);
+            em_tensor *bt = em_transpose(rnd(dev, dt, EM_SHAPE(19, 37), 2), 0, 1);
+            em_tensor *a = rnd(dev, dt, EM_SHAPE(21, 37), 3);
+            em_tensor *b = rnd(dev, dt, EM_SHAPE(37, 19), 4);
+            check_mm("a^T b", at, b, NULL);
+            check_mm("a b^T", a, bt, NULL);
+            check_mm("a^T b^T", at, bt, NULL);
+            /* strided (every other column) and offset views */
+            em_tensor *as = em_slice(rnd(dev, dt, EM_SHAPE(22, 74), 5), 1, 1, 74, 2);
+            em_tensor *bs = em_narrow(rnd(dev, dt, EM_SHAPE(40, 19), 6), 0, 3, 37);
+            check_mm("strided", as, bs, NULL);
+            /* 1-D operands */
+            em_tensor *v = rnd(dev, dt, EM_SHAPE(37), 7);
+            check_mm("vec x mat", v, b, NULL);
+            check_mm("mat x vec", a, v, NULL);
+            check_mm("vec x vec", v, v, NULL);
+            /* batches: [2, 1, M, K] x [3, K, N] -> [2, 3, M, N]; [4, M, K] x [K, N] */
+            em_tensor *ab = rnd(dev, dt, EM_SHAPE(2, 1, 9, 37), 8);
+            em_tensor *bb = rnd(dev, dt, EM_SHAPE(3, 37, 13), 9);
+            check_mm("broadcast batch", ab, bb, NULL);
+            check_mm("batch x matrix", rnd(dev, dt, EM_SHAPE(4, 5, 37), 10), b, NULL);
+            check_mm("batch x transposed batch", rnd(dev, dt, EM_SHAPE(3, 6, 37), 11),
+                     em_transpose(rnd(dev, dt, EM_SHAPE(3, 13, 37), 12), 1, 2), NULL);
+            em_scope_end(NULL, 0);
+        }
+    }
+}
+
+/* Every SIMT tile configuration, and split-K, forced. */
+static void test_simt_configs(void **state)
+{
+    (void)state;
+    static const char *const configs[] = {"simt 64x64x8 4x4 s1",   "simt 32x64x16 4x8 s1",
+                                          "simt 128x128x8 8x8 s1", "simt 32x32x8 2x2 s3",
+                                          "simt 16x16x8 1x1 s1",   "simt 32x64x16 4x8 s5",
+                                          "simple 16x16x16 1x1 s1"};
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        static const em_scalar types[] = {EM_F32, EM_BF16, EM_I64};
+        for (size_t ci = 0; ci < EM_ARRAY_LEN(configs); ci++) {
+            setenv("EMBER_MATMUL_CONFIG", configs[ci], 1);
+            for (size_t ti = 0; ti < EM_ARRAY_LEN(types); ti++) {
+                em_scalar dt = types[ti];
+                if (!tu_has(dev, dt) || (ti > 0 && ci % 2)) continue;
+                em_scope_begin();
+                char what[64];
+                snprintf(what, sizeof what, "config %s", configs[ci]);
+                check_mm(what, rnd(dev, dt, EM_SHAPE(67, 131), 20),
+                         rnd(dev, dt, EM_SHAPE(131, 45), 21), NULL);
+                check_mm(what, em_transpose(rnd(dev, dt, EM_SHAPE(2, 300, 5), 22), 1, 2),
+                         rnd(dev, dt, EM_SHAPE(300, 9), 23), NULL);
+                em_scope_end(NULL, 0);
+            }
+        }
+        unsetenv("EMBER_MATMUL_CONFIG");
+    }
+}
+
+/* The tensor-core kernel, forced: on CUDA (WMMA), and where fragments are lowered to loops (plane
+ * size 1: the CPU). */
+static void test_mma_kernel(void **state)
+{
+    (void)state;
+    static const char *const configs[] = {"mma 64x128x32 2x2 s1", "mma 128x128x32 4x2 s1",
+                                          "mma 32x64x32 1x1 s3", "mma 64x64x64 2x1 s1"};
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        const em_caps *caps = em_device_caps(dev);
+        if (strcmp(caps->target, "cuda") != 0 && caps->plane_dim != 1) continue;
+        /* one dtype per configuration (each is a compiled kernel: keep CI time bounded) */
+        static const em_scalar types[] = {EM_F16, EM_BF16, EM_F32, EM_BF16};
+        for (size_t ci = 0; ci < EM_ARRAY_LEN(configs); ci++) {
+            em_scalar dt = types[ci];
+            if (!tu_has(dev, dt) || (dt == EM_F32 && caps->matrix)) continue; /* tf32: inexact */
+            setenv("EMBER_MATMUL_CONFIG", configs[ci], 1);
+            em_scope_begin();
+            char what[64];
+            snprintf(what, sizeof what, "config %s", configs[ci]);
+            if (ci != 1)
+                check_mm(what, rnd(dev, dt, EM_SHAPE(70, 100), 30),
+                         rnd(dev, dt, EM_SHAPE(100, 130), 31), NULL);
+            if (ci == 0)
+                check_mm(what, em_transpose(rnd(dev, dt, EM_SHAPE(2, 33, 7), 32), 1, 2),
+                         em_transpose(rnd(dev, dt, EM_SHAPE(65, 33), 33), 0, 1), NULL);
+            if (ci == 1) {
+                em_tensor *bias = rnd(dev, dt, EM_SHAPE(130), 34);
+                em_matmul_epilogue ep = {bias, EM_MATMUL_ACT_GELU_TANH,
+                                         rnd(dev, dt, EM_SHAPE(130), 35), false};
+                check_mm(what, rnd(dev, dt, EM_SHAPE(140, 100), 30),
+                         rnd(dev, dt, EM_SHAPE(100, 130), 31), &ep);
+            }
+            em_scope_end(NULL, 0);
+        }
+        unsetenv("EMBER_MATMUL_CONFIG");
+    }
+}
+
+/* The epilogue: bias, every activation, a broadcast residual; fused and with split-K. (Each flag
+ * combination is a compiled kernel: the cases are chosen to cover each piece once per dtype
+ * class, not every product.) */
+static void test_epilogue(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *config; /* NULL: the heuristic */
+        em_scalar dt;
+        int act;
+        int parts; /* 1 bias, 2 residual */
+    } cases[] = {
+        {NULL, EM_F32, EM_MATMUL_ACT_NONE, 3},
+        {NULL, EM_F32, EM_MATMUL_ACT_RELU, 3},
+        {NULL, EM_F32, EM_MATMUL_ACT_GELU, 3},
+        {NULL, EM_F32, EM_MATMUL_ACT_GELU_TANH, 3},
+        {NULL, EM_F32, EM_MATMUL_ACT_NONE, 1},
+        {NULL, EM_F32, EM_MATMUL_ACT_NONE, 2},
+        {NULL, EM_F16, EM_MATMUL_ACT_GELU, 3},
+        {NULL, EM_BF16, EM_MATMUL_ACT_GELU_TANH, 1},
+        {NULL, EM_I32, EM_MATMUL_ACT_RELU, 3},
+        {"simt 32x32x8 2x2 s4", EM_F32, EM_MATMUL_ACT_GELU_TANH, 3},
+        {"simt 32x32x8 2x2 s4", EM_I32, EM_MATMUL_ACT_NONE, 1},
+    };
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        for (size_t ci = 0; ci < EM_ARRAY_LEN(cases); ci++) {
+            em_scalar dt = cases[ci].dt;
+            if (!tu_has(dev, dt)) continue;
+            if (cases[ci].config)
+                setenv("EMBER_MATMUL_CONFIG", cases[ci].config, 1);
+            else
+                unsetenv("EMBER_MATMUL_CONFIG");
+            em_scope_begin();
+            em_tensor *a = rnd(dev, dt, EM_SHAPE(2, 19, 70), 40);
+            em_tensor *b = rnd(dev, dt, EM_SHAPE(70, 23), 41);
+            /* a strided bias view, and a residual broadcast over N and the batch */
+            em_tensor *bias = em_slice(rnd(dev, dt, EM_SHAPE(46), 42), 0, 0, 46, 2);
+            em_tensor *res = rnd(dev, dt, EM_SHAPE(19, 1), 43);
+            em_matmul_epilogue ep = {cases[ci].parts & 1 ? bias : NULL,
+                                     (em_matmul_act)cases[ci].act, cases[ci].parts & 2 ? res : NULL,
+                                     false};
+            char what[96];
+            snprintf(what, sizeof what, "epilogue case %zu", ci);
+            check_mm(what, a, b, &ep);
+            em_scope_end(NULL, 0);
+        }
+        unsetenv("EMBER_MATMUL_CONFIG");
+    }
+}
+
+/* Skinny shapes take split-K by default on the heuristic path (small M * N, long K). */
+static void test_split_k_default(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        em_scope_begin();
+        check_mm("skinny", rnd(dev, EM_F32, EM_SHAPE(4, 2000), 50),
+                 rnd(dev, EM_F32, EM_SHAPE(2000, 6), 51), NULL);
+        check_mm("skinny batch", rnd(dev, EM_F32, EM_SHAPE(3, 2, 1000), 52),
+                 rnd(dev, EM_F32, EM_SHAPE(1000, 3), 53), NULL);
+        em_scope_end(NULL, 0);
+    }
+}
+
+/* Empty results and K == 0 (zeros, then the epilogue). */
+static void test_empty(void **state)
+{
+    (void)state;
+    em_device *dev = tu_devs[0];
+    em_scope_begin();
+    em_tensor *y =
+        em_matmul(em_zeros(dev, EM_F32, EM_SHAPE(0, 3)), em_zeros(dev, EM_F32, EM_SHAPE(3, 4)));
+    assert_non_null(y);
+    assert_int_equal(em_numel(y), 0);
+    check_mm("K = 0", em_zeros(dev, EM_F32, EM_SHAPE(3, 0)), em_zeros(dev, EM_F32, EM_SHAPE(0, 4)),
+             NULL);
+    em_matmul_epilogue ep = {rnd(dev, EM_F32, EM_SHAPE(4), 60), EM_MATMUL_ACT_RELU, NULL, false};
+    check_mm("K = 0 with bias", em_zeros(dev, EM_F32, EM_SHAPE(3, 0)),
+             em_zeros(dev, EM_F32, EM_SHAPE(0, 4)), &ep);
+    em_scope_end(NULL, 0);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    em_device *dev = tu_devs[0];
+    em_scope_begin();
+    em_tensor *a = em_zeros(dev, EM_F32, EM_SHAPE(2, 3));
+    em_tensor *b = em_zeros(dev, EM_F32, EM_SHAPE(4, 5));
+    tu_expect_error(em_matmul(a, b), "f32[2, 3]");
+    assert_non_null(strstr(em_last_error(), "f32[4, 5]"));
+    tu_expect_error(em_matmul(a, em_zeros(dev, EM_F16, EM_SHAPE(3, 5))),
+                    "dtypes f32 and f16 differ");
+    em_tensor *b2 = em_zeros(dev, EM_F32, EM_SHAPE(3, 5));
+    em_matmul_epilogue bad_bias = {em_zeros(dev, EM_F32, EM_SHAPE(4)), 0, NULL, false};
+    tu_expect_error(em_matmul_ex(a, b2, &bad_bias), "bias f32[4] does not fit result f32[2, 5]");
+    em_matmul_epilogue bad_res = {NULL, 0, em_zeros(dev, EM_F32, EM_SHAPE(3, 5)), false};
+    tu_expect_error(em_matmul_ex(a, b2, &bad_res),
+                    "residual f32[3, 5] does not broadcast to result f32[2, 5]");
+    em_tensor *ai = em_zeros(dev, EM_I32, EM_SHAPE(2, 3)),
+              *bi = em_zeros(dev, EM_I32, EM_SHAPE(3, 5));
+    em_matmul_epilogue gelu = {NULL, EM_MATMUL_ACT_GELU, NULL, false};
+    tu_expect_error(em_matmul_ex(ai, bi, &gelu),
+                    "GELU epilogue needs floating-point operands, got i32");
+    em_matmul_epilogue unknown = {NULL, (em_matmul_act)9, NULL, false};
+    tu_expect_error(em_matmul_ex(a, b2, &unknown), "unknown epilogue activation 9");
+    tu_expect_error(em_matmul(em_zeros(dev, EM_F32, EM_SHAPE(2, 2, 3)),
+                              em_zeros(dev, EM_F32, EM_SHAPE(3, 3, 5))),
+                    "cannot be broadcast");
+    assert_null(em_matmul_ex(NULL, b2, &gelu));
+    em_scope_end(NULL, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dtypes_odd_sizes),
+        cmocka_unit_test(test_layouts_batches),
+        cmocka_unit_test(test_simt_configs),
+        cmocka_unit_test(test_mma_kernel),
+        cmocka_unit_test(test_epilogue),
+        cmocka_unit_test(test_split_k_default),
+        cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, setup, tu_teardown);
+}
