@@ -12,6 +12,7 @@
 #include "ember/data.h"
 #include "ember/nn.h"
 #include "ember/optim.h"
+#include "ember/record.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,6 +33,9 @@ bool em_gpt_preset(const char *name, em_gpt_config *out);
 /* The config as JSON (malloc'd) and back. */
 char *em_gpt_config_to_json(const em_gpt_config *c);
 bool em_gpt_config_from_json(const char *json, em_gpt_config *out);
+/* True when the sizes make a model (positive, n_head dividing n_embd, dropout in [0, 1));
+ * false with the error naming the bad value. */
+bool em_gpt_config_check(const em_gpt_config *c);
 
 typedef struct em_gpt em_gpt;
 
@@ -42,6 +46,8 @@ void em_gpt_free(em_gpt *g);
 const em_gpt_config *em_gpt_config_of(const em_gpt *g);
 em_module *em_gpt_module(em_gpt *g); /* the parameter tree, for optimizers and records */
 em_device *em_gpt_device(const em_gpt *g);
+/* The generator dropout draws from (borrowed; training checkpoints save and restore it). */
+em_rng *em_gpt_rng(em_gpt *g);
 
 /* ids [B, T] (i32/i64, T <= block_size) -> logits [B, T, vocab] (f32). With a cache (one per
  * layer, made by em_gpt_cache_new), ids holds only the new positions. */
@@ -57,9 +63,16 @@ em_tensor *em_gpt_loss(em_gpt *g, const em_tensor *ids, const em_tensor *targets
 
 /* Saves / loads a model with its config (see above). em_gpt_load also reads Hugging Face's
  * GPT-2 model.safetensors (names with or without "transformer.", config from the shapes, or
- * from config.json beside it when present). */
+ * from config.json beside it when present). dtype EM_SCALAR_COUNT keeps the file's dtype.
+ * Training checkpoints load too (their "optim." entries are skipped). */
 em_status em_gpt_save(em_gpt *g, const char *path);
 em_gpt *em_gpt_load(const char *path, em_device *dev, em_scalar dtype);
+/* Adds the parameters and the config metadata to a writer (training checkpoints add the
+ * optimizer state beside them). */
+em_status em_gpt_add_to_writer(em_gpt *g, em_safetensors_writer *w);
+/* Writes dir/model.safetensors and dir/config.json in the form transformers'
+ * GPT2LMHeadModel.from_pretrained(dir) reads (needs bias = true). */
+em_status em_gpt_export_hf(em_gpt *g, const char *dir);
 
 /* ---- sampling and generation ----------------------------------------------------------------- */
 

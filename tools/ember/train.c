@@ -1,12 +1,156 @@
-/* train.c — `ember train`: GPT training. (Placeholder until its issue lands: says so and fails.) */
+/* train.c — `ember train`: trains a GPT (ember/train.h) on token shards or a text file, with the
+ * dashboard: full screen on a terminal, plain log lines otherwise. Writes the checkpoint, the
+ * tokenizer, metrics.jsonl and loss.svg into --out. */
+#include <locale.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "ember/train.h"
 #include "cli.h"
+#include "gen_common.h"
+
+static void usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: ember train --data PATH [options]\n\n"
+        "Trains a GPT and writes OUT/ckpt.safetensors, OUT/tokenizer.json, OUT/metrics.jsonl\n"
+        "(one JSON object per line) and OUT/loss.svg. PATH is a folder from `ember data prepare`\n"
+        "(train_*.bin, val_*.bin, tokenizer.json), a shard glob, or a text file (tokenized here,\n"
+        "characters by default, the first --val-fraction held out for validation).\n\n"
+        "model:    --preset tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl (tiny)  --init-from CKPT\n"
+        "          --vocab-size N (default: the tokenizer's)  --block-size N  --n-layer N\n"
+        "          --n-head N  --n-embd N  --dropout P  --no-bias  --untied\n"
+        "data:     --data PATH  --val-data GLOB  --tokenizer char|gpt2|FILE  --val-fraction F\n"
+        "          --shuffle\n"
+        "device:   --device auto|cpu|cuda:0|vulkan:0|opencl:0 (auto: the best present)  --bf16\n"
+        "batches:  --batch B (16)  --seq T (block size)  --grad-accum N (1)  --steps N (1000)\n"
+        "          --time SECONDS (stop, with a checkpoint, after this long)\n"
+        "optim:    --lr LR (1e-3)  --min-lr LR (1e-4)  --warmup N (50)\n"
+        "          --schedule cosine|linear|constant|step (cosine)  --weight-decay W (0.1)\n"
+        "          --beta1 B (0.9)  --beta2 B (0.95)  --grad-clip C (1.0; 0 = off)\n"
+        "periodic: --eval-every N (100)  --eval-batches N (10)  --sample-every N (500; -1 never)\n"
+        "          --sample-tokens N (200)  --ckpt-every N (500)  --log-every N (1)\n"
+        "output:   --out DIR (out)  --resume  --seed S (1337)\n"
+        "          --dashboard auto|tui|plain|quiet (auto: full screen on a terminal)\n");
+}
 
 int em_cli_train(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "ember train: not available in this build yet\n");
-    return 2;
+    em_train_config c;
+    em_train_config_default(&c);
+    const char *preset = "tiny", *schedule = "cosine", *dash = "auto";
+    int64_t vocab = -1, block = -1, layers = -1, heads = -1, embd = -1, warmup = -1;
+    double dropout = -1;
+    bool no_bias = false, untied = false;
+    const gc_opt opts[] = {
+        {"--preset", GC_STR, &preset},
+        {"--init-from", GC_STR, &c.init_from},
+        {"--vocab-size", GC_I64, &vocab},
+        {"--block-size", GC_I64, &block},
+        {"--n-layer", GC_I64, &layers},
+        {"--n-head", GC_I64, &heads},
+        {"--n-embd", GC_I64, &embd},
+        {"--dropout", GC_DBL, &dropout},
+        {"--no-bias", GC_FLAG, &no_bias},
+        {"--untied", GC_FLAG, &untied},
+        {"--data", GC_STR, &c.data},
+        {"--val-data", GC_STR, &c.val_data},
+        {"--tokenizer", GC_STR, &c.tokenizer},
+        {"--val-fraction", GC_DBL, &c.val_fraction},
+        {"--shuffle", GC_FLAG, &c.shuffle},
+        {"--device", GC_STR, &c.device},
+        {"--bf16", GC_FLAG, &c.bf16},
+        {"--batch", GC_INT, &c.batch},
+        {"--seq", GC_INT, &c.seq},
+        {"--grad-accum", GC_INT, &c.grad_accum},
+        {"--steps", GC_I64, &c.max_steps},
+        {"--time", GC_DBL, &c.max_time_s},
+        {"--lr", GC_DBL, &c.lr.base},
+        {"--min-lr", GC_DBL, &c.lr.min_lr},
+        {"--warmup", GC_I64, &warmup},
+        {"--schedule", GC_STR, &schedule},
+        {"--weight-decay", GC_DBL, &c.weight_decay},
+        {"--beta1", GC_DBL, &c.beta1},
+        {"--beta2", GC_DBL, &c.beta2},
+        {"--grad-clip", GC_DBL, &c.grad_clip},
+        {"--eval-every", GC_I64, &c.eval_every},
+        {"--eval-batches", GC_INT, &c.eval_batches},
+        {"--sample-every", GC_I64, &c.sample_every},
+        {"--sample-tokens", GC_INT, &c.sample_tokens},
+        {"--ckpt-every", GC_I64, &c.ckpt_every},
+        {"--log-every", GC_I64, &c.log_every},
+        {"--out", GC_STR, &c.out_dir},
+        {"--resume", GC_FLAG, &c.resume},
+        {"--seed", GC_U64, &c.seed},
+        {"--dashboard", GC_STR, &dash},
+    };
+    int r = gc_parse("ember train", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]));
+    if (r == 1) {
+        usage(stdout);
+        return 0;
+    }
+    char bad[256] = "";
+    em_dashboard_mode mode = EM_DASH_AUTO;
+    if (r == 0) {
+        if (!c.data)
+            snprintf(bad, sizeof bad, "--data is required");
+        else if (!em_gpt_preset(preset, &c.model))
+            snprintf(bad, sizeof bad, "%s", em_last_error());
+        else if (!em_lr_kind_parse(schedule, &c.lr.kind))
+            snprintf(bad, sizeof bad, "%s", em_last_error());
+        else if (strcmp(dash, "auto") == 0)
+            mode = EM_DASH_AUTO;
+        else if (strcmp(dash, "tui") == 0)
+            mode = EM_DASH_TUI;
+        else if (strcmp(dash, "plain") == 0)
+            mode = EM_DASH_PLAIN;
+        else if (strcmp(dash, "quiet") == 0)
+            mode = EM_DASH_QUIET;
+        else
+            snprintf(bad, sizeof bad, "--dashboard wants auto, tui, plain or quiet, not '%s'",
+                     dash);
+    }
+    if (r == 0 && !bad[0]) {
+        c.model.vocab_size = vocab > 0 ? vocab : 0;
+        if (block > 0) c.model.block_size = block;
+        if (layers > 0) c.model.n_layer = layers;
+        if (heads > 0) c.model.n_head = heads;
+        if (embd > 0) c.model.n_embd = embd;
+        if (dropout >= 0) c.model.dropout = dropout;
+        if (no_bias) c.model.bias = false;
+        if (untied) c.model.tied = false;
+        if (warmup >= 0) c.lr.warmup = warmup;
+        if (c.batch <= 0 || c.grad_accum <= 0 || c.seq < 0 || c.max_steps < 0)
+            snprintf(bad, sizeof bad,
+                     "--batch and --grad-accum must be positive, --seq and "
+                     "--steps not negative");
+        else if (!(c.lr.base > 0) || c.lr.min_lr < 0)
+            snprintf(bad, sizeof bad, "--lr must be positive and --min-lr not negative");
+        else if (block > 0 || layers > 0 || heads > 0 || embd > 0 || dropout >= 0) {
+            em_gpt_config t = c.model;
+            if (t.vocab_size == 0) t.vocab_size = 1;
+            if (!em_gpt_config_check(&t)) snprintf(bad, sizeof bad, "%s", em_last_error());
+        }
+    }
+    if (bad[0]) fprintf(stderr, "ember train: %s\n", bad);
+    if (r != 0 || bad[0]) {
+        fprintf(stderr, "\n");
+        usage(stderr);
+        return 2;
+    }
+    setlocale(LC_ALL, "");
+    em_trainer *t = em_trainer_new(&c);
+    if (!t) {
+        fprintf(stderr, "ember train: %s\n", em_last_error());
+        return 1;
+    }
+    em_dashboard *d = em_dashboard_new(mode, stdout);
+    em_train_observer obs = em_dashboard_observer(d);
+    em_status st = em_trainer_run(t, d ? &obs : NULL);
+    em_dashboard_free(d);
+    if (st != EM_OK) fprintf(stderr, "ember train: %s\n", em_last_error());
+    em_trainer_free(t);
+    return st == EM_OK ? 0 : 1;
 }

@@ -1,0 +1,440 @@
+/* trainer.c — the trainer: setting up device, data, model and optimizer, one optimizer step
+ * (gradient accumulation over micro-batches, clipping, the learning-rate schedule, AdamW),
+ * validation and samples. bf16 mixed precision keeps an f32 master model for the optimizer and a
+ * bf16 copy for forward and backward: each step the bf16 gradients are cast to f32 onto the
+ * masters, the masters are updated, and cast back into the copy. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/file.h"
+#include "base/log.h"
+#include "train/internal.h"
+
+double tr_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void tr_path(const em_trainer *t, const char *name, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/%s", t->out_dir, name);
+}
+
+void em_train_config_default(em_train_config *c)
+{
+    memset(c, 0, sizeof *c);
+    em_gpt_preset("tiny", &c->model);
+    c->model.vocab_size = 0;
+    c->val_fraction = 0.1;
+    c->batch = 16;
+    c->seq = 0;
+    c->grad_accum = 1;
+    c->max_steps = 1000;
+    c->lr = (em_lr_schedule){.kind = EM_LR_COSINE, .base = 1e-3, .min_lr = 1e-4, .warmup = 50};
+    c->weight_decay = 0.1;
+    c->beta1 = 0.9;
+    c->beta2 = 0.95;
+    c->eps = 1e-8;
+    c->grad_clip = 1.0;
+    c->eval_every = 100;
+    c->eval_batches = 10;
+    c->sample_every = 500;
+    c->sample_tokens = 200;
+    c->ckpt_every = 500;
+    c->log_every = 1;
+    c->out_dir = "out";
+    c->seed = 1337;
+}
+
+/* True for a device that is the CPU seen through OpenCL (PoCL) or Vulkan (lavapipe). */
+static bool emulated(em_device *d)
+{
+    const char *n = em_device_caps(d)->device_name;
+    return strstr(n, "llvmpipe") || strstr(n, "lavapipe") || strstr(n, "SwiftShader") ||
+           strstr(n, "pthread") || strstr(n, "cpu") || strstr(n, "CPU") || strstr(n, "pocl");
+}
+
+em_device *em_train_best_device(void)
+{
+    static const char *const order[] = {"cuda:0", "vulkan:0", "opencl:0"};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        em_device *d = em_device_open(order[i]);
+        if (!d) continue;
+        if (i == 0 || !emulated(d)) {
+            em_clear_error();
+            return d;
+        }
+        em_device_close(d);
+    }
+    em_clear_error();
+    return em_device_open("cpu");
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+/* Pairs each f32 master parameter with the bf16 copy's parameter of the same name. */
+typedef struct pair_ctx {
+    em_trainer *t;
+    em_module *compute;
+    em_status st;
+} pair_ctx;
+
+static bool add_pair(const char *name, em_module_entry *e, void *user)
+{
+    pair_ctx *c = user;
+    if (!e->is_param) return true;
+    em_module_entry *o = em_module_find(c->compute, name);
+    if (!o) {
+        c->st = em_set_error(EM_ERR_INTERNAL, "bf16 copy lacks %s", name);
+        return false;
+    }
+    c->t->pairs[c->t->npairs++] = (tr_pair){e->t, o->t};
+    return true;
+}
+
+/* master -> compute (cast to bf16). */
+static em_status sync_compute(em_trainer *t)
+{
+    em_status st = EM_OK;
+    em_no_grad_begin();
+    for (int i = 0; st == EM_OK && i < t->npairs; i++) {
+        em_tensor *c = em_cast(t->pairs[i].master, em_dtype(t->pairs[i].compute));
+        st = c ? em_copy_(t->pairs[i].compute, c) : em_last_status();
+        em_release(c);
+    }
+    em_no_grad_end();
+    return st;
+}
+
+static bool count_param(const char *name, em_module_entry *e, void *user)
+{
+    (void)name;
+    if (e->is_param) ++*(int64_t *)user;
+    return true;
+}
+
+static em_status setup_bf16(em_trainer *t)
+{
+    t->compute = em_gpt_new(t->dev, EM_BF16, em_gpt_config_of(t->master), t->cfg.seed);
+    if (!t->compute) return em_last_status();
+    int64_t n = 0;
+    em_module_visit(em_gpt_module(t->master), count_param, &n);
+    t->pairs = calloc((size_t)n, sizeof *t->pairs);
+    if (!t->pairs) return em_set_error(EM_ERR_NOMEM, "out of memory");
+    pair_ctx c = {t, em_gpt_module(t->compute), EM_OK};
+    em_module_visit(em_gpt_module(t->master), add_pair, &c);
+    if (c.st != EM_OK) return c.st;
+    *em_gpt_rng(t->compute) = *em_gpt_rng(t->master);
+    return sync_compute(t);
+}
+
+em_trainer *em_trainer_new(const em_train_config *cfg)
+{
+    if (!cfg) {
+        em_set_error(EM_ERR_INVALID, "em_trainer_new: no config");
+        return NULL;
+    }
+    em_trainer *t = calloc(1, sizeof *t);
+    if (!t) {
+        em_set_error(EM_ERR_NOMEM, "em_trainer_new: out of memory");
+        return NULL;
+    }
+    t->cfg = *cfg;
+    t->data = dup_or_null(cfg->data);
+    t->val_data = dup_or_null(cfg->val_data);
+    t->tokenizer_name = dup_or_null(cfg->tokenizer);
+    t->init_from = dup_or_null(cfg->init_from);
+    t->out_dir = strdup(cfg->out_dir ? cfg->out_dir : "out");
+    em_train_config *c = &t->cfg;
+    em_status st = EM_OK;
+    if (c->batch <= 0 || c->grad_accum <= 0 || c->max_steps < 0 || c->seq < 0)
+        st = em_set_error(EM_ERR_INVALID,
+                          "batch (%d) and grad_accum (%d) must be positive, max_steps (%lld) and "
+                          "seq (%d) not negative",
+                          c->batch, c->grad_accum, (long long)c->max_steps, c->seq);
+    if (st == EM_OK && c->eval_batches <= 0) c->eval_batches = 1;
+    if (st == EM_OK && c->log_every <= 0) c->log_every = 1;
+    if (st == EM_OK) {
+        tr_path(t, "ckpt.safetensors", t->ckpt_path, sizeof t->ckpt_path);
+        if (c->resume && !em_file_exists(t->ckpt_path))
+            st =
+                em_set_error(EM_ERR_NOT_FOUND, "--resume: there is no checkpoint %s", t->ckpt_path);
+    }
+    /* The model's sizes first (seq needs block_size), from the checkpoint when there is one. */
+    if (st == EM_OK) st = em_mkdir_p(t->out_dir);
+    if (st == EM_OK) {
+        if (c->device && *c->device && strcmp(c->device, "auto") != 0)
+            t->dev = em_device_open(c->device);
+        else
+            t->dev = em_train_best_device();
+        if (!t->dev) st = em_last_status();
+    }
+    const char *from = c->resume ? t->ckpt_path : t->init_from;
+    if (st == EM_OK && from) {
+        t->master = em_gpt_load(from, t->dev, EM_F32);
+        if (!t->master)
+            st = em_last_status();
+        else
+            c->model = *em_gpt_config_of(t->master);
+    }
+    if (st == EM_OK) {
+        if (c->seq == 0) c->seq = (int)c->model.block_size;
+        if (c->seq > c->model.block_size)
+            st = em_set_error(EM_ERR_INVALID, "seq %d exceeds the model's block_size %lld", c->seq,
+                              (long long)c->model.block_size);
+    }
+    if (st == EM_OK) st = tr_open_data(t);
+    if (st == EM_OK && !t->master) {
+        if (t->tok && c->model.vocab_size < (int64_t)em_tok_vocab_size(t->tok))
+            c->model.vocab_size = em_tok_vocab_size(t->tok);
+        if (c->model.vocab_size <= 0)
+            st = em_set_error(EM_ERR_INVALID, "the vocabulary size is unknown: the data has no "
+                                              "tokenizer.json; give --tokenizer or --vocab-size");
+        if (st == EM_OK) {
+            t->master = em_gpt_new(t->dev, EM_F32, &c->model, c->seed);
+            if (!t->master) st = em_last_status();
+        }
+    }
+    if (st == EM_OK && t->tok && em_tok_vocab_size(t->tok) > c->model.vocab_size)
+        st = em_set_error(EM_ERR_INVALID, "the tokenizer has %u ids but the model only %lld",
+                          em_tok_vocab_size(t->tok), (long long)c->model.vocab_size);
+    if (st == EM_OK) {
+        em_adam_config ac = {c->lr.base, c->beta1, c->beta2, c->eps, c->weight_decay, true};
+        t->opt = em_adam_new(em_gpt_module(t->master), &ac);
+        if (!t->opt) st = em_last_status();
+    }
+    if (st == EM_OK && c->resume) st = tr_resume(t, t->ckpt_path);
+    if (st == EM_OK) {
+        t->compute = t->master;
+        if (c->bf16) st = setup_bf16(t);
+    }
+    if (st == EM_OK) {
+        size_t n = (size_t)c->batch * (size_t)c->seq;
+        t->hx = malloc(n * sizeof *t->hx);
+        t->hy = malloc(n * sizeof *t->hy);
+        if (!t->hx || !t->hy) st = em_set_error(EM_ERR_NOMEM, "out of memory");
+    }
+    if (st != EM_OK) {
+        em_trainer_free(t);
+        return NULL;
+    }
+    em_module_train(em_gpt_module(t->compute), true);
+    return t;
+}
+
+void em_trainer_free(em_trainer *t)
+{
+    if (!t) return;
+    char *keep = strdup(em_last_error());
+    em_status kst = em_last_status();
+    em_optimizer_free(t->opt);
+    if (t->compute && t->compute != t->master) em_gpt_free(t->compute);
+    em_gpt_free(t->master);
+    em_loader_close(t->train);
+    em_loader_close(t->val);
+    em_tok_free(t->tok);
+    if (t->dev) em_device_close(t->dev);
+    free(t->pairs);
+    free(t->hx);
+    free(t->hy);
+    free(t->data);
+    free(t->val_data);
+    free(t->tokenizer_name);
+    free(t->init_from);
+    free(t->out_dir);
+    free(t);
+    if (kst != EM_OK && keep) em_set_error(kst, "%s", keep);
+    free(keep);
+}
+
+em_gpt *em_trainer_model(em_trainer *t)
+{
+    return t ? t->master : NULL;
+}
+const em_tokenizer *em_trainer_tokenizer(em_trainer *t)
+{
+    return t ? t->tok : NULL;
+}
+int64_t em_trainer_step_count(const em_trainer *t)
+{
+    return t ? t->step : 0;
+}
+
+void em_trainer_info(const em_trainer *t, em_train_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->device = em_device_name(t->dev);
+    out->device_desc = em_device_caps(t->dev)->device_name;
+    out->model = *em_gpt_config_of(t->master);
+    out->num_params = em_module_num_params(em_gpt_module(t->master));
+    out->tokens_per_step = (int64_t)t->cfg.batch * t->cfg.seq * t->cfg.grad_accum;
+    out->start_step = t->step;
+    out->max_steps = t->cfg.max_steps;
+    out->out_dir = t->out_dir;
+    out->bf16 = t->cfg.bf16;
+}
+
+/* The mean loss of the next batch of `l` on model g (host value through *loss); backward when
+ * `train` (scaled by 1 / grad_accum). */
+static em_status batch_loss(em_trainer *t, em_loader *l, em_gpt *g, bool train, double *loss)
+{
+    em_status st = em_loader_next(l, t->hx, t->hy);
+    if (st != EM_OK) return st;
+    em_scope_begin();
+    em_shape sh = EM_SHAPE(t->cfg.batch, t->cfg.seq);
+    em_tensor *x = em_from_host(t->dev, EM_I32, sh, t->hx);
+    em_tensor *y = em_from_host(t->dev, EM_I32, sh, t->hy);
+    em_tensor *l_ = x && y ? em_gpt_loss(g, x, y) : NULL;
+    if (!l_) st = em_last_status() != EM_OK ? em_last_status() : EM_ERR_INTERNAL;
+    if (st == EM_OK) {
+        *loss = em_item(l_);
+        if (!isfinite(*loss) && em_last_status() != EM_OK) st = em_last_status();
+    }
+    if (st == EM_OK && train) {
+        em_tensor *scaled = t->cfg.grad_accum > 1 ? em_mul_scalar(l_, 1.0 / t->cfg.grad_accum) : l_;
+        st = scaled ? em_backward(scaled, NULL) : em_last_status();
+    }
+    em_scope_end(NULL, 0);
+    return st;
+}
+
+/* bf16: the compute copy's gradients, cast to f32, become the masters' gradients. */
+static em_status grads_to_master(em_trainer *t)
+{
+    em_status st = EM_OK;
+    em_no_grad_begin();
+    for (int i = 0; st == EM_OK && i < t->npairs; i++) {
+        em_tensor *g = em_grad(t->pairs[i].compute);
+        if (!g) continue;
+        em_tensor *g32 = em_cast(g, EM_F32);
+        st = g32 ? em_set_grad(t->pairs[i].master, g32) : em_last_status();
+        em_release(g32);
+        em_zero_grad(t->pairs[i].compute);
+    }
+    em_no_grad_end();
+    return st;
+}
+
+em_status em_trainer_step(em_trainer *t, em_train_metrics *m)
+{
+    double t0 = tr_now(), sum = 0;
+    em_status st = EM_OK;
+    em_module_train(em_gpt_module(t->compute), true);
+    for (int i = 0; st == EM_OK && i < t->cfg.grad_accum; i++) {
+        double l = 0;
+        st = batch_loss(t, t->train, t->compute, true, &l);
+        sum += l;
+    }
+    if (st == EM_OK && t->compute != t->master) st = grads_to_master(t);
+    double norm = NAN;
+    if (st == EM_OK)
+        st = em_clip_grad_norm(t->opt, t->cfg.grad_clip > 0 ? t->cfg.grad_clip : INFINITY, &norm);
+    em_lr_schedule s = t->cfg.lr;
+    if (s.total_steps <= 0) s.total_steps = t->cfg.max_steps;
+    double lr = em_lr_at(&s, t->step);
+    /* A non-finite gradient (an overflow, a bad batch) skips the update, as loss scalers do;
+     * the step is still counted and its norm reported as what it was. */
+    if (st == EM_OK && isfinite(norm)) {
+        em_optimizer_set_lr(t->opt, lr);
+        st = em_optimizer_step(t->opt);
+    }
+    em_optimizer_zero_grad(t->opt);
+    if (st == EM_OK && t->compute != t->master) st = sync_compute(t);
+    if (st == EM_OK) st = em_device_sync(t->dev);
+    if (st != EM_OK) return em_error_context("training step %lld", (long long)t->step + 1);
+    t->step++;
+    int64_t ntok = (int64_t)t->cfg.batch * t->cfg.seq * t->cfg.grad_accum;
+    t->tokens += ntok;
+    double dt = tr_now() - t0;
+    if (m) {
+        memset(m, 0, sizeof *m);
+        m->step = t->step;
+        m->max_steps = t->cfg.max_steps;
+        m->loss = sum / t->cfg.grad_accum;
+        m->val_loss = NAN;
+        m->lr = lr;
+        m->grad_norm = norm;
+        m->step_ms = dt * 1e3;
+        m->tokens_per_s = dt > 0 ? ntok / dt : 0;
+        m->tokens = t->tokens;
+        em_pool_stats ps;
+        em_device_pool_stats(t->dev, &ps);
+        m->mem_in_use = ps.bytes_in_use;
+        m->mem_peak = ps.peak_in_use;
+        m->mem_total = em_device_caps(t->dev)->memory_total;
+        m->eta_s = m->elapsed_s = NAN;
+    }
+    return EM_OK;
+}
+
+em_status em_trainer_eval(em_trainer *t, double *val_loss)
+{
+    *val_loss = NAN;
+    if (!t->val) return em_set_error(EM_ERR_NOT_FOUND, "no validation data");
+    em_loader_pos zero = {0, 0};
+    em_status st = em_loader_seek(t->val, zero);
+    uint64_t nb = em_loader_batches_per_epoch(t->val);
+    int n = t->cfg.eval_batches;
+    if (nb > 0 && (uint64_t)n > nb) n = (int)nb;
+    em_module *m = em_gpt_module(t->compute);
+    em_module_train(m, false);
+    em_no_grad_begin();
+    double sum = 0;
+    for (int i = 0; st == EM_OK && i < n; i++) {
+        double l = 0;
+        st = batch_loss(t, t->val, t->compute, false, &l);
+        sum += l;
+    }
+    em_no_grad_end();
+    em_module_train(m, true);
+    if (st == EM_OK) *val_loss = sum / n;
+    return st;
+}
+
+typedef struct collect {
+    uint32_t *ids; /* generated ids */
+    int n, cap;
+} collect;
+
+static bool collect_token(int64_t tok, void *user)
+{
+    collect *c = user;
+    if (c->n < c->cap) c->ids[c->n++] = (uint32_t)tok;
+    return c->n < c->cap;
+}
+
+char *em_trainer_sample(em_trainer *t, int n, uint64_t seed)
+{
+    if (!t->tok) {
+        em_set_error(EM_ERR_UNSUPPORTED, "no tokenizer: cannot decode a sample");
+        return NULL;
+    }
+    int64_t start = em_tok_eot(t->tok);
+    if (start < 0) {
+        em_tokens nl = {0};
+        if (em_tok_encode(t->tok, "\n", 1, false, &nl) == EM_OK && nl.len > 0) start = nl.ids[0];
+        em_tokens_free(&nl);
+    }
+    if (start < 0) start = 0;
+    collect c = {malloc((size_t)(n > 0 ? n : 1) * sizeof(uint32_t)), 0, n};
+    if (!c.ids) {
+        em_set_error(EM_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    em_sample_config sc = {
+        .temperature = 0.8, .top_k = 0, .top_p = 1.0, .repetition_penalty = 1.0, .seed = seed};
+    em_status st = em_gpt_generate(t->compute, &start, 1, n, &sc, -1, collect_token, &c, NULL);
+    char *text = NULL;
+    size_t len;
+    if (st == EM_OK && em_tok_decode(t->tok, c.ids, (size_t)c.n, &text, &len) != EM_OK) text = NULL;
+    free(c.ids);
+    return text;
+}
