@@ -7,16 +7,29 @@
 # device tool brings back few files) and a short table is printed last.
 #
 #   EMBER_COMMIT=<sha> scripts/gpu-session.sh [--build DIR] [--skip-bench] [--extra 'CMD']
+#       [--extra-timeout S] [--suites REGEX] [--deadline S]
+#
+# --extra runs CMD (bash) right after `ember info`, with at most --extra-timeout seconds (150).
+# --suites picks the test programs of DIR/tests run on cuda:0 and vulkan:0 (default
+# '^tensor_test_'). --deadline (default 540): steps that would start later than this many seconds
+# after the start are skipped, so the archive is always written inside the device's call limit.
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$ROOT/build-gpu
 BENCH=1
 EXTRA=
+EXTRA_TIMEOUT=150
+SUITES='^tensor_test_'
+DEADLINE=540
+START=$(date +%s)
 while [ $# -gt 0 ]; do
     case "$1" in
         --build) BUILD=$(realpath -m "$2"); shift 2 ;;
         --skip-bench) BENCH=0; shift ;;
         --extra) EXTRA=$2; shift 2 ;;
+        --extra-timeout) EXTRA_TIMEOUT=$2; shift 2 ;;
+        --suites) SUITES=$2; shift 2 ;;
+        --deadline) DEADLINE=$2; shift 2 ;;
         *) echo "gpu-session.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -40,10 +53,18 @@ if [ -n "$ocl" ]; then
 fi
 
 declare -A RESULT
-step() { # name, command...
+step() { # name, command... (STEP_TIMEOUT: seconds, default 150)
     local name=$1; shift
     local t0=$(date +%s)
-    timeout 150 "$@" > "$LOGS/$name.txt" 2>&1
+    local left=$(( DEADLINE - (t0 - START) ))
+    if [ "$left" -le 5 ]; then
+        RESULT[$name]="skipped (deadline)"
+        echo "== $name: ${RESULT[$name]}"
+        return
+    fi
+    local limit=${STEP_TIMEOUT:-150}
+    [ "$limit" -gt "$left" ] && limit=$left
+    timeout "$limit" "$@" > "$LOGS/$name.txt" 2>&1
     local rc=$?
     RESULT[$name]="rc=$rc $(( $(date +%s) - t0 ))s"
     echo "== $name: ${RESULT[$name]}"
@@ -53,14 +74,15 @@ step info "$BUILD/ember" info
 if [ "$BENCH" = 1 ]; then
     OUT=$LOGS/bench step gpu_bench "$ROOT/scripts/gpu-bench.sh" --build "$BUILD" --timeout 140
 fi
-[ -n "$EXTRA" ] && step extra bash -c "$EXTRA"
+[ -n "$EXTRA" ] && OUT=$LOGS/extra STEP_TIMEOUT=$EXTRA_TIMEOUT step extra bash -c "$EXTRA"
 for dev in cuda:0 vulkan:0 opencl:0; do
     step "conformance_${dev%%:*}" "$BUILD/tests/conformance/conformance" "$dev"
 done
 OUT=$LOGS/gpu-test step gpu_test "$ROOT/scripts/gpu-test.sh" --build "$BUILD" --no-build --timeout 40 \
     --only '^(runtime_test_cuda|runtime_test_launch|runtime_test_cache|kernel_test_exec_(basic|control|numeric)|lang_test_exec)'
 for dev in cuda:0 vulkan:0; do
-    for t in "$BUILD"/tests/tensor_test_*; do
+    for t in "$BUILD"/tests/*; do
+        [ -x "$t" ] && [ -f "$t" ] && [[ "$(basename "$t")" =~ $SUITES ]] || continue
         EMBER_TEST_DEVICE=$dev step "$(basename "$t")_${dev%%:*}" "$t"
     done
 done
