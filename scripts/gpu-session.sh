@@ -37,6 +37,13 @@ OUTDIR=${OUT:-/tmp/gpu-session}
 LOGS=$OUTDIR/logs
 mkdir -p "$LOGS"
 export LD_LIBRARY_PATH=$BUILD/gpu-libs:${LD_LIBRARY_PATH:-}
+[ -x "$BUILD/gpu-libs/glslangValidator" ] && export EMBER_GLSLANG=$BUILD/gpu-libs/glslangValidator
+# test programs built elsewhere look for their source tree (kernels, fixtures) where they were
+# built: point that path at this tree
+SRC_AT_BUILD=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$BUILD/CMakeCache.txt" 2> /dev/null)
+if [ -n "$SRC_AT_BUILD" ] && [ "$SRC_AT_BUILD" != "$ROOT" ] && [ ! -e "$SRC_AT_BUILD" ]; then
+    mkdir -p "$(dirname "$SRC_AT_BUILD")" && ln -s "$ROOT" "$SRC_AT_BUILD"
+fi
 
 # Vulkan loader and NVIDIA ICD; NVIDIA OpenCL.
 if ls "$ROOT"/.gl/*.deb > /dev/null 2>&1; then

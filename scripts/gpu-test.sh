@@ -23,7 +23,7 @@
 # failed or a target did not build, 2 when nothing could be run.
 #
 # --prepare (on the development machine): builds DIR the same way, copies the shared libraries
-# the tests need that the GPU machine may lack (cmocka, cJSON, and libshaderc for Vulkan) into DIR/gpu-libs and strips debug
+# the tests need that the GPU machine may lack (cmocka, cJSON, and glslangValidator for Vulkan) into DIR/gpu-libs and strips debug
 # info from the programs, so that DIR can be carried to the GPU machine and run with --no-build.
 set -u
 
@@ -88,11 +88,11 @@ if [ "$MODE" = prepare ]; then
         [ -x "$exe" ] || continue
         ldd "$exe" | awk '/=> \// {print $3}' | grep -E 'cmocka|cjson' || true
     done | sort -u | while read -r lib; do cp -L "$lib" "$BUILD/gpu-libs/"; done
-    # the GLSL compiler ember's Vulkan driver loads at run time (dlopen), absent there
-    for lib in libshaderc.so.1 libshaderc_shared.so.1; do
-        p=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
-        [ -n "$p" ] && cp -L "$p" "$BUILD/gpu-libs/"
-    done
+    # the GLSL compiler of ember's Vulkan driver, absent there: Debian's glslangValidator (linked
+    # statically against glslang; Debian's libshaderc.so.1 cannot be loaded on its own, see
+    # src/runtime/drivers/vulkan_spirv.c), found through EMBER_GLSLANG
+    g=$(command -v glslangValidator || true)
+    [ -n "$g" ] && cp -L "$g" "$BUILD/gpu-libs/"
     # debug info would make the folder too big to carry (the GPU machine has no debugger anyway)
     for exe in "$BUILD"/ember "$BUILD"/tests/*_test_* "$BUILD"/bench/*; do
         [ -f "$exe" ] && [ -x "$exe" ] && strip --strip-debug "$exe" 2> /dev/null
@@ -136,6 +136,7 @@ else
 fi
 if [ -d "$BUILD/gpu-libs" ]; then
     export LD_LIBRARY_PATH="$BUILD/gpu-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    [ -x "$BUILD/gpu-libs/glslangValidator" ] && export EMBER_GLSLANG="$BUILD/gpu-libs/glslangValidator"
 fi
 
 # ---- ember info ----------------------------------------------------------------------------

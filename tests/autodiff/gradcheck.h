@@ -277,12 +277,40 @@ static inline bool gc_device_one(const gc_case *c, int ci, em_device *cpu, em_de
     return ok;
 }
 
-/* Runs the .device cases on every device of tu_devs (tu_setup). Returns the failures. */
+/* The CPU device, the float64 reference of every check: one of tu_devs, or opened by gc_setup
+ * when $EMBER_TEST_DEVICE names another device (the checks then compare that device with it). */
+static em_device *gc_cpu;
+static bool gc_cpu_owned;
+
+static inline int gc_setup(void **state)
+{
+    int rc = tu_setup(state);
+    gc_cpu = NULL;
+    gc_cpu_owned = false;
+    for (int d = 0; d < tu_ndev; d++)
+        if (tu_is_cpu(tu_devs[d])) gc_cpu = tu_devs[d];
+    if (!gc_cpu) {
+        gc_cpu = em_device_open("cpu");
+        gc_cpu_owned = gc_cpu != NULL;
+    }
+    return gc_cpu ? rc : -1;
+}
+
+static inline int gc_teardown(void **state)
+{
+    if (gc_cpu_owned) em_device_close(gc_cpu);
+    gc_cpu = NULL;
+    gc_cpu_owned = false;
+    return tu_teardown(state);
+}
+
+static inline em_device *cpu_dev(void) { return gc_cpu; }
+
+/* Runs the .device cases on every device of tu_devs (gc_setup) against the CPU. Returns the
+ * failures. */
 static inline int gc_check_devices(const gc_case *cases, int n, double tol)
 {
-    em_device *cpu = NULL;
-    for (int d = 0; d < tu_ndev; d++)
-        if (tu_is_cpu(tu_devs[d])) cpu = tu_devs[d];
+    em_device *cpu = gc_cpu;
     if (!cpu) return 0;
     int fails = 0, runs = 0;
     for (int d = 0; d < tu_ndev; d++)

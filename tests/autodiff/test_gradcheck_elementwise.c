@@ -243,13 +243,6 @@ static const gc_case cases[] = {
     {.name = "masked_fill", .f = f_masked_fill, .nin = 1, .shape = {EM_SHAPE(3, 4)}},
 };
 
-static em_device *cpu_dev(void)
-{
-    for (int i = 0; i < tu_ndev; i++)
-        if (tu_is_cpu(tu_devs[i])) return tu_devs[i];
-    return NULL;
-}
-
 static void test_gradcheck(void **state)
 {
     (void)state;
@@ -415,5 +408,5 @@ int main(void)
         cmocka_unit_test(test_dtypes),    cmocka_unit_test(test_gradcheck_recompute),
         cmocka_unit_test(test_devices),
     };
-    return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
+    return cmocka_run_group_tests(tests, gc_setup, gc_teardown);
 }

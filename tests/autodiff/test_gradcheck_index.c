@@ -82,13 +82,6 @@ static const gc_case cases[] = {
     {.name = "embedding", .f = f_embedding, .nin = 1, .shape = {EM_SHAPE(5, 3)}, .device = true},
 };
 
-static em_device *cpu_dev(void)
-{
-    for (int i = 0; i < tu_ndev; i++)
-        if (tu_is_cpu(tu_devs[i])) return tu_devs[i];
-    return NULL;
-}
-
 static void test_gradcheck(void **state)
 {
     (void)state;
@@ -129,5 +122,5 @@ int main(void)
         cmocka_unit_test(test_embedding_counts),
         cmocka_unit_test(test_devices),
     };
-    return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
+    return cmocka_run_group_tests(tests, gc_setup, gc_teardown);
 }

@@ -54,13 +54,6 @@ static const gc_case cases[] = {
     {.name = "chain", .f = f_mm_chain, .nin = 2, .shape = {EM_SHAPE(3, 4), EM_SHAPE(4, 5)}},
 };
 
-static em_device *cpu_dev(void)
-{
-    for (int i = 0; i < tu_ndev; i++)
-        if (tu_is_cpu(tu_devs[i])) return tu_devs[i];
-    return NULL;
-}
-
 static void test_gradcheck(void **state)
 {
     (void)state;
@@ -81,5 +74,5 @@ int main(void)
         cmocka_unit_test(test_gradcheck),
         cmocka_unit_test(test_devices),
     };
-    return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
+    return cmocka_run_group_tests(tests, gc_setup, gc_teardown);
 }
