@@ -659,19 +659,21 @@ static void test_hf_names(void **state)
 
 /* ---- the transformers fixture ---------------------------------------------------------------- */
 
-static void test_hf_fixture(void **state)
+/* Loads DIR/model.safetensors (with DIR/config.json) and compares its logits for the ids of
+ * DIR/<expected> ({"ids": [B][T], "logits": [B][T][V]}, written by transformers) against them.
+ * Skips when the fixture is absent (both are made on the GPU machine: scripts/gpu-interop.sh). */
+static void check_transformers_logits(const char *dir, const char *expected, const char *what)
 {
-    (void)state;
-    const char *dir = EMBER_SOURCE_DIR "/tests/fixtures/gpt2_tiny";
-    char *exp = em_file_read(EMBER_SOURCE_DIR "/tests/fixtures/gpt2_tiny/expected.json", NULL);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, expected);
+    char *exp = em_file_read(path, NULL);
     if (!exp) {
         em_clear_error();
-        skip(); /* made on the GPU machine by tests/fixtures/gen/gpt2_tiny.py */
+        skip();
     }
-    (void)dir;
-    em_gpt *g =
-        em_gpt_load(EMBER_SOURCE_DIR "/tests/fixtures/gpt2_tiny/model.safetensors", dev, EM_F32);
-    if (!g) fail_msg("load fixture: %s", em_last_error());
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    em_gpt *g = em_gpt_load(path, dev, EM_F32);
+    if (!g) fail_msg("load %s: %s", path, em_last_error());
     cJSON *o = cJSON_Parse(exp);
     assert_non_null(o);
     cJSON *ids = cJSON_GetObjectItem(o, "ids"), *logits = cJSON_GetObjectItem(o, "logits");
@@ -693,11 +695,29 @@ static void test_hf_fixture(void **state)
                 maxerr = fmax(maxerr, fabs(got[(b * T + t) * V + v] - want) / (1 + fabs(want)));
             }
         }
-    fprintf(stderr, "[gpt] transformers fixture: max normalized logit error %.3g\n", maxerr);
+    fprintf(stderr, "[gpt] %s: max normalized logit error %.3g\n", what, maxerr);
     assert_true(maxerr < 1e-4);
     free(got), free(h), free(exp);
     cJSON_Delete(o);
     em_gpt_free(g);
+}
+
+/* A Hugging Face GPT-2 made by transformers (tests/fixtures/gen/gpt2_tiny.py): ember loads it and
+ * computes transformers' logits. */
+static void test_hf_fixture(void **state)
+{
+    (void)state;
+    check_transformers_logits(EMBER_SOURCE_DIR "/tests/fixtures/gpt2_tiny", "expected.json",
+                              "transformers fixture");
+}
+
+/* A GPT trained by ember and exported with em_gpt_export_hf: transformers loaded the export and
+ * computed these logits, which ember's own forward must match. */
+static void test_export_loaded_by_transformers(void **state)
+{
+    (void)state;
+    check_transformers_logits(EMBER_SOURCE_DIR "/tests/fixtures/gpt2_ember_export",
+                              "transformers_logits.json", "ember export read by transformers");
 }
 
 int main(void)
@@ -713,6 +733,7 @@ int main(void)
         cmocka_unit_test(test_save_load),
         cmocka_unit_test(test_hf_names),
         cmocka_unit_test(test_hf_fixture),
+        cmocka_unit_test(test_export_loaded_by_transformers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
