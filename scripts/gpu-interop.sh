@@ -24,6 +24,9 @@ WORK=/tmp/gpu-interop-work
 mkdir -p "$RES/fixtures" "$WORK"
 SUMMARY=$RES/summary.txt
 : > "$SUMMARY"
+STAMP=$WORK/start.stamp
+touch "$STAMP"
+sleep 1
 say() { echo "$*" | tee -a "$SUMMARY"; }
 
 # 1. fixtures: each generator writes into tests/fixtures/ (or the path given), copied out
@@ -35,7 +38,7 @@ for gen in "$ROOT"/tests/fixtures/gen/*.py; do
         say "fixture $name: FAILED (rc $?)"
     fi
 done
-(cd "$ROOT/tests/fixtures" && find . -maxdepth 2 -newer "$SUMMARY" -type f ! -path './gen/*' \
+(cd "$ROOT/tests/fixtures" && find . -maxdepth 2 -newer "$STAMP" -type f ! -path './gen/*' \
     -exec cp --parents {} "$RES/fixtures/" \;)
 
 # 2. an ember-trained GPT (a few steps on docs/architecture.md, characters) exported for transformers

@@ -95,22 +95,28 @@ static bool is_dir(const char *p)
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+void gc_checkpoint_path(const char *checkpoint, char *path, size_t path_size, char *dir,
+                        size_t dir_size)
+{
+    if (is_dir(checkpoint)) {
+        snprintf(dir, dir_size, "%s", checkpoint);
+        snprintf(path, path_size, "%s/ckpt.safetensors", checkpoint);
+        struct stat st;
+        if (stat(path, &st) != 0) snprintf(path, path_size, "%s/model.safetensors", checkpoint);
+    } else {
+        snprintf(path, path_size, "%s", checkpoint);
+        const char *slash = strrchr(checkpoint, '/');
+        snprintf(dir, dir_size, "%.*s", slash ? (int)(slash - checkpoint) : 1,
+                 slash ? checkpoint : ".");
+    }
+}
+
 bool gc_open(const char *cmd, const char *checkpoint, const char *tokenizer, const char *device,
              em_device **dev, em_gpt **g, em_tokenizer **tok)
 {
     *dev = NULL, *g = NULL, *tok = NULL;
     char path[4096], dir[4096];
-    if (is_dir(checkpoint)) {
-        snprintf(dir, sizeof dir, "%s", checkpoint);
-        snprintf(path, sizeof path, "%s/ckpt.safetensors", checkpoint);
-        struct stat st;
-        if (stat(path, &st) != 0) snprintf(path, sizeof path, "%s/model.safetensors", checkpoint);
-    } else {
-        snprintf(path, sizeof path, "%s", checkpoint);
-        const char *slash = strrchr(checkpoint, '/');
-        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - checkpoint) : 1,
-                 slash ? checkpoint : ".");
-    }
+    gc_checkpoint_path(checkpoint, path, sizeof path, dir, sizeof dir);
     if (device && *device && strcmp(device, "auto") != 0)
         *dev = em_device_open(device);
     else

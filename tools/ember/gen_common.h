@@ -31,6 +31,10 @@ int gc_parse(const char *cmd, int argc, char **argv, const gc_opt *opts, int nop
 
 /* ---- model and tokenizer ------------------------------------------------------------------- */
 
+/* The safetensors file a --checkpoint argument names: a file as it is, or in a folder its
+ * ckpt.safetensors (else model.safetensors); dir gets the folder (for tokenizer.json). */
+void gc_checkpoint_path(const char *checkpoint, char *path, size_t path_size, char *dir,
+                        size_t dir_size);
 /* Opens a checkpoint (a file, or a folder holding ckpt.safetensors or model.safetensors) on
  * `device` (NULL or "auto": the best present) with its tokenizer (`tokenizer`, else
  * tokenizer.json beside the checkpoint, else GPT-2's when the vocabulary is GPT-2's). Prints the

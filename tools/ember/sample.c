@@ -88,7 +88,9 @@ int em_cli_sample(int argc, char **argv)
     em_tokenizer *tok;
     if (export_dir) {
         dev = em_device_open(device && strcmp(device, "auto") != 0 ? device : "cpu");
-        g = dev ? em_gpt_load(ckpt, dev, EM_F32) : NULL;
+        char path[4096], dir[4096];
+        gc_checkpoint_path(ckpt, path, sizeof path, dir, sizeof dir);
+        g = dev ? em_gpt_load(path, dev, EM_F32) : NULL;
         em_status st = g ? em_gpt_export_hf(g, export_dir) : em_last_status();
         if (st != EM_OK)
             fprintf(stderr, "ember sample: %s\n", em_last_error());
