@@ -6,10 +6,13 @@
 #include "ember/runtime.h"
 #include "ember/tensor.h"
 #include "ember/tensor_op.h"
+#include "ember/tensor_grad.h"
 #include "ember/autodiff.h"
 #include "ember/nn.h"
 #include "ember/optim.h"
 #include "ember/record.h"
 #include "ember/data.h"
 #include "ember/gpt.h"
+#include "ember/dist.h"
+#include "ember/train.h"
 #endif

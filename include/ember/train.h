@@ -12,12 +12,26 @@
  * tokenizer.json (so `ember sample` finds it beside the checkpoint), metrics.jsonl (one JSON
  * object per line: {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "elapsed_s"}
  * for train steps, {"step", "val_loss"} for validations, {"step", "sample"} for samples) and
- * loss.svg. With a text file as data, its shards go to out_dir/data/. */
+ * loss.svg. With a text file as data, its shards go to out_dir/data/.
+ *
+ * Data parallel (cfg.dist, a communicator of N ranks started by `mpirun -np N ember train ...`):
+ * every rank holds the whole model and starts from rank 0's parameters; rank r trains on batches
+ * r, N + r, 2N + r, ... of the data (and of the validation data), so a step sees N x B sequences;
+ * after the backward pass the gradients are averaged over the ranks (em_dist_all_reduce_many, in
+ * buckets) and every rank takes the same optimizer step. Reported losses are means over the
+ * ranks, tokens count every rank's. Only rank 0 writes files (shards of a text file, tokenizer,
+ * metrics, checkpoints, plot) and reports to the observer; samples are made on rank 0 alone. Every
+ * other call below must be made on every rank in the same order (they hold collectives). The
+ * dropout generator of rank r is seeded with seed + r. With zero1 the optimizer state is sharded:
+ * rank r updates only the parameters it owns (about 1/N of them) and broadcasts them; the
+ * checkpoint still holds the whole state (gathered to rank 0), so a run can resume with or
+ * without zero1. */
 #ifndef EMBER_TRAIN_H
 #define EMBER_TRAIN_H
 
 #include <stdio.h>
 
+#include "ember/dist.h"
 #include "ember/gpt.h"
 
 #ifdef __cplusplus
@@ -59,6 +73,11 @@ typedef struct em_train_config {
     bool resume;         /* continue from out_dir/ckpt.safetensors */
     uint64_t seed;       /* init, data order and dropout */
     bool shuffle;        /* random batch order (default: sequential) */
+    /* data parallel (docs/distributed.md) */
+    em_dist *dist;    /* the communicator (borrowed, outlives the trainer); NULL: one process */
+    double bucket_mb; /* gradient all-reduce buckets in MiB (0: 25) */
+    bool zero1;       /* ZeRO-1: each rank keeps (and updates) the AdamW state of a share of the
+                         parameters and sends the updated share to the others */
 } em_train_config;
 
 /* Defaults: the tiny preset, batch 16, seq = block_size, accumulation 1, 1000 steps, cosine from
@@ -96,6 +115,8 @@ typedef struct em_train_info {
     int64_t max_steps;
     const char *out_dir;
     bool bf16;
+    int world;               /* data-parallel ranks (1: one process) */
+    const char *dist_engine; /* "none", "mpi" or "nccl" (em_dist_engine) */
 } em_train_info;
 
 /* Receives the run's events; any callback may be NULL. */
@@ -125,7 +146,7 @@ const em_tokenizer *em_trainer_tokenizer(em_trainer *t); /* borrowed; NULL when 
 int64_t em_trainer_step_count(const em_trainer *t);      /* optimizer steps done */
 void em_trainer_info(const em_trainer *t, em_train_info *out);
 
-/* One optimizer step (grad_accum micro-batches); fills m (val_loss NaN). */
+/* One optimizer step (grad_accum micro-batches on each rank); fills m (val_loss NaN). */
 em_status em_trainer_step(em_trainer *t, em_train_metrics *m);
 /* Mean loss over eval_batches validation batches, always from the start of the validation data. */
 em_status em_trainer_eval(em_trainer *t, double *val_loss);
@@ -133,7 +154,8 @@ em_status em_trainer_eval(em_trainer *t, double *val_loss);
 char *em_trainer_sample(em_trainer *t, int n, uint64_t seed);
 /* Writes a training checkpoint atomically: the model (em_gpt_save's form), the optimizer state
  * ("optim.<param>.<state>") and metadata "train.step", "train.loader" (epoch/step), "train.rng"
- * (dropout generator), "train.tokens". */
+ * (dropout generator), "train.tokens". Data parallel: call it on every rank (with zero1 the state
+ * is gathered); rank 0 writes. */
 em_status em_trainer_save(em_trainer *t, const char *path);
 
 /* The whole loop from the current step to max_steps (or max_time_s, or should_stop): metrics to

@@ -3,7 +3,9 @@
  * "optim.<param>.<state>", and the counters in metadata ("train.step", "train.optim_steps",
  * "train.tokens", "train.loader" = "epoch step", "train.rng" = "seed counter" of the dropout
  * generator). Written to a temporary file and renamed, so a crash never leaves a torn checkpoint.
- * Resuming restores all of it, so the run continues as if never interrupted. */
+ * Resuming restores all of it, so the run continues as if never interrupted. Data parallel: rank 0
+ * writes (every rank holds the same model and optimizer state); every rank resumes from the file,
+ * each loader at the same batch of its own share. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,15 +37,24 @@ static em_status add_meta_i64(em_safetensors_writer *w, const char *key, int64_t
 em_status em_trainer_save(em_trainer *t, const char *path)
 {
     if (!t) return em_set_error(EM_ERR_INVALID, "em_trainer_save: no trainer");
+    bool lead = tr_lead(t);
+    /* data parallel: the ranks hold the same model; rank 0 writes (with ZeRO-1 every rank sends
+     * it the optimizer state of its share, so every rank takes part) */
+    if (!lead && !t->clip) return EM_OK;
     if (!path) path = t->ckpt_path;
-    em_safetensors_writer *w = em_safetensors_writer_new();
-    if (!w) return em_last_status();
-    em_status st = em_gpt_add_to_writer(t->master, w);
-    state_ctx c = {w, EM_OK};
-    if (st == EM_OK) {
+    em_safetensors_writer *w = lead ? em_safetensors_writer_new() : NULL;
+    em_status st = lead && !w ? em_last_status() : EM_OK;
+    if (st == EM_OK && lead) st = em_gpt_add_to_writer(t->master, w);
+    if (t->clip) {
+        em_status gst = tr_dist_gather_state(t, st == EM_OK ? w : NULL);
+        if (st == EM_OK) st = gst;
+    } else if (st == EM_OK) {
+        state_ctx c = {w, EM_OK};
         em_optimizer_state_visit(t->opt, add_state, &c);
         st = c.st;
     }
+    if (!lead) return st;
+    if (!w) return st;
     char buf[96];
     if (st == EM_OK) st = add_meta_i64(w, "train.step", t->step);
     if (st == EM_OK) st = add_meta_i64(w, "train.optim_steps", em_optimizer_steps(t->opt));

@@ -70,15 +70,25 @@ static void fmt_bytes(double b, char *buf, size_t size)
 
 /* ---- plain ----------------------------------------------------------------------------------- */
 
+/* ", 2 ranks (mpi)" for a data-parallel run, "" otherwise. */
+static void fmt_ranks(const em_train_info *i, char *buf, size_t size)
+{
+    buf[0] = 0;
+    if (i->world > 1)
+        snprintf(buf, size, ", %d ranks (%s)", i->world, i->dist_engine ? i->dist_engine : "?");
+}
+
 static void plain_begin(em_dashboard *d)
 {
     const em_train_info *i = &d->info;
+    char ranks[64];
+    fmt_ranks(i, ranks, sizeof ranks);
     fprintf(d->out,
             "ember train: %lld parameters (%lld layers, %lld heads, width %lld, context %lld, "
-            "vocab %lld) on %s (%s)%s\n",
+            "vocab %lld) on %s (%s)%s%s\n",
             (long long)i->num_params, (long long)i->model.n_layer, (long long)i->model.n_head,
             (long long)i->model.n_embd, (long long)i->model.block_size,
-            (long long)i->model.vocab_size, i->device, d->device, i->bf16 ? ", bf16" : "");
+            (long long)i->model.vocab_size, i->device, d->device, i->bf16 ? ", bf16" : "", ranks);
     fprintf(d->out, "ember train: %lld tokens per step, steps %lld to %lld, output in %s\n",
             (long long)i->tokens_per_step, (long long)i->start_step, (long long)i->max_steps,
             i->out_dir);
@@ -154,11 +164,13 @@ static void draw(em_dashboard *d)
     erase();
     const em_train_info *i = &d->info;
     const em_train_metrics *m = &d->last;
+    char ranks[64];
+    fmt_ranks(i, ranks, sizeof ranks);
     attron(A_BOLD);
-    mvprintw(0, 0, " ember train  %.1fM params  %lldL x %lld  %lld heads  ctx %lld  on %s (%s)%s",
+    mvprintw(0, 0, " ember train  %.1fM params  %lldL x %lld  %lld heads  ctx %lld  on %s (%s)%s%s",
              i->num_params / 1e6, (long long)i->model.n_layer, (long long)i->model.n_embd,
              (long long)i->model.n_head, (long long)i->model.block_size, i->device, d->device,
-             i->bf16 ? "  bf16" : "");
+             i->bf16 ? "  bf16" : "", ranks);
     attroff(A_BOLD);
     /* progress */
     double frac = i->max_steps > 0 ? (double)m->step / (double)i->max_steps : 0;

@@ -2,7 +2,10 @@
  * (train_*.bin, val_*.bin, tokenizer.json), a shard glob, or a plain text file, which is tokenized
  * here (a character tokenizer by default) and written as two shards in out_dir/data — the first
  * val_fraction of the tokens for validation, the rest for training, as `ember data prepare`
- * splits. The tokenizer is saved as out_dir/tokenizer.json so the checkpoint has it beside. */
+ * splits. The tokenizer is saved as out_dir/tokenizer.json so the checkpoint has it beside.
+ * Data parallel: every rank tokenizes the text (the result is the same), rank 0 alone writes the
+ * shards and the tokenizer, and the others wait for it; each rank's loader takes its share of
+ * the batches (em_loader_opts rank / world). */
 #include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,13 +71,14 @@ static em_status prepare_text(em_trainer *t, char *train_glob, char *val_glob, s
     double f = t->cfg.val_fraction;
     if (f < 0 || f >= 1) f = 0.1;
     size_t nval = (size_t)((double)ids.len * f);
-    size_t need = (size_t)t->cfg.batch * (size_t)t->cfg.seq + 1;
+    size_t need = (size_t)t->cfg.batch * (size_t)t->world * (size_t)t->cfg.seq + 1;
     if (nval > 0 && nval < need) nval = need < ids.len / 2 ? need : 0;
     if (ids.len - nval < need) {
         em_tokens_free(&ids);
         return em_set_error(EM_ERR_INVALID,
-                            "%s: %zu tokens are too few for one batch of %d x %d (+1) tokens",
-                            t->data, ids.len, t->cfg.batch, t->cfg.seq);
+                            "%s: %zu tokens are too few for one batch of %d x %d (+1) tokens%s",
+                            t->data, ids.len, t->cfg.batch * t->world, t->cfg.seq,
+                            t->world > 1 ? " over all ranks" : "");
     }
     uint32_t vocab = em_tok_vocab_size(t->tok);
     if ((size_t)snprintf(train_glob, size, "%s/train_000000.bin", dir) >= size ||
@@ -82,10 +86,12 @@ static em_status prepare_text(em_trainer *t, char *train_glob, char *val_glob, s
         em_tokens_free(&ids);
         return em_set_error(EM_ERR_INVALID, "%s: output directory path too long", dir);
     }
-    if (st == EM_OK) st = em_shard_write(train_glob, ids.ids + nval, ids.len - nval, vocab);
-    if (st == EM_OK && nval > 0) st = em_shard_write(val_glob, ids.ids, nval, vocab);
+    if (st == EM_OK && tr_lead(t))
+        st = em_shard_write(train_glob, ids.ids + nval, ids.len - nval, vocab);
+    if (st == EM_OK && tr_lead(t) && nval > 0) st = em_shard_write(val_glob, ids.ids, nval, vocab);
     if (nval == 0) val_glob[0] = 0;
     em_tokens_free(&ids);
+    if (st == EM_OK && t->world > 1) st = em_dist_barrier(t->dist); /* the shards are written */
     return st;
 }
 
@@ -97,8 +103,8 @@ static em_loader *open_loader(em_trainer *t, const char *path, bool shuffle)
         .seq = t->cfg.seq,
         .shuffle = shuffle,
         .seed = t->cfg.seed,
-        .rank = 0,
-        .world = 1,
+        .rank = t->rank,
+        .world = t->world,
         .prefetch = false,
     };
     return em_loader_open(&o);
@@ -148,7 +154,7 @@ em_status tr_open_data(em_trainer *t)
             em_clear_error();
         }
     }
-    if (t->tok) {
+    if (t->tok && tr_lead(t)) {
         char out[4096];
         tr_path(t, "tokenizer.json", out, sizeof out);
         st = em_tok_save(t->tok, out);

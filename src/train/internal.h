@@ -26,7 +26,24 @@ struct em_trainer {
     int64_t tokens;       /* tokens trained on */
     int32_t *hx, *hy;     /* host batch buffers */
     char ckpt_path[4096]; /* out_dir/ckpt.safetensors */
+    /* data parallel (parallel.c) */
+    em_dist *dist;      /* cfg.dist (borrowed; NULL: one process) */
+    int rank, world;    /* this rank and the number of ranks */
+    bool collective;    /* the communicator has an engine: gradients are all-reduced */
+    em_tensor **params; /* the master parameters, each once (borrowed), in module order */
+    char **param_names; /* their full names (owned) */
+    bool *param_decay;  /* their weight-decay flags */
+    int *owner;         /* ZeRO-1: the rank whose optimizer updates each */
+    int nparams;        /* entries in params, param_names, param_decay and owner */
+    em_optimizer *clip; /* ZeRO-1: every parameter (SGD, never stepped) for the norm, the
+                           clip and zeroing; NULL otherwise */
 };
+
+/* True on the rank that writes files and reports (rank 0). */
+static inline bool tr_lead(const em_trainer *t)
+{
+    return t->rank == 0;
+}
 
 /* data.c: opens the tokenizer and loaders from cfg (tokenizing a text file into shards in
  * out_dir/data) and saves the tokenizer into out_dir. */
@@ -34,6 +51,21 @@ em_status tr_open_data(em_trainer *t);
 /* checkpoint.c: restores optimizer state, step, loader position and dropout state from an open
  * checkpoint file. */
 em_status tr_resume(em_trainer *t, const char *path);
+/* parallel.c: the data-parallel parts of the trainer (all no-ops in one process).
+ * tr_dist_params lists the master parameters (and, for ZeRO-1, which rank updates each);
+ * tr_dist_optimizer makes t->opt (AdamW over every parameter, or over this rank's shard plus
+ * t->clip); tr_dist_start gives every rank rank 0's parameters and its own dropout seed;
+ * tr_dist_grads averages the gradients over the ranks; tr_dist_share_update (ZeRO-1) sends each
+ * parameter from its owner to the others after the optimizer step; tr_dist_gather_state
+ * (ZeRO-1, on every rank) adds the whole optimizer state to rank 0's checkpoint writer (w is
+ * NULL on the other ranks); tr_dist_free frees the lists. */
+em_status tr_dist_params(em_trainer *t);
+em_status tr_dist_optimizer(em_trainer *t, const em_adam_config *ac);
+em_status tr_dist_start(em_trainer *t);
+em_status tr_dist_grads(em_trainer *t);
+em_status tr_dist_share_update(em_trainer *t);
+em_status tr_dist_gather_state(em_trainer *t, em_safetensors_writer *w);
+void tr_dist_free(em_trainer *t);
 /* util: path = out_dir/name into buf. */
 void tr_path(const em_trainer *t, const char *name, char *buf, size_t size);
 /* Monotonic seconds. */

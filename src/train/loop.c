@@ -2,7 +2,12 @@
  * stop), with the metrics log (out_dir/metrics.jsonl, one JSON object per line), validation,
  * samples and checkpoints every N steps, and at the end a last validation, a checkpoint and the
  * loss curve (out_dir/loss.svg, drawn from the whole metrics log so a resumed run's curve is
- * complete). */
+ * complete).
+ *
+ * Data parallel: every rank runs the loop (steps and validations hold collectives); rank 0 alone
+ * writes the log, the samples, the checkpoints and the plot and talks to the observer. Whether to
+ * stop (the observer asking, the time limit) is rank 0's decision, shared with the others at each
+ * step so that all ranks leave the loop together. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -176,15 +181,32 @@ static void trim_log(const char *path, int64_t step)
     em_sb_free(&keep);
 }
 
+/* Rank 0's reason to stop before the next step (0: none, 1: the observer, 2: the time limit),
+ * agreed by every rank. */
+static em_status stop_reason(run *r, int32_t *why)
+{
+    *why = 0;
+    if (tr_lead(r->t)) {
+        if (r->obs && r->obs->should_stop && r->obs->should_stop(r->obs->user))
+            *why = 1;
+        else if (r->t->cfg.max_time_s > 0 && tr_now() - r->t0 >= r->t->cfg.max_time_s)
+            *why = 2;
+    }
+    return em_dist_all_reduce_host(r->t->dist, why, 1, EM_I32, EM_DIST_MAX);
+}
+
 em_status em_trainer_run(em_trainer *t, const em_train_observer *obs)
 {
     if (!t) return em_set_error(EM_ERR_INVALID, "em_trainer_run: no trainer");
+    if (!tr_lead(t)) obs = NULL; /* rank 0 reports */
     run r = {t, obs, NULL, tr_now(), t->step};
     char path[4096];
     tr_path(t, "metrics.jsonl", path, sizeof path);
-    if (t->cfg.resume) trim_log(path, t->step);
-    r.log = fopen(path, t->cfg.resume ? "a" : "w");
-    if (!r.log) return em_set_error(EM_ERR_IO, "cannot write %s", path);
+    if (tr_lead(t)) {
+        if (t->cfg.resume) trim_log(path, t->step);
+        r.log = fopen(path, t->cfg.resume ? "a" : "w");
+        if (!r.log) return em_set_error(EM_ERR_IO, "cannot write %s", path);
+    }
     em_train_info info;
     em_trainer_info(t, &info);
     if (obs && obs->begin) obs->begin(obs->user, &info);
@@ -194,11 +216,14 @@ em_status em_trainer_run(em_trainer *t, const em_train_observer *obs)
     em_status st = EM_OK;
     bool stopped = false;
     while (st == EM_OK && t->step < c->max_steps) {
-        if (obs && obs->should_stop && obs->should_stop(obs->user)) {
+        int32_t why = 0;
+        st = stop_reason(&r, &why);
+        if (st != EM_OK) break;
+        if (why == 1) {
             stopped = true;
             break;
         }
-        if (c->max_time_s > 0 && tr_now() - r.t0 >= c->max_time_s) {
+        if (why == 2) {
             note(&r, "%s", "time limit reached");
             break;
         }
@@ -217,16 +242,17 @@ em_status em_trainer_run(em_trainer *t, const em_train_observer *obs)
             obs->step)
             obs->step(obs->user, &m);
         m.val_loss = NAN;
-        if (st == EM_OK && !last && c->sample_every > 0 && t->step % c->sample_every == 0)
+        if (st == EM_OK && !last && c->sample_every > 0 && t->step % c->sample_every == 0 &&
+            tr_lead(t))
             do_sample(&r);
         if (st == EM_OK && !last && c->ckpt_every > 0 && t->step % c->ckpt_every == 0)
             st = do_save(&r);
     }
     if (st == EM_OK && t->val && t->step > r.step0) st = do_eval(&r, &m);
-    if (st == EM_OK && c->sample_every >= 0 && t->step > r.step0) do_sample(&r);
+    if (st == EM_OK && c->sample_every >= 0 && t->step > r.step0 && tr_lead(t)) do_sample(&r);
     if (st == EM_OK) st = do_save(&r);
-    fclose(r.log);
-    if (st == EM_OK) st = plot(&r);
+    if (r.log) fclose(r.log);
+    if (st == EM_OK && tr_lead(t)) st = plot(&r);
     if (stopped) note(&r, "%s", "stopped early");
     if (obs && obs->end) obs->end(obs->user, &m);
     return st;

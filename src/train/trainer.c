@@ -2,7 +2,14 @@
  * (gradient accumulation over micro-batches, clipping, the learning-rate schedule, AdamW),
  * validation and samples. bf16 mixed precision keeps an f32 master model for the optimizer and a
  * bf16 copy for forward and backward: each step the bf16 gradients are cast to f32 onto the
- * masters, the masters are updated, and cast back into the copy. */
+ * masters, the masters are updated, and cast back into the copy.
+ *
+ * Data parallel (cfg.dist with an engine): the ranks start from rank 0's parameters (broadcast
+ * once), each computes the gradients of its own batches, and the masters' gradients are averaged
+ * over the ranks in buckets (em_dist_all_reduce_many) after the whole backward pass — the autodiff
+ * has no per-parameter hook that would let a bucket leave while backward still runs. Clipping,
+ * the schedule and AdamW then see the same gradients on every rank, so the parameters stay equal
+ * without further communication. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +143,26 @@ static em_status setup_bf16(em_trainer *t)
     return sync_compute(t);
 }
 
+/* The device of this rank: --device as given, except that "cuda" (and "auto" when it finds
+ * CUDA) means cuda:<local rank> when several ranks share a host. */
+static em_device *open_device(em_trainer *t, const char *name)
+{
+    int local = em_dist_local_rank(t->dist);
+    char buf[32];
+    if (name && strcmp(name, "cuda") == 0) {
+        snprintf(buf, sizeof buf, "cuda:%d", local);
+        return em_device_open(buf);
+    }
+    if (name && *name && strcmp(name, "auto") != 0) return em_device_open(name);
+    em_device *d = em_train_best_device();
+    if (d && local > 0 && strcmp(em_device_name(d), "cuda:0") == 0) {
+        em_device_close(d);
+        snprintf(buf, sizeof buf, "cuda:%d", local);
+        d = em_device_open(buf);
+    }
+    return d;
+}
+
 em_trainer *em_trainer_new(const em_train_config *cfg)
 {
     if (!cfg) {
@@ -148,6 +175,9 @@ em_trainer *em_trainer_new(const em_train_config *cfg)
         return NULL;
     }
     t->cfg = *cfg;
+    t->dist = cfg->dist;
+    t->rank = em_dist_rank(t->dist);
+    t->world = em_dist_world(t->dist);
     t->data = dup_or_null(cfg->data);
     t->val_data = dup_or_null(cfg->val_data);
     t->tokenizer_name = dup_or_null(cfg->tokenizer);
@@ -171,11 +201,12 @@ em_trainer *em_trainer_new(const em_train_config *cfg)
     /* The model's sizes first (seq needs block_size), from the checkpoint when there is one. */
     if (st == EM_OK) st = em_mkdir_p(t->out_dir);
     if (st == EM_OK) {
-        if (c->device && *c->device && strcmp(c->device, "auto") != 0)
-            t->dev = em_device_open(c->device);
-        else
-            t->dev = em_train_best_device();
+        t->dev = open_device(t, c->device);
         if (!t->dev) st = em_last_status();
+    }
+    if (st == EM_OK) {
+        st = em_dist_use_device(t->dist, t->dev);
+        t->collective = strcmp(em_dist_engine(t->dist), "none") != 0;
     }
     const char *from = c->resume ? t->ckpt_path : t->init_from;
     if (st == EM_OK && from) {
@@ -206,12 +237,13 @@ em_trainer *em_trainer_new(const em_train_config *cfg)
     if (st == EM_OK && t->tok && em_tok_vocab_size(t->tok) > c->model.vocab_size)
         st = em_set_error(EM_ERR_INVALID, "the tokenizer has %u ids but the model only %lld",
                           em_tok_vocab_size(t->tok), (long long)c->model.vocab_size);
+    if (st == EM_OK) st = tr_dist_params(t);
     if (st == EM_OK) {
         em_adam_config ac = {c->lr.base, c->beta1, c->beta2, c->eps, c->weight_decay, true};
-        t->opt = em_adam_new(em_gpt_module(t->master), &ac);
-        if (!t->opt) st = em_last_status();
+        st = tr_dist_optimizer(t, &ac);
     }
     if (st == EM_OK && c->resume) st = tr_resume(t, t->ckpt_path);
+    if (st == EM_OK) st = tr_dist_start(t);
     if (st == EM_OK) {
         t->compute = t->master;
         if (c->bf16) st = setup_bf16(t);
@@ -236,6 +268,7 @@ void em_trainer_free(em_trainer *t)
     char *keep = strdup(em_last_error());
     em_status kst = em_last_status();
     em_optimizer_free(t->opt);
+    em_optimizer_free(t->clip);
     if (t->compute && t->compute != t->master) em_gpt_free(t->compute);
     em_gpt_free(t->master);
     em_loader_close(t->train);
@@ -243,6 +276,7 @@ void em_trainer_free(em_trainer *t)
     em_tok_free(t->tok);
     if (t->dev) em_device_close(t->dev);
     free(t->pairs);
+    tr_dist_free(t);
     free(t->hx);
     free(t->hy);
     free(t->data);
@@ -275,11 +309,13 @@ void em_trainer_info(const em_trainer *t, em_train_info *out)
     out->device_desc = em_device_caps(t->dev)->device_name;
     out->model = *em_gpt_config_of(t->master);
     out->num_params = em_module_num_params(em_gpt_module(t->master));
-    out->tokens_per_step = (int64_t)t->cfg.batch * t->cfg.seq * t->cfg.grad_accum;
+    out->tokens_per_step = (int64_t)t->cfg.batch * t->cfg.seq * t->cfg.grad_accum * t->world;
     out->start_step = t->step;
     out->max_steps = t->cfg.max_steps;
     out->out_dir = t->out_dir;
     out->bf16 = t->cfg.bf16;
+    out->world = t->world;
+    out->dist_engine = em_dist_engine(t->dist);
 }
 
 /* The mean loss of the next batch of `l` on model g (host value through *loss); backward when
@@ -334,9 +370,14 @@ em_status em_trainer_step(em_trainer *t, em_train_metrics *m)
         sum += l;
     }
     if (st == EM_OK && t->compute != t->master) st = grads_to_master(t);
+    if (st == EM_OK && t->collective) st = tr_dist_grads(t);
+    double loss = sum / t->cfg.grad_accum;
+    if (st == EM_OK) st = em_dist_all_reduce_host(t->dist, &loss, 1, EM_F64, EM_DIST_MEAN);
     double norm = NAN;
+    /* ZeRO-1: this rank's optimizer holds a shard; the norm and the clip are the whole model's */
+    em_optimizer *all = t->clip ? t->clip : t->opt;
     if (st == EM_OK)
-        st = em_clip_grad_norm(t->opt, t->cfg.grad_clip > 0 ? t->cfg.grad_clip : INFINITY, &norm);
+        st = em_clip_grad_norm(all, t->cfg.grad_clip > 0 ? t->cfg.grad_clip : INFINITY, &norm);
     em_lr_schedule s = t->cfg.lr;
     if (s.total_steps <= 0) s.total_steps = t->cfg.max_steps;
     double lr = em_lr_at(&s, t->step);
@@ -345,20 +386,21 @@ em_status em_trainer_step(em_trainer *t, em_train_metrics *m)
     if (st == EM_OK && isfinite(norm)) {
         em_optimizer_set_lr(t->opt, lr);
         st = em_optimizer_step(t->opt);
+        if (st == EM_OK && t->clip) st = tr_dist_share_update(t);
     }
-    em_optimizer_zero_grad(t->opt);
+    em_optimizer_zero_grad(all);
     if (st == EM_OK && t->compute != t->master) st = sync_compute(t);
     if (st == EM_OK) st = em_device_sync(t->dev);
     if (st != EM_OK) return em_error_context("training step %lld", (long long)t->step + 1);
     t->step++;
-    int64_t ntok = (int64_t)t->cfg.batch * t->cfg.seq * t->cfg.grad_accum;
+    int64_t ntok = (int64_t)t->cfg.batch * t->cfg.seq * t->cfg.grad_accum * t->world;
     t->tokens += ntok;
     double dt = tr_now() - t0;
     if (m) {
         memset(m, 0, sizeof *m);
         m->step = t->step;
         m->max_steps = t->cfg.max_steps;
-        m->loss = sum / t->cfg.grad_accum;
+        m->loss = loss;
         m->val_loss = NAN;
         m->lr = lr;
         m->grad_norm = norm;
@@ -395,7 +437,9 @@ em_status em_trainer_eval(em_trainer *t, double *val_loss)
     }
     em_no_grad_end();
     em_module_train(m, true);
-    if (st == EM_OK) *val_loss = sum / n;
+    double mean = sum / n;
+    if (st == EM_OK) st = em_dist_all_reduce_host(t->dist, &mean, 1, EM_F64, EM_DIST_MEAN);
+    if (st == EM_OK) *val_loss = mean;
     return st;
 }
 

@@ -1,6 +1,8 @@
 /* train.c — `ember train`: trains a GPT (ember/train.h) on token shards or a text file, with the
  * dashboard: full screen on a terminal, plain log lines otherwise. Writes the checkpoint, the
- * tokenizer, metrics.jsonl and loss.svg into --out. */
+ * tokenizer, metrics.jsonl and loss.svg into --out. Started by `mpirun -np N`, it trains data
+ * parallel (ember/dist.h, docs/distributed.md): rank 0 shows the dashboard and writes the files,
+ * the other ranks are quiet, and an error on any rank ends them all. */
 #include <locale.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,14 +35,18 @@ static void usage(FILE *out)
         "periodic: --eval-every N (100)  --eval-batches N (10)  --sample-every N (500; -1 never)\n"
         "          --sample-tokens N (200)  --ckpt-every N (500)  --log-every N (1)\n"
         "output:   --out DIR (out)  --resume  --seed S (1337)\n"
-        "          --dashboard auto|tui|plain|quiet (auto: full screen on a terminal)\n");
+        "          --dashboard auto|tui|plain|quiet (auto: full screen on a terminal)\n"
+        "parallel: --dist auto|off|mpi|nccl (auto: data parallel when started by mpirun -np N;\n"
+        "          NCCL for CUDA devices)  --bucket-mb MB (25: gradient all-reduce buckets)\n"
+        "          --zero1 (shard the AdamW state over the ranks)\n"
+        "          (mpirun -np N ember train ...: N processes, each a share of the batches)\n");
 }
 
 int em_cli_train(int argc, char **argv)
 {
     em_train_config c;
     em_train_config_default(&c);
-    const char *preset = "tiny", *schedule = "cosine", *dash = "auto";
+    const char *preset = "tiny", *schedule = "cosine", *dash = "auto", *dist = "auto";
     int64_t vocab = -1, block = -1, layers = -1, heads = -1, embd = -1, warmup = -1;
     double dropout = -1;
     bool no_bias = false, untied = false;
@@ -85,6 +91,9 @@ int em_cli_train(int argc, char **argv)
         {"--resume", GC_FLAG, &c.resume},
         {"--seed", GC_U64, &c.seed},
         {"--dashboard", GC_STR, &dash},
+        {"--dist", GC_STR, &dist},
+        {"--bucket-mb", GC_DBL, &c.bucket_mb},
+        {"--zero1", GC_FLAG, &c.zero1},
     };
     int r = gc_parse("ember train", argc, argv, opts, (int)(sizeof opts / sizeof opts[0]));
     if (r == 1) {
@@ -93,6 +102,7 @@ int em_cli_train(int argc, char **argv)
     }
     char bad[256] = "";
     em_dashboard_mode mode = EM_DASH_AUTO;
+    em_dist_mode dmode = EM_DIST_AUTO;
     if (r == 0) {
         if (!c.data)
             snprintf(bad, sizeof bad, "--data is required");
@@ -111,6 +121,9 @@ int em_cli_train(int argc, char **argv)
         else
             snprintf(bad, sizeof bad, "--dashboard wants auto, tui, plain or quiet, not '%s'",
                      dash);
+        if (!bad[0] && !em_dist_mode_parse(dist, &dmode))
+            snprintf(bad, sizeof bad, "--dist wants auto, off, mpi or nccl, not '%s'", dist);
+        if (!bad[0] && c.bucket_mb < 0) snprintf(bad, sizeof bad, "--bucket-mb must be positive");
     }
     if (r == 0 && !bad[0]) {
         c.model.vocab_size = vocab > 0 ? vocab : 0;
@@ -141,16 +154,31 @@ int em_cli_train(int argc, char **argv)
         return 2;
     }
     setlocale(LC_ALL, "");
-    em_trainer *t = em_trainer_new(&c);
-    if (!t) {
+    em_dist *comm = em_dist_init(dmode);
+    if (!comm) {
         fprintf(stderr, "ember train: %s\n", em_last_error());
         return 1;
     }
-    em_dashboard *d = em_dashboard_new(mode, stdout);
+    c.dist = comm;
+    int rank = em_dist_rank(comm), world = em_dist_world(comm);
+    char who[48] = "ember train";
+    if (world > 1) snprintf(who, sizeof who, "ember train (rank %d of %d)", rank, world);
+    em_trainer *t = em_trainer_new(&c);
+    if (!t) {
+        fprintf(stderr, "%s: %s\n", who, em_last_error());
+        if (world > 1) em_dist_abort(comm, 1); /* the other ranks wait in a collective */
+        em_dist_free(comm);
+        return 1;
+    }
+    em_dashboard *d = em_dashboard_new(rank == 0 ? mode : EM_DASH_QUIET, stdout);
     em_train_observer obs = em_dashboard_observer(d);
     em_status st = em_trainer_run(t, d ? &obs : NULL);
     em_dashboard_free(d);
-    if (st != EM_OK) fprintf(stderr, "ember train: %s\n", em_last_error());
+    if (st != EM_OK) {
+        fprintf(stderr, "%s: %s\n", who, em_last_error());
+        if (world > 1) em_dist_abort(comm, 1);
+    }
     em_trainer_free(t);
+    em_dist_free(comm);
     return st == EM_OK ? 0 : 1;
 }
