@@ -97,6 +97,38 @@ em_status em_gpt_generate(em_gpt *g, const int64_t *prompt, int64_t nprompt, int
                           const em_sample_config *cfg, int64_t stop_token, em_token_fn fn,
                           void *user, int64_t *n_out);
 
+/* ---- batched decoding (continuous batching; src/models/gpt/batch.c) ------------------------- */
+
+/* `slots` independent sequences that decode together, for a server's continuous batching. Each
+ * slot has its own rows of the KV cache and its own length, so sequences of different lengths join
+ * (em_gpt_batch_prefill) and leave (em_gpt_batch_clear) while the others go on, and one
+ * em_gpt_batch_step is one batched forward pass over any subset of the slots: new tokens [n, 1],
+ * each at its own slot's position (the position embeddings per row, the attention masked per row
+ * to the slot's own keys). Greedy decoding gives the tokens of em_gpt_generate. Runs in eval mode
+ * under no-grad; one thread at a time per batch (and per model). */
+typedef struct em_gpt_batch em_gpt_batch;
+/* A batch of `slots` empty slots of max_len positions each (max_len <= 0 or > block_size: the
+ * block size). NULL with the error set. Free with em_gpt_batch_free (before the model). */
+em_gpt_batch *em_gpt_batch_new(em_gpt *g, int64_t slots, int64_t max_len);
+void em_gpt_batch_free(em_gpt_batch *b);
+int64_t em_gpt_batch_slots(const em_gpt_batch *b);
+int64_t em_gpt_batch_max_len(const em_gpt_batch *b);
+/* Positions a slot holds (0 when empty or out of range). */
+int64_t em_gpt_batch_len(const em_gpt_batch *b, int64_t slot);
+/* Empties `slot` and feeds ids[0, n) (1 <= n <= max_len, ids inside the vocabulary) into it in one
+ * pass; the last position's logits go to `logits` (host f32 [vocab], may be NULL). On failure
+ * the slot is left empty. */
+em_status em_gpt_batch_prefill(em_gpt_batch *b, int64_t slot, const int64_t *ids, int64_t n,
+                               float *logits);
+/* One decode step for n distinct slots: tokens[i] is appended to slots[i] (which must hold at
+ * least one position and have room for one more) and row i of `logits` (host f32 [n, vocab],
+ * may be NULL) gets the next-token logits of slots[i]. Other slots are untouched; on failure the
+ * listed slots are left empty. */
+em_status em_gpt_batch_step(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens,
+                            int64_t n, float *logits);
+/* Empties a slot (its sequence left the batch). */
+void em_gpt_batch_clear(em_gpt_batch *b, int64_t slot);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,6 +10,7 @@ int em_cli_data(int argc, char **argv);     /* data.c: token shards, tokenizer t
 int em_cli_train(int argc, char **argv);    /* train.c: GPT training with the dashboard */
 int em_cli_sample(int argc, char **argv);   /* sample.c: text generation */
 int em_cli_chat(int argc, char **argv);     /* chat.c: terminal chat */
+int em_cli_serve(int argc, char **argv);    /* serve.c: the HTTP server and web chat page */
 int em_cli_bench(int argc, char **argv);    /* bench.c: benchmarks (matmul, ...) */
 
 #endif

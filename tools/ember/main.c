@@ -28,6 +28,7 @@ static const command COMMANDS[] = {
     {"train", em_cli_train, "train a GPT on token shards or a text file, with a live dashboard"},
     {"sample", em_cli_sample, "generate text from a checkpoint (KV cache, top-k/top-p sampling)"},
     {"chat", em_cli_chat, "talk to a model in the terminal"},
+    {"serve", em_cli_serve, "an OpenAI-compatible HTTP server with a web chat page"},
     {"bench", em_cli_bench, "benchmarks: matmul (against cuBLAS / OpenBLAS where present)"},
 };
 
