@@ -3,11 +3,17 @@
  *
  * Compiling: the C generator (codegen/c.c) writes one translation unit per batch; this driver
  * runs `$EMBER_CC $EMBER_CFLAGS -fPIC -shared -x c - -x none -o OUT -lm` with the source file as
- * standard input (default `cc -O2`; both variables are split at whitespace) and captures the
- * compiler's output, which a failure shows. Reading the source from stdin keeps the temp file's
- * name out of the binary, so the same source gives the same bytes in every process. The
- * compiler identity in cache keys is the first line of `$EMBER_CC --version`, the flags and
- * EM_CPU_ABI_VERSION; it is recomputed when either variable changes.
+ * standard input (default `cc -O3 -march=native -ffp-contract=off` on x86 and ARM hosts, without
+ * -march=native elsewhere; both variables are split at whitespace) and captures the compiler's
+ * output, which a failure shows. Reading the source from stdin keeps the temp file's name out of
+ * the binary, so the same source gives the same bytes in every process. -O3 fully unrolls the
+ * lane loops of lines and vectorizes them; -march=native lets them use the host's widest
+ * registers; -ffp-contract=off keeps every a * b + c rounded twice, as the kernel says (fused
+ * only through fma), whatever the host's instructions (see docs/matmul.md for the
+ * measurements). The compiler identity in cache keys is the first line of
+ * `$EMBER_CC --version`, the flags, EM_CPU_ABI_VERSION and the host CPU (model and feature
+ * flags from /proc/cpuinfo, since -march=native binaries are for this CPU only); it is
+ * recomputed when either variable changes.
  *
  * Launching: every generated kernel exports emk_NAME(launch, first, count) running a range of
  * cubes (c_abi.h). A launch of one cube runs on the calling thread; larger grids are cut into a
@@ -34,7 +40,11 @@
 extern char **environ;
 
 #define DEFAULT_CC "cc"
-#define DEFAULT_CFLAGS "-O2"
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+#define DEFAULT_CFLAGS "-O3 -march=native -ffp-contract=off"
+#else
+#define DEFAULT_CFLAGS "-O3 -ffp-contract=off"
+#endif
 #define FIXED_FLAGS "-fPIC -shared"
 #define ALIGNMENT 64
 #define MAX_OUTPUT_SHOWN 2500 /* the error message holds 4 KiB */
@@ -97,6 +107,32 @@ static void cpu_model(char *out, size_t size)
         break;
     }
     fclose(f);
+}
+
+/* The host CPU for cache keys: its model name and a hash of the /proc/cpuinfo lines that say
+ * which instructions it has (vendor, family, model, feature flags), or "unknown". */
+static void cpu_identity(char *out, size_t size)
+{
+    static const char *const keys[] = {"vendor_id", "cpu family", "model\t", "flags",
+                                       "Features", "CPU implementer", "CPU part"};
+    char model[96];
+    cpu_model(model, sizeof(model));
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the lines that matter */
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[4096];
+    bool seen[sizeof(keys) / sizeof(keys[0])] = {false};
+    while (f && fgets(line, sizeof(line), f)) {
+        for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+            if (seen[k] || strncmp(line, keys[k], strlen(keys[k])) != 0)
+                continue;
+            seen[k] = true; /* the first processor's */
+            for (const char *c = line; *c; c++)
+                h = (h ^ (unsigned char)*c) * 1099511628211ull;
+        }
+    }
+    if (f)
+        fclose(f);
+    snprintf(out, size, "%s %016llx", f ? model : "unknown", (unsigned long long)h);
 }
 
 static em_status cpu_open(int index, em_caps *caps, void **state)
@@ -320,8 +356,10 @@ static em_status cpu_compiler_id(void *state, char *out, size_t out_size)
         free_words(argv);
         if (!version[0])
             snprintf(version, sizeof(version), "unavailable");
-        snprintf(d->cc_id, sizeof(d->cc_id), "%s | cc=%s | flags=%s %s | abi=%d", version, cc,
-                 cflags, FIXED_FLAGS, EM_CPU_ABI_VERSION);
+        char host[160];
+        cpu_identity(host, sizeof(host));
+        snprintf(d->cc_id, sizeof(d->cc_id), "%s | cc=%s | flags=%s %s | abi=%d | host=%s",
+                 version, cc, cflags, FIXED_FLAGS, EM_CPU_ABI_VERSION, host);
         free(d->cc_spec);
         d->cc_spec = spec;
         spec = NULL;
