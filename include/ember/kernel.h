@@ -256,6 +256,20 @@ typedef enum em_ir_op {
     EM_OP_MAT_LOAD,
     EM_OP_MAT_MMA,
     EM_OP_MAT_STORE,
+    /* asynchronous copies from global to shared memory (cp.async on NVIDIA from sm_80 on; the
+     * kernel language lowers copy_async to plain loads and stores for other targets):
+     * COPY_ASYNC: mem = the destination (shared), imm = the source memory (a global buffer),
+     *   a = destination index, b = source index (elements of scalar memory), c = count (a u32
+     *   constant: a and b are the first of `count` consecutive elements), d = a bool condition or
+     *   none: where it is false the destination elements become zero and the source is not read.
+     *   count * element size is 4, 8 or 16 bytes and both addresses are aligned to it. The copy
+     *   lands at some point before the COPY_WAIT that covers it (other units see it after a
+     *   barrier that follows that wait).
+     * COPY_COMMIT: closes the group of this unit's copies issued since the previous commit;
+     * COPY_WAIT: waits until at most imm (>= 0) of this unit's committed groups are in flight. */
+    EM_OP_COPY_ASYNC,
+    EM_OP_COPY_COMMIT,
+    EM_OP_COPY_WAIT,
     /* structured control flow:
      * IF: a = bool scalar condition, blocks[0] = then, blocks[1] = else (0 for none);
      * RANGE: a = loop variable (a VAR of integer type), b = start, c = end (exclusive),
@@ -378,6 +392,13 @@ void em_ir_mat_load(em_ir_kernel *k, em_ir_val frag, em_ir_mem mem, em_ir_val of
 void em_ir_mat_mma(em_ir_kernel *k, em_ir_val d, em_ir_val a, em_ir_val b, em_ir_val c);
 void em_ir_mat_store(em_ir_kernel *k, em_ir_mem mem, em_ir_val offset, em_ir_val stride,
                      em_ir_val frag, em_mat_layout layout);
+/* An asynchronous copy of `count` elements src[src_index..] -> dst[dst_index..] (dst shared, src
+ * global), zero-filled where `valid` (a bool value, or EM_IR_NONE for always) is false; a commit of
+ * the unit's copies since the last one; a wait until at most `pending` committed groups remain. */
+void em_ir_copy_async(em_ir_kernel *k, em_ir_mem dst, em_ir_val dst_index, em_ir_mem src,
+                      em_ir_val src_index, unsigned count, em_ir_val valid);
+void em_ir_copy_commit(em_ir_kernel *k);
+void em_ir_copy_wait(em_ir_kernel *k, unsigned pending);
 void em_ir_print(em_ir_kernel *k, const char *fmt, const em_ir_val *args, unsigned nargs);
 em_ir_val em_ir_intrinsic(em_ir_kernel *k, const char *name, em_type dst_type, const em_ir_val *args,
                           unsigned nargs);

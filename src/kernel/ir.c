@@ -467,6 +467,24 @@ void em_ir_mat_store(em_ir_kernel *k, em_ir_mem mem, em_ir_val offset, em_ir_val
     em_ir_emit(k, EM_OP_MAT_STORE, (em_type){0, 0}, offset, stride, frag, 0, mem, (int32_t)layout);
 }
 
+void em_ir_copy_async(em_ir_kernel *k, em_ir_mem dst, em_ir_val dst_index, em_ir_mem src,
+                      em_ir_val src_index, unsigned count, em_ir_val valid)
+{
+    if (!k) return;
+    em_ir_emit(k, EM_OP_COPY_ASYNC, (em_type){0, 0}, dst_index, src_index, em_ir_u32(k, count),
+               valid, dst, (int32_t)src);
+}
+
+void em_ir_copy_commit(em_ir_kernel *k)
+{
+    em_ir_emit(k, EM_OP_COPY_COMMIT, (em_type){0, 0}, 0, 0, 0, 0, 0, 0);
+}
+
+void em_ir_copy_wait(em_ir_kernel *k, unsigned pending)
+{
+    em_ir_emit(k, EM_OP_COPY_WAIT, (em_type){0, 0}, 0, 0, 0, 0, 0, (int32_t)pending);
+}
+
 static void emit_with_args(em_ir_kernel *k, em_ir_op op, const char *str, em_type dst_type,
                            const em_ir_val *args, unsigned nargs, em_ir_val *dst)
 {

@@ -132,6 +132,18 @@ void em_ir_printer_inst(em_ir_printer *p, const em_ir_inst *in)
         em_sb_append(p->sb, "[");
         em_ir_printer_val(p, in->args[0]);
         em_sb_append(p->sb, "]");
+        if (in->op == EM_OP_COPY_ASYNC) { /* copy_async @dst[i] <- @src[j] x count [if cond] */
+            em_sb_append(p->sb, " <- ");
+            mem_ref(p, (em_ir_mem)in->imm);
+            em_sb_append(p->sb, "[");
+            em_ir_printer_val(p, in->args[1]);
+            em_sb_append(p->sb, "] x ");
+            em_ir_printer_val(p, in->args[2]);
+            if (in->args[3]) {
+                em_sb_append(p->sb, " if ");
+                em_ir_printer_val(p, in->args[3]);
+            }
+        }
         if (in->op == EM_OP_STORE) {
             em_sb_append(p->sb, ", ");
             em_ir_printer_val(p, in->args[1]);
@@ -152,6 +164,7 @@ void em_ir_printer_inst(em_ir_printer *p, const em_ir_inst *in)
     }
     case EM_OPC_SYNC:
         if (in->op == EM_OP_FENCE) em_sb_append(p->sb, in->imm ? " device" : " cube");
+        if (in->op == EM_OP_COPY_WAIT) em_sb_printf(p->sb, " %d", in->imm);
         break;
     case EM_OPC_ATOMIC:
         em_sb_append(p->sb, " ");

@@ -261,8 +261,40 @@ static void check_line(checker *c, const em_ir_inst *in)
     expect_dst(c, in, t);
 }
 
+/* COPY_ASYNC: shared destination, global readable source of the same scalar element type, u32
+ * count constant with 4, 8 or 16 bytes in all, optional bool condition. */
+static void check_copy(checker *c, const em_ir_inst *in)
+{
+    const em_ir_memory *d = memory(c, in->mem), *s = memory(c, (em_ir_mem)in->imm);
+    index_ok(c, in->args[0], "destination index");
+    index_ok(c, in->args[1], "source index");
+    const em_ir_value *n = operand(c, in->args[2], "count");
+    if (in->args[3]) {
+        const em_ir_value *v = operand(c, in->args[3], "condition");
+        if (v && !em_type_eq(v->type, em_ty(EM_BOOL)))
+            fail(c, "the condition must be a bool scalar");
+    }
+    if (!d || !s || !n) return;
+    if (d->space != EM_MEM_SHARED) fail(c, "copy_async writes shared memory");
+    if (s->space != EM_MEM_GLOBAL || !(s->access & EM_READ))
+        fail(c, "copy_async reads a readable global buffer");
+    if (!em_type_eq(d->elem, s->elem) || d->elem.lanes != 1 || d->elem.scalar == EM_BOOL)
+        fail(c, "copy_async copies between scalar number memories of one element type");
+    if (n->kind != EM_VAL_CONST || !em_type_eq(n->type, em_ty(EM_U32))) {
+        fail(c, "the count must be a u32 constant");
+        return;
+    }
+    uint64_t bytes = n->c.u * em_scalar_size((em_scalar)d->elem.scalar);
+    if (bytes != 4 && bytes != 8 && bytes != 16)
+        fail(c, "copy_async moves 4, 8 or 16 bytes, not %llu", (unsigned long long)bytes);
+}
+
 static void check_memory(checker *c, const em_ir_inst *in)
 {
+    if (in->op == EM_OP_COPY_ASYNC) {
+        check_copy(c, in);
+        return;
+    }
     const em_ir_memory *m = memory(c, in->mem);
     bool idx = index_ok(c, in->args[0], "index");
     if (!m) return;
@@ -534,7 +566,9 @@ static void check_inst(checker *c, uint32_t idx, unsigned depth)
         if (in->imm < 0 || in->imm >= EM_BUILTIN_COUNT) fail(c, "unknown built-in position %d", in->imm);
         expect_dst(c, in, em_ty(EM_U32));
         break;
-    case EM_OPC_SYNC: break;
+    case EM_OPC_SYNC:
+        if (in->op == EM_OP_COPY_WAIT && in->imm < 0) fail(c, "copy_wait needs a count >= 0");
+        break;
     case EM_OPC_PLANE: check_plane(c, in); break;
     case EM_OPC_ATOMIC: check_atomic(c, in); break;
     case EM_OPC_MATRIX: check_matrix(c, in); break;

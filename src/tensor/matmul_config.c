@@ -2,13 +2,14 @@
  * default (EMBER_AUTOTUNE=off), the candidate lists that autotuning benchmarks, their text form
  * (what the autotune cache stores) and the autotune key (dtype, layout, shape bucket).
  *
- * Heuristics: on devices with matrix units (caps.matrix: CUDA) f16/bf16 — and f32 when tf32 is
+ * Heuristics: on devices with matrix units that run the kernel's fragments (CUDA's WMMA, or a
+ * Vulkan device listing the combination in caps.matrix_shapes) f16/bf16 — and f32 when tf32 is
  * allowed — take the tensor-core kernel with 128 x 128 tiles (64 x 128 when the grid would not
- * fill the device); everything else takes the SIMT kernel, 64 x 64 tiles of 4 x 4 per unit on
- * GPUs (32 x 32 for small outputs). On the CPU (plane size 1, one cube per pool thread, the
- * units of a cube looped over inside it) bigger per-unit blocks and fewer units per cube win:
- * 32 x 64 tiles of 4 x 8 per unit (see docs/matmul.md for the measurements). Split-K is chosen
- * when the output tiles cannot occupy the device (M * N small) and K is long. */
+ * fill the device); other GPUs take the SIMT kernel, 64 x 64 tiles of 4 x 4 per unit (32 x 32
+ * for small outputs). The CPU takes its own kernel (matmul_cpu.ek: packed panels, one unit per
+ * cube, an MR x NR micro-kernel on lines) with the micro-kernel sized for the host's vector
+ * registers (see docs/matmul.md for the measurements). Split-K is chosen when the output tiles
+ * cannot occupy the device (M * N small) and K is long. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,13 +21,75 @@ static bool is_cpu(const mm_problem *p)
     return p->caps && !strcmp(p->caps->target, "c");
 }
 
+/* Whether the caps list the combination of the mma kernel's fragments: 16 x 16 x fk with a and b
+ * of dtype t, accumulating in f32. */
+static bool mma_shape_listed(const em_caps *c, em_scalar t, unsigned fk)
+{
+    for (uint32_t i = 0; i < c->matrix_shape_count && i < EM_CAPS_MATRIX_SHAPES; i++) {
+        const em_matrix_shape *x = &c->matrix_shapes[i];
+        if (x->m == 16 && x->n == 16 && x->k == fk && x->a == t && x->b == t && x->c == EM_F32 &&
+            x->d == EM_F32)
+            return true;
+    }
+    return false;
+}
+
+/* Whether the device's matrix units run the mma kernel for p's dtype: where the caps list their
+ * combinations (Vulkan's cooperative matrices), only a listed one (so no tf32 there, and bf16
+ * only where listed); where they list none and name no API (CUDA), WMMA's f16, bf16 and tf32. */
 static bool mma_dtype_ok(const mm_problem *p)
 {
-    /* CUDA only for now: the fragment shapes are WMMA's (other targets' cooperative matrices
-     * may offer other shapes; there the SIMT kernel runs) */
-    if (!p->caps || !p->caps->matrix || strcmp(p->caps->target, "cuda") != 0) return false;
-    if (p->dt == EM_F16 || p->dt == EM_BF16) return true;
-    return p->dt == EM_F32 && p->tf32;
+    const em_caps *c = p->caps;
+    if (!c || !c->matrix) return false;
+    bool f32 = p->dt == EM_F32 && p->tf32;
+    if (p->dt != EM_F16 && p->dt != EM_BF16 && !f32) return false;
+    if (c->matrix_shape_count || c->matrix_api[0]) return mma_shape_listed(c, p->dt, f32 ? 8 : 16);
+    return !strcmp(c->target, "cuda");
+}
+
+/* Whether operand t (strides st in the kernel's rank-R geometry, contiguous dim `fast` of length
+ * len) can be copied in aligned chunks of v elements: unit stride along `fast`, len, every other
+ * stride and the offset multiples of v (device buffers start aligned). */
+static bool mma_chunks_ok(const em_tensor *t, int R, const int64_t *st, int fast, int64_t len,
+                          int v)
+{
+    if (st[fast] != 1 || len % v || t->offset % v) return false;
+    for (int d = 0; d < R; d++)
+        if (d != fast && st[d] % v) return false;
+    return true;
+}
+
+bool mm_mma_plan_of(const mm_problem *p, const mm_config *c, mm_mma_plan *out)
+{
+    mm_mma_plan q;
+    memset(&q, 0, sizeof q);
+    if (c->tm <= 0 || c->tn <= 0 || c->bk <= 0 || c->bk % 16 || c->bm % (16 * c->tm) ||
+        c->bn % (16 * c->tn))
+        return false;
+    q.fm = c->bm / (16 * c->tm), q.fn = c->bn / (16 * c->tn);
+    if (q.fm < 1 || q.fm > 4 || q.fn < 1 || q.fn > 4) return false;
+    size_t es = em_scalar_size(p->dt);
+    int R = p->R, v = (int)(16 / es);
+    const int64_t *as = p->ast, *bs = p->bst;
+    q.at = as[R - 1] != 1 && as[R - 2] == 1; /* a transposed: its M is contiguous */
+    q.bt = bs[R - 1] != 1 && bs[R - 2] == 1; /* b transposed: its K is contiguous */
+    q.va = mma_chunks_ok(p->a, R, as, q.at ? R - 2 : R - 1, q.at ? p->M : p->K, v) ? v : 1;
+    q.vb = mma_chunks_ok(p->b, R, bs, q.bt ? R - 2 : R - 1, q.bt ? p->K : p->N, v) ? v : 1;
+    /* a ring of buffers holding about 160 of K (2 to 4 stages), within half the device's shared
+     * memory so that two cubes share a multiprocessor */
+    size_t lda = (size_t)(q.at ? c->bm : c->bk) + (size_t)v;
+    size_t ldb = (size_t)(q.bt ? c->bk : c->bn) + (size_t)v;
+    size_t stage =
+        ((size_t)(q.at ? c->bk : c->bm) * lda + (size_t)(q.bt ? c->bn : c->bk) * ldb) * es;
+    size_t sc = (size_t)c->tm * c->tn * 256 * 4;
+    size_t budget = p->caps && p->caps->max_shared ? p->caps->max_shared / 2 : (size_t)-1;
+    int stages = 160 / c->bk;
+    stages = stages < 2 ? 2 : stages > 4 ? 4 : stages;
+    while (stages > 2 && stages * stage + sc > budget) stages--;
+    q.stages = stages;
+    q.smem = (size_t)stages * stage + sc;
+    *out = q;
+    return true;
 }
 
 bool mm_config_valid(const mm_problem *p, const mm_config *c)
@@ -41,16 +104,21 @@ bool mm_config_valid(const mm_problem *p, const mm_config *c)
     if (c->kind == MM_MMA) {
         if (!mma_dtype_ok(p) && !getenv("EMBER_MATMUL_CONFIG")) return false;
         if (p->dt != EM_F16 && p->dt != EM_BF16 && p->dt != EM_F32) return false;
-        if (c->bm != 32 * c->tm || c->bn != 64 * c->tn || c->bk % 16) return false;
+        mm_mma_plan q;
+        if (!mm_mma_plan_of(p, c, &q)) return false;
         uint32_t plane = caps && caps->plane_dim ? caps->plane_dim : 1;
         uint32_t units = (uint32_t)(c->tm * c->tn) * plane;
         if (caps && units > caps->max_cube_units) return false;
-        size_t pad = 16 / es;
-        size_t smem = (size_t)c->bm * (c->bk + pad) * es + (size_t)c->bk * (c->bn + pad) * es +
-                      (size_t)c->tm * c->tn * 256 * 4;
-        return !caps || smem <= caps->max_shared;
+        return !caps || q.smem <= caps->max_shared;
     }
     if (c->bm % c->tm || c->bn % c->tn) return false;
+    if (c->kind == MM_CPU) {
+        /* lines of 1 to 16 lanes, at most 8 per micro-kernel row, at most 16 rows */
+        int w = c->lanes;
+        if (w < 1 || w > 16 || c->tn % w || c->tm > 16 || c->tn / w > 8) return false;
+        size_t smem = ((size_t)c->bm * c->bk + (size_t)c->bk * c->bn + (size_t)c->bm * c->bn) * cs;
+        return !caps || smem <= caps->max_shared;
+    }
     uint32_t units = (uint32_t)((c->bm / c->tm) * (c->bn / c->tn));
     if (caps && (units > caps->max_cube_units || units > caps->max_cube_dim[0])) return false;
     size_t smem = (size_t)c->bk * (c->bm + c->bn) * cs;
@@ -60,12 +128,69 @@ bool mm_config_valid(const mm_problem *p, const mm_config *c)
 
 static mm_config simt(int bm, int bn, int bk, int tm, int tn, int split)
 {
-    return (mm_config){MM_SIMT, bm, bn, bk, tm, tn, split};
+    return (mm_config){MM_SIMT, bm, bn, bk, tm, tn, split, 0};
 }
 
-static mm_config mma(int wm, int wn, int bk, int split)
+/* wm x wn planes, each fm x fn fragments of 16 x 16. */
+static mm_config mma(int wm, int wn, int fm, int fn, int bk, int split)
 {
-    return (mm_config){MM_MMA, 32 * wm, 64 * wn, bk, wm, wn, split};
+    return (mm_config){MM_MMA, 16 * fm * wm, 16 * fn * wn, bk, wm, wn, split, 0};
+}
+
+/* A CPU-kernel configuration stated for 4-byte accumulators: NR and the lanes halve for 8-byte
+ * ones (f64, i64), so that a line still fills the same registers. */
+static mm_config cpu(const mm_problem *p, int bm, int bn, int bk, int mr, int nr, int lanes)
+{
+    int wide = em_scalar_size(p->ct) >= 8 ? 2 : 1;
+    return (mm_config){MM_CPU, bm, bn, bk, mr, nr / wide, 1, lanes / wide};
+}
+
+/* Bytes in one of the host's vector registers: the CPU driver compiles with -march=native, so a
+ * line of that many bytes is one register. */
+static int host_vector_bytes(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return 64;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 32;
+#endif
+    return 16;
+}
+
+bool mm_cpu_fma(void)
+{
+#if defined(__aarch64__)
+    return true; /* FMA is part of the base instruction set */
+#elif defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    const char *f = getenv("EMBER_CFLAGS");
+    bool flags = !f || !*f || strstr(f, "native") || strstr(f, "fma");
+    __builtin_cpu_init();
+    return flags && __builtin_cpu_supports("fma");
+#else
+    return false;
+#endif
+}
+
+/* The CPU default: the micro-kernel that measured best for the host's registers (gcc 12,
+ * docs/matmul.md): with AVX-512's 32 registers 6 x 24 in lines of 8 (18 accumulators of 32
+ * bytes), with AVX2's 16 registers 4 x 16 in lines of 8, else 4 x 8 in lines of 4. K steps of 128
+ * keep a strip of packed b (128 x NR) in L1 while the strips of a stream past it. Problems
+ * under CPU_SMALL multiply-adds take the SIMT kernel instead: it compiles in a tenth of a second
+ * where this one takes one to five, and there the difference in run time is under a
+ * millisecond. */
+#define CPU_SMALL (1 << 21)
+
+static bool cpu_small(const mm_problem *p)
+{
+    return (double)p->M * (double)p->N * (double)p->K * (double)p->batch < CPU_SMALL;
+}
+
+static mm_config cpu_default(const mm_problem *p)
+{
+    int vb = host_vector_bytes();
+    if (vb >= 64) return cpu(p, 192, 240, 128, 6, 24, 8);
+    if (vb >= 32) return cpu(p, 128, 256, 128, 4, 16, 8);
+    return cpu(p, 128, 256, 128, 4, 8, 4);
 }
 
 /* The split-K factor that lets tiles_mn output tiles (per batch) fill the device. */
@@ -89,10 +214,12 @@ mm_config mm_heuristic(const mm_problem *p)
     if (mma_dtype_ok(p) && p->K > 0) {
         int64_t tiles = ((p->M + 127) / 128) * ((p->N + 127) / 128) * p->batch;
         int64_t cus = p->caps->compute_units ? p->caps->compute_units : 1;
-        c = tiles >= cus ? mma(4, 2, 32, 1) : mma(2, 2, 32, 1);
+        c = tiles >= cus ? mma(4, 2, 2, 4, 32, 1) : mma(2, 2, 2, 4, 32, 1);
+    } else if (is_cpu(p) && !cpu_small(p)) {
+        c = cpu_default(p);
     } else if (is_cpu(p)) {
-        c = simt(32, 64, 16, 32, 64, 1);
-        if (p->M <= 8) c = simt(8, 64, 16, 8, 64, 1);
+        /* one unit per cube: a cube is one pool thread looping over its units */
+        c = p->M <= 8 ? simt(8, 64, 16, 8, 64, 1) : simt(32, 64, 16, 32, 64, 1);
     } else if (big >= 256 * 256) {
         c = simt(64, 64, 8, 4, 4, 1);
     } else {
@@ -112,17 +239,40 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
     int n = 0;
     all[n++] = mm_heuristic(p);
     if (mma_dtype_ok(p)) {
-        static const int wt[][2] = {{4, 2}, {2, 2}, {2, 4}, {4, 4}, {2, 1}, {1, 2}};
-        int nw = full ? 6 : 3;
+        /* planes x fragments per plane: 128 x 128 tiles of 8 planes of 32 x 64 (about 128
+         * registers a unit: two cubes per multiprocessor) or of 4 planes of 64 x 64 (fewer
+         * shared-memory reads per multiply-add, about 250 registers), 128 x 256 of 8 such
+         * planes, 64 x 128 for small grids; then other shapes and BK = 64 */
+        static const int wt[][4] = {{4, 2, 2, 4}, {2, 2, 4, 4}, {2, 4, 4, 4},
+                                    {2, 2, 2, 4}, {4, 4, 2, 4}, {4, 2, 4, 4},
+                                    {2, 4, 2, 2}, {2, 1, 2, 4}, {1, 2, 2, 4}};
+        int nw = full ? 9 : 4;
         for (int i = 0; i < nw; i++) {
-            all[n++] = mma(wt[i][0], wt[i][1], 32, 1);
-            if (full) all[n++] = mma(wt[i][0], wt[i][1], 64, 1);
+            all[n++] = mma(wt[i][0], wt[i][1], wt[i][2], wt[i][3], 32, 1);
+            if (full && i < 4) all[n++] = mma(wt[i][0], wt[i][1], wt[i][2], wt[i][3], 64, 1);
         }
-    } else if (is_cpu(p)) {
+    } else if (is_cpu(p) && cpu_small(p)) {
+        /* as the heuristic: the SIMT kernel's binaries compile ten times faster */
         all[n++] = simt(32, 64, 16, 32, 64, 1);
         all[n++] = simt(64, 64, 16, 64, 64, 1);
         all[n++] = simt(16, 128, 32, 16, 128, 1);
-        if (full) all[n++] = simt(64, 64, 32, 16, 64, 1), all[n++] = simt(32, 32, 16, 32, 32, 1);
+    } else if (is_cpu(p)) {
+        /* micro-kernels that won on one host or another (gcc's vectorizer decides much; MR = 4
+         * meets a pathology of its AVX-512 cost model, 20x slower) */
+        int vb = host_vector_bytes();
+        all[n++] = cpu(p, 192, 240, 128, 6, 24, 8);
+        all[n++] = cpu(p, 128, 256, 128, 8, 32, 16);
+        all[n++] = cpu(p, 96, 240, 128, 6, 24, 8);
+        if (vb < 64) all[n++] = cpu(p, 128, 256, 128, 4, 16, 8);
+        if (vb < 64) all[n++] = cpu(p, 128, 256, 128, 4, 16, 16);
+        if (vb < 32) all[n++] = cpu(p, 128, 256, 128, 4, 8, 4);
+        if (full) {
+            all[n++] = cpu(p, 192, 256, 128, 6, 16, 8);
+            all[n++] = cpu(p, 96, 256, 128, 6, 16, 8);
+            all[n++] = cpu(p, 192, 480, 128, 6, 24, 8);
+            all[n++] = cpu(p, 128, 256, 256, 8, 32, 16);
+            all[n++] = cpu(p, 64, 256, 256, 8, 32, 16);
+        }
     } else {
         all[n++] = simt(64, 64, 8, 4, 4, 1);
         all[n++] = simt(128, 128, 8, 8, 8, 1);
@@ -157,9 +307,14 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
 
 void mm_config_format(const mm_config *c, char *buf, size_t size)
 {
-    static const char *const names[] = {"simple", "simt", "mma"};
-    snprintf(buf, size, "%s %dx%dx%d %dx%d s%d", names[c->kind < 3 && c->kind >= 0 ? c->kind : 0],
-             c->bm, c->bn, c->bk, c->tm, c->tn, c->split);
+    static const char *const names[] = {"simple", "simt", "mma", "cpu"};
+    const char *name = names[c->kind < 4 && c->kind >= 0 ? c->kind : 0];
+    if (c->kind == MM_CPU)
+        snprintf(buf, size, "%s %dx%dx%d %dx%dx%d s%d", name, c->bm, c->bn, c->bk, c->tm, c->tn,
+                 c->lanes, c->split);
+    else
+        snprintf(buf, size, "%s %dx%dx%d %dx%d s%d", name, c->bm, c->bn, c->bk, c->tm, c->tn,
+                 c->split);
 }
 
 bool mm_config_parse(const char *text, mm_config *c)
@@ -167,17 +322,22 @@ bool mm_config_parse(const char *text, mm_config *c)
     char kind[16];
     mm_config r;
     memset(&r, 0, sizeof r);
-    if (!text || sscanf(text, "%15s %dx%dx%d %dx%d s%d", kind, &r.bm, &r.bn, &r.bk, &r.tm, &r.tn,
-                        &r.split) != 7)
-        return false;
+    if (!text || sscanf(text, "%15s", kind) != 1) return false;
     if (!strcmp(kind, "simple"))
         r.kind = MM_SIMPLE;
     else if (!strcmp(kind, "simt"))
         r.kind = MM_SIMT;
     else if (!strcmp(kind, "mma"))
         r.kind = MM_MMA;
+    else if (!strcmp(kind, "cpu"))
+        r.kind = MM_CPU;
     else
         return false;
+    bool ok = r.kind == MM_CPU ? sscanf(text, "%15s %dx%dx%d %dx%dx%d s%d", kind, &r.bm, &r.bn,
+                                        &r.bk, &r.tm, &r.tn, &r.lanes, &r.split) == 8
+                               : sscanf(text, "%15s %dx%dx%d %dx%d s%d", kind, &r.bm, &r.bn, &r.bk,
+                                        &r.tm, &r.tn, &r.split) == 7;
+    if (!ok) return false;
     *c = r;
     return true;
 }
@@ -195,7 +355,7 @@ void mm_tune_key(const mm_problem *p, char *buf, size_t size)
     int R = p->R;
     char la = p->ast[R - 1] == 1 ? 'n' : p->ast[R - 2] == 1 ? 't' : 's';
     char lb = p->bst[R - 1] == 1 ? 'n' : p->bst[R - 2] == 1 ? 't' : 's';
-    snprintf(buf, size, "matmul-v1 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d",
+    snprintf(buf, size, "matmul-v2 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d",
              em_scalar_name(p->dt), p->tf32 && p->dt == EM_F32 ? "+tf32" : "", la, lb, bucket(p->M),
              bucket(p->N), bucket(p->K), bucket(p->batch), p->bias != NULL, p->act, p->res != NULL);
 }

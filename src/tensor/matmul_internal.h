@@ -12,16 +12,29 @@ typedef enum mm_kind {
     MM_SIMPLE = 0, /* tensor_matmul.ek: the plain 16 x 16 tiled reference kernel (no epilogue) */
     MM_SIMT,       /* matmul_simt.ek: register-blocked, every dtype */
     MM_MMA,        /* matmul_mma.ek: cooperative matrices (f16/bf16, f32 as tf32 when allowed) */
+    MM_CPU,        /* matmul_cpu.ek: packed panels and a register-blocked micro-kernel, one unit */
 } mm_kind;
 
 /* One kernel configuration. */
 typedef struct mm_config {
     int kind;   /* an mm_kind */
-    int bm, bn; /* output tile of a cube (MMA: 32 * wm by 64 * wn) */
+    int bm, bn; /* output tile of a cube (MMA: wm x wn planes of (16 FM) x (16 FN), FM, FN <= 4) */
     int bk;     /* K step staged in shared memory */
-    int tm, tn; /* SIMT: the block of one unit; MMA: planes along M and N */
+    int tm, tn; /* SIMT: the block of one unit; MMA: planes along M and N; CPU: the micro-kernel's
+                   MR x NR block */
     int split;  /* split-K factor (1: none) */
+    int lanes;  /* CPU kernel: lanes of a line in its micro-kernel (0 for the other kinds) */
 } mm_config;
+
+/* How the mma kernel runs one configuration on one problem (matmul_mma.ek's comptime values
+ * beyond the tile): derived from the configuration and the operands' layout and alignment. */
+typedef struct mm_mma_plan {
+    int fm, fn;  /* 16 x 16 fragments per plane along M and N */
+    int stages;  /* shared-memory buffers in the ring (2 to 4) */
+    bool at, bt; /* a's M / b's K is its contiguous dim: k-major a tile / n-major b tile */
+    int va, vb;  /* elements per copy: 16 bytes' worth when aligned (asynchronous copies), else 1 */
+    size_t smem; /* shared memory bytes of a cube */
+} mm_mma_plan;
 
 /* A matmul problem: everything the kernels need, in the kernels' rank-R geometry. */
 typedef struct mm_problem {
@@ -48,11 +61,18 @@ typedef struct mm_problem {
 /* matmul_config.c */
 /* Whether c can run p on p's device (dtype, shared memory, cube size, grid). */
 bool mm_config_valid(const mm_problem *p, const mm_config *c);
+/* The mma plan of c on p (false when c's tile has no plan: planes of 16..64 x 16..64). */
+bool mm_mma_plan_of(const mm_problem *p, const mm_config *c, mm_mma_plan *out);
 /* The heuristic default configuration (EMBER_AUTOTUNE=off, and the first candidate). */
 mm_config mm_heuristic(const mm_problem *p);
+/* Whether the CPU kernel's micro-kernel should fuse its multiply-adds (fma): the host has FMA
+ * and the CPU driver's flags let the C compiler use it (its default -march=native, or flags
+ * naming "native" or "fma"); else an fma would be a library call per lane. */
+bool mm_cpu_fma(void);
 /* Up to max valid candidates for autotuning (full: a longer list). Returns the count. */
 int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max);
-/* "simt 64x64x8 4x4 s1" and back (false when text is not a configuration). */
+/* "simt 64x64x8 4x4 s1" ("cpu 64x256x256 8x32x16 s1": MR x NR x lanes) and back (false when
+ * text is not a configuration). */
 void mm_config_format(const mm_config *c, char *buf, size_t size);
 bool mm_config_parse(const char *text, mm_config *c);
 /* The autotune key of p: device-independent parts (kernel family, dtype, layout, shape bucket). */

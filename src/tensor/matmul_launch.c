@@ -57,7 +57,7 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
     const int64_t *ast = p->ast, *bst = p->bst;
     bool akfast = ast[p->R - 1] == 1 || ast[p->R - 2] != 1;
     bool bnfast = bst[p->R - 1] == 1 || bst[p->R - 2] != 1;
-    em_lang_bind bd[20];
+    em_lang_bind bd[24];
     size_t nb = 0;
     bd[nb++] = em_lang_bind_type("T", p->dt);
     if (!mma) bd[nb++] = em_lang_bind_type("C", p->ct);
@@ -75,7 +75,26 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         bd[nb++] = em_lang_bind_int("WARPS_N", c->tn);
         bd[nb++] = em_lang_bind_int("PLANE", plane);
         bd[nb++] = em_lang_bind_bool("LOOPS", !p->caps || strcmp(p->caps->target, "cuda") != 0);
+        mm_mma_plan q;
+        if (!mm_mma_plan_of(p, c, &q)) {
+            em_release(part);
+            return em_set_error(EM_ERR_INVALID, "matmul: no mma plan for this configuration");
+        }
+        bd[nb++] = em_lang_bind_int("FM", q.fm);
+        bd[nb++] = em_lang_bind_int("FN", q.fn);
+        bd[nb++] = em_lang_bind_int("STAGES", q.stages);
+        bd[nb++] = em_lang_bind_bool("AT", q.at);
+        bd[nb++] = em_lang_bind_bool("BT", q.bt);
+        bd[nb++] = em_lang_bind_int("VA", q.va);
+        bd[nb++] = em_lang_bind_int("VB", q.vb);
         units[0] = (uint32_t)(c->tm * c->tn) * plane;
+    } else if (c->kind == MM_CPU) {
+        bd[nb++] = em_lang_bind_int("BM", c->bm);
+        bd[nb++] = em_lang_bind_int("BN", c->bn);
+        bd[nb++] = em_lang_bind_int("MR", c->tm);
+        bd[nb++] = em_lang_bind_int("NR", c->tn);
+        bd[nb++] = em_lang_bind_int("W", c->lanes);
+        bd[nb++] = em_lang_bind_bool("FMA", em_scalar_is_float(p->ct) && mm_cpu_fma());
     } else {
         bd[nb++] = em_lang_bind_int("BM", c->bm);
         bd[nb++] = em_lang_bind_int("BN", c->bn);
@@ -95,8 +114,8 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
                       tn_arg_s(em_arg_u32((akfast ? 1u : 0u) | (bnfast ? 2u : 0u)))};
     uint32_t cubes[3] = {(uint32_t)((p->N + c->bn - 1) / c->bn),
                          (uint32_t)((p->M + c->bm - 1) / c->bm), (uint32_t)(p->batch * split)};
-    em_status st = tn_launch("matmul", p->dev, mma ? "matmul_mma" : "matmul_simt", bd, nb, 1, cubes,
-                             units, args, 8);
+    const char *kname = mma ? "matmul_mma" : c->kind == MM_CPU ? "matmul_cpu" : "matmul_simt";
+    em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, 8);
     if (st == EM_OK && split > 1) {
         em_lang_bind rb[6] = {
             em_lang_bind_type("T", p->dt),   em_lang_bind_type("C", p->ct),

@@ -5,7 +5,9 @@
  * candidate runs on the problem itself (a first launch compiles it; then it is timed over enough
  * repetitions to fill a few milliseconds) and the fastest is stored. Problems too small to be
  * worth a benchmark (under 2^24 multiply-adds on GPUs, 2^27 on the CPU; $EMBER_AUTOTUNE_MIN_WORK
- * overrides) take the heuristic. */
+ * overrides) take the heuristic. With EMBER_LOG=debug the kernel and configuration chosen are
+ * logged once per device and shape bucket. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,10 +44,59 @@ static bool forced(const mm_problem *p, mm_config *c)
     return mm_config_valid(p, c);
 }
 
+/* The buckets already logged (a registry guarded for threads; once full, nothing more is
+ * logged). */
+static pthread_mutex_t g_logged_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_logged[512];
+static size_t g_nlogged;
+
+/* Logs at debug level the kernel and configuration c chosen (`how`) for p's bucket, once. */
+static void log_choice(const mm_problem *p, const mm_config *c, const char *how)
+{
+    if (!em_log_enabled(EM_LOG_DEBUG)) return;
+    char key[160], val[64], plan[128] = "";
+    mm_tune_key(p, key, sizeof key);
+    mm_config_format(c, val, sizeof val);
+    const char *dev = em_device_name(p->dev);
+    uint64_t h = em_hash64(key, strlen(key), em_hash64(dev, strlen(dev), 0)) ^
+                 em_hash64(val, strlen(val), 1);
+    bool fresh = true;
+    pthread_mutex_lock(&g_logged_lock);
+    for (size_t i = 0; i < g_nlogged && fresh; i++) fresh = g_logged[i] != h;
+    if (fresh && g_nlogged < sizeof g_logged / sizeof g_logged[0])
+        g_logged[g_nlogged++] = h;
+    else
+        fresh = false;
+    pthread_mutex_unlock(&g_logged_lock);
+    if (!fresh) return;
+    mm_mma_plan q;
+    if (c->kind == MM_MMA && mm_mma_plan_of(p, c, &q))
+        snprintf(plan, sizeof plan, " [%dx%d fragments a plane, %d stages, a %s %s, b %s %s]", q.fm,
+                 q.fn, q.stages, q.at ? "k-major" : "m-major",
+                 q.va > 1 ? "16-byte async copies" : "element-wise", q.bt ? "n-major" : "k-major",
+                 q.vb > 1 ? "16-byte async copies" : "element-wise");
+    static const char *const kernels[] = {"tensor_matmul", "matmul_simt", "matmul_mma",
+                                          "matmul_cpu"};
+    const char *kernel = c->kind >= 0 && c->kind < 4 ? kernels[c->kind] : "?";
+    em_log(EM_LOG_DEBUG, "matmul %s on %s: %s \"%s\" (%s)%s", key, dev, kernel, val, how, plan);
+}
+
+static mm_config choose(const mm_problem *p, const char **how);
+
 mm_config mm_choose(const mm_problem *p)
 {
+    const char *how = "heuristic";
+    mm_config c = choose(p, &how);
+    log_choice(p, &c, how);
+    return c;
+}
+
+static mm_config choose(const mm_problem *p, const char **how)
+{
     mm_config c;
+    *how = "forced by EMBER_MATMUL_CONFIG";
     if (forced(p, &c)) return c;
+    *how = "heuristic";
     em_autotune_mode mode = em_autotune_get_mode();
     bool cpu = p->caps && !strcmp(p->caps->target, "c");
     double work = (double)p->M * (double)p->N * (double)p->K * (double)p->batch;
@@ -54,9 +105,11 @@ mm_config mm_choose(const mm_problem *p)
     if (mode == EM_AUTOTUNE_OFF || work < min_work) return mm_heuristic(p);
     char key[160], val[64];
     mm_tune_key(p, key, sizeof key);
+    *how = "autotune cache";
     if (em_autotune_lookup(p->dev, "matmul", key, val, sizeof val) && mm_config_parse(val, &c) &&
         mm_config_valid(p, &c))
         return c;
+    *how = "autotuned now";
     mm_config cand[32];
     int n = mm_candidates(p, mode == EM_AUTOTUNE_FULL, cand, 32);
     mm_config best = mm_heuristic(p);

@@ -338,8 +338,8 @@ static void test_corpus_compiles(void **state)
 }
 
 /* The matmul kernels in the configurations src/tensor/matmul_config.c picks on CUDA (tensor-core
- * tiles per dtype, SIMT tiles, split-K partials, every epilogue flag), beyond the defaults that
- * test_builtins_compile covers. */
+ * tiles and plans per dtype, SIMT tiles, split-K partials, every epilogue flag), beyond the
+ * defaults that test_builtins_compile covers. */
 static void test_matmul_configs_compile(void **state)
 {
     (void)state;
@@ -364,6 +364,42 @@ static void test_matmul_configs_compile(void **state)
                                 em_lang_bind_bool("BIAS", epi),
                                 em_lang_bind_int("ACT", epi ? 3 : 0),
                                 em_lang_bind_bool("RES", epi)};
+            items[n++] = item("matmul_mma", 1, sizeof(b) / sizeof(b[0]), b);
+        }
+    }
+    /* the plans of mm_mma_plan_of: fragments per plane, stages, transposed tiles, 16-byte
+     * asynchronous copies (cp.async) or element-wise reads, per operand */
+    static const struct {
+        int wm, wn, fm, fn, bk, stages;
+        bool at, bt, va, vb, raw, epi;
+    } plans[] = {
+        {4, 2, 2, 4, 32, 4, false, false, true, true, false, true},
+        {2, 2, 4, 4, 32, 3, true, true, true, true, false, false},
+        {2, 4, 4, 4, 32, 3, false, false, true, true, true, false},
+        {2, 2, 1, 1, 16, 2, true, false, false, true, false, false},
+        {4, 2, 2, 2, 48, 3, false, true, true, false, false, true},
+    };
+    for (size_t t = 0; t < 3; t++) {
+        int v = mma_types[t] == EM_F32 ? 4 : 8;
+        for (size_t i = 0; i < sizeof(plans) / sizeof(plans[0]); i++) {
+            em_lang_bind b[] = {em_lang_bind_type("T", mma_types[t]),
+                                em_lang_bind_type("O", plans[i].raw ? EM_F32 : mma_types[t]),
+                                em_lang_bind_int("R", plans[i].raw ? 3 : 2),
+                                em_lang_bind_int("WARPS_M", plans[i].wm),
+                                em_lang_bind_int("WARPS_N", plans[i].wn),
+                                em_lang_bind_int("FM", plans[i].fm),
+                                em_lang_bind_int("FN", plans[i].fn),
+                                em_lang_bind_int("BK", plans[i].bk),
+                                em_lang_bind_int("STAGES", plans[i].stages),
+                                em_lang_bind_bool("AT", plans[i].at),
+                                em_lang_bind_bool("BT", plans[i].bt),
+                                em_lang_bind_int("VA", plans[i].va ? v : 1),
+                                em_lang_bind_int("VB", plans[i].vb ? v : 1),
+                                em_lang_bind_int("PLANE", 32),
+                                em_lang_bind_bool("RAW", plans[i].raw),
+                                em_lang_bind_bool("BIAS", plans[i].epi),
+                                em_lang_bind_int("ACT", plans[i].epi ? 2 : 0),
+                                em_lang_bind_bool("RES", plans[i].epi)};
             items[n++] = item("matmul_mma", 1, sizeof(b) / sizeof(b[0]), b);
         }
     }

@@ -722,6 +722,31 @@ static em_ir_kernel *build_matrix(void)
     return k;
 }
 
+/* Asynchronous copies into shared memory: 16-byte chunks of f16 with a condition (zero-fill), a
+ * 4-byte f32 copy without one, commit and wait; then every unit reads back. */
+static em_ir_kernel *build_copy_async(void)
+{
+    em_ir_kernel *k = em_ir_kernel_new("copy_async");
+    em_ir_mem h = em_ir_param_buffer(k, "h", em_ty(EM_F16), EM_READ, 1);
+    em_ir_mem f = em_ir_param_buffer(k, "f", em_ty(EM_F32), EM_READ, 1);
+    em_ir_mem out = em_ir_param_buffer(k, "out", em_ty(EM_F32), EM_WRITE, 1);
+    em_ir_mem sh = em_ir_shared(k, "sh", em_ty(EM_F16), 8 * 64);
+    em_ir_mem sf = em_ir_shared(k, "sf", em_ty(EM_F32), 64);
+    em_ir_val u = em_ir_builtin(k, EM_UNIT_POS);
+    em_ir_val u8 = em_ir_binary(k, EM_OP_MUL, u, u32c(k, 8));
+    em_ir_val inside = em_ir_binary(k, EM_OP_LT, u8, em_ir_len(k, h));
+    em_ir_copy_async(k, sh, u8, h, u8, 8, inside);
+    em_ir_copy_commit(k);
+    em_ir_copy_async(k, sf, u, f, u, 1, EM_IR_NONE);
+    em_ir_copy_commit(k);
+    em_ir_copy_wait(k, 1);
+    em_ir_copy_wait(k, 0);
+    em_ir_sync_cube(k);
+    em_ir_val x = em_ir_cast(k, em_ty(EM_F32), em_ir_load(k, sh, u8));
+    em_ir_store(k, out, u, em_ir_binary(k, EM_OP_ADD, x, em_ir_load(k, sf, u)));
+    return k;
+}
+
 /* Target intrinsics: inline PTX and plain calls. */
 static em_ir_kernel *build_intrinsics(const char *target)
 {
@@ -810,9 +835,15 @@ static void test_cuda_all_ops(void **state)
     size_t n = common_kernels(ks, true);
     ks[n++] = prepare(build_matrix());
     ks[n++] = prepare(build_intrinsics("cuda"));
+    ks[n++] = prepare(build_copy_async());
     em_caps caps = caps_for("cuda", true, 32);
     char *src = gen_cuda(ks, n, &caps);
     assert_non_null(src);
+    expect_has(src, "cp.async.cg.shared.global [%0], [%1], 16, %2;");
+    expect_has(src, "em_cp_async<16>(sh_m");
+    expect_has(src, "em_cp_async<4>(sf_m");
+    expect_has(src, "em_cp_async_commit();");
+    expect_has(src, "em_cp_async_wait<1>();");
     expect_has(src, "extern \"C\" __global__ void gelu_lines(const emv<float, 4> *input_m1, "
                     "emv<float, 4> *output_m2");
     expect_has(src, "__launch_bounds__(256) block_sum(");
@@ -1079,6 +1110,13 @@ static void test_rejections_name_instruction_and_target(void **state)
     nomma.matrix = false;
     assert_null(em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &nomma));
     expect_error_has("caps.matrix");
+    em_ir_kernel_free(k);
+
+    /* asynchronous copies are CUDA's (the kernel language lowers them for other targets) */
+    k = prepare(build_copy_async());
+    em_caps cl1 = caps_for("opencl", false, 1);
+    assert_null(em_codegen_opencl((const em_ir_kernel *const *)&k, 1, &cl1));
+    expect_error_has("copy_async is not supported by the OpenCL generator");
     em_ir_kernel_free(k);
 
     /* a shape WMMA does not have, and a layout the fragment was not declared with */

@@ -147,6 +147,18 @@ static const bad_case cases[] = {
      "    matrix(acc, f32, 16, 16, 16) z;\n    mat_mma(x, z, y, z);\n}\n",
      5, 13, "argument 1 of 'mat_mma' must be a matrix of role 'acc'",
      "mat_mma(d, a, b, c) computes d = a * b + c"},
+    {"kernel void f(tensor(f16) a) { matrix(a, f16, 16, 16, 16, 1 + 2) m; }", 1, 59,
+     "the matrix layout must be a layout known when compiling",
+     "write row_major, col_major, or COND ? col_major : row_major"},
+    {"kernel void f(tensor(f16) a) { matrix(a, f16, 16, 16, 16, rowmajor) m; }", 1, 59,
+     "unknown layout 'rowmajor' (expected row_major or col_major)", NULL},
+    /* ---- asynchronous copies ---- */
+    {"kernel void f(tensor(f32) a) { f32 l[4]; copy_async(l, 0, a, 0, 4); }", 1, 53,
+     "copy_async copies into shared memory, but 'l' is not shared", NULL},
+    {"kernel void f(tensor(f32) a) { shared f32 s[4]; copy_async(s, 0, a, 0, 3); }", 1, 72,
+     "copy_async of 3 'f32' elements moves 12 bytes", "copy 4, 8 or 16 bytes at once"},
+    {"kernel void f(tensor(f32) a) { shared f16 s[8]; copy_async(s, 0, a, 0, 4); }", 1, 66,
+     "copy_async copies numbers between memories of one scalar type, got 'f16' and 'f32'", NULL},
     {"inline u32 g(f32 x) { return x; }\nkernel void f(tensor(u32) a) { a[0] = g(1.0); }\n", 1, 30,
      "cannot convert 'f32' to 'u32' in the return value", NULL},
     {"inline<T: num> T add2(T a, T b) { return a + b; }\n"

@@ -350,6 +350,104 @@ static void test_cooperative_matrix(void **state)
     em_lang_module_free(m);
 }
 
+/* The fragment layout as a comptime choice: b stored transposed and read column-major when T. */
+static const char *mma_layout_src =
+    "kernel void mma_t(const tensor(f16) a, const tensor(f16) b, tensor(f32) c,\n"
+    "                  comptime bool T = false)\n"
+    "{\n"
+    "    matrix(a, f16, 16, 16, 16) fa;\n"
+    "    matrix(b, f16, 16, 16, 16, T ? col_major : row_major) fb;\n"
+    "    matrix(acc, f32, 16, 16, 16) fc;\n"
+    "    mat_fill(fc, 0.0);\n"
+    "    mat_load(fa, a, 0, 16);\n"
+    "    mat_load(fb, b, 0, 16, T ? col_major : row_major);\n"
+    "    mat_mma(fc, fa, fb, fc);\n"
+    "    mat_store(fc, c, 0, 16, row_major);\n"
+    "}\n";
+
+static void test_matrix_layout_comptime(void **state)
+{
+    (void)state;
+    em_lang_module *m = must_load(mma_layout_src);
+    uint16_t a[256], b[256], bt[256];
+    float fa[256], fb[256], c[2][256];
+    for (int i = 0; i < 256; i++) {
+        fa[i] = (float)((i * 5) % 7) - 3.0f;
+        fb[i] = (float)((i * 3) % 11) * 0.25f - 1.0f;
+        a[i] = f16_from_float(fa[i]);
+        b[i] = f16_from_float(fb[i]);
+    }
+    for (int k = 0; k < 16; k++)
+        for (int j = 0; j < 16; j++) bt[j * 16 + k] = b[k * 16 + j];
+    for (int t = 0; t < 2; t++) {
+        em_buffer *ba = buf_new(a, sizeof(a)), *bb = buf_new(t ? bt : b, sizeof(b)),
+                  *bc = buf_new(NULL, sizeof(c[t]));
+        em_arg args[] = {em_arg_buffer(ba, 256), em_arg_buffer(bb, 256), em_arg_buffer(bc, 256)};
+        em_lang_bind bind = em_lang_bind_bool("T", t == 1);
+        em_lang_spec spec = {&bind, 1, 1, NULL};
+        launch_x(m, "mma_t", &spec, 1, 1, args, 3);
+        buf_get(bc, c[t], sizeof(c[t]));
+        em_buffer_free(ba);
+        em_buffer_free(bb);
+        em_buffer_free(bc);
+    }
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) {
+            double ref = 0;
+            for (int k = 0; k < 16; k++) ref += (double)fa[i * 16 + k] * fb[k * 16 + j];
+            assert_true(fabs(c[0][i * 16 + j] - ref) < 1e-3);
+            assert_true(fabs(c[1][i * 16 + j] - ref) < 1e-3);
+        }
+    em_lang_module_free(m);
+}
+
+/* ---- asynchronous copies (plain copies on the CPU) ------------------------------------------- */
+
+static const char *copy_src =
+    "kernel void stage(const tensor(f16) h, const tensor(f32) f, tensor(f32) out, u32 n)\n"
+    "    cube_dim(8)\n"
+    "{\n"
+    "    shared f16 sh[64];\n"
+    "    shared f32 sf[8];\n"
+    "    u32 u = UNIT_POS;\n"
+    "    copy_async(sh, u * 8, h, u * 8, 8, u * 8 < n); // 16 bytes; zeros past n\n"
+    "    copy_async_commit();\n"
+    "    copy_async(sf, u, f, u, 1);\n"
+    "    copy_async_commit();\n"
+    "    copy_async_wait(1);\n"
+    "    copy_async_wait(0);\n"
+    "    sync_cube();\n"
+    "    for (u32 j in range(8)) {\n"
+    "        out[u * 8 + j] = f32(sh[(u * 8 + j + 8) % 64]) + sf[(u + 1) % 8];\n"
+    "    }\n"
+    "}\n";
+
+static void test_copy_async(void **state)
+{
+    (void)state;
+    em_lang_module *m = must_load(copy_src);
+    uint16_t h[64];
+    float f[8], out[64];
+    for (int i = 0; i < 64; i++) h[i] = f16_from_float((float)i * 0.5f);
+    for (int i = 0; i < 8; i++) f[i] = 1000.0f * (float)i;
+    em_buffer *bh = buf_new(h, sizeof(h)), *bf = buf_new(f, sizeof(f)),
+              *bo = buf_new(NULL, sizeof(out));
+    em_arg args[] = {em_arg_buffer(bh, 64), em_arg_buffer(bf, 8), em_arg_buffer(bo, 64),
+                     em_arg_u32(40)};
+    launch_x(m, "stage", NULL, 1, 8, args, 4);
+    buf_get(bo, out, sizeof(out));
+    for (int u = 0; u < 8; u++)
+        for (int j = 0; j < 8; j++) {
+            int s = (u * 8 + j + 8) % 64;
+            float want = (s < 40 ? (float)s * 0.5f : 0.0f) + 1000.0f * (float)((u + 1) % 8);
+            assert_true(out[u * 8 + j] == want);
+        }
+    em_buffer_free(bh);
+    em_buffer_free(bf);
+    em_buffer_free(bo);
+    em_lang_module_free(m);
+}
+
 /* ---- positions ---------------------------------------------------------------------------------
  */
 
@@ -548,6 +646,8 @@ int main(void)
         cmocka_unit_test(test_all_atomics),
         cmocka_unit_test(test_plane_ops),
         cmocka_unit_test(test_cooperative_matrix),
+        cmocka_unit_test(test_matrix_layout_comptime),
+        cmocka_unit_test(test_copy_async),
         cmocka_unit_test(test_positions_3d),
         cmocka_unit_test(test_line_width_picked_for_layout),
         cmocka_unit_test(test_generic_f16_f32_f64),

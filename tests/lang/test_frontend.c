@@ -207,6 +207,43 @@ static void test_guarded_load_stays_guarded(void **state)
     free(text);
 }
 
+/* copy_async is an asynchronous copy for CUDA (the IR's copy ops, cp.async there) and plain loads
+ * and stores elsewhere, where commit and wait disappear. */
+static void test_copy_async_lowering(void **state)
+{
+    (void)state;
+    em_lang_module *m = must_load(
+        "kernel void cp(const tensor(bf16) x, tensor(bf16) y)\n{\n    shared bf16 s[64];\n"
+        "    copy_async(s, UNIT_POS * 8, x, UNIT_POS * 8, 8, UNIT_POS < 8);\n"
+        "    copy_async_commit();\n    copy_async_wait(0);\n    sync_cube();\n"
+        "    y[UNIT_POS] = s[63 - UNIT_POS];\n}\n");
+    em_caps caps;
+    memset(&caps, 0, sizeof caps);
+    snprintf(caps.target, sizeof caps.target, "cuda");
+    snprintf(caps.arch, sizeof caps.arch, "sm_90");
+    caps.plane_dim = 32;
+    em_lang_spec spec = {NULL, 0, 1, &caps};
+    for (int cuda = 0; cuda < 2; cuda++) {
+        em_ir_kernel *k = em_lang_specialize(m, "cp", cuda ? &spec : NULL, NULL);
+        assert_non_null(k);
+        assert_int_equal(em_ir_verify(k, 0), EM_OK);
+        char *text = em_ir_print_kernel(k);
+        if (cuda) {
+            assert_non_null(strstr(text, "copy_async @3.s["));
+            assert_non_null(strstr(text, "<- @1.x["));
+            assert_non_null(strstr(text, "] x 8u32 if %"));
+            assert_non_null(strstr(text, "copy_commit\n"));
+            assert_non_null(strstr(text, "copy_wait 0\n"));
+        } else {
+            assert_null(strstr(text, "copy_"));
+            assert_non_null(strstr(text, "= load @1.x["));
+        }
+        free(text);
+        em_ir_kernel_free(k);
+    }
+    em_lang_module_free(m);
+}
+
 /* ---- the ember kernel command
  * ------------------------------------------------------------------------------ */
 
@@ -291,6 +328,7 @@ int main(void)
         cmocka_unit_test(test_one_binary_per_binding),
         cmocka_unit_test(test_golden_ir),
         cmocka_unit_test(test_guarded_load_stays_guarded),
+        cmocka_unit_test(test_copy_async_lowering),
         cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, dev_setup, dev_teardown);

@@ -2,10 +2,12 @@
  * odd sizes (1, 7, 33, 129) with K not a multiple of any tile; transposed, strided and offset
  * operands; 1-D operands and broadcast batches; every SIMT tile configuration and split-K
  * (forced through $EMBER_MATMUL_CONFIG); the tensor-core kernel (cooperative matrices, lowered to
- * loops where PLANE_DIM is 1, so its indexing is checked without a GPU); the fused epilogue (bias,
+ * loops where PLANE_DIM is 1, so its indexing is checked without a GPU); the CPU kernel's
+ * configurations (packed panels, micro-kernel on lines); the fused epilogue (bias,
  * ReLU, GELU, GELU-tanh, broadcast residual); error messages. Reference: float64 in C, computed
  * from the operands as read back from the device (so it sees exactly what the kernels see). */
 #include "tensor_util.h"
+#include "tensor/matmul_internal.h"
 
 /* torch.matmul in float64: a [..., M, K] (or [K]) x b [..., K, N] (or [K]) with broadcast batch
  * dims, plus the epilogue: act(p + bias[n]) + residual (broadcast to the result). The result
@@ -137,6 +139,15 @@ static int setup(void **state)
 {
     setenv("EMBER_AUTOTUNE", "off", 1); /* the heuristic choice here; test_autotune tunes */
     unsetenv("EMBER_MATMUL_CONFIG");
+    /* the CPU's kernels at -O2 unless told otherwise: what is checked here is their results, and
+     * the driver's default -O3 compiles the ~250 kernels of this file three times slower (~100 s
+     * more); otherwise the default's flags, so that the CPU kernel fuses its multiply-adds as it
+     * does by default (conformance.cpu and the benchmarks run the default itself) */
+#if defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)
+    setenv("EMBER_CFLAGS", "-O2 -march=native -ffp-contract=off", 0);
+#else
+    setenv("EMBER_CFLAGS", "-O2 -ffp-contract=off", 0);
+#endif
     return tu_setup(state);
 }
 
@@ -272,6 +283,154 @@ static void test_mma_kernel(void **state)
     }
 }
 
+/* The mma kernel's variants (matmul_mma.ek; chosen per problem by mm_mma_plan_of): aligned
+ * operands copied 16 bytes at a time (VA/VB > 1) and unaligned ones element by element, row-major
+ * and transposed tiles (AT/BT), 2 to 4 stages (BK 64, 48, 32), 1x1 to 4x4 fragments per plane,
+ * edges off the tile, K tails, the grouped tile order, batches with broadcast, split-K partials
+ * and the epilogue. One dtype per case: each case is a compiled kernel. */
+static void test_mma_variants(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        const em_caps *caps = em_device_caps(dev);
+        if (strcmp(caps->target, "cuda") != 0 && caps->plane_dim != 1) continue;
+        bool tf32 = caps->matrix; /* f32 runs as tf32 there: inexact, so f16 instead */
+        em_scope_begin();
+        if (tu_has(dev, EM_BF16)) {
+            /* 16-byte copies of both, 4 stages, K tail (264 = 8 steps + 8), M and N edges; then
+             * fewer K steps than stages */
+            setenv("EMBER_MATMUL_CONFIG", "mma 64x128x32 2x2 s1", 1);
+            check_mm("mma aligned", rnd(dev, EM_BF16, EM_SHAPE(70, 264), 50),
+                     rnd(dev, EM_BF16, EM_SHAPE(264, 136), 51), NULL);
+            check_mm("mma aligned short K", rnd(dev, EM_BF16, EM_SHAPE(33, 40), 52),
+                     rnd(dev, EM_BF16, EM_SHAPE(40, 16), 53), NULL);
+            /* split-K partials (3 chunks of 96) with aligned copies */
+            setenv("EMBER_MATMUL_CONFIG", "mma 32x64x32 1x1 s3", 1);
+            check_mm("mma aligned split-K", rnd(dev, EM_BF16, EM_SHAPE(40, 256), 54),
+                     rnd(dev, EM_BF16, EM_SHAPE(256, 72), 55), NULL);
+        }
+        if (tu_has(dev, EM_F16)) {
+            /* transposed views of both (k-major a tile, n-major b tile), aligned: 3 stages */
+            setenv("EMBER_MATMUL_CONFIG", "mma 64x64x48 2x2 s1", 1);
+            check_mm("mma transposed aligned",
+                     em_transpose(rnd(dev, EM_F16, EM_SHAPE(200, 72), 56), 0, 1),
+                     em_transpose(rnd(dev, EM_F16, EM_SHAPE(80, 200), 57), 0, 1), NULL);
+            /* transposed and batched, unaligned (M = 33, K = 70): element-wise copies */
+            check_mm("mma transposed unaligned",
+                     em_transpose(rnd(dev, EM_F16, EM_SHAPE(2, 70, 33), 58), 1, 2),
+                     em_transpose(rnd(dev, EM_F16, EM_SHAPE(2, 45, 70), 59), 1, 2), NULL);
+            /* one 16 x 16 fragment per plane; a misaligned by its offset (a slice), b aligned;
+             * 11 tile rows: a full group of 8 and a short one */
+            setenv("EMBER_MATMUL_CONFIG", "mma 32x32x16 2x2 s1", 1);
+            check_mm("mma offset", em_slice(rnd(dev, EM_F16, EM_SHAPE(330, 65), 60), 1, 1, 65, 1),
+                     rnd(dev, EM_F16, EM_SHAPE(64, 48), 61), NULL);
+        }
+        if (tu_has(dev, EM_BF16)) {
+            /* 4 x 4 fragments per plane; a unaligned (K = 70), b aligned; bias, GELU, residual */
+            setenv("EMBER_MATMUL_CONFIG", "mma 64x64x32 1x1 s1", 1);
+            em_tensor *bias = rnd(dev, EM_BF16, EM_SHAPE(88), 62);
+            em_matmul_epilogue ep = {bias, EM_MATMUL_ACT_GELU,
+                                     rnd(dev, EM_BF16, EM_SHAPE(75, 88), 63), false};
+            check_mm("mma 4x4 epilogue", rnd(dev, EM_BF16, EM_SHAPE(75, 70), 64),
+                     rnd(dev, EM_BF16, EM_SHAPE(70, 88), 65), &ep);
+        }
+        if (tu_has(dev, tf32 ? EM_F16 : EM_F32)) {
+            /* batched with b broadcast, a aligned (4-element copies for f32), 2 stages (BK 64) */
+            em_scalar dt = tf32 ? EM_F16 : EM_F32;
+            setenv("EMBER_MATMUL_CONFIG", "mma 64x64x64 2x1 s1", 1);
+            check_mm("mma batched", rnd(dev, dt, EM_SHAPE(3, 40, 96), 66),
+                     rnd(dev, dt, EM_SHAPE(96, 72), 67), NULL);
+        }
+        unsetenv("EMBER_MATMUL_CONFIG");
+        em_scope_end(NULL, 0);
+    }
+}
+
+/* A problem on an H200 (its capabilities, without the device): a [M, K] and b [K, N] row-major,
+ * or transposed where asked, with tensors standing in for the operands' offsets. */
+static mm_problem h200_problem(em_caps *caps, em_scalar dt, bool tf32, int64_t M, int64_t N,
+                               int64_t K, bool at, bool bt, em_tensor *stand_in)
+{
+    memset(caps, 0, sizeof *caps);
+    snprintf(caps->target, sizeof caps->target, "cuda");
+    snprintf(caps->arch, sizeof caps->arch, "sm_90");
+    caps->plane_dim = 32;
+    caps->max_cube_units = 1024;
+    caps->max_cube_dim[0] = caps->max_cube_dim[1] = 1024;
+    caps->max_cube_dim[2] = 64;
+    caps->max_shared = 232448;
+    caps->compute_units = 132;
+    caps->matrix = caps->plane_ops = true;
+    mm_problem p;
+    memset(&p, 0, sizeof p);
+    p.dev = em_tensor_device(stand_in);
+    p.caps = caps;
+    p.dt = dt;
+    p.ct = EM_F32;
+    p.R = 2;
+    p.M = M, p.N = N, p.K = K, p.batch = 1;
+    p.a = p.b = stand_in;
+    p.ash[0] = M, p.ash[1] = K, p.ast[0] = at ? 1 : K, p.ast[1] = at ? M : 1;
+    p.bsh[0] = K, p.bsh[1] = N, p.bst[0] = bt ? 1 : N, p.bst[1] = bt ? K : 1;
+    p.osh[0] = M, p.osh[1] = N, p.ost[0] = N, p.ost[1] = 1;
+    p.tf32 = tf32;
+    return p;
+}
+
+/* On CUDA, f16/bf16 (and f32 with tf32 allowed) choose the mma kernel for large shapes, by the
+ * heuristic and among every autotune candidate, with 16-byte copies where the operands allow,
+ * 3 or 4 stages and two cubes' worth of shared memory per SM; exact f32 stays on SIMT. */
+static void test_mma_choice_on_h200(void **state)
+{
+    (void)state;
+    em_tensor *t = em_zeros(tu_devs[0], EM_F32, EM_SHAPE(1));
+    assert_non_null(t);
+    em_caps caps;
+    static const em_scalar types[] = {EM_BF16, EM_F16, EM_F32};
+    for (size_t i = 0; i < 3; i++) {
+        mm_problem p = h200_problem(&caps, types[i], types[i] == EM_F32, 4096, 4096, 4096, false,
+                                    false, t);
+        mm_config c = mm_heuristic(&p);
+        assert_int_equal(c.kind, MM_MMA);
+        assert_int_equal(c.bm, 128);
+        assert_int_equal(c.bn, 128);
+        mm_mma_plan q;
+        assert_true(mm_mma_plan_of(&p, &c, &q));
+        assert_int_equal(q.fm * 16 * c.tm, 128);
+        assert_int_equal(q.va, types[i] == EM_F32 ? 4 : 8);
+        assert_int_equal(q.vb, q.va);
+        assert_false(q.at || q.bt);
+        assert_int_equal(q.stages, types[i] == EM_F32 ? 3 : 4); /* f32 tiles take twice the bytes */
+        assert_true(q.smem * 2 <= caps.max_shared);
+        mm_config cand[32];
+        int n = mm_candidates(&p, true, cand, 32);
+        assert_true(n >= 4);
+        for (int j = 0; j < n; j++) assert_int_equal(cand[j].kind, MM_MMA);
+    }
+    /* GPT-2's shapes, forward and backward: x W, dY W^T (b transposed), X^T dY (a transposed) */
+    mm_problem p = h200_problem(&caps, EM_BF16, false, 16384, 768, 3072, false, true, t);
+    mm_config c = mm_heuristic(&p);
+    mm_mma_plan q;
+    assert_int_equal(c.kind, MM_MMA);
+    assert_true(mm_mma_plan_of(&p, &c, &q));
+    assert_true(q.bt && !q.at && q.va == 8 && q.vb == 8);
+    p = h200_problem(&caps, EM_BF16, false, 768, 3072, 16384, true, false, t);
+    c = mm_heuristic(&p);
+    assert_int_equal(c.kind, MM_MMA);
+    assert_true(mm_mma_plan_of(&p, &c, &q));
+    assert_true(q.at && !q.bt && q.va == 8 && q.vb == 8);
+    /* K = 70: a element-wise, b still 16 bytes at a time */
+    p = h200_problem(&caps, EM_BF16, false, 4096, 4096, 70, false, false, t);
+    c = mm_heuristic(&p);
+    assert_true(mm_mma_plan_of(&p, &c, &q));
+    assert_true(q.va == 1 && q.vb == 8);
+    /* exact f32 stays exact: the SIMT kernel */
+    p = h200_problem(&caps, EM_F32, false, 4096, 4096, 4096, false, false, t);
+    assert_int_equal(mm_heuristic(&p).kind, MM_SIMT);
+    em_release(t);
+}
+
 /* The epilogue: bias, every activation, a broadcast residual; fused and with split-K. (Each flag
  * combination is a compiled kernel: the cases are chosen to cover each piece once per dtype
  * class, not every product.) */
@@ -320,6 +479,67 @@ static void test_epilogue(void **state)
             em_scope_end(NULL, 0);
         }
         unsetenv("EMBER_MATMUL_CONFIG");
+    }
+}
+
+/* The CPU kernel (matmul_cpu.ek: packed panels, one unit per cube, an MR x NR micro-kernel on
+ * lines), forced on the CPU: partial strips on every edge, several K blocks and a K tail,
+ * transposed, strided and batched operands, split-K partials, the epilogue, wide and narrow
+ * types. One dtype per configuration: each case is a compiled kernel of one to a few seconds at
+ * -O3. Then the heuristic's own choice on a problem large enough to take it. */
+static void test_cpu_kernel(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        if (strcmp(em_device_caps(dev)->target, "c") != 0) continue;
+        em_scope_begin();
+        if (tu_has(dev, EM_F32)) {
+            /* K = 300: two whole K blocks of 128 and a tail; M, N off the tile and the strips */
+            setenv("EMBER_MATMUL_CONFIG", "cpu 96x240x128 6x24x8 s1", 1);
+            check_mm("cpu edges", rnd(dev, EM_F32, EM_SHAPE(101, 300), 70),
+                     rnd(dev, EM_F32, EM_SHAPE(300, 250), 71), NULL);
+            check_mm("cpu a^T b^T batched",
+                     em_transpose(rnd(dev, EM_F32, EM_SHAPE(2, 130, 7), 72), 1, 2),
+                     em_transpose(rnd(dev, EM_F32, EM_SHAPE(2, 29, 130), 73), 1, 2), NULL);
+            check_mm("cpu strided", em_slice(rnd(dev, EM_F32, EM_SHAPE(22, 74), 74), 1, 1, 74, 2),
+                     em_slice(rnd(dev, EM_F32, EM_SHAPE(37, 60), 75), 1, 0, 60, 2), NULL);
+            check_mm("cpu vec x mat", rnd(dev, EM_F32, EM_SHAPE(37), 76),
+                     rnd(dev, EM_F32, EM_SHAPE(37, 19), 77), NULL);
+        }
+        if (tu_has(dev, EM_F16)) {
+            /* split-K partials: 3 chunks of K (96, 96 and a tail of 8), batched */
+            setenv("EMBER_MATMUL_CONFIG", "cpu 64x64x32 4x16x8 s3", 1);
+            check_mm("cpu split-K", rnd(dev, EM_F16, EM_SHAPE(3, 70, 200), 78),
+                     rnd(dev, EM_F16, EM_SHAPE(200, 33), 79), NULL);
+        }
+        if (tu_has(dev, EM_BF16)) {
+            /* lines of 16; the epilogue: a strided bias, GELU-tanh, a broadcast residual */
+            setenv("EMBER_MATMUL_CONFIG", "cpu 64x64x64 8x32x16 s1", 1);
+            em_tensor *bias = em_slice(rnd(dev, EM_BF16, EM_SHAPE(90), 80), 0, 0, 90, 2);
+            em_matmul_epilogue ep = {bias, EM_MATMUL_ACT_GELU_TANH,
+                                     rnd(dev, EM_BF16, EM_SHAPE(50, 1), 81), false};
+            check_mm("cpu epilogue", rnd(dev, EM_BF16, EM_SHAPE(50, 70), 82),
+                     rnd(dev, EM_BF16, EM_SHAPE(70, 45), 83), &ep);
+        }
+        if (tu_has(dev, EM_F64)) {
+            setenv("EMBER_MATMUL_CONFIG", "cpu 32x32x16 4x8x4 s1", 1);
+            check_mm("cpu f64", rnd(dev, EM_F64, EM_SHAPE(45, 40), 84),
+                     em_transpose(rnd(dev, EM_F64, EM_SHAPE(35, 40), 85), 0, 1), NULL);
+        }
+        if (tu_has(dev, EM_U8)) {
+            /* u8 accumulates in i32 and wraps when stored; lines of 2 */
+            setenv("EMBER_MATMUL_CONFIG", "cpu 16x16x16 2x4x2 s1", 1);
+            check_mm("cpu u8", rnd(dev, EM_U8, EM_SHAPE(20, 50), 86),
+                     rnd(dev, EM_U8, EM_SHAPE(50, 17), 87), NULL);
+        }
+        unsetenv("EMBER_MATMUL_CONFIG");
+        if (tu_has(dev, EM_F32)) {
+            /* 140 x 130 x 120 = 2.2M multiply-adds: the heuristic's CPU kernel */
+            check_mm("cpu default", rnd(dev, EM_F32, EM_SHAPE(140, 120), 88),
+                     rnd(dev, EM_F32, EM_SHAPE(120, 130), 89), NULL);
+        }
+        em_scope_end(NULL, 0);
     }
 }
 
@@ -394,7 +614,10 @@ int main(void)
         cmocka_unit_test(test_layouts_batches),
         cmocka_unit_test(test_simt_configs),
         cmocka_unit_test(test_mma_kernel),
+        cmocka_unit_test(test_mma_variants),
+        cmocka_unit_test(test_mma_choice_on_h200),
         cmocka_unit_test(test_epilogue),
+        cmocka_unit_test(test_cpu_kernel),
         cmocka_unit_test(test_split_k_default),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_errors),

@@ -32,7 +32,10 @@
  * Matrix ops map to WMMA: A/B f16 or bf16 (m16n16k16, m32n8k16, m8n32k16), f32 as tf32
  * (m16n16k8), f64 (m8n8k4), i8/u8 (i32 accumulators); anything else is rejected. Fragments of
  * A/B must be loaded with the layout they were declared with; matrix memory must be 32-byte
- * aligned and strides multiples of 16 bytes (WMMA's rules).
+ * aligned and strides multiples of 16 bytes (WMMA's rules). bf16 and tf32 A/B fragments load from
+ * shared memory through inline PTX with the .shared state space (WMMA's API gives them generic
+ * addresses). COPY_ASYNC / COPY_COMMIT / COPY_WAIT become cp.async / cp.async.commit_group /
+ * cp.async.wait_group from sm_80 on (plain copies before).
  * Intrinsics: "cuda.ptx:TEMPLATE" is inline PTX (%0 is the result when there is one, then the
  * arguments; 16/32/64-bit integers and f32/f64 only); "cuda.call:NAME" calls a device function. */
 #include <stdio.h>
@@ -567,6 +570,14 @@ static void cu_fragment(em_spmd *e, em_ir_val v)
                      f->mat_layout == EM_COL_MAJOR ? "col_major" : "row_major", e->vname[v]);
 }
 
+/* Whether A/B fragment f loads from shared memory through inline PTX: bf16 16x16x16 and tf32
+ * 16x16x8, whose fragments hold four 32-bit registers. */
+static bool shared_load_ptx(const em_ir_value *f)
+{
+    if (f->type.scalar == EM_BF16) return shape_is(f, half_shapes[0]);
+    return f->type.scalar == EM_F32 && shape_is(f, tf32_shape);
+}
+
 static void cu_matrix(em_spmd *e, const em_ir_inst *in)
 {
     if (in->op == EM_OP_MAT_MMA) {
@@ -625,6 +636,21 @@ static void cu_matrix(em_spmd *e, const em_ir_inst *in)
             "fragment's type",
             fn, f->mat_layout == EM_COL_MAJOR ? "column" : "row",
             in->imm == EM_COL_MAJOR ? "column" : "row");
+    } else if (m->space == EM_MEM_SHARED && shared_load_ptx(f)) {
+        /* bf16 and tf32 fragments through WMMA's API load from generic addresses (NVVM does not
+         * see that the pointer is shared for them, as it does for f16): say it in PTX */
+        em_spmd_line(e, "{");
+        em_spmd_line(e, "    unsigned *em_r = reinterpret_cast<unsigned *>(%s.x);", fn);
+        em_spmd_line(e,
+                     "    asm volatile(\"wmma.load.%s.sync.aligned.%s.%s.shared.%s {%%0, %%1, %%2, "
+                     "%%3}, [%%4], %%5;\" : \"=r\"(em_r[0]), \"=r\"(em_r[1]), \"=r\"(em_r[2]), "
+                     "\"=r\"(em_r[3]) : \"r\"((unsigned)__cvta_generic_to_shared(%s + %s)), "
+                     "\"r\"((unsigned)(%s)));",
+                     f->mat_role == EM_MAT_A ? "a" : "b",
+                     f->mat_layout == EM_COL_MAJOR ? "col" : "row",
+                     f->type.scalar == EM_F32 ? "m16n16k8" : "m16n16k16",
+                     f->type.scalar == EM_F32 ? "tf32" : "bf16", name, off.data, stride.data);
+        em_spmd_line(e, "}");
     } else {
         em_spmd_line(e, "wmma::load_matrix_sync(%s, (const %s *)(%s + %s), %s);", fn, pt, name,
                      off.data, stride.data);
@@ -636,6 +662,44 @@ static void cu_matrix(em_spmd *e, const em_ir_inst *in)
     }
     em_sb_free(&off);
     em_sb_free(&stride);
+}
+
+/* ---- asynchronous copies: cp.async ----------------------------------------------------------- */
+
+static void cu_copy(em_spmd *e, const em_ir_inst *in)
+{
+    e->needs |= EM_NEED_COPY_ASYNC;
+    if (in->op == EM_OP_COPY_COMMIT) {
+        em_spmd_line(e, "em_cp_async_commit();");
+        return;
+    }
+    if (in->op == EM_OP_COPY_WAIT) {
+        em_spmd_line(e, "em_cp_async_wait<%d>();", in->imm);
+        return;
+    }
+    const em_ir_memory *d = mem(e, in->mem), *s = mem(e, (em_ir_mem)in->imm);
+    const em_ir_value *n = em_spmd_value(e, in->args[2]);
+    if (!d || !s || !n) return;
+    unsigned bytes = (unsigned)(n->c.u * em_scalar_size((em_scalar)d->elem.scalar));
+    em_strbuf di, si, v;
+    em_sb_init(&di);
+    em_sb_init(&si);
+    em_sb_init(&v);
+    em_spmd_val_u32(e, in->args[0], &di);
+    em_spmd_val_u32(e, in->args[1], &si);
+    const char *dn = e->mname[in->mem], *sn = e->mname[(em_ir_mem)in->imm];
+    if (in->args[3]) {
+        /* a false condition reads nothing, from the (always valid) start of the buffer */
+        em_spmd_val(e, in->args[3], &v);
+        em_spmd_line(e, "em_cp_async<%u>(%s + %s, (%s) ? %s + %s : %s, %s);", bytes, dn, di.data,
+                     v.data, sn, si.data, sn, v.data);
+    } else {
+        em_spmd_line(e, "em_cp_async<%u>(%s + %s, %s + %s, true);", bytes, dn, di.data, sn,
+                     si.data);
+    }
+    em_sb_free(&di);
+    em_sb_free(&si);
+    em_sb_free(&v);
 }
 
 /* ---- debugging, intrinsics ---------------------------------------------------------------------
@@ -873,6 +937,7 @@ static const em_spmd_dialect cuda_dialect = {
     .atomic = cu_atomic,
     .fragment = cu_fragment,
     .matrix = cu_matrix,
+    .copy = cu_copy,
     .print = cu_print,
     .intrinsic = cu_intrinsic,
     .open = cu_open,
@@ -1002,6 +1067,41 @@ static const char prelude_plane[] =
     "    return em_unit_pos() % 32u == 0u ? (T)0 : y;\n"
     "}\n";
 
+static const char prelude_copy[] =
+    "/* Asynchronous global -> shared copies of B = 4, 8 or 16 bytes: cp.async from sm_80 on (a "
+    "false\n"
+    " * `valid` zero-fills the destination and reads nothing), plain copies before. */\n"
+    "template <int B> __device__ __forceinline__ void em_cp_async(void *dst, const void *src, "
+    "bool valid)\n"
+    "{\n"
+    "#if __CUDA_ARCH__ >= 800\n"
+    "    unsigned d = (unsigned)__cvta_generic_to_shared(dst);\n"
+    "    if (B == 16)\n"
+    "        asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\\n\" :: \"r\"(d), "
+    "\"l\"(src), \"r\"(valid ? 16 : 0) : \"memory\");\n"
+    "    else\n"
+    "        asm volatile(\"cp.async.ca.shared.global [%0], [%1], %2, %3;\\n\" :: \"r\"(d), "
+    "\"l\"(src), \"n\"(B), \"r\"(valid ? B : 0) : \"memory\");\n"
+    "#else\n"
+    "    struct alignas(B) W { unsigned char b[B]; };\n"
+    "    W w = {};\n"
+    "    if (valid) w = *(const W *)src;\n"
+    "    *(W *)dst = w;\n"
+    "#endif\n"
+    "}\n"
+    "__device__ __forceinline__ void em_cp_async_commit()\n"
+    "{\n"
+    "#if __CUDA_ARCH__ >= 800\n"
+    "    asm volatile(\"cp.async.commit_group;\\n\" ::: \"memory\");\n"
+    "#endif\n"
+    "}\n"
+    "template <int N> __device__ __forceinline__ void em_cp_async_wait()\n"
+    "{\n"
+    "#if __CUDA_ARCH__ >= 800\n"
+    "    asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(N) : \"memory\");\n"
+    "#endif\n"
+    "}\n";
+
 static void prelude(const em_caps *caps, uint32_t needs, em_strbuf *sb)
 {
     em_sb_append(sb, "/* ember: CUDA C++ for NVRTC, generated by src/kernel/codegen/cuda.c (its "
@@ -1014,6 +1114,7 @@ static void prelude(const em_caps *caps, uint32_t needs, em_strbuf *sb)
     if (needs & EM_NEED_F16) em_sb_append(sb, prelude_f16);
     if (needs & EM_NEED_BF16) em_sb_append(sb, prelude_bf16);
     if (needs & EM_NEED_BOOLMEM) em_sb_append(sb, prelude_bool);
+    if (needs & EM_NEED_COPY_ASYNC) em_sb_append(sb, prelude_copy);
     em_sb_append(sb, "\n/* Positions. */\n");
     em_spmd_position_helpers(&cuda_dialect, caps, NULL, "", sb);
     if (needs & EM_NEED_PLANE) em_sb_append(sb, prelude_plane);

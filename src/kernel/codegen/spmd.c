@@ -340,6 +340,8 @@ static void scan_block(em_spmd *e, uint32_t b, unsigned depth)
             e->mflags[in->mem] |= f;
             check_dtype(e, (em_scalar)m->elem.scalar, m->space);
         }
+        if (in->op == EM_OP_COPY_ASYNC && em_ir_mem_at(e->k, (em_ir_mem)in->imm))
+            e->mflags[in->imm] |= EM_MEMF_USED; /* the source */
         if (in->op == EM_OP_IF || in->op == EM_OP_RANGE || in->op == EM_OP_LOOP) {
             scan_block(e, in->blocks[0], depth + 1);
             if (in->op == EM_OP_IF) scan_block(e, in->blocks[1], depth + 1);
@@ -1304,6 +1306,8 @@ static void emit_inst(em_spmd *e, uint32_t idx, unsigned nest)
         emit_atomic(e, in);
     else if (op >= EM_OP_MAT_FILL && op <= EM_OP_MAT_STORE)
         emit_matrix(e, in);
+    else if (op >= EM_OP_COPY_ASYNC && op <= EM_OP_COPY_WAIT && e->d->copy)
+        e->d->copy(e, in);
     else if (op >= EM_OP_IF && op <= EM_OP_RETURN)
         emit_control(e, in, nest);
     else if (op == EM_OP_PRINT)

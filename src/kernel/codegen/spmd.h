@@ -71,6 +71,7 @@ enum {
     EM_NEED_VECOPS = 1u << 22,       /* operators on whole lines */
     EM_NEED_BOOLMEM = 1u << 23,      /* bool storage conversions */
     EM_NEED_DYN_SMEM = 1u << 24,     /* CUDA: shared memory placed in dynamic shared memory */
+    EM_NEED_COPY_ASYNC = 1u << 25,   /* CUDA: asynchronous copy helpers (cp.async) */
 };
 
 /* What a target supplies. Every hook writes text into `sb`; hooks that return an expression may
@@ -143,6 +144,9 @@ typedef struct em_spmd_dialect {
      * accumulators: m*n, row-major). */
     void (*fragment)(em_spmd *e, em_ir_val v);
     void (*matrix)(em_spmd *e, const em_ir_inst *in);
+    /* COPY_ASYNC, COPY_COMMIT, COPY_WAIT; NULL: the target has no asynchronous copies (the
+     * kernel language lowers them to loads and stores for such targets) and rejects them. */
+    void (*copy)(em_spmd *e, const em_ir_inst *in);
     /* PRINT; NULL drops it (with a comment). */
     void (*print)(em_spmd *e, const em_ir_inst *in);
     /* A target intrinsic other than "NS.call:NAME"; returns false when it does not know it.

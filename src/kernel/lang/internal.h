@@ -288,6 +288,7 @@ struct ast_stmt {
     ast_expr *dims[3]; /* ST_MATRIX m, n, k */
     uint8_t role;      /* ST_MATRIX: an em_mat_role */
     uint8_t layout;    /* ST_MATRIX: an em_mat_layout */
+    ast_expr *layout_expr; /* ST_MATRIX: a comptime layout expression instead (NULL: layout) */
     ast_stmt *body;    /* ST_IF then, ST_FOR / ST_WHILE body */
     ast_stmt *els;     /* ST_IF else */
     ast_stmt **stmts;  /* ST_BLOCK */
@@ -385,6 +386,8 @@ typedef enum bi_class {
     BI_MAT_LOAD,
     BI_MAT_MMA,
     BI_MAT_STORE,
+    BI_COPY_ASYNC, /* copy_async(dst, i, src, j, count[, valid]) */
+    BI_COPY_SYNC,  /* copy_async_commit(), copy_async_wait(pending): ir_op */
     BI_PRINT,
     BI_HAS,      /* has(capability) */
     BI_SIZEOF,   /* sizeof(T) */

@@ -291,8 +291,20 @@ static void lower_matrix(lower *L, const ast_stmt *s)
             return;
         }
     }
+    em_mat_layout layout = (em_mat_layout)s->layout;
+    if (s->layout_expr) {
+        lv x = em_lang_lower_expr(L, s->layout_expr, NULL);
+        if (x.kind == V_ERR) return;
+        if (x.kind != V_LAYOUT) {
+            em_lang_lerr(L, s->layout_expr->pos,
+                         "write row_major, col_major, or COND ? col_major : row_major",
+                         "the matrix layout must be a layout known when compiling");
+            return;
+        }
+        layout = (em_mat_layout)x.c.i;
+    }
     em_ir_val v = em_ir_matrix(L->k, (em_mat_role)s->role, (em_scalar)elem.scalar, (unsigned)d[0],
-                               (unsigned)d[1], (unsigned)d[2], (em_mat_layout)s->layout, s->name);
+                               (unsigned)d[1], (unsigned)d[2], layout, s->name);
     L->fr->slots[s->slot] = (lv){.kind = V_MATRIX, .v = v, .ty = elem, .name = s->name};
 }
 

@@ -353,6 +353,123 @@ static lv matrix_op(call *c)
     return em_lang_lv_void();
 }
 
+/* ---- asynchronous copies
+ * --------------------------------------------------------------------------- */
+
+/* Whether the target copies global to shared memory asynchronously (CUDA: cp.async from sm_80 on;
+ * the CUDA code generator falls back to plain copies for older devices itself). Elsewhere
+ * copy_async becomes loads and stores, and commit / wait disappear. */
+static bool async_copies(const lower *L)
+{
+    return L->b->caps && !strcmp(L->b->caps->target, "cuda");
+}
+
+/* The zero of scalar kind s as an IR constant. */
+static em_ir_val zero_of(em_ir_kernel *k, em_scalar s)
+{
+    if (em_scalar_is_float(s)) return em_ir_const_float(k, em_ty(s), 0.0);
+    return em_ir_const_int(k, em_ty(s), 0);
+}
+
+/* dst[i + j] = valid ? src[s + j] : 0 for j < n, as plain loads and stores. */
+static void copy_plain(call *c, em_ir_mem dst, em_ir_val i, em_ir_mem src, em_ir_val s, unsigned n,
+                       em_scalar elem, const lv *valid)
+{
+    em_ir_kernel *k = c->L->k;
+    bool cond = valid && valid->kind != V_CONST;
+    if (valid && valid->kind == V_CONST && !valid->c.i) {
+        for (unsigned j = 0; j < n; j++)
+            em_ir_store(k, dst, em_ir_binary(k, EM_OP_ADD, i, em_ir_u32(k, j)), zero_of(k, elem));
+        return;
+    }
+    if (cond) {
+        if (!em_lang_ir_open(c->L, c->e->op_pos)) return;
+        em_ir_if_begin(k, em_lang_materialize(c->L, valid));
+    }
+    for (unsigned j = 0; j < n; j++) {
+        em_ir_val x = em_ir_load(k, src, em_ir_binary(k, EM_OP_ADD, s, em_ir_u32(k, j)));
+        em_ir_store(k, dst, em_ir_binary(k, EM_OP_ADD, i, em_ir_u32(k, j)), x);
+    }
+    if (cond) {
+        em_ir_else(k);
+        for (unsigned j = 0; j < n; j++)
+            em_ir_store(k, dst, em_ir_binary(k, EM_OP_ADD, i, em_ir_u32(k, j)), zero_of(k, elem));
+        em_lang_ir_close(c->L);
+    }
+}
+
+/* copy_async(dst, i, src, j, count[, valid]), copy_async_commit(), copy_async_wait(pending). */
+static lv copy_op(call *c)
+{
+    em_ir_kernel *k = c->L->k;
+    bool async = async_copies(c->L);
+    if (c->b->cls == BI_COPY_SYNC) {
+        int64_t n = 0;
+        if (c->b->ir_op == EM_OP_COPY_WAIT) {
+            if (!em_lang_comptime_int(c->L, &c->a[0], argpos(c, 0), "the number of pending groups",
+                                      &n))
+                return em_lang_lv_err();
+            if (n < 0 || n > 64)
+                return em_lang_lerr(c->L, argpos(c, 0), NULL,
+                                    "copy_async_wait takes 0 to 64 pending groups, got %lld",
+                                    (long long)n);
+        }
+        if (async && c->b->ir_op == EM_OP_COPY_WAIT) em_ir_copy_wait(k, (unsigned)n);
+        if (async && c->b->ir_op == EM_OP_COPY_COMMIT) em_ir_copy_commit(k);
+        return em_lang_lv_void();
+    }
+    if (!mem_arg(c, 0) || !mem_arg(c, 2)) return em_lang_lv_err();
+    lv *d = &c->a[0], *s = &c->a[2];
+    if (d->space != EM_MEM_SHARED)
+        return em_lang_lerr(c->L, argpos(c, 0), NULL,
+                            "copy_async copies into shared memory, but '%s' is not shared",
+                            d->name ? d->name : "?");
+    if (s->space != EM_MEM_GLOBAL)
+        return em_lang_lerr(c->L, argpos(c, 2), NULL,
+                            "copy_async copies from a tensor or array parameter, but '%s' is not "
+                            "one",
+                            s->name ? s->name : "?");
+    em_scalar elem = (em_scalar)d->ty.scalar;
+    if (!em_type_eq(d->ty, s->ty) || d->ty.lanes != 1 || elem == EM_BOOL) {
+        char x[48], y[48];
+        em_lang_type_str(d->ty, x, sizeof(x));
+        em_lang_type_str(s->ty, y, sizeof(y));
+        return em_lang_lerr(c->L, argpos(c, 2), NULL,
+                            "copy_async copies numbers between memories of one scalar type, got "
+                            "'%s' and '%s'",
+                            x, y);
+    }
+    lv di = em_lang_to_index(c->L, c->a[1], argpos(c, 1), "the destination index");
+    lv si = em_lang_to_index(c->L, c->a[3], argpos(c, 3), "the source index");
+    if (di.kind == V_ERR || si.kind == V_ERR) return em_lang_lv_err();
+    int64_t n = 0;
+    if (!em_lang_comptime_int(c->L, &c->a[4], argpos(c, 4), "the count", &n))
+        return em_lang_lv_err();
+    int64_t bytes = n * (int64_t)em_scalar_size(elem);
+    if (n < 1 || (bytes != 4 && bytes != 8 && bytes != 16))
+        return em_lang_lerr(c->L, argpos(c, 4), "copy 4, 8 or 16 bytes at once",
+                            "copy_async of %lld '%s' elements moves %lld bytes", (long long)n,
+                            em_scalar_name(elem), (long long)bytes);
+    lv valid = {0};
+    bool has_valid = c->e->nargs > 5;
+    if (has_valid) {
+        valid = em_lang_coerce(c->L, c->a[5], em_ty(EM_BOOL), argpos(c, 5), "the condition");
+        if (valid.kind == V_ERR ||
+            !em_lang_need_cond(c->L, &valid, argpos(c, 5), "the condition of copy_async"))
+            return em_lang_lv_err();
+    }
+    em_ir_val i = em_lang_materialize(c->L, &di), j = em_lang_materialize(c->L, &si);
+    if (async) {
+        em_ir_val v = 0;
+        if (has_valid && valid.kind != V_CONST) v = em_lang_materialize(c->L, &valid);
+        if (has_valid && valid.kind == V_CONST) v = valid.c.i ? 0 : em_ir_const_bool(k, false);
+        em_ir_copy_async(k, d->mem, i, s->mem, j, (unsigned)n, v);
+    } else {
+        copy_plain(c, d->mem, i, s->mem, j, (unsigned)n, elem, has_valid ? &valid : NULL);
+    }
+    return em_lang_lv_void();
+}
+
 /* ---- print, queries -----------------------------------------------------------------------------
  */
 
@@ -461,6 +578,9 @@ lv em_lang_lower_builtin(lower *L, const ast_expr *e)
     case BI_MAT_MMA:
     case BI_MAT_STORE:
         return matrix_op(&c);
+    case BI_COPY_ASYNC:
+    case BI_COPY_SYNC:
+        return copy_op(&c);
     case BI_PRINT:
         return print(&c);
     case BI_HAS:

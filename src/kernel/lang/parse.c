@@ -818,17 +818,22 @@ static ast_stmt *parse_matrix(parser *p, lpos pos)
     }
     s->layout = EM_ROW_MAJOR;
     if (accept(p, T_COMMA)) {
-        lpos lp;
-        const char *layout = expect_ident(p, "a layout (row_major or col_major)", &lp);
-        if (!layout) return NULL;
-        if (!strcmp(layout, "row_major"))
-            s->layout = EM_ROW_MAJOR;
-        else if (!strcmp(layout, "col_major"))
+        const token *t = peek(p);
+        bool plain = t->kind == T_IDENT && t->str && peek_at(p, 1)->kind == T_RPAREN;
+        if (plain && !strcmp(t->str, "row_major")) {
+            next(p);
+        } else if (plain && !strcmp(t->str, "col_major")) {
+            next(p);
             s->layout = EM_COL_MAJOR;
-        else
-            return error_at(p, lp, NULL, "unknown layout '%s' (expected row_major or col_major)",
-                            layout),
+        } else if (plain) {
+            return error_at(p, t->pos, NULL,
+                            "unknown layout '%s' (expected row_major or col_major)", t->str),
                    NULL;
+        } else {
+            /* a comptime choice, e.g. TRANS ? col_major : row_major (checked when lowering) */
+            s->layout_expr = parse_expr(p);
+            if (!s->layout_expr) return NULL;
+        }
     }
     if (!expect(p, T_RPAREN, "after the matrix type")) return NULL;
     s->name = expect_ident(p, "a name for the matrix", &s->name_pos);

@@ -613,6 +613,7 @@ static bool resolve_stmt(resolver *r, ast_stmt *s)
     case ST_MATRIX:
         ok &= resolve_type(r, s->type, TC_ELEM);
         for (int d = 0; d < 3; d++) ok &= resolve_expr(r, s->dims[d], false);
+        if (s->layout_expr) ok &= resolve_expr(r, s->layout_expr, false);
         return declare(r, s->name, s->name_pos, E_MATRIX, s, NULL, &s->slot) && ok;
     case ST_EXPR:
         ok = resolve_expr(r, s->init, false);
