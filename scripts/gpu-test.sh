@@ -23,7 +23,7 @@
 # failed or a target did not build, 2 when nothing could be run.
 #
 # --prepare (on the development machine): builds DIR the same way, copies the shared libraries
-# the tests need that the GPU machine may lack (cmocka, cJSON, and glslangValidator for Vulkan) into DIR/gpu-libs and strips debug
+# the tests need that the GPU machine may lack (cmocka, cJSON, libmicrohttpd, and glslangValidator for Vulkan) into DIR/gpu-libs and strips debug
 # info from the programs, so that DIR can be carried to the GPU machine and run with --no-build.
 set -u
 
@@ -86,7 +86,7 @@ if [ "$MODE" = prepare ]; then
     mkdir -p "$BUILD/gpu-libs"
     for exe in "$BUILD"/ember "$BUILD"/tests/*_test_*; do
         [ -x "$exe" ] || continue
-        ldd "$exe" | awk '/=> \// {print $3}' | grep -E 'cmocka|cjson' || true
+        ldd "$exe" | awk '/=> \// {print $3}' | grep -E 'cmocka|cjson|microhttpd' || true
     done | sort -u | while read -r lib; do cp -L "$lib" "$BUILD/gpu-libs/"; done
     # the GLSL compiler of ember's Vulkan driver, absent there: Debian's glslangValidator (linked
     # statically against glslang; Debian's libshaderc.so.1 cannot be loaded on its own, see
