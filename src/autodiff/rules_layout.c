@@ -4,22 +4,7 @@
  * unpadded slice, and matmul (batch broadcasting and torch.matmul's 1-D promotions). */
 #include "autodiff/rules_util.h"
 
-/* One gradient (input 0) computed by f inside a scope. */
-typedef em_tensor *(*grad_fn)(const ad_ctx *c, const em_tensor *g);
-
-static em_status one(const ad_ctx *c, const em_tensor *g, em_tensor **gin, grad_fn f)
-{
-    em_tensor *r[1];
-    ru_begin(r, 1);
-    if (c->needs[0]) r[0] = f(c, g);
-    return ru_end(c, r, gin, 1, 0);
-}
-
-#define RULE(name)                                                                                 \
-    static em_status bw_##name(const ad_ctx *c, const em_tensor *g, em_tensor **gin)               \
-    {                                                                                              \
-        return one(c, g, gin, d_##name);                                                           \
-    }
+#define RULE(name) RU_ONE_RULE(name)
 
 static em_tensor *d_reshape(const ad_ctx *c, const em_tensor *g)
 {

@@ -80,6 +80,24 @@ static inline em_status ru_end(const ad_ctx *c, em_tensor *const *r, em_tensor *
     return st;
 }
 
+/* A rule with one input: its gradient computed by f inside a scope (RU_ONE_RULE(name) defines
+ * bw_name from d_name). */
+typedef em_tensor *(*ru_grad_fn)(const ad_ctx *c, const em_tensor *g);
+
+static inline em_status ru_one(const ad_ctx *c, const em_tensor *g, em_tensor **gin, ru_grad_fn f)
+{
+    em_tensor *r[1];
+    ru_begin(r, 1);
+    if (c->needs[0]) r[0] = f(c, g);
+    return ru_end(c, r, gin, 1, 0);
+}
+
+#define RU_ONE_RULE(name)                                                                          \
+    static em_status bw_##name(const ad_ctx *c, const em_tensor *g, em_tensor **gin)               \
+    {                                                                                              \
+        return ru_one(c, g, gin, d_##name);                                                        \
+    }
+
 /* ad_sum_to for use inside a scope: the result is borrowed (a retained t is given back). */
 static inline em_tensor *ru_sum_to(em_tensor *t, em_shape shape)
 {
