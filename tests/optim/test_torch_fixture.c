@@ -13,29 +13,11 @@
  * stops at its first differing step (later steps only repeat the difference).
  * SKIPPED (cmocka skip(), and a line "SKIPPED: ... is absent" for CTest) when the fixture is
  * absent; $EMBER_TORCH_FIXTURE=path reads another file of the same layout instead. */
-#include <sys/stat.h>
-
-#include <cjson/cJSON.h>
-
 #include "ember/optim.h"
-#include "ember/record.h"
-#include "tensor/tensor_util.h"
-
-#define FIXTURE "tests/fixtures/torch_nn.safetensors"
+#include "nn/torch_fixture.h"
 
 /* The optimizer kinds the committed fixture must cover. */
 static const char *const KINDS[] = {"sgd", "adam", "adamw"};
-
-/* Where a case runs: the device, the dtype of its tensors and the tolerance. */
-typedef struct fx_target {
-    em_device *dev;
-    em_scalar dt;
-    double tol;
-} fx_target;
-
-static em_device *g_cpu;       /* the CPU device (references are always read there in f64) */
-static fx_target g_targets[2]; /* CPU f64, then $EMBER_TEST_DEVICE in f32 when it is not the CPU */
-static int g_ntargets;
 
 /* One case being run. */
 typedef struct run {
@@ -45,34 +27,6 @@ typedef struct run {
     double worst;     /* the largest normalized error seen */
     int failures;
 } run;
-
-/* Opens the fixture ($EMBER_TORCH_FIXTURE or the committed file); skips the calling test when the
- * committed file is absent, fails when a file is there but unreadable. */
-static em_safetensors *open_fixture(bool *custom)
-{
-    const char *env = getenv("EMBER_TORCH_FIXTURE");
-    *custom = env && *env;
-    const char *path = *custom ? env : EMBER_SOURCE_DIR "/" FIXTURE;
-    struct stat st;
-    if (!*custom && stat(path, &st) != 0) {
-        fprintf(stderr,
-                "SKIPPED: %s is absent; run tests/fixtures/gen/nn_modules.py where PyTorch exists "
-                "and commit the file it writes\n",
-                path);
-        skip();
-    }
-    em_safetensors *f = em_safetensors_open(path);
-    if (!f) fail_msg("%s", em_last_error());
-    return f;
-}
-
-static cJSON *meta_json(const em_safetensors *f, const char *key)
-{
-    const char *s = em_safetensors_metadata(f, key);
-    cJSON *j = s ? cJSON_Parse(s) : NULL;
-    if (!j) fail_msg("fixture: metadata \"%s\" is %s", key, s ? "not valid JSON" : "missing");
-    return j;
-}
 
 static double cfg_num(const cJSON *cfg, const char *key)
 {
@@ -299,57 +253,17 @@ static void test_optimizers(void **state)
     {
         if (!cJSON_IsString(it)) fail_msg("fixture: an optimizer case name is not a string");
         cJSON *cfg = meta_json(f, it->valuestring);
-        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(cfg, "kind");
-        for (size_t k = 0; k < EM_ARRAY_LEN(KINDS); k++)
-            if (cJSON_IsString(kind) && !strcmp(kind->valuestring, KINDS[k])) covered[k] = true;
+        fx_cover(cfg, KINDS, EM_ARRAY_LEN(KINDS), covered);
         for (int t = 0; t < g_ntargets; t++)
-            if (run_case(f, &g_targets[t], it->valuestring, cfg, quartic) && nfailed++ < 12) {
-                size_t len = strlen(failed);
-                snprintf(failed + len, sizeof failed - len, "%s%s (%s)", len ? ", " : "",
-                         it->valuestring, em_device_name(g_targets[t].dev));
-            }
+            if (run_case(f, &g_targets[t], it->valuestring, cfg, quartic))
+                fx_note_failure(failed, sizeof failed, &nfailed, it->valuestring, &g_targets[t]);
         cJSON_Delete(cfg);
     }
     cJSON_Delete(cases);
     cJSON_Delete(lossj);
     em_safetensors_close(f);
-    char missing[256] = "";
-    for (size_t k = 0; k < EM_ARRAY_LEN(KINDS) && !custom; k++)
-        if (!covered[k]) {
-            size_t len = strlen(missing);
-            snprintf(missing + len, sizeof missing - len, "%s%s", len ? ", " : "", KINDS[k]);
-        }
     if (nfailed) fail_msg("%d optimizer cases differ from torch.optim's: %s", nfailed, failed);
-    if (*missing) fail_msg("the fixture has no optimizer case of kind %s", missing);
-}
-
-static int setup(void **state)
-{
-    (void)state;
-    em_autodiff_init();
-    g_cpu = em_device_open("cpu");
-    if (!g_cpu) return -1;
-    g_targets[0] = (fx_target){g_cpu, EM_F64, 1e-10};
-    g_ntargets = 1;
-    const char *only = getenv("EMBER_TEST_DEVICE");
-    if (only && *only && strcmp(only, "cpu") != 0) {
-        em_device *d = em_device_open(only);
-        if (!d) {
-            fprintf(stderr, "[torch] cannot open %s: %s\n", only, em_last_error());
-            return -1;
-        }
-        g_targets[g_ntargets++] = (fx_target){d, EM_F32, 1e-4};
-    }
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    for (int i = 1; i < g_ntargets; i++) em_device_close(g_targets[i].dev);
-    em_device_close(g_cpu);
-    g_ntargets = 0;
-    return 0;
+    fx_require_kinds(KINDS, EM_ARRAY_LEN(KINDS), covered, custom, "optimizer");
 }
 
 int main(void)
@@ -357,5 +271,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_optimizers),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, fx_setup, fx_teardown);
 }
