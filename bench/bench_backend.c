@@ -4,7 +4,8 @@
  *      read + written, the median of many repeats timed with em_timer (device events on GPUs);
  *   2. a large elementwise kernel: the exact GELU, x * (1 + erf(x / sqrt 2)) / 2, written once in
  *      the kernel language (KERNELS below), in f32 and in bf16 (stored as 16-bit, computed in f32),
- *      with the line width picked by em_pick_line_width; reported in GB/s (bytes read + written)
+ *      with the line width picked by em_pick_line_width among the widths em_line_lanes prefers (or
+ *      up to --line-bytes); reported in GB/s (bytes read + written)
  *      and as a percentage of the copy bandwidth of the same run. The output is checked against a
  *      host reference (double precision) on samples before anything is timed. Devices without
  *      bf16 run the bf16 case on 16-bit integers converted by hand (same memory traffic);
@@ -88,7 +89,7 @@ typedef struct config {
     size_t bytes;        /* bytes per buffer (0 = by device) */
     int repeats;         /* timed repeats (0 = by device) */
     unsigned cube;       /* units per cube for GELU */
-    unsigned line_bytes; /* widest line in bytes offered to em_pick_line_width */
+    unsigned line_bytes; /* widest line in bytes offered to em_pick_line_width; 0: em_line_lanes */
     int sweep;           /* also time GELU over line widths x cube sizes */
     int json;            /* one JSON line on stdout, the table on stderr */
 } config;
@@ -463,7 +464,7 @@ static void bench_gelu(bench *b)
         unsigned cands[5];
         size_t nc = 0;
         for (unsigned w = 16; w >= 1; w /= 2)
-            if (w * esize <= b->cfg.line_bytes)
+            if (b->cfg.line_bytes ? w * esize <= b->cfg.line_bytes : w <= em_line_lanes(caps, (unsigned)esize))
                 cands[nc++] = w;
         int64_t shape[1] = {(int64_t)n}, stride[1] = {1};
         g.lw = em_pick_line_width(1, shape, stride, 0, cands, nc);
@@ -672,7 +673,7 @@ static int usage(void)
 
 static int parse_args(int argc, char **argv, config *c)
 {
-    *c = (config){"cpu", 0, 0, 256, 16, 0, 0};
+    *c = (config){"cpu", 0, 0, 256, 0, 0, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;

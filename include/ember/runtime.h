@@ -144,6 +144,13 @@ em_status em_launch(em_kernel *kernel, const uint32_t cube_count[3], const uint3
 unsigned em_pick_line_width(unsigned rank, const int64_t *shape, const int64_t *stride,
                             int64_t offset, const unsigned *candidates, size_t ncandidates);
 
+/* The widest line (in lanes, a power of two) that memory-bound kernels should use for elements of
+ * elem_bytes bytes on a device with these caps: 4 on the CPU target (wider lines only lengthen the
+ * generated C); on GPUs 16 bytes per unit for 4- and 8-byte elements and 32 bytes (two 16-byte
+ * accesses) for 1- and 2-byte ones, capped at EM_MAX_LANES — on the H200, bf16 GELU in 16-byte
+ * lines reached 73 % of copy bandwidth and in 32-byte lines 83 % (docs/benchmarks.md). */
+unsigned em_line_lanes(const em_caps *caps, unsigned elem_bytes);
+
 /* ---- kernel cache ---------------------------------------------------------------------------- */
 
 typedef struct em_cache_stats {

@@ -69,6 +69,17 @@ const em_caps *em_device_caps(const em_device *dev)
     return dev ? &dev->caps : NULL;
 }
 
+unsigned em_line_lanes(const em_caps *caps, unsigned elem_bytes)
+{
+    if (!caps || elem_bytes == 0 || elem_bytes > 16)
+        return 1;
+    if (strcmp(caps->target, "c") == 0) /* wider lines only lengthen the generated C */
+        return 4;
+    unsigned bytes = elem_bytes <= 2 ? 32 : 16;
+    unsigned lanes = bytes / elem_bytes;
+    return lanes > EM_MAX_LANES ? EM_MAX_LANES : lanes;
+}
+
 em_status em_device_sync(em_device *dev)
 {
     if (!dev)

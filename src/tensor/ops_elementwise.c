@@ -73,13 +73,20 @@ static void walk_build(walk *w, int rank, const int64_t *shape, int n, int64_t (
     }
 }
 
-/* The line width every operand of the walk allows (offsets in elements). */
-static unsigned walk_width(const walk *w, int n, const int64_t *offsets)
+/* The line width of the walk: the widest the device prefers for its widest element type
+ * (em_line_lanes), narrowed until every operand's shape, strides and offset (in elements) allow
+ * it. */
+static unsigned walk_width(const walk *w, const em_tensor *const *ts, int n, const int64_t *offsets)
 {
-    static const unsigned cands[] = {4, 2, 1};
-    unsigned lw = 4;
+    unsigned esize = 1;
+    for (int k = 0; k < n; k++)
+        if (em_scalar_size(ts[k]->dtype) > esize) esize = (unsigned)em_scalar_size(ts[k]->dtype);
+    unsigned cands[5], nc = 0;
+    for (unsigned x = em_line_lanes(em_device_caps(ts[0]->st->dev), esize); x >= 1 && nc < 5; x /= 2)
+        cands[nc++] = x;
+    unsigned lw = cands[0];
     for (int k = 0; k < n; k++) {
-        unsigned x = em_pick_line_width((unsigned)w->rank, w->shape, w->stride[k], offsets[k], cands, 3);
+        unsigned x = em_pick_line_width((unsigned)w->rank, w->shape, w->stride[k], offsets[k], cands, nc);
         if (x < lw) lw = x;
     }
     return lw;
@@ -96,7 +103,7 @@ static em_status run_walk(const char *op, const char *kernel, const em_lang_bind
     walk_build(&w, rank, shape, n, strides);
     int64_t offs[4];
     for (int k = 0; k < n; k++) offs[k] = ts[k]->offset;
-    unsigned lw = walk_width(&w, n, offs);
+    unsigned lw = walk_width(&w, ts, n, offs);
     em_lang_bind b[8];
     memcpy(b, binds, nb * sizeof *b);
     b[nb++] = em_lang_bind_int("R", w.rank);

@@ -268,7 +268,7 @@ static const char *from_storage_fn(em_scalar s)
 }
 static const char *to_storage_fn(em_scalar s)
 {
-    return s == EM_BOOL ? "em_b2u" : s == EM_F16 ? "em_f2h" : "em_f2b";
+    return s == EM_BOOL ? "em_b2u" : s == EM_F16 ? "em_f2h" : "em_f2b_exact";
 }
 
 static void cu_mem_load(em_spmd *e, em_ir_mem m, const char *index, int lane, em_strbuf *sb)
@@ -1009,8 +1009,16 @@ static const char prelude_bf16[] =
     "}\n"
     "__device__ __forceinline__ float em_b2f(unsigned short b) { return "
     "__uint_as_float((unsigned)b << 16); }\n"
-    "__device__ __forceinline__ float em_rb(float f) { return em_b2f(em_f2b(f)); }\n" CONVERTERS(
-        "unsigned short", "float", "em_f2b", "em_b2f");
+    "__device__ __forceinline__ float em_rb(float f) { return em_b2f(em_f2b(f)); }\n"
+    "/* A store: the value is already a bf16 (every bf16 value in registers went through em_rb or\n"
+    " * came from memory), so its top half is the bf16 bits, NaN included; em_rb's cvt then the\n"
+    " * shift fold into the one cvt. */\n"
+    "__device__ __forceinline__ unsigned short em_f2b_exact(float f) { return "
+    "(unsigned short)(__float_as_uint(f) >> 16); }\n" CONVERTERS("unsigned short", "float", "em_f2b",
+                                                                  "em_b2f")
+        "template <int N> __device__ __forceinline__ emv<unsigned short, N> em_f2b_exact(emv<float, N> x)\n"
+        "{ emv<unsigned short, N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = "
+        "em_f2b_exact(x.v[i]); return r; }\n";
 
 static const char prelude_bool[] =
     "/* bool: one byte 0/1 in memory. */\n"
