@@ -237,6 +237,7 @@ static int bench_matmul(int argc, char **argv)
 int em_cli_bench(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "matmul")) return bench_matmul(argc - 1, argv + 1);
-    fprintf(stderr, "usage: ember bench matmul [options]   (see ember bench matmul --help)\n");
+    if (argc >= 2 && !strcmp(argv[1], "decode")) return em_cli_bench_decode(argc - 1, argv + 1);
+    fprintf(stderr, "usage: ember bench matmul|decode [options]   (see ember bench NAME --help)\n");
     return 2;
 }

@@ -1,15 +1,18 @@
 /* batch.c — batched decoding for continuous batching: a KV cache of `slots` rows in which each
- * slot (one sequence) has its own length. A prefill runs the prompt through the model's ordinary
- * cached forward on a batch-1 scratch cache and copies its keys and values into the slot's rows.
+ * slot (one sequence) has its own length. A prefill runs the prompt through the model's blocks
+ * with each layer's cache seen through a one-slot view, so the keys and values land in the
+ * slot's rows directly, and computes the logits of the last position only (the LM head over
+ * every prompt position would cost prompt x vocab for one row that is used).
  * A step feeds one new token per listed slot: as one sequence of `rows` positions through the
  * linear layers (one matmul with rows for M, far faster than rows matmuls of one row), and as
  * `rows` sequences of one position through attention, written here per row: each row's key and
- * value go to its own slot at its own position, the position embeddings come from each row's
- * position, and the scores of keys past a row's length are masked (filled with the dtype's lowest
- * finite value, as em_mha_forward does, so that masked keys weigh exactly zero). The step runs
- * over rows [0, highest listed slot]; rows of unlisted slots compute throw-away values and write
- * nothing, so a server that hands out the lowest free slot keeps the pass as small as its active
- * set. */
+ * value go to its own slot at its own position (one copy per run of adjacent rows at the same
+ * position, so sequences decoding in lockstep cost one copy per layer), the position embeddings
+ * come from each row's position, and the scores of keys past a row's length are masked (filled
+ * with the dtype's lowest finite value, as em_mha_forward does, so that masked keys weigh
+ * exactly zero). The step runs over rows [0, highest listed slot]; rows of unlisted slots compute
+ * throw-away values and write nothing, so a server that hands out the lowest free slot keeps the
+ * pass as small as its active set. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -46,11 +49,6 @@ em_gpt_batch *em_gpt_batch_new(em_gpt *g, int64_t slots, int64_t max_len)
             return NULL;
         }
     }
-    b->scratch = em_gpt_cache_new(g, 1, max_len);
-    if (!b->scratch) {
-        em_gpt_batch_free(b);
-        return NULL;
-    }
     return b;
 }
 
@@ -59,7 +57,6 @@ void em_gpt_batch_free(em_gpt_batch *b)
     if (!b) return;
     for (int64_t i = 0; b->layers && i < b->g->cfg.n_layer; i++) em_kv_cache_free(b->layers[i]);
     free(b->layers);
-    em_gpt_cache_free(b->scratch);
     free(b->len);
     free(b);
 }
@@ -106,24 +103,43 @@ static em_status failed(const char *op)
     return st;
 }
 
+/* ---- the LM head ----------------------------------------------------------------------------- */
+
+/* Logits (f32) of hidden states x [1, T, C] after ln_f. */
+static em_tensor *head_of(em_gpt *g, const em_tensor *x)
+{
+    em_scope_begin();
+    em_tensor *logits;
+    if (g->lm_head)
+        logits = em_linear_forward(g->lm_head, x);
+    else
+        logits = em_matmul(x, em_transpose(g->wte->weight, 0, 1));
+    if (logits && em_dtype(logits) != EM_F32) logits = em_cast(em_take(logits), EM_F32);
+    em_scope_end(&logits, 1);
+    return logits;
+}
+
 /* ---- prefill --------------------------------------------------------------------------------- */
 
-/* Copies positions [0, n) of the scratch cache into the slot's rows of every layer. */
-static bool copy_scratch(em_gpt_batch *b, int64_t slot, int64_t n)
+/* ids [0, n) through the blocks, each layer's keys and values appended to the slot's rows (a
+ * one-slot view of the layer's cache), then ln_f and the head on the last position only:
+ * logits [1, 1, vocab] (f32), or NULL. */
+static em_tensor *prefill_forward(em_gpt_batch *b, int64_t slot, const int64_t *ids, int64_t n)
 {
-    bool ok = true;
-    for (int64_t i = 0; ok && i < b->g->cfg.n_layer; i++) {
-        em_kv_cache *src = b->scratch->layers[i], *dst = b->layers[i];
-        em_tensor *pair[2][2] = {{dst->k, src->k}, {dst->v, src->v}};
-        for (int j = 0; ok && j < 2; j++) {
-            em_scope_begin();
-            em_tensor *d = em_narrow(em_narrow(pair[j][0], 0, slot, 1), 2, 0, n);
-            em_tensor *s = em_narrow(pair[j][1], 2, 0, n);
-            ok = d && s && em_copy_(d, s) == EM_OK;
-            em_scope_end(NULL, 0);
-        }
+    em_gpt *g = b->g;
+    em_scope_begin();
+    em_tensor *tid = em_from_host(g->dev, EM_I64, EM_SHAPE(1, n), ids);
+    em_tensor *tpos = em_arange(g->dev, EM_I64, 0, (double)n, 1);
+    em_tensor *x = em_add(em_embedding_forward(g->wte, tid), em_embedding_forward(g->wpe, tpos));
+    for (int64_t i = 0; x && i < g->cfg.n_layer; i++) {
+        em_kv_cache view = {em_narrow(b->layers[i]->k, 0, slot, 1),
+                            em_narrow(b->layers[i]->v, 0, slot, 1), 0, b->max_len};
+        x = view.k && view.v ? em_block_forward(g->h[i], x, NULL, &view, &g->rng) : NULL;
     }
-    return ok;
+    x = em_layer_norm_forward(g->ln_f, em_narrow(x, 1, n - 1, 1));
+    em_tensor *logits = x ? head_of(g, x) : NULL;
+    em_scope_end(&logits, 1);
+    return logits;
 }
 
 em_status em_gpt_batch_prefill(em_gpt_batch *b, int64_t slot, const int64_t *ids, int64_t n,
@@ -145,18 +161,14 @@ em_status em_gpt_batch_prefill(em_gpt_batch *b, int64_t slot, const int64_t *ids
                                 "%s: token %lld at %lld is outside the vocabulary of %lld", op,
                                 (long long)ids[i], (long long)i, (long long)g->cfg.vocab_size);
     bool was = enter(g);
-    em_gpt_cache_reset(b->scratch);
     em_status st = EM_OK;
     em_scope_begin();
-    em_tensor *x = em_from_host(g->dev, EM_I64, EM_SHAPE(1, n), ids);
-    em_tensor *out = x ? em_gpt_forward(g, x, b->scratch) : NULL;
-    em_tensor *last = out ? em_select(em_select(out, 0, 0), 0, n - 1) : NULL;
+    em_tensor *last = prefill_forward(b, slot, ids, n);
     if (!last)
         st = failed(op);
     else if (logits)
         st = em_to_host(last, logits, (size_t)g->cfg.vocab_size * sizeof(float));
     em_scope_end(NULL, 0);
-    if (st == EM_OK && !copy_scratch(b, slot, n)) st = failed(op);
     leave(g, was);
     if (st == EM_OK) b->len[slot] = n;
     return st;
@@ -182,11 +194,13 @@ static double lowest(em_scalar dt)
 /* What every layer of one step shares. */
 typedef struct step_ctx {
     em_gpt_batch *b;
-    const int64_t *slots; /* listed slots */
-    int64_t n;            /* how many */
-    int64_t rows;         /* rows of the pass: highest listed slot + 1 */
-    int64_t tk;           /* keys attended: the longest listed slot after this step */
-    em_tensor *mask;      /* bool [rows, 1, 1, tk]: true = masked */
+    const int64_t *slots;  /* listed slots */
+    int64_t n;             /* how many */
+    int64_t rows;          /* rows of the pass: highest listed slot + 1 */
+    int64_t tk;            /* keys attended: the longest listed slot after this step */
+    const uint8_t *listed; /* per row: its slot is listed */
+    const int64_t *pos;    /* per listed row: the position its new key goes to */
+    em_tensor *mask;       /* bool [rows, 1, 1, tk]: true = masked; NULL when none is */
 } step_ctx;
 
 /* [rows, 1, 3C] part `which` (0 q, 1 k, 2 v) as heads [rows, H, 1, D] (a view). */
@@ -197,21 +211,28 @@ static em_tensor *heads_of(const em_tensor *qkv, int which, int64_t H, int64_t C
     return em_transpose(r, 1, 2);
 }
 
-/* Writes each listed row's new key and value at its slot's next position. */
+/* Writes each listed row's new key and value at its slot's next position: one copy per run of
+ * adjacent listed rows at the same position. */
 static bool write_kv(const step_ctx *s, em_kv_cache *c, const em_tensor *k, const em_tensor *v)
 {
     bool ok = true;
-    for (int64_t i = 0; ok && i < s->n; i++) {
-        int64_t slot = s->slots[i], at = s->b->len[slot];
+    for (int64_t r = 0; ok && r < s->rows;) {
+        if (!s->listed[r]) {
+            r++;
+            continue;
+        }
+        int64_t end = r + 1, at = s->pos[r];
+        while (end < s->rows && s->listed[end] && s->pos[end] == at) end++;
         const em_tensor *src[2] = {k, v};
         em_tensor *dst[2] = {c->k, c->v};
         for (int j = 0; ok && j < 2; j++) {
             em_scope_begin();
-            em_tensor *d = em_narrow(em_narrow(dst[j], 0, slot, 1), 2, at, 1);
-            em_tensor *r = em_narrow(src[j], 0, slot, 1);
-            ok = d && r && em_copy_(d, r) == EM_OK;
+            em_tensor *d = em_narrow(em_narrow(dst[j], 0, r, end - r), 2, at, 1);
+            em_tensor *w = em_narrow(src[j], 0, r, end - r);
+            ok = d && w && em_copy_(d, w) == EM_OK;
             em_scope_end(NULL, 0);
         }
+        r = end;
     }
     return ok;
 }
@@ -231,7 +252,7 @@ static em_tensor *attend(const step_ctx *s, em_mha *m, em_kv_cache *c, const em_
     em_tensor *vals = em_narrow(em_narrow(c->v, 0, 0, R), 2, 0, s->tk);
     em_tensor *att =
         em_mul_scalar(em_take(em_matmul(q, em_transpose(keys, 2, 3))), 1.0 / sqrt((double)D));
-    att = em_masked_fill(em_take(att), s->mask, lowest(em_dtype(att)));
+    if (s->mask) att = em_masked_fill(em_take(att), s->mask, lowest(em_dtype(att)));
     att = em_softmax(em_take(att), -1);
     em_tensor *o = em_matmul(att, vals);                               /* [R, H, 1, D] */
     o = em_reshape(em_transpose(em_take(o), 1, 2), EM_SHAPE(1, R, C)); /* heads merged */
@@ -241,13 +262,15 @@ done:
     return y;
 }
 
-/* The whole pass: logits [1, rows, vocab] (f32). */
-static em_tensor *step_forward(const step_ctx *s, const int64_t *ids, const int64_t *pos)
+/* The whole pass over ids_pos [2, rows] (the rows' tokens, then their positions): logits
+ * [1, rows, vocab] (f32). */
+static em_tensor *step_forward(const step_ctx *s, const int64_t *ids_pos)
 {
     em_gpt *g = s->b->g;
     em_scope_begin();
-    em_tensor *tid = em_from_host(g->dev, EM_I64, EM_SHAPE(1, s->rows), ids);
-    em_tensor *tpos = em_from_host(g->dev, EM_I64, EM_SHAPE(1, s->rows), pos);
+    /* ids and pos lie one after the other (plan): one upload for both. */
+    em_tensor *both = em_from_host(g->dev, EM_I64, EM_SHAPE(2, s->rows), ids_pos);
+    em_tensor *tid = em_narrow(both, 0, 0, 1), *tpos = em_narrow(both, 0, 1, 1);
     em_tensor *x = em_add(em_embedding_forward(g->wte, tid), em_embedding_forward(g->wpe, tpos));
     for (int64_t i = 0; x && i < g->cfg.n_layer; i++) {
         em_block *blk = g->h[i];
@@ -257,12 +280,7 @@ static em_tensor *step_forward(const step_ctx *s, const int64_t *ids, const int6
         x = em_add(em_take(h), em_take(f));
     }
     x = em_layer_norm_forward(g->ln_f, x);
-    em_tensor *logits;
-    if (g->lm_head)
-        logits = em_linear_forward(g->lm_head, x);
-    else
-        logits = em_matmul(x, em_transpose(g->wte->weight, 0, 1));
-    if (logits && em_dtype(logits) != EM_F32) logits = em_cast(logits, EM_F32);
+    em_tensor *logits = x ? head_of(g, x) : NULL;
     em_scope_end(&logits, 1);
     return logits;
 }
@@ -329,21 +347,30 @@ em_status em_gpt_batch_step(em_gpt_batch *b, const int64_t *slots, const int64_t
         return em_last_status();
     }
     uint8_t *mask = calloc((size_t)(rows * tk), 1);
-    float *host = logits ? malloc((size_t)(rows * V) * sizeof *host) : NULL;
+    /* Rows in the caller's order (slots 0, 1, ... listed in turn) go straight to its logits. */
+    bool in_order = n == rows;
+    for (int64_t i = 0; in_order && i < n; i++) in_order = slots[i] == i;
+    float *host = !logits ? NULL : in_order ? logits : malloc((size_t)(rows * V) * sizeof *host);
     if (!mask || (logits && !host)) {
+        if (host == logits) host = NULL;
         free(ids), free(listed), free(mask), free(host);
         return em_set_error(EM_ERR_NOMEM, "%s: out of memory", op);
     }
-    /* A listed row sees keys [0, len]; an unlisted row's output is thrown away. */
+    /* A listed row sees keys [0, len]; an unlisted row's output is thrown away. Sequences in
+     * lockstep (every row listed, all at the last position) need no mask. */
+    bool masked = false;
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < tk; j++) mask[r * tk + j] = listed[r] && j > pos[r];
+        for (int64_t j = 0; j < tk; j++) {
+            mask[r * tk + j] = listed[r] && j > pos[r];
+            masked = masked || mask[r * tk + j];
+        }
 
     em_status st = EM_OK;
     bool was = enter(g);
     em_scope_begin();
-    step_ctx s = {b, slots, n, rows, tk, NULL};
-    s.mask = em_from_host(g->dev, EM_BOOL, EM_SHAPE(rows, 1, 1, tk), mask);
-    em_tensor *out = s.mask ? step_forward(&s, ids, pos) : NULL;
+    step_ctx s = {b, slots, n, rows, tk, listed, pos, NULL};
+    if (masked) s.mask = em_from_host(g->dev, EM_BOOL, EM_SHAPE(rows, 1, 1, tk), mask);
+    em_tensor *out = !masked || s.mask ? step_forward(&s, ids) : NULL;
     if (!out)
         st = failed(op);
     else if (host)
@@ -353,12 +380,14 @@ em_status em_gpt_batch_step(em_gpt_batch *b, const int64_t *slots, const int64_t
     if (st == EM_OK) {
         for (int64_t i = 0; i < n; i++) {
             b->len[slots[i]]++;
-            if (host) memcpy(logits + i * V, host + slots[i] * V, (size_t)V * sizeof *logits);
+            if (host && host != logits)
+                memcpy(logits + i * V, host + slots[i] * V, (size_t)V * sizeof *logits);
         }
     } else {
         /* A layer may have written some keys already: the listed slots are no longer usable. */
         for (int64_t i = 0; i < n; i++) b->len[slots[i]] = 0;
     }
-    free(ids), free(listed), free(mask), free(host);
+    if (host != logits) free(host);
+    free(ids), free(listed), free(mask);
     return st;
 }

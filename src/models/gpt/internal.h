@@ -34,7 +34,6 @@ em_gpt *gpt_build(em_device *dev, em_scalar dtype, const em_gpt_config *cfg, uin
 struct em_gpt_batch {
     em_gpt *g;             /* the model (borrowed) */
     em_kv_cache **layers;  /* one per block: k, v [slots, heads, max_len, head_dim] */
-    em_gpt_cache *scratch; /* a batch-1 cache that prefills run through before their copy */
     int64_t *len;          /* positions held by each slot */
     int64_t slots;         /* number of slots */
     int64_t max_len;       /* positions per slot */

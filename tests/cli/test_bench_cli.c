@@ -1,0 +1,135 @@
+/* test_bench_cli.c — `ember bench decode` as a user runs it: on the CPU with the tiny preset it
+ * prints one JSON line with the reference's fields (workload, impl, dtype, batch, new_tokens,
+ * tokens_per_s) and its own (device, prompt_tokens, prefill_ms, ms_per_step), the figures
+ * positive and consistent with each other; --dtype bf16 is reported in the reference's spelling;
+ * bad arguments get a usage message and exit status 2. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cjson/cJSON.h>
+#include <cmocka.h>
+
+#include "data/data_util.h"
+
+/* Runs `ember ARGS` with stderr as `err` says ("2>&1", "2>/dev/null"); returns the output,
+ * status in *code. */
+static char *ember(const char *args, const char *err, int *code)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' %s %s", EMBER_CLI_PATH, args, err);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char *out = read_all(p, NULL);
+    int st = pclose(p);
+    *code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}
+
+static double number(const cJSON *o, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!cJSON_IsNumber(v)) fail_msg("field '%s' is missing or not a number", name);
+    return v->valuedouble;
+}
+
+static const char *string(const cJSON *o, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!cJSON_IsString(v)) fail_msg("field '%s' is missing or not a string", name);
+    return v->valuestring;
+}
+
+/* Runs the benchmark and returns its one JSON line, parsed. */
+static cJSON *decode(const char *args)
+{
+    int code;
+    char *out = ember(args, "2>/dev/null", &code);
+    if (code != 0) fail_msg("`ember %s`: status %d, output:\n%s", args, code, out);
+    fprintf(stderr, "[bench decode] %s", out);
+    char *nl = strchr(out, '\n');
+    if (!nl || nl[1]) fail_msg("`ember %s` did not print one line:\n%s", args, out);
+    cJSON *o = cJSON_Parse(out);
+    if (!cJSON_IsObject(o)) fail_msg("`ember %s` did not print a JSON object:\n%s", args, out);
+    free(out);
+    return o;
+}
+
+static void test_decode_json(void **state)
+{
+    (void)state;
+    cJSON *o = decode("bench decode --device cpu --preset tiny --batch 2 --new 8");
+    assert_string_equal(string(o, "workload"), "gpt2_decode");
+    assert_string_equal(string(o, "impl"), "ember");
+    assert_string_equal(string(o, "dtype"), "fp32");
+    assert_string_equal(string(o, "device"), "cpu");
+    assert_string_equal(string(o, "preset"), "tiny");
+    assert_true(number(o, "batch") == 2);
+    assert_true(number(o, "new_tokens") == 8);
+    assert_true(number(o, "prompt_tokens") == 16);
+    double tps = number(o, "tokens_per_s"), pre = number(o, "prefill_ms"),
+           step = number(o, "ms_per_step");
+    assert_true(tps > 0);
+    assert_true(pre > 0);
+    assert_true(step > 0);
+    /* 2 x 8 tokens over the prefills and 7 steps (the figures are rounded when printed). */
+    double want = 16.0 / ((pre + 7 * step) * 1e-3);
+    if (tps < want * 0.99 - 0.1 || tps > want * 1.01 + 0.1)
+        fail_msg("tokens_per_s %g, but 16 tokens in %g + 7 x %g ms make %g", tps, pre, step, want);
+    cJSON_Delete(o);
+    o = decode("bench decode --device cpu --preset tiny --dtype bf16 --prompt 3 --new 2 --seed 5");
+    assert_string_equal(string(o, "dtype"), "bf16");
+    assert_true(number(o, "batch") == 1);
+    assert_true(number(o, "new_tokens") == 2);
+    assert_true(number(o, "prompt_tokens") == 3);
+    assert_true(number(o, "tokens_per_s") > 0);
+    cJSON_Delete(o);
+}
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "bench",
+        "bench frobnicate",
+        "bench decode --batch 0",
+        "bench decode --batch two",
+        "bench decode --new -4",
+        "bench decode --prompt",
+        "bench decode --dtype f64",
+        "bench decode --preset gpt7",
+        "bench decode --preset tiny --prompt 100 --new 100", /* past the context of 128 */
+        "bench decode --seed -1",
+        "bench decode --frobnicate 1",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int code;
+        char *out = ember(bad[i], "2>&1", &code);
+        if (code != 2 || !strstr(out, "usage:"))
+            fail_msg("`ember %s`: status %d, output:\n%s", bad[i], code, out);
+        free(out);
+    }
+    /* A device that does not exist is an error (status 1), not a usage. */
+    int code;
+    char *out = ember("bench decode --device nosuch:3 --preset tiny --new 2", "2>&1", &code);
+    if (code != 1) fail_msg("an unknown device: status %d, output:\n%s", code, out);
+    free(out);
+    out = ember("bench decode --help", "2>&1", &code);
+    assert_int_equal(code, 0);
+    assert_non_null(strstr(out, "--prompt"));
+    free(out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_decode_json),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,234 @@
+/* bench_decode.c — `ember bench decode`: greedy GPT-2 decoding speed with the KV cache, through
+ * the batched path `ember serve` runs (em_gpt_batch_prefill, em_gpt_batch_step; see
+ * src/serve/sched.c). A model of a preset (GPT-2 124M by default) with random weights, B
+ * sequences of P random prompt tokens, each prefilled into its own slot (one at a time, as the
+ * server admits them), then decoded together, one batched step per token, until each has N new
+ * tokens: the first from its prefill's logits, the other N - 1 from N - 1 steps. The next token
+ * is the first largest logit (what em_sample_token picks at temperature 0). A warm-up of 16
+ * tokens over the same prompts runs first, so every kernel is compiled before the clock starts.
+ * One JSON line, with the fields of the PyTorch reference (../shared/anchors/decode.py, whose
+ * dtype spelling it uses) and more:
+ *
+ *   {"workload":"gpt2_decode","impl":"ember","dtype":"fp32","batch":1,"new_tokens":256,
+ *    "tokens_per_s":...,"device":"cuda:0","device_name":"...","preset":"gpt2",
+ *    "prompt_tokens":16,"prefill_ms":...,"ms_per_step":...}
+ *
+ * tokens_per_s is B * N over the whole timed generation (prefills and steps), as the reference
+ * times model.generate; prefill_ms is the B prefills together, ms_per_step one batched step. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "ember/gpt.h"
+
+enum { WARMUP_TOKENS = 16, MAX_BATCH = 4096 };
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int usage(FILE *out)
+{
+    fprintf(out,
+            "usage: ember bench decode [--device D] [--dtype f32|bf16|f16] [--batch B]\n"
+            "                          [--prompt P] [--new N] [--preset gpt2|tiny|...] [--seed S]\n"
+            "  greedy decoding with the KV cache through the batched path of `ember serve`:\n"
+            "  B sequences (default 1, at most 4096) of P random prompt tokens (16), N new tokens "
+            "each (256),\n"
+            "  a model of the preset (gpt2) with random weights in dtype (f32) on D (cpu).\n"
+            "  Prints one JSON line: tokens_per_s, prefill_ms, ms_per_step, ...\n");
+    return 2;
+}
+
+/* A positive integer argument, or -1. */
+static int64_t positive(const char *s)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    return errno || end == s || *end || v <= 0 ? -1 : (int64_t)v;
+}
+
+/* splitmix64: the prompts' tokens. */
+static uint64_t next_u64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* The first largest of x[0, n). */
+static int64_t argmax(const float *x, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* What one generation needs. */
+typedef struct decode_run {
+    em_device *dev;         /* the model's device */
+    em_gpt_batch *b;        /* B slots */
+    int64_t B, P, V;        /* sequences, prompt tokens, vocabulary */
+    const int64_t *prompts; /* [B, P] */
+    int64_t *slots, *tok;   /* [B]: the slots listed in a step, the tokens they take */
+    float *logits;          /* [B, V] */
+} decode_run;
+
+/* Generates n tokens for every sequence; the seconds of the prefills and of the steps go to
+ * *prefill_s and *steps_s. The slots are emptied afterwards. */
+static em_status generate(decode_run *r, int64_t n, double *prefill_s, double *steps_s)
+{
+    em_status st = em_device_sync(r->dev);
+    double t0 = now_s();
+    for (int64_t i = 0; st == EM_OK && i < r->B; i++) {
+        st = em_gpt_batch_prefill(r->b, i, r->prompts + i * r->P, r->P, r->logits + i * r->V);
+        if (st == EM_OK) r->tok[i] = argmax(r->logits + i * r->V, r->V);
+    }
+    double t1 = now_s();
+    for (int64_t s = 1; st == EM_OK && s < n; s++) {
+        st = em_gpt_batch_step(r->b, r->slots, r->tok, r->B, r->logits);
+        for (int64_t i = 0; st == EM_OK && i < r->B; i++)
+            r->tok[i] = argmax(r->logits + i * r->V, r->V);
+    }
+    double t2 = now_s();
+    for (int64_t i = 0; i < r->B; i++) em_gpt_batch_clear(r->b, i);
+    *prefill_s = t1 - t0;
+    *steps_s = t2 - t1;
+    return st;
+}
+
+/* The options. */
+typedef struct decode_opts {
+    const char *device, *dtype, *preset; /* --device, --dtype as given, --preset */
+    em_scalar dt;                        /* the parameters' dtype */
+    const char *dtype_ref;               /* the reference's spelling: fp32, bf16, fp16 */
+    int64_t batch, prompt, nnew;         /* --batch, --prompt, --new */
+    uint64_t seed;                       /* --seed: the weights and the prompts */
+} decode_opts;
+
+/* Parses argv into o. 0; 2 with the usage on stderr; -1 after --help (the usage on stdout). */
+static int parse(int argc, char **argv, decode_opts *o)
+{
+    *o = (decode_opts){"cpu", "f32", "gpt2", EM_F32, "fp32", 1, 16, 256, 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return -1;
+        }
+        if (!v) return usage(stderr);
+        i++;
+        if (!strcmp(a, "--device"))
+            o->device = v;
+        else if (!strcmp(a, "--dtype"))
+            o->dtype = v;
+        else if (!strcmp(a, "--preset"))
+            o->preset = v;
+        else if (!strcmp(a, "--batch"))
+            o->batch = positive(v);
+        else if (!strcmp(a, "--prompt"))
+            o->prompt = positive(v);
+        else if (!strcmp(a, "--new"))
+            o->nnew = positive(v);
+        else if (!strcmp(a, "--seed")) {
+            char *end;
+            errno = 0;
+            o->seed = strtoull(v, &end, 10);
+            if (errno || end == v || *end || *v == '-') return usage(stderr);
+        } else
+            return usage(stderr);
+    }
+    if (o->batch < 0 || o->batch > MAX_BATCH || o->prompt < 0 || o->nnew < 0) return usage(stderr);
+    if (!strcmp(o->dtype, "f32") || !strcmp(o->dtype, "fp32"))
+        o->dt = EM_F32, o->dtype_ref = "fp32";
+    else if (!strcmp(o->dtype, "bf16"))
+        o->dt = EM_BF16, o->dtype_ref = "bf16";
+    else if (!strcmp(o->dtype, "f16") || !strcmp(o->dtype, "fp16"))
+        o->dt = EM_F16, o->dtype_ref = "fp16";
+    else
+        return usage(stderr);
+    return 0;
+}
+
+/* The model, the batch and the buffers of a run, then the warm-up and the timed generation. */
+static int bench(const decode_opts *o, em_device *dev, const em_gpt_config *cfg)
+{
+    int64_t B = o->batch, P = o->prompt, N = o->nnew, V = cfg->vocab_size;
+    int64_t len = P + (N > WARMUP_TOKENS ? N : WARMUP_TOKENS);
+    if (len > cfg->block_size) len = cfg->block_size;
+    int64_t warm = len - P < WARMUP_TOKENS ? len - P : WARMUP_TOKENS;
+    em_gpt *g = em_gpt_new(dev, o->dt, cfg, o->seed);
+    em_gpt_batch *b = g ? em_gpt_batch_new(g, B, len) : NULL;
+    int64_t *prompts = malloc((size_t)(B * P) * sizeof *prompts);
+    int64_t *slots = malloc((size_t)B * sizeof *slots), *tok = malloc((size_t)B * sizeof *tok);
+    float *logits = malloc((size_t)(B * V) * sizeof *logits);
+    int rc = 1;
+    if (!b) {
+        fprintf(stderr, "ember bench decode: %s\n", em_last_error());
+        goto done;
+    }
+    if (!prompts || !slots || !tok || !logits) {
+        fprintf(stderr, "ember bench decode: out of memory\n");
+        goto done;
+    }
+    uint64_t rng = o->seed ^ 0x5EEDull;
+    for (int64_t i = 0; i < B * P; i++) prompts[i] = (int64_t)(next_u64(&rng) % (uint64_t)V);
+    for (int64_t i = 0; i < B; i++) slots[i] = i;
+    decode_run r = {dev, b, B, P, V, prompts, slots, tok, logits};
+    double pre, steps;
+    if (generate(&r, warm, &pre, &steps) != EM_OK || generate(&r, N, &pre, &steps) != EM_OK) {
+        fprintf(stderr, "ember bench decode: %s\n", em_last_error());
+        goto done;
+    }
+    printf("{\"workload\":\"gpt2_decode\",\"impl\":\"ember\",\"dtype\":\"%s\",\"batch\":%lld,"
+           "\"new_tokens\":%lld,\"tokens_per_s\":%.1f,\"device\":\"%s\",\"device_name\":\"%s\","
+           "\"preset\":\"%s\",\"prompt_tokens\":%lld,\"prefill_ms\":%.3f,\"ms_per_step\":%.4f}\n",
+           o->dtype_ref, (long long)B, (long long)N, (double)(B * N) / (pre + steps),
+           em_device_name(dev), em_device_caps(dev)->device_name, o->preset, (long long)P,
+           pre * 1e3, N > 1 ? steps * 1e3 / (double)(N - 1) : 0.0);
+    fflush(stdout);
+    rc = 0;
+done:
+    free(prompts), free(slots), free(tok), free(logits);
+    em_gpt_batch_free(b);
+    em_gpt_free(g);
+    return rc;
+}
+
+int em_cli_bench_decode(int argc, char **argv)
+{
+    decode_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    em_gpt_config cfg;
+    if (!em_gpt_preset(o.preset, &cfg)) {
+        fprintf(stderr, "ember bench decode: %s\n", em_last_error());
+        return usage(stderr);
+    }
+    if (o.prompt + o.nnew > cfg.block_size) {
+        fprintf(stderr,
+                "ember bench decode: --prompt %lld and --new %lld need %lld positions; the %s "
+                "context holds %lld\n",
+                (long long)o.prompt, (long long)o.nnew, (long long)(o.prompt + o.nnew), o.preset,
+                (long long)cfg.block_size);
+        return usage(stderr);
+    }
+    em_device *dev = em_device_open(o.device);
+    if (!dev) {
+        fprintf(stderr, "ember bench decode: %s\n", em_last_error());
+        return 1;
+    }
+    rc = bench(&o, dev, &cfg);
+    em_device_close(dev);
+    return rc;
+}
