@@ -1,13 +1,209 @@
 /* ops_reduce.c — reductions over any set of dims (sum, mean, prod, max, min, argmax, argmin,
  * var, std, logsumexp, all, any), cumsum, softmax/log_softmax and layer/RMS norm, through the
  * kernels of src/kernels/tensor_reduce.ek. The reduced dims are moved last by a permuted view (no
- * copy); one cube reduces one output element. */
+ * copy); one cube reduces one output element.
+ *
+ * The common case — float softmax, log_softmax, layer_norm, rms_norm, sum and mean over the last
+ * dim(s), those being contiguous (stride 1) and the other dims stepping from row to row with one
+ * stride — takes the fast path of src/kernels/tensor_rowwise.ek instead, on the CPU and on
+ * devices with plane ops: rows read as 16-byte lines, a plane (or a part of one) per short row
+ * and several rows per cube, rows of up to 16384 elements held in registers between passes
+ * (rows_plan_for says how the host chooses). */
 #include <math.h>
 #include <string.h>
 
 #include "tensor/internal.h"
 
 enum { R_SUM = 0, R_PROD, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN, R_MEAN, R_VAR, R_STD, R_LSE, R_ALL, R_ANY };
+
+/* ---- the row-wise fast path (src/kernels/tensor_rowwise.ek) ---------------------------------- */
+
+/* How rows of contiguous elements are read and spread over units. */
+typedef struct rows_plan {
+    unsigned lw;     /* line width: scalars per load */
+    unsigned g;      /* units per row (a power of two) */
+    unsigned cube;   /* units per cube (a multiple of g) */
+    unsigned v;      /* lines each unit keeps in registers; 0: the row is walked once per pass */
+    uint32_t rows;   /* rows */
+    uint32_t nl;     /* lines per row */
+    uint32_t x_rs;   /* row stride of the input, in lines */
+} rows_plan;
+
+/* Whether the last k dims of t are contiguous together (rows of *n elements, stride 1) and its
+ * other dims merge into one (rows at a stride of *rs elements): then t is *rows x *n rows. */
+static bool rows_geometry(const em_tensor *t, int k, int64_t *rows, int64_t *n, int64_t *rs)
+{
+    if (t->rank < 1 || k < 1 || k > t->rank) return false;
+    int64_t nn = 1;
+    for (int i = t->rank - 1; i >= t->rank - k; i--) {
+        if (t->shape[i] != 1 && t->stride[i] != nn) return false;
+        nn *= t->shape[i];
+    }
+    int64_t r = 1, st = nn;
+    bool seen = false;
+    for (int i = t->rank - k - 1; i >= 0; i--) {
+        if (t->shape[i] == 1) continue;
+        if (seen && t->stride[i] != st * r) return false;
+        if (!seen) st = t->stride[i];
+        seen = true;
+        r *= t->shape[i];
+    }
+    *rows = r;
+    *n = nn;
+    *rs = st;
+    return true;
+}
+
+/* The widest line width that the device takes for dt (em_line_lanes: 16 bytes, 32 for 2-byte
+ * types on GPUs, 4 lanes on the CPU), then halves, that divides n and every offset or stride in
+ * al[0..na): a row's lines must start on a line boundary. */
+static unsigned rows_width(const em_caps *c, em_scalar dt, int64_t n, const int64_t *al, int na)
+{
+    unsigned lw = em_line_lanes(c, (unsigned)em_scalar_size(dt));
+    for (; lw > 1; lw /= 2) {
+        bool ok = n % lw == 0;
+        for (int i = 0; i < na; i++) ok = ok && al[i] % lw == 0;
+        if (ok) break;
+    }
+    return lw;
+}
+
+/* The number of lines a unit keeps in registers for `need`: the next of 1, 2, 3, 4, 6, 8, 12,
+ * 16, 24, 32 (so that few distinct kernels are compiled as row lengths vary). */
+static unsigned rows_quantize(int64_t need)
+{
+    static const unsigned steps[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+    for (size_t i = 0; i < EM_ARRAY_LEN(steps); i++)
+        if (need <= steps[i]) return steps[i];
+    return 0;
+}
+
+/* Chooses the plan for rows x n elements of dtype dt (offsets and strides in al) on dev; false
+ * when the fast path does not apply (then the general kernels run):
+ *   - The CPU target (a cube is one thread looping over its units, planes of 1): a unit per row,
+ *     16 rows per cube, the row walked once per pass (it stays in the cache).
+ *   - Devices with plane ops: units per row g, a power of two, grows up to the plane size while
+ *     a unit would get more than 4 lines, then past it (a cube per row, the planes meeting
+ *     through shared memory) while a unit would hold more than 32 values of the compute type
+ *     (16 for f64) in registers. Past g = 512 (rows over 16384 f32 elements) the rows are walked
+ *     by 256 units, once per pass. A cube holds at least 128 units (several rows when g is
+ *     smaller). The kernel checks PLANE_DIM itself, so this choice affects speed only.
+ *   - Other devices (no plane ops: PoCL, NVIDIA's OpenCL): the general kernels.
+ *   - Sizes beyond the kernel's u32 indices: the general kernels (which report them). */
+static bool rows_plan_for(em_device *dev, em_scalar dt, int64_t rows, int64_t n, int64_t x_rs,
+                          const int64_t *al, int na, rows_plan *p)
+{
+    const em_caps *c = em_device_caps(dev);
+    if (!c || rows < 1 || n < 1) return false;
+    bool cpu = !strcmp(c->target, "c");
+    if (!cpu && !(c->plane_ops && c->plane_dim > 1)) return false;
+    p->lw = rows_width(c, dt, n, al, na);
+    int64_t nl = n / p->lw;
+    if (rows > UINT32_MAX || n > UINT32_MAX || x_rs / p->lw > UINT32_MAX) return false;
+    p->rows = (uint32_t)rows;
+    p->nl = (uint32_t)nl;
+    p->x_rs = (uint32_t)(x_rs / p->lw);
+    if (cpu) {
+        p->g = 1;
+        p->cube = 16;
+        p->v = 0;
+        return true;
+    }
+    unsigned maxu = c->max_cube_units ? c->max_cube_units : 256, gmax = 1;
+    while (gmax * 2 <= maxu && gmax < 512) gmax *= 2;
+    unsigned budget = (tn_compute_type(dt) == EM_F64 ? 16 : 32) / p->lw, g = 1;
+    while (g * 2 <= c->plane_dim && g < gmax && (int64_t)g * 4 < nl) g *= 2;
+    while (g < gmax && (nl + g - 1) / g > budget) g *= 2;
+    p->v = rows_quantize((nl + g - 1) / g);
+    if (p->v == 0 || p->v > budget) {
+        p->v = 0;
+        g = gmax < 256 ? gmax : 256;
+    }
+    p->g = g;
+    p->cube = g < 128 && gmax >= 128 ? 128 : g;
+    return true;
+}
+
+/* A flat buffer argument over t's whole storage, in elements of `lanes` scalars. */
+static em_arg rows_buffer(const em_tensor *t, unsigned lanes)
+{
+    uint64_t len = (uint64_t)(t->st->bytes / em_scalar_size(t->dtype)) / lanes;
+    return em_arg_tensor(t->st->buf, 0, len ? len : 1, 0, NULL, NULL);
+}
+
+/* Launches a row-wise kernel over the plan's rows. EM_OK or the error set (prefixed with op). */
+static em_status rows_launch(const char *op, em_device *dev, const char *kernel, const rows_plan *p,
+                             const em_lang_bind *binds, size_t nb, const em_arg *args, size_t na)
+{
+    const em_lang_module *m = em_lang_builtins();
+    if (!m) return em_error_context("%s", op);
+    unsigned per = p->cube / p->g;
+    uint32_t cubes[3] = {(p->rows + per - 1) / per, 1, 1}, units[3] = {p->cube, 1, 1};
+    em_lang_spec spec = {binds, nb, p->lw, NULL};
+    em_status st = em_lang_launch(dev, m, kernel, &spec, cubes, units, args, na);
+    if (st != EM_OK) em_error_context("%s", op);
+    return st;
+}
+
+/* The comptime bindings every row-wise kernel takes (G, CUBE, V); returns the count added. */
+static size_t rows_binds(const rows_plan *p, em_lang_bind *b)
+{
+    b[0] = em_lang_bind_int("G", p->g);
+    b[1] = em_lang_bind_int("CUBE", p->cube);
+    b[2] = em_lang_bind_int("V", p->v);
+    return 3;
+}
+
+/* Runs tensor_rows (op 0 softmax, 1 log_softmax, 2 layer_norm, 3 rms_norm) over the last k dims
+ * of t into out (contiguous, t's shape); w and bias (or NULL) are contiguous, of the k dims.
+ * *taken is false when t's geometry does not fit the fast path (nothing runs; the caller runs
+ * the general kernel). EM_OK or the error set. */
+static em_status rows_apply(const char *op, const em_tensor *t, int k, const em_tensor *w,
+                            const em_tensor *bias, em_tensor *out, double eps, int code,
+                            bool *taken)
+{
+    int64_t rows, n, rs;
+    *taken = false;
+    if (!rows_geometry(t, k, &rows, &n, &rs)) return EM_OK;
+    int64_t al[5] = {t->offset, rs, out->offset, w ? w->offset : 0, bias ? bias->offset : 0};
+    rows_plan p;
+    if (!rows_plan_for(t->st->dev, t->dtype, rows, n, rs, al, 5, &p)) return EM_OK;
+    *taken = true;
+    em_scalar ct = tn_compute_type(t->dtype);
+    em_lang_bind b[6] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("C", ct),
+                         em_lang_bind_type("M", tn_math_type(t->st->dev, ct))};
+    size_t nb = 3 + rows_binds(&p, b + 3);
+    const em_tensor *wt = w ? w : t, *bt = bias ? bias : t;
+    em_arg a[15] = {rows_buffer(t, p.lw), em_arg_u32((uint32_t)(t->offset / p.lw)),
+                    rows_buffer(wt, p.lw), em_arg_u32((uint32_t)(wt->offset / p.lw)),
+                    rows_buffer(bt, p.lw), em_arg_u32((uint32_t)(bt->offset / p.lw)),
+                    rows_buffer(out, p.lw), em_arg_u32((uint32_t)(out->offset / p.lw)),
+                    em_arg_u32(p.rows), em_arg_u32(p.nl), em_arg_u32(p.x_rs), em_arg_u32(p.nl),
+                    tn_scalar_arg(t->dtype, eps), em_arg_u32((uint32_t)code),
+                    em_arg_u32((w ? 1u : 0u) | (bias ? 2u : 0u))};
+    return rows_launch(op, t->st->dev, "tensor_rows", &p, b, nb, a, 15);
+}
+
+/* Runs tensor_rows_sum: out (contiguous, one value per row) = scale * the sums over the last k
+ * dims of t. *taken as for rows_apply. */
+static em_status rows_sum(const char *op, const em_tensor *t, int k, em_tensor *out, double scale,
+                          bool *taken)
+{
+    int64_t rows, n, rs;
+    *taken = false;
+    if (!rows_geometry(t, k, &rows, &n, &rs)) return EM_OK;
+    int64_t al[2] = {t->offset, rs};
+    rows_plan p;
+    if (!rows_plan_for(t->st->dev, t->dtype, rows, n, rs, al, 2, &p)) return EM_OK;
+    *taken = true;
+    em_lang_bind b[5] = {em_lang_bind_type("T", t->dtype),
+                         em_lang_bind_type("C", tn_compute_type(t->dtype))};
+    size_t nb = 2 + rows_binds(&p, b + 2);
+    em_arg a[8] = {rows_buffer(t, p.lw), em_arg_u32((uint32_t)(t->offset / p.lw)),
+                   rows_buffer(out, 1), em_arg_u32((uint32_t)out->offset), em_arg_u32(p.rows),
+                   em_arg_u32(p.nl), em_arg_u32(p.x_rs), tn_scalar_arg(t->dtype, scale)};
+    return rows_launch(op, t->st->dev, "tensor_rows_sum", &p, b, nb, a, 8);
+}
 
 /* Cube size for reducing n elements: a power of two in 32..256. */
 static unsigned cube_for(int64_t n, unsigned *log)
@@ -129,6 +325,21 @@ static em_tensor *reduce(const char *op, const em_tensor *t, const int *dims, in
         xsh[0] = osh[0] = xs[0] = os[0] = 1;
         k = 1;
     }
+    /* sum and mean of floats over the last k dims: the row-wise fast path when they fit */
+    bool tail = k >= 1 && t->rank >= 1;
+    for (int i = 0; i < t->rank; i++) tail = tail && red[i] == (i >= t->rank - k);
+    if (tail && fl && (code == R_SUM || code == R_MEAN)) {
+        bool taken;
+        double scale = code == R_MEAN ? 1.0 / (double)n_inner : 1.0;
+        em_status st = rows_sum(op, t, k, out, scale, &taken);
+        if (taken) {
+            if (st != EM_OK) {
+                em_release(out);
+                out = NULL;
+            }
+            goto done;
+        }
+    }
     unsigned log;
     unsigned cube = cube_for(n_inner, &log);
     static const int kind[] = {0, 1, 2, 3, 2, 3, 0, 0, 0, 2, 3, 2};
@@ -213,6 +424,17 @@ static em_tensor *softmax(const char *op, const em_tensor *t, int dim, bool log_
     if (d < 0) goto done;
     out = tn_new(t->st->dev, t->dtype, t->rank, t->shape);
     if (!out || em_numel(t) == 0) goto done;
+    if (t->rank && d == t->rank - 1) {
+        bool taken;
+        em_status st = rows_apply(op, t, 1, NULL, NULL, out, 0, log_softmax ? 1 : 0, &taken);
+        if (taken) {
+            if (st != EM_OK) {
+                em_release(out);
+                out = NULL;
+            }
+            goto done;
+        }
+    }
     int R = t->rank ? t->rank : 1;
     int64_t xsh[EM_MAX_RANK] = {1}, xs[EM_MAX_RANK] = {1}, osh[EM_MAX_RANK] = {1}, os[EM_MAX_RANK] = {1};
     if (t->rank) {
@@ -316,6 +538,13 @@ static em_tensor *norm(const char *op, const em_tensor *t, int nnorm, const em_t
     wc = w ? tn_contig(w) : NULL;
     bc = bias ? tn_contig(bias) : NULL;
     if ((w && !wc) || (bias && !bc)) goto fail;
+    bool taken;
+    if (rows_apply(op, t, nnorm, wc, bc, out, eps, rms ? 3 : 2, &taken) != EM_OK) goto fail;
+    if (taken) {
+        em_release(wc);
+        em_release(bc);
+        return out;
+    }
     int64_t n = 1;
     for (int i = t->rank - nnorm; i < t->rank; i++) n *= t->shape[i];
     unsigned log;
