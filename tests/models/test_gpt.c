@@ -462,6 +462,36 @@ static void test_sampling(void **state)
     assert_int_equal(c[0] + c[4] + c[5], 0);
     double zk = 2 * exp(3.0) + exp(2.0), q2 = exp(2.0) / zk;
     assert_true(fabs(c[2] - 20000 * q2) < 4 * sqrt(20000 * q2 * (1 - q2)) + 1);
+    /* top-k over a large vocabulary with many ties (the partial selection): logits (37 i) mod 50
+     * put 20 tokens at each of 49, 48, 47, ...; k = 45 keeps the 40 tokens of 49 and 48 and the 5
+     * lowest ids of those at 47, and every one of them is drawn. */
+    {
+        enum { BIGV = 1000, K = 45, DRAWS = 20000 };
+        float *big = malloc(BIGV * sizeof *big);
+        int *seen = calloc(BIGV, sizeof *seen);
+        assert_non_null(big);
+        assert_non_null(seen);
+        for (int i = 0; i < BIGV; i++) big[i] = (float)((37 * i) % 50);
+        bool keep[BIGV] = {false};
+        int at47 = 0;
+        for (int i = 0; i < BIGV; i++) {
+            if (big[i] >= 48) keep[i] = true;
+            if (big[i] == 47 && at47 < 5) keep[i] = true, at47++;
+        }
+        em_sample_config kb = {1.0, K, 1.0, 1.0, 0};
+        uint64_t rk = 49;
+        for (int d = 0; d < DRAWS; d++) {
+            int64_t t = em_sample_token(big, BIGV, NULL, 0, &kb, &rk);
+            assert_true(t >= 0 && t < BIGV);
+            seen[t]++;
+        }
+        for (int i = 0; i < BIGV; i++) {
+            if (!keep[i] && seen[i]) fail_msg("top-k 45: token %d (logit %g) drawn", i, big[i]);
+            if (keep[i] && !seen[i]) fail_msg("top-k 45: token %d (logit %g) never drawn", i, big[i]);
+        }
+        free(big);
+        free(seen);
+    }
     /* top-p: probabilities of the sorted tokens are 0.384, 0.384, 0.141, 0.052, ...: p = 0.5
      * keeps two tokens, p = 0.8 three, p = 0.2 one (the first of the equals in id order). */
     em_sample_config p5 = {1.0, 0, 0.5, 1.0, 45};

@@ -37,6 +37,34 @@ static int cmp_cand(const void *a, const void *b)
     return (x->i > y->i) - (x->i < y->i);
 }
 
+/* Moves the k first candidates in cmp_cand's order to c[0..k), sorted, in O(vocab log k): a
+ * heap of the k best seen so far, whose root is the worst of them. The same prefix a full sort
+ * gives, since cmp_cand is a total order. */
+static void sift_down(cand *h, int64_t n, int64_t i)
+{
+    for (;;) {
+        int64_t w = i, l = 2 * i + 1, r = l + 1;
+        if (l < n && cmp_cand(&h[l], &h[w]) > 0) w = l;
+        if (r < n && cmp_cand(&h[r], &h[w]) > 0) w = r;
+        if (w == i) return;
+        cand t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
+}
+
+static void top_k_sorted(cand *c, int64_t vocab, int64_t k)
+{
+    for (int64_t i = k / 2 - 1; i >= 0; i--) sift_down(c, k, i);
+    for (int64_t i = k; i < vocab; i++)
+        if (cmp_cand(&c[i], &c[0]) < 0) {
+            c[0] = c[i];
+            sift_down(c, k, 0);
+        }
+    qsort(c, (size_t)k, sizeof *c, cmp_cand);
+}
+
 int64_t em_sample_token(const float *logits, int64_t vocab, const int64_t *history, int64_t nhist,
                         const em_sample_config *cfg, uint64_t *rng_state)
 {
@@ -75,9 +103,12 @@ int64_t em_sample_token(const float *logits, int64_t vocab, const int64_t *histo
         return pick;
     }
     for (int64_t i = 0; i < vocab; i++) c[i].v /= cfg->temperature;
-    qsort(c, (size_t)vocab, sizeof *c, cmp_cand);
     int64_t n = vocab;
     if (cfg->top_k > 0 && cfg->top_k < n) n = cfg->top_k;
+    if (n < vocab)
+        top_k_sorted(c, vocab, n);
+    else
+        qsort(c, (size_t)vocab, sizeof *c, cmp_cand);
     /* Softmax over the n kept (the largest first, so no overflow). */
     double mx = c[0].v, sum = 0;
     for (int64_t i = 0; i < n; i++) {
