@@ -88,7 +88,8 @@ static unsigned rows_quantize(int64_t need)
  *     (16 for f64) in registers. Past g = 512 (rows over 16384 f32 elements) the rows are walked
  *     by 256 units, once per pass. A cube holds at least 128 units (several rows when g is
  *     smaller). The kernel checks PLANE_DIM itself, so this choice affects speed only.
- *   - Other devices (no plane ops: PoCL, NVIDIA's OpenCL): the general kernels.
+ *   - Other devices (no plane ops: PoCL, NVIDIA's OpenCL), and rows over 65536 elements on the
+ *     CPU (whose one unit per row would sum them serially): the general kernels.
  *   - Sizes beyond the kernel's u32 indices: the general kernels (which report them). */
 static bool rows_plan_for(em_device *dev, em_scalar dt, int64_t rows, int64_t n, int64_t x_rs,
                           const int64_t *al, int na, rows_plan *p)
@@ -97,6 +98,9 @@ static bool rows_plan_for(em_device *dev, em_scalar dt, int64_t rows, int64_t n,
     if (!c || rows < 1 || n < 1) return false;
     bool cpu = !strcmp(c->target, "c");
     if (!cpu && !(c->plane_ops && c->plane_dim > 1)) return false;
+    /* the CPU's one unit per row accumulates serially: past 2^16 elements the general kernels'
+     * cube-wide pairwise tree keeps f32 sums accurate (a row of 2^24 + 37 ones sums exactly) */
+    if (cpu && n > 65536) return false;
     p->lw = rows_width(c, dt, n, al, na);
     int64_t nl = n / p->lw;
     if (rows > UINT32_MAX || n > UINT32_MAX || x_rs / p->lw > UINT32_MAX) return false;
