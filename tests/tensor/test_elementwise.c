@@ -357,6 +357,11 @@ static void test_logical_where_masked_fill(void **state)
         for (int i = 0; i < 4; i++)
             for (int j = 0; j < 3; j++) wr[i * 3 + j] = c[i] ? -5 : x[j];
         tu_check("masked_fill", em_masked_fill(full, tc, -5), EM_SHAPE(4, 3), wr, 0);
+        /* a condition that starts inside its buffer (narrowed: offset 1) */
+        em_tensor *tc1 = em_narrow(tu_tensor(dev, EM_BOOL, EM_SHAPE(4), c), 0, 1, 3);
+        double sr[3];
+        for (int j = 0; j < 3; j++) sr[j] = c[j + 1] ? x[j] : y0;
+        tu_check("where (offset cond)", em_where(tc1, tx, ty), EM_SHAPE(3), sr, 0);
         em_scope_end(NULL, 0);
     }
 }
