@@ -57,7 +57,9 @@ typedef struct em_train_config {
     int64_t max_steps; /* optimizer steps */
     double max_time_s; /* stop (with a checkpoint) after this much time; 0 = no limit */
     /* optimizer */
-    em_lr_schedule lr;        /* kind, base, min_lr, warmup (total_steps 0 = max_steps) */
+    em_lr_schedule lr;        /* kind, base, min_lr, warmup (total_steps 0 = the run's span:
+                               * max_steps, or with max_time_s the steps expected to fit in
+                               * it when fewer) */
     double weight_decay;      /* AdamW decay of the linear weights */
     double beta1, beta2, eps; /* Adam */
     double grad_clip;         /* global L2 norm clip; 0 = off */

@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "kernel/codegen/codegen.h"
+#include "runtime/cache.h"
 #include "runtime/rt.h"
 
 #define INDEX_MAGIC "ember-kernel-index 1"
@@ -340,8 +341,14 @@ static em_kernel *make_kernel(em_device *dev, em_ir_kernel *ir, const char *ir_h
 
 static em_kernel *memory_get(em_device *dev, const char *prefix, const char *hash)
 {
-    char k[40];
-    snprintf(k, sizeof(k), "%s:%s", prefix, hash);
+    char k[40]; /* "PREFIX:HASH", built without printf: this runs on every launch */
+    size_t np = strlen(prefix), nh = strnlen(hash, 32);
+    if (np + 1 + nh >= sizeof(k))
+        return NULL;
+    memcpy(k, prefix, np);
+    k[np] = ':';
+    memcpy(k + np + 1, hash, nh);
+    k[np + 1 + nh] = 0;
     pthread_mutex_lock(&dev->kernel_lock);
     em_kernel *kern = em_map_gets(&dev->kernels, k);
     pthread_mutex_unlock(&dev->kernel_lock);
@@ -723,6 +730,21 @@ em_status em_kernel_compile_batch(em_device *dev, const em_ir_kernel *const *ks,
     return st;
 }
 
+em_kernel *em_rt_kernel_compile_hashed(em_device *dev, const em_ir_kernel *k,
+                                       const char ir_hash[33])
+{
+    if (!dev || !k || !ir_hash) {
+        em_set_error(EM_ERR_INVALID, "em_kernel_compile: no device or kernel");
+        return NULL;
+    }
+    em_kernel *kern = memory_get(dev, "ir", ir_hash);
+    if (kern) {
+        atomic_fetch_add(&stat_memory_hits, 1);
+        return kern;
+    }
+    return em_kernel_compile_batch(dev, &k, 1, &kern) == EM_OK ? kern : NULL;
+}
+
 em_kernel *em_kernel_compile(em_device *dev, const em_ir_kernel *k)
 {
     if (!dev || !k) {
@@ -731,12 +753,7 @@ em_kernel *em_kernel_compile(em_device *dev, const em_ir_kernel *k)
     }
     char ir_hash[33];
     em_ir_hash(k, ir_hash);
-    em_kernel *kern = memory_get(dev, "ir", ir_hash);
-    if (kern) {
-        atomic_fetch_add(&stat_memory_hits, 1);
-        return kern;
-    }
-    return em_kernel_compile_batch(dev, &k, 1, &kern) == EM_OK ? kern : NULL;
+    return em_rt_kernel_compile_hashed(dev, k, ir_hash);
 }
 
 char *em_kernel_source(const em_ir_kernel *k, const char *target)

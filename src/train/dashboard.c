@@ -89,24 +89,47 @@ static void plain_begin(em_dashboard *d)
             (long long)i->num_params, (long long)i->model.n_layer, (long long)i->model.n_head,
             (long long)i->model.n_embd, (long long)i->model.block_size,
             (long long)i->model.vocab_size, i->device, d->device, i->bf16 ? ", bf16" : "", ranks);
-    fprintf(d->out, "ember train: %lld tokens per step, steps %lld to %lld, output in %s\n",
-            (long long)i->tokens_per_step, (long long)i->start_step, (long long)i->max_steps,
-            i->out_dir);
+    if (i->max_steps == INT64_MAX) /* no step limit: a time budget ends the run */
+        fprintf(d->out,
+                "ember train: %lld tokens per step, from step %lld until the time limit, "
+                "output in %s\n",
+                (long long)i->tokens_per_step, (long long)i->start_step, i->out_dir);
+    else
+        fprintf(d->out, "ember train: %lld tokens per step, steps %lld to %lld, output in %s\n",
+                (long long)i->tokens_per_step, (long long)i->start_step, (long long)i->max_steps,
+                i->out_dir);
     fflush(d->out);
+}
+
+/* The goal of a step line: "?" while a run with no step limit has no estimate yet. */
+static void fmt_goal(int64_t goal, char *buf, size_t size)
+{
+    if (goal == INT64_MAX)
+        snprintf(buf, size, "?");
+    else
+        snprintf(buf, size, "%lld", (long long)goal);
 }
 
 static void plain_step(em_dashboard *d, const em_train_metrics *m)
 {
-    char eta[32];
+    char eta[32], goal[24];
     fmt_time(m->eta_s, eta, sizeof eta);
+    fmt_goal(m->max_steps, goal, sizeof goal);
     fprintf(d->out,
-            "step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms | eta %s\n",
-            (long long)m->step, (long long)m->max_steps, m->loss, m->lr, m->grad_norm,
-            m->tokens_per_s, m->step_ms, eta);
+            "step %6lld/%s | loss %.4f | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms | eta %s\n",
+            (long long)m->step, goal, m->loss, m->lr, m->grad_norm, m->tokens_per_s, m->step_ms,
+            eta);
     fflush(d->out);
 }
 
 /* ---- full screen ----------------------------------------------------------------------------- */
+
+/* The step count the run is heading for: the last step's (with a time budget, the steps expected
+ * to fit in it), else the configured one. */
+static int64_t goal_steps(const em_dashboard *d)
+{
+    return d->last.max_steps > 0 ? d->last.max_steps : d->info.max_steps;
+}
 
 /* The loss curves in the box [y0, y0 + h) x [0, COLS): train as '*', validation as 'o'. */
 static void draw_chart(em_dashboard *d, int y0, int h)
@@ -120,7 +143,7 @@ static void draw_chart(em_dashboard *d, int y0, int h)
     double x0 = INFINITY, x1 = -INFINITY, lo = INFINITY, hi = -INFINITY;
     for (int64_t i = 0; i < d->ns; i++) x0 = fmin(x0, d->sx[i]), x1 = fmax(x1, d->sx[i]);
     for (int64_t i = 0; i < d->nv; i++) x0 = fmin(x0, d->vx[i]), x1 = fmax(x1, d->vx[i]);
-    x1 = fmax(x1, (double)d->info.max_steps);
+    if (goal_steps(d) < INT64_MAX) x1 = fmax(x1, (double)goal_steps(d));
     if (x1 <= x0) x1 = x0 + 1;
     /* Bucket averages of the train loss per column. */
     double *col = calloc((size_t)w, sizeof *col);
@@ -173,12 +196,15 @@ static void draw(em_dashboard *d)
              i->bf16 ? "  bf16" : "", ranks);
     attroff(A_BOLD);
     /* progress */
-    double frac = i->max_steps > 0 ? (double)m->step / (double)i->max_steps : 0;
+    int64_t goal = goal_steps(d);
+    double frac = goal > 0 && goal < INT64_MAX ? fmin(1.0, (double)m->step / (double)goal) : 0;
+    char goal_text[24];
+    fmt_goal(goal, goal_text, sizeof goal_text);
     int bw = COLS - 40 > 10 ? COLS - 40 : 10;
     char eta[32], el[32];
     fmt_time(m->eta_s, eta, sizeof eta);
     fmt_time(m->elapsed_s, el, sizeof el);
-    mvprintw(2, 1, "step %lld/%lld ", (long long)m->step, (long long)i->max_steps);
+    mvprintw(2, 1, "step %lld/%s ", (long long)m->step, goal_text);
     int x = getcurx(stdscr);
     addch('[');
     for (int k = 0; k < bw && x + bw < COLS; k++) addch(k < (int)(frac * bw) ? '#' : '.');

@@ -22,9 +22,14 @@ struct em_trainer {
     tr_pair *pairs;         /* bf16 mode: the parameter pairs */
     int npairs;
     em_optimizer *opt;
-    int64_t step;         /* optimizer steps done */
-    int64_t tokens;       /* tokens trained on */
-    int32_t *hx, *hy;     /* host batch buffers */
+    int64_t step;     /* optimizer steps done */
+    int64_t tokens;   /* tokens trained on */
+    int32_t *hx, *hy; /* host batch buffers */
+    /* the time budget of the run in progress (em_trainer_run sets it; the schedule spans it) */
+    double budget_s;      /* the run's max_time_s (0: no budget: the schedule spans max_steps) */
+    double run_t0;        /* when the run began (tr_now) */
+    double first_end;     /* when its first step ended (0: not yet) */
+    int64_t first_step;   /* the step count then */
     char ckpt_path[4096]; /* out_dir/ckpt.safetensors */
     /* data parallel (parallel.c) */
     em_dist *dist;      /* cfg.dist (borrowed; NULL: one process) */
@@ -66,6 +71,11 @@ em_status tr_dist_grads(em_trainer *t);
 em_status tr_dist_share_update(em_trainer *t);
 em_status tr_dist_gather_state(em_trainer *t, em_safetensors_writer *w);
 void tr_dist_free(em_trainer *t);
+/* trainer.c: the step count the learning-rate schedule spans when cfg.lr.total_steps is 0:
+ * max_steps, or, in a run with a time budget, the steps estimated to fit in it when fewer (the
+ * step count so far plus the time left over the mean time per step since the run's first step,
+ * which pays for compiling kernels). `now` is tr_now() at the start of the coming step. */
+int64_t tr_schedule_steps(const em_trainer *t, double now);
 /* util: path = out_dir/name into buf. */
 void tr_path(const em_trainer *t, const char *name, char *buf, size_t size);
 /* Monotonic seconds. */

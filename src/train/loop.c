@@ -200,6 +200,10 @@ em_status em_trainer_run(em_trainer *t, const em_train_observer *obs)
     if (!t) return em_set_error(EM_ERR_INVALID, "em_trainer_run: no trainer");
     if (!tr_lead(t)) obs = NULL; /* rank 0 reports */
     run r = {t, obs, NULL, tr_now(), t->step};
+    t->budget_s = t->cfg.max_time_s > 0 ? t->cfg.max_time_s : 0; /* the schedule spans it */
+    t->run_t0 = r.t0;
+    t->first_end = 0;
+    t->first_step = t->step;
     char path[4096];
     tr_path(t, "metrics.jsonl", path, sizeof path);
     if (tr_lead(t)) {

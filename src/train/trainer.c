@@ -359,6 +359,17 @@ static em_status grads_to_master(em_trainer *t)
     return st;
 }
 
+int64_t tr_schedule_steps(const em_trainer *t, double now)
+{
+    int64_t total = t->cfg.max_steps;
+    if (t->budget_s <= 0 || t->first_end <= 0 || t->step <= t->first_step) return total;
+    double per = (now - t->first_end) / (double)(t->step - t->first_step);
+    double left = t->budget_s - (now - t->run_t0);
+    double est = (double)t->step + (per > 0 ? fmax(left, 0) / per : INFINITY);
+    if (est < (double)total) total = (int64_t)ceil(est);
+    return total > t->step ? total : t->step + 1;
+}
+
 em_status em_trainer_step(em_trainer *t, em_train_metrics *m)
 {
     double t0 = tr_now(), sum = 0;
@@ -379,7 +390,11 @@ em_status em_trainer_step(em_trainer *t, em_train_metrics *m)
     if (st == EM_OK)
         st = em_clip_grad_norm(all, t->cfg.grad_clip > 0 ? t->cfg.grad_clip : INFINITY, &norm);
     em_lr_schedule s = t->cfg.lr;
-    if (s.total_steps <= 0) s.total_steps = t->cfg.max_steps;
+    int64_t span = tr_schedule_steps(t, t0);
+    /* the ranks' clocks differ: all take rank 0's estimate, so their learning rates agree */
+    if (st == EM_OK && t->budget_s > 0 && t->world > 1)
+        st = em_dist_broadcast_host(t->dist, &span, sizeof span, 0);
+    if (s.total_steps <= 0) s.total_steps = span;
     double lr = em_lr_at(&s, t->step);
     /* A non-finite gradient (an overflow, a bad batch) skips the update, as loss scalers do;
      * the step is still counted and its norm reported as what it was. */
@@ -393,13 +408,17 @@ em_status em_trainer_step(em_trainer *t, em_train_metrics *m)
     if (st == EM_OK) st = em_device_sync(t->dev);
     if (st != EM_OK) return em_error_context("training step %lld", (long long)t->step + 1);
     t->step++;
+    if (t->budget_s > 0 && t->first_end <= 0) {
+        t->first_end = tr_now();
+        t->first_step = t->step;
+    }
     int64_t ntok = (int64_t)t->cfg.batch * t->cfg.seq * t->cfg.grad_accum * t->world;
     t->tokens += ntok;
     double dt = tr_now() - t0;
     if (m) {
         memset(m, 0, sizeof *m);
         m->step = t->step;
-        m->max_steps = t->cfg.max_steps;
+        m->max_steps = span; /* with a time budget: the steps expected to fit in it */
         m->loss = loss;
         m->val_loss = NAN;
         m->lr = lr;

@@ -59,7 +59,7 @@ static void test_train_then_sample(void **state)
     int code;
     snprintf(args, sizeof args,
              "train --data %s/text.txt --out %s/run --device cpu --n-layer 1 --n-head 2 "
-             "--n-embd 32 --block-size 32 --batch 4 --steps 15 --lr 1e-2 --warmup 2 "
+             "--n-embd 32 --block-size 32 --batch 4 --steps 15 --lr 1e-2 --warmup 2 --no-shuffle "
              "--eval-every 5 --eval-batches 1 --sample-every 10 --sample-tokens 20",
              dir, dir);
     char *out = ember(args, &code);
@@ -126,7 +126,7 @@ static void test_train_then_sample(void **state)
     /* Resume continues to more steps. */
     snprintf(args, sizeof args,
              "train --data %s/text.txt --out %s/run --device cpu --n-layer 1 --n-head 2 "
-             "--n-embd 32 --block-size 32 --batch 4 --steps 18 --resume --sample-every -1",
+             "--n-embd 32 --block-size 32 --batch 4 --steps 18 --resume --sample-every -1 --no-shuffle",
              dir, dir);
     out = ember(args, &code);
     if (code != 0) fail_msg("ember train --resume failed (%d):\n%s", code, out);

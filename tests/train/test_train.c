@@ -4,7 +4,8 @@
  * uninterrupted run (with dropout, gradient accumulation and shuffling, so the optimizer state,
  * data position and dropout generator must all be restored); a corrupt or missing checkpoint
  * gives a clear error; the metrics log is JSON lines; the loss curve is an SVG; bad settings are
- * refused with a message. */
+ * refused with a message; with a time budget the learning-rate schedule spans the steps expected
+ * to fit in it. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 #include "base/file.h"
 #include "data/data_util.h"
 #include "ember/train.h"
+#include "train/internal.h"
 
 static const char TEXT[] = "the quick brown fox jumps over the lazy dog. ";
 
@@ -92,6 +94,20 @@ static em_train_observer observer(record *r)
     o.eval = on_eval;
     o.user = r;
     return o;
+}
+
+/* An observer recording every step's learning rate and the last reported goal. */
+typedef struct lr_record {
+    double lr[4096];
+    int n;
+    int64_t goal;
+} lr_record;
+
+static void on_step_lr(void *user, const em_train_metrics *m)
+{
+    lr_record *r = user;
+    if (r->n < 4096) r->lr[r->n++] = m->lr;
+    r->goal = m->max_steps;
 }
 
 static void run_ok(em_trainer *t, const em_train_observer *o)
@@ -262,6 +278,62 @@ static void test_bad_settings(void **state)
     remove_dir(dir);
 }
 
+/* The schedule's span with a time budget: the steps expected to fit in it, from the mean time
+ * per step after the first (which compiles kernels), never more than max_steps and always past
+ * the current step; max_steps without a budget or before the first step has ended. */
+static void test_schedule_spans_the_time_budget(void **state)
+{
+    (void)state;
+    char dir[512], text[1024];
+    scratch_dir("train-budget", dir, sizeof dir);
+    make_text(dir, text, sizeof text, 20);
+    em_train_config c;
+    small_config(&c, text, dir);
+    c.max_steps = INT64_MAX;
+    em_trainer *t = em_trainer_new(&c);
+    if (!t) fail_msg("trainer: %s", em_last_error());
+    assert_true(tr_schedule_steps(t, 50.0) == INT64_MAX); /* no budget */
+    t->budget_s = 100;
+    t->run_t0 = 1000;
+    t->first_step = 1;
+    t->step = 1;
+    assert_true(tr_schedule_steps(t, 1010.0) == INT64_MAX);  /* the first step has not ended */
+    t->first_end = 1010;                                     /* the first step took 10 s */
+    assert_true(tr_schedule_steps(t, 1010.0) == INT64_MAX);  /* no step to measure yet */
+    t->step = 11;                                            /* 10 steps in 10 s: 1 s a step */
+    assert_int_equal(tr_schedule_steps(t, 1020.0), 11 + 80); /* 80 s left */
+    t->step = 21; /* 20 steps in 30 s: 1.5 s a step, 60 s left: 40 more */
+    assert_int_equal(tr_schedule_steps(t, 1040.0), 21 + 40);
+    t->cfg.max_steps = 50; /* fewer steps than fit: max_steps */
+    assert_int_equal(tr_schedule_steps(t, 1040.0), 50);
+    t->cfg.max_steps = INT64_MAX;
+    assert_int_equal(tr_schedule_steps(t, 1200.0), 22); /* out of time: the next step ends it */
+    em_trainer_free(t);
+
+    /* A run on a budget (no step limit): the learning rate falls from base toward min_lr over
+     * the budget, and the reported goal is the estimate. */
+    small_config(&c, text, dir);
+    c.max_steps = INT64_MAX;
+    c.max_time_s = 2.0;
+    c.eval_every = 0;
+    c.lr = (em_lr_schedule){.kind = EM_LR_COSINE, .base = 1e-2, .min_lr = 1e-4, .warmup = 0};
+    t = em_trainer_new(&c);
+    if (!t) fail_msg("trainer: %s", em_last_error());
+    lr_record r = {0};
+    em_train_observer o = {0};
+    o.step = on_step_lr;
+    o.user = &r;
+    run_ok(t, &o);
+    fprintf(stderr, "[train] %d steps in 2 s: lr %.2e -> %.2e, goal %lld\n", r.n, r.lr[0],
+            r.lr[r.n - 1], (long long)r.goal);
+    assert_true(r.n >= 4);
+    assert_true(r.lr[0] == 1e-2);
+    assert_true(r.lr[r.n - 1] < 0.3e-2);
+    assert_true(r.goal < INT64_MAX && r.goal >= r.n);
+    em_trainer_free(t);
+    remove_dir(dir);
+}
+
 static void test_plot(void **state)
 {
     (void)state;
@@ -288,6 +360,7 @@ int main(void)
         cmocka_unit_test(test_bad_settings),
         cmocka_unit_test(test_loss_goes_down),
         cmocka_unit_test(test_resume_is_exact),
+        cmocka_unit_test(test_schedule_spans_the_time_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
  * parallel (ember/dist.h, docs/distributed.md): rank 0 shows the dashboard and writes the files,
  * the other ranks are quiet, and an error on any rank ends them all. */
 #include <locale.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,11 +26,14 @@ static void usage(FILE *out)
         "          --vocab-size N (default: the tokenizer's)  --block-size N  --n-layer N\n"
         "          --n-head N  --n-embd N  --dropout P  --no-bias  --untied\n"
         "data:     --data PATH  --val-data GLOB  --tokenizer char|gpt2|FILE  --val-fraction F\n"
-        "          --shuffle\n"
+        "          --no-shuffle (batches in the data's order instead of a random one)\n"
         "device:   --device auto|cpu|cuda:0|vulkan:0|opencl:0 (auto: the best present)  --bf16\n"
-        "batches:  --batch B (16)  --seq T (block size)  --grad-accum N (1)  --steps N (1000)\n"
-        "          --time SECONDS (stop, with a checkpoint, after this long)\n"
-        "optim:    --lr LR (1e-3)  --min-lr LR (1e-4)  --warmup N (50)\n"
+        "batches:  --batch B (16)  --seq T (block size)  --grad-accum N (1)\n"
+        "          --steps N (1000; with --time and no --steps: no step limit)\n"
+        "          --time SECONDS (stop, with a checkpoint, after this long; the schedule then\n"
+        "          spans the steps expected to fit in it)\n"
+        "optim:    --lr LR (5e-3 for the tiny preset from scratch, else 1e-3)\n"
+        "          --min-lr LR (a tenth of --lr)  --warmup N (50)\n"
         "          --schedule cosine|linear|constant|step (cosine)  --weight-decay W (0.1)\n"
         "          --beta1 B (0.9)  --beta2 B (0.95)  --grad-clip C (1.0; 0 = off)\n"
         "periodic: --eval-every N (100)  --eval-batches N (10)  --sample-every N (500; -1 never)\n"
@@ -42,14 +46,23 @@ static void usage(FILE *out)
         "          (mpirun -np N ember train ...: N processes, each a share of the batches)\n");
 }
 
+/* The learning rate when --lr is not given: 5e-3 for the tiny preset trained from scratch (it
+ * learns fastest there, docs/gpt.md), else 1e-3 (larger models, fine-tuning from --init-from). */
+static double default_lr(const char *preset, const char *init_from)
+{
+    return strcmp(preset, "tiny") == 0 && !init_from ? 5e-3 : 1e-3;
+}
+
 int em_cli_train(int argc, char **argv)
 {
     em_train_config c;
     em_train_config_default(&c);
     const char *preset = "tiny", *schedule = "cosine", *dash = "auto", *dist = "auto";
     int64_t vocab = -1, block = -1, layers = -1, heads = -1, embd = -1, warmup = -1;
+    int64_t steps = INT64_MIN; /* INT64_MIN: not given */
     double dropout = -1;
-    bool no_bias = false, untied = false;
+    bool no_bias = false, untied = false, no_shuffle = false;
+    double lr = NAN, min_lr = NAN; /* NAN: not given */
     const gc_opt opts[] = {
         {"--preset", GC_STR, &preset},
         {"--init-from", GC_STR, &c.init_from},
@@ -66,15 +79,16 @@ int em_cli_train(int argc, char **argv)
         {"--tokenizer", GC_STR, &c.tokenizer},
         {"--val-fraction", GC_DBL, &c.val_fraction},
         {"--shuffle", GC_FLAG, &c.shuffle},
+        {"--no-shuffle", GC_FLAG, &no_shuffle},
         {"--device", GC_STR, &c.device},
         {"--bf16", GC_FLAG, &c.bf16},
         {"--batch", GC_INT, &c.batch},
         {"--seq", GC_INT, &c.seq},
         {"--grad-accum", GC_INT, &c.grad_accum},
-        {"--steps", GC_I64, &c.max_steps},
+        {"--steps", GC_I64, &steps},
         {"--time", GC_DBL, &c.max_time_s},
-        {"--lr", GC_DBL, &c.lr.base},
-        {"--min-lr", GC_DBL, &c.lr.min_lr},
+        {"--lr", GC_DBL, &lr},
+        {"--min-lr", GC_DBL, &min_lr},
         {"--warmup", GC_I64, &warmup},
         {"--schedule", GC_STR, &schedule},
         {"--weight-decay", GC_DBL, &c.weight_decay},
@@ -135,6 +149,14 @@ int em_cli_train(int argc, char **argv)
         if (no_bias) c.model.bias = false;
         if (untied) c.model.tied = false;
         if (warmup >= 0) c.lr.warmup = warmup;
+        c.shuffle = !no_shuffle; /* shuffled unless asked (--shuffle is the default) */
+        c.lr.base = !isnan(lr) ? lr : default_lr(preset, c.init_from);
+        c.lr.min_lr = !isnan(min_lr) ? min_lr : c.lr.base / 10;
+        /* --time without --steps: the time alone ends the run (and the schedule spans it) */
+        if (steps != INT64_MIN)
+            c.max_steps = steps;
+        else if (c.max_time_s > 0)
+            c.max_steps = INT64_MAX;
         if (c.batch <= 0 || c.grad_accum <= 0 || c.seq < 0 || c.max_steps < 0)
             snprintf(bad, sizeof bad,
                      "--batch and --grad-accum must be positive, --seq and "

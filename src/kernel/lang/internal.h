@@ -437,4 +437,12 @@ bool em_lang_bound_allows(gen_bound b, em_scalar s);
 const char *em_lang_bound_name(gen_bound b);
 em_scalar em_lang_bound_default(gen_bound b);
 
+/* ---- the module's specialization cache (module.c) ------------------------------------------- */
+
+/* The IR hash (em_ir_hash) that module m keeps for the specialization of `kernel` for `spec`,
+ * lowering and hashing it on first use: what em_lang_compile finds the device's kernel by. false
+ * (error set) when the kernel does not specialize. For tests. */
+bool em_lang_spec_hash(const em_lang_module *m, const char *kernel, const em_lang_spec *spec,
+                       char out[33]);
+
 #endif

@@ -1,7 +1,12 @@
 /* module.c — the kernel language's host API (ember/lang.h): modules loaded from strings and files
  * (lex, parse, resolve), the built-in kernels embedded at build time, bindings checked against a
  * kernel's generic and comptime parameters, specialization to IR (with a per-module cache keyed by
- * the binding, so that each distinct binding is lowered once), and compile/launch helpers. */
+ * the binding, so that each distinct binding is lowered once), and compile/launch helpers.
+ *
+ * Each cached specialization also keeps its IR hash (em_ir_hash, computed once when it is
+ * lowered), so that compiling it again — every launch of a tensor op compiles its kernel — is a
+ * lookup in the device's kernel map (em_rt_kernel_compile_hashed), not a print and hash of the
+ * IR. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -9,6 +14,13 @@
 #include <string.h>
 
 #include "kernel/lang/internal.h"
+#include "runtime/cache.h"
+
+/* One cached specialization. */
+typedef struct spec_entry {
+    em_ir_kernel *ir; /* the lowered kernel (owned) */
+    char hash[33];    /* em_ir_hash(ir) */
+} spec_entry;
 
 struct em_lang_module {
     em_arena arena;   /* syntax tree, tokens' strings */
@@ -16,7 +28,7 @@ struct em_lang_module {
     size_t nfiles;
     ast_module ast;       /* kernels, helpers, constants */
     pthread_mutex_t lock; /* guards cache */
-    em_map cache;         /* binding key -> em_ir_kernel (owned) */
+    em_map cache;         /* binding key -> spec_entry (owned) */
 };
 
 /* ---- results and errors ------------------------------------------------------------------------
@@ -40,7 +52,10 @@ void em_lang_module_free(em_lang_module *m)
     const char *key;
     size_t klen;
     void *val;
-    while (em_map_next(&m->cache, &it, &key, &klen, &val)) em_ir_kernel_free(val);
+    while (em_map_next(&m->cache, &it, &key, &klen, &val)) {
+        em_ir_kernel_free(((spec_entry *)val)->ir);
+        free(val);
+    }
     em_map_free(&m->cache);
     pthread_mutex_destroy(&m->lock);
     for (size_t i = 0; i < m->nfiles; i++) {
@@ -444,9 +459,10 @@ static void spec_key(const char *kernel, const em_lang_spec *spec, em_strbuf *sb
                      c->float_atomic_add, c->print, (unsigned long long)c->max_shared);
 }
 
-/* The specialization for `spec`, lowered once per distinct binding; owned by the module. */
-static const em_ir_kernel *cached(const em_lang_module *cm, const char *kernel,
-                                  const em_lang_spec *spec)
+/* The specialization for `spec` and its IR hash, lowered and hashed once per distinct binding;
+ * owned by the module. */
+static const spec_entry *cached(const em_lang_module *cm, const char *kernel,
+                                const em_lang_spec *spec)
 {
     em_lang_module *m = (em_lang_module *)cm; /* only the cache, guarded by the lock, changes */
     em_strbuf key;
@@ -458,25 +474,44 @@ static const em_ir_kernel *cached(const em_lang_module *cm, const char *kernel,
         return NULL;
     }
     pthread_mutex_lock(&m->lock);
-    em_ir_kernel *k = em_map_gets(&m->cache, key.data);
+    spec_entry *e = em_map_gets(&m->cache, key.data);
     pthread_mutex_unlock(&m->lock);
-    if (!k) {
-        k = em_lang_specialize(m, kernel, spec, NULL);
-        if (k) {
+    if (!e) {
+        em_ir_kernel *k = em_lang_specialize(m, kernel, spec, NULL);
+        e = k ? malloc(sizeof(*e)) : NULL;
+        if (k && !e) em_set_error(EM_ERR_NOMEM, "out of memory");
+        if (e) {
+            e->ir = k;
+            em_ir_hash(k, e->hash); /* outside the lock: it prints the whole kernel */
             pthread_mutex_lock(&m->lock);
-            em_ir_kernel *other = em_map_gets(&m->cache, key.data);
-            if (other) {
-                em_ir_kernel_free(k);
-                k = other;
-            } else if (!em_map_puts(&m->cache, key.data, k)) {
-                em_ir_kernel_free(k);
-                k = NULL;
-            }
+            spec_entry *other = em_map_gets(&m->cache, key.data);
+            bool put = !other && em_map_puts(&m->cache, key.data, e);
             pthread_mutex_unlock(&m->lock);
+            if (!put) {
+                em_ir_kernel_free(k);
+                free(e);
+                e = other;
+                if (!e) em_set_error(EM_ERR_NOMEM, "out of memory");
+            }
+        } else {
+            em_ir_kernel_free(k);
         }
     }
     em_sb_free(&key);
-    return k;
+    return e;
+}
+
+bool em_lang_spec_hash(const em_lang_module *m, const char *kernel, const em_lang_spec *spec,
+                       char out[33])
+{
+    if (!m || !kernel || !out) {
+        em_set_error(EM_ERR_INVALID, "em_lang_spec_hash: missing module, kernel name or output");
+        return false;
+    }
+    em_lang_spec s = spec ? *spec : (em_lang_spec){0};
+    const spec_entry *e = cached(m, kernel, &s);
+    if (e) memcpy(out, e->hash, sizeof(e->hash));
+    return e != NULL;
 }
 
 em_kernel *em_lang_compile(em_device *dev, const em_lang_module *m, const char *kernel,
@@ -488,9 +523,9 @@ em_kernel *em_lang_compile(em_device *dev, const em_lang_module *m, const char *
     }
     em_lang_spec s = spec ? *spec : (em_lang_spec){0};
     if (!s.caps) s.caps = em_device_caps(dev);
-    const em_ir_kernel *k = cached(m, kernel, &s);
-    if (!k) return NULL;
-    em_kernel *out = em_kernel_compile(dev, k);
+    const spec_entry *e = cached(m, kernel, &s);
+    if (!e) return NULL;
+    em_kernel *out = em_rt_kernel_compile_hashed(dev, e->ir, e->hash);
     if (!out) em_error_context("kernel '%s'", kernel);
     return out;
 }

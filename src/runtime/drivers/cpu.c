@@ -16,8 +16,9 @@
  * recomputed when either variable changes.
  *
  * Launching: every generated kernel exports emk_NAME(launch, first, count) running a range of
- * cubes (c_abi.h). A launch of one cube runs on the calling thread; larger grids are cut into a
- * few chunks per pool thread and run with em_threadpool_parallel_for. Launches are synchronous.
+ * cubes (c_abi.h). A launch of one cube, or a small one (at most 4096 units in the grid and 4096
+ * scalars in its largest buffer), runs on the calling thread; larger grids are cut into a few
+ * chunks per pool thread and run with em_threadpool_parallel_for. Launches are synchronous.
  *
  * Memory is 64-byte aligned host memory. $EMBER_CPU_MEMORY_LIMIT (bytes, or with a K/M/G suffix)
  * caps what the device hands out, so out-of-memory handling can be exercised; by default the cap
@@ -49,6 +50,7 @@ extern char **environ;
 #define ALIGNMENT 64
 #define MAX_OUTPUT_SHOWN 2500 /* the error message holds 4 KiB */
 #define STACK_PARAMS 16
+#define INLINE_WORK 4096 /* launches this small run on the calling thread (small_launch) */
 
 typedef struct cpu_device {
     uint64_t limit;               /* bytes this device may hand out */
@@ -513,6 +515,22 @@ static void run_chunk(void *ctx, size_t index, unsigned worker)
         job->fn(job->L, first, EM_MIN(job->per_chunk, job->cubes - first));
 }
 
+/* True for a launch too small to be worth the pool: units in the grid and scalars in its largest
+ * buffer both at most INLINE_WORK. Handing cubes to a pool thread costs a wake-up and a wait for
+ * its report (tens of microseconds, more on a busy machine), more than an elementwise kernel
+ * takes for a few thousand elements on one thread. The largest buffer stands for the work of
+ * kernels that loop inside a unit (matmul's cubes are one unit each). */
+static bool small_launch(const em_drv_launch *launch, uint64_t cubes)
+{
+    uint64_t work = cubes * launch->cube_dim[0] * launch->cube_dim[1] * launch->cube_dim[2];
+    for (size_t i = 0; i < launch->nargs && work <= INLINE_WORK; i++) {
+        const em_drv_arg *a = &launch->args[i];
+        if (a->kind == EM_PARAM_BUFFER && a->len * a->type.lanes > work)
+            work = a->len * a->type.lanes;
+    }
+    return work <= INLINE_WORK;
+}
+
 static em_status cpu_launch(void *state, void *fn_ptr, const em_drv_launch *launch)
 {
     (void)state;
@@ -551,7 +569,7 @@ static em_status cpu_launch(void *state, void *fn_ptr, const em_drv_launch *laun
     em_cpu_kernel_fn fn;
     memcpy(&fn, &fn_ptr, sizeof(fn)); /* dlsym's object pointer to a function pointer */
     uint64_t cubes = (uint64_t)L.cube_count[0] * L.cube_count[1] * L.cube_count[2];
-    em_threadpool *pool = cubes > 1 ? em_threadpool_global() : NULL;
+    em_threadpool *pool = cubes > 1 && !small_launch(launch, cubes) ? em_threadpool_global() : NULL;
     if (!pool) {
         fn(&L, 0, cubes);
     } else {
