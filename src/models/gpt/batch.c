@@ -103,22 +103,6 @@ static em_status failed(const char *op)
     return st;
 }
 
-/* ---- the LM head ----------------------------------------------------------------------------- */
-
-/* Logits (f32) of hidden states x [1, T, C] after ln_f. */
-static em_tensor *head_of(em_gpt *g, const em_tensor *x)
-{
-    em_scope_begin();
-    em_tensor *logits;
-    if (g->lm_head)
-        logits = em_linear_forward(g->lm_head, x);
-    else
-        logits = em_matmul(x, em_transpose(g->wte->weight, 0, 1));
-    if (logits && em_dtype(logits) != EM_F32) logits = em_cast(em_take(logits), EM_F32);
-    em_scope_end(&logits, 1);
-    return logits;
-}
-
 /* ---- prefill --------------------------------------------------------------------------------- */
 
 /* ids [0, n) through the blocks, each layer's keys and values appended to the slot's rows (a
@@ -137,7 +121,7 @@ static em_tensor *prefill_forward(em_gpt_batch *b, int64_t slot, const int64_t *
         x = view.k && view.v ? em_block_forward(g->h[i], x, NULL, &view, &g->rng) : NULL;
     }
     x = em_layer_norm_forward(g->ln_f, em_narrow(x, 1, n - 1, 1));
-    em_tensor *logits = x ? head_of(g, x) : NULL;
+    em_tensor *logits = x ? gpt_head(g, x) : NULL;
     em_scope_end(&logits, 1);
     return logits;
 }
@@ -280,7 +264,7 @@ static em_tensor *step_forward(const step_ctx *s, const int64_t *ids_pos)
         x = em_add(em_take(h), em_take(f));
     }
     x = em_layer_norm_forward(g->ln_f, x);
-    em_tensor *logits = x ? head_of(g, x) : NULL;
+    em_tensor *logits = x ? gpt_head(g, x) : NULL;
     em_scope_end(&logits, 1);
     return logits;
 }

@@ -29,6 +29,10 @@ struct em_gpt_cache {
  * applies GPT-2's init). NULL with the error set. */
 em_gpt *gpt_build(em_device *dev, em_scalar dtype, const em_gpt_config *cfg, uint64_t seed);
 
+/* The LM head (model.c): f32 logits of hidden states x [B, T, C] after ln_f, through lm_head or
+ * the tied embedding; moved to the enclosing scope. NULL with the error set. */
+em_tensor *gpt_head(em_gpt *g, const em_tensor *x);
+
 /* ---- batched decoding (batch.c) ------------------------------------------------------------- */
 
 struct em_gpt_batch {

@@ -263,7 +263,7 @@ static em_tensor *hidden(em_gpt *g, const em_tensor *ids, em_gpt_cache *cache)
     return x;
 }
 
-static em_tensor *head(em_gpt *g, const em_tensor *x)
+em_tensor *gpt_head(em_gpt *g, const em_tensor *x)
 {
     em_scope_begin();
     em_tensor *logits;
@@ -271,7 +271,7 @@ static em_tensor *head(em_gpt *g, const em_tensor *x)
         logits = em_linear_forward(g->lm_head, x);
     else
         logits = em_matmul(x, em_transpose(g->wte->weight, 0, 1));
-    if (logits && em_dtype(logits) != EM_F32) logits = em_cast(logits, EM_F32);
+    if (logits && em_dtype(logits) != EM_F32) logits = em_cast(em_take(logits), EM_F32);
     if (logits) em_keep(logits);
     em_scope_end(NULL, 0);
     return logits;
@@ -285,7 +285,7 @@ em_tensor *em_gpt_forward(em_gpt *g, const em_tensor *ids, em_gpt_cache *cache)
     }
     em_tensor *x = hidden(g, ids, cache);
     if (!x) return NULL;
-    em_tensor *logits = head(g, x);
+    em_tensor *logits = gpt_head(g, x);
     em_release(x);
     if (!logits) em_error_context("em_gpt_forward");
     return logits;
