@@ -615,6 +615,24 @@ static em_ir_kernel *build_numerics(bool f64_transcendental)
     return k;
 }
 
+/* f32 lines rounded to bf16 lines and stored, of an even and an odd width (the CUDA target rounds
+ * pairs of lanes with one packed conversion, the odd lane alone). */
+static em_ir_kernel *build_bf16_line_casts(void)
+{
+    em_ir_kernel *k = em_ir_kernel_new("bf16_line_casts");
+    em_ir_val pos = em_ir_builtin(k, EM_ABSOLUTE_POS);
+    for (unsigned lanes = 3; lanes <= 4; lanes++) {
+        em_ir_mem in = em_ir_param_buffer(k, lanes == 3 ? "f3" : "f4", em_line(EM_F32, lanes),
+                                          EM_READ, 1);
+        em_ir_mem out = em_ir_param_buffer(k, lanes == 3 ? "b3" : "b4", em_line(EM_BF16, lanes),
+                                           EM_READ_WRITE, 1);
+        em_ir_val x = em_ir_load(k, in, pos);
+        em_ir_val r = em_ir_cast(k, em_line(EM_BF16, lanes), x);
+        em_ir_store(k, out, pos, em_ir_binary(k, EM_OP_ADD, r, em_ir_load(k, out, pos)));
+    }
+    return k;
+}
+
 /* Structured control flow, variables (also lines), local arrays, metadata and scalar parameters,
  * dynamic lane access, print. */
 static em_ir_kernel *build_control(void)
@@ -836,6 +854,7 @@ static void test_cuda_all_ops(void **state)
     ks[n++] = prepare(build_matrix());
     ks[n++] = prepare(build_intrinsics("cuda"));
     ks[n++] = prepare(build_copy_async());
+    ks[n++] = prepare(build_bf16_line_casts());
     em_caps caps = caps_for("cuda", true, 32);
     char *src = gen_cuda(ks, n, &caps);
     assert_non_null(src);
@@ -864,6 +883,8 @@ static void test_cuda_all_ops(void **state)
     expect_has(src, "printf(\"pos sum %g line [%g, %g, %g, %g] \\\"100%%\\\"\\n\"");
     expect_has(src, "const unsigned long long *em_meta)");
     expect_has(src, "em_rh(");  /* f16 rounding after operations */
+    expect_has(src, "cvt.rn.bf16x2.f32 %0, %1, %2;");
+    expect_has(src, "= em_rb_line("); /* f32 lines to bf16: packed, both widths */
     expect_has(src, "== 0 ||"); /* guarded signed division */
     int r = compile_cuda(src, "all_ops.cu");
     int alone = r == PASSED ? compile_each(ks, n, &caps, true) : r;

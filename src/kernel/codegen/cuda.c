@@ -105,6 +105,19 @@ static void cu_zero(em_spmd *e, em_type t, em_strbuf *sb)
     em_sb_append(sb, " = {}");
 }
 
+/* f32 lines to bf16 round two lanes per instruction (cvt.rn.bf16x2.f32, sm_80+), and a store
+ * of the result folds into that one word. (f16 keeps lane-by-lane rounding: its widening is a
+ * cvt too, which the compiler cannot fold with a store's cvt, so packing would add work.) */
+static bool cu_line_convert(em_spmd *e, em_scalar from, em_scalar to, unsigned lanes,
+                            const char *x, em_strbuf *sb)
+{
+    (void)e;
+    (void)lanes;
+    if (from != EM_F32 || to != EM_BF16) return false;
+    em_sb_printf(sb, "em_rb_line(%s)", x);
+    return true;
+}
+
 static void cu_wrap(em_spmd *e, em_scalar s, const char *x, em_strbuf *sb)
 {
     if (em_spmd_narrow(s))
@@ -921,6 +934,7 @@ static const em_spmd_dialect cuda_dialect = {
     .literal = cu_literal,
     .zero = cu_zero,
     .convert = cu_convert,
+    .line_convert = cu_line_convert,
     .wrap = cu_wrap,
     .float_fn = cu_float_fn,
     .bit_count = cu_bit_count,
@@ -985,6 +999,26 @@ static const char prelude_vecops[] =
     "{ emv<" S ", N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = " TO              \
     "(x.v[i]); return r; }\n"
 
+/* A line of floats rounded to kind K two lanes per cvt (K x2 packs lane i + 1 in the high half),
+ * named NAME; ROUND rounds one lane (an odd last lane; every lane before sm_80); LO and HI are
+ * the two lanes of the packed word w as floats. */
+#define PACKED_ROUND(NAME, K, ROUND, LO, HI)                                                       \
+    "template <int N> __device__ __forceinline__ emv<float, N> " NAME "(emv<float, N> x)\n"         \
+    "{\n"                                                                                         \
+    "    emv<float, N> r;\n"                                                                      \
+    "#if __CUDA_ARCH__ >= 800\n"                                                                 \
+    "    _Pragma(\"unroll\") for (int i = 0; i + 1 < N; i += 2) {\n"                              \
+    "        unsigned w; asm(\"cvt.rn." K "x2.f32 %0, %1, %2;\" : \"=r\"(w) : \"f\"(x.v[i + 1]), "  \
+    "\"f\"(x.v[i]));\n"                                                                           \
+    "        r.v[i] = " LO "; r.v[i + 1] = " HI ";\n"                                               \
+    "    }\n"                                                                                     \
+    "    if (N % 2) r.v[N - 1] = " ROUND "(x.v[N - 1]);\n"                                         \
+    "#else\n"                                                                                    \
+    "    _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = " ROUND "(x.v[i]);\n"           \
+    "#endif\n"                                                                                   \
+    "    return r;\n"                                                                             \
+    "}\n"
+
 static const char prelude_f16[] =
     "/* f16: IEEE binary16 bits in memory, float in registers, rounded after every operation. */\n"
     "__device__ __forceinline__ unsigned short em_f2h(float f)\n"
@@ -1014,11 +1048,35 @@ static const char prelude_bf16[] =
     " * came from memory), so its top half is the bf16 bits, NaN included; em_rb's cvt then the\n"
     " * shift fold into the one cvt. */\n"
     "__device__ __forceinline__ unsigned short em_f2b_exact(float f) { return "
-    "(unsigned short)(__float_as_uint(f) >> 16); }\n" CONVERTERS("unsigned short", "float", "em_f2b",
-                                                                  "em_b2f")
+    "(unsigned short)(__float_as_uint(f) >> 16); }\n"
+    "/* A line load widens two lanes per 32-bit word: a shift and a mask. */\n"
+    "template <int N> __device__ __forceinline__ emv<float, N> em_b2f(emv<unsigned short, N> x)\n"
+    "{\n"
+    "    emv<float, N> r;\n"
+    "    _Pragma(\"unroll\") for (int i = 0; i + 1 < N; i += 2) {\n"
+    "        unsigned w; memcpy(&w, &x.v[i], 4);\n"
+    "        r.v[i] = __uint_as_float(w << 16); r.v[i + 1] = __uint_as_float(w & 0xffff0000u);\n"
+    "    }\n"
+    "    if (N % 2) r.v[N - 1] = em_b2f(x.v[N - 1]);\n"
+    "    return r;\n"
+    "}\n"
+    "template <int N> __device__ __forceinline__ emv<unsigned short, N> em_f2b(emv<float, N> x)\n"
+    "{ emv<unsigned short, N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = "
+    "em_f2b(x.v[i]); return r; }\n"
+        "/* A line store builds 32-bit words of two lanes from the top halves, so that after\n"
+        " * em_rb_line (whose lanes are the halves of one packed cvt) the word is that cvt's. */\n"
         "template <int N> __device__ __forceinline__ emv<unsigned short, N> em_f2b_exact(emv<float, N> x)\n"
-        "{ emv<unsigned short, N> r; _Pragma(\"unroll\") for (int i = 0; i < N; i++) r.v[i] = "
-        "em_f2b_exact(x.v[i]); return r; }\n";
+        "{\n"
+        "    emv<unsigned short, N> r;\n"
+        "    _Pragma(\"unroll\") for (int i = 0; i + 1 < N; i += 2) {\n"
+        "        unsigned w = (__float_as_uint(x.v[i]) >> 16) | (__float_as_uint(x.v[i + 1]) & 0xffff0000u);\n"
+        "        memcpy(&r.v[i], &w, 4);\n"
+        "    }\n"
+        "    if (N % 2) r.v[N - 1] = em_f2b_exact(x.v[N - 1]);\n"
+        "    return r;\n"
+        "}\n" PACKED_ROUND(
+            "em_rb_line", "bf16", "em_rb", "__uint_as_float(w << 16)",
+            "__uint_as_float(w & 0xffff0000u)");
 
 static const char prelude_bool[] =
     "/* bool: one byte 0/1 in memory. */\n"

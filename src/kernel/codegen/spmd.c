@@ -701,6 +701,13 @@ static const char *whole_line(em_spmd *e, const em_ir_inst *in, em_type t)
     em_scalar s = (em_scalar)t.scalar;
     em_ir_op op = (em_ir_op)in->op;
     bool fl = em_scalar_is_float(s);
+    if (op == EM_OP_CAST && e->d->line_convert && !is_const(e, in->args[0])) {
+        em_scalar from = (em_scalar)type_of(e, in->args[0]).scalar;
+        em_strbuf sb;
+        em_sb_init(&sb);
+        if (e->d->line_convert(e, from, s, t.lanes, val(e, in->args[0]), &sb)) return take(e, &sb);
+        free(em_sb_take(&sb));
+    }
     if (wrapped(s) || s == EM_BOOL || e->d->line_kind(e, t) != EM_LINE_OPS) return NULL;
     if (op == EM_OP_ADD || op == EM_OP_SUB || op == EM_OP_MUL || (op == EM_OP_DIV && fl)) {
         for (int i = 0; i < 2; i++)

@@ -105,6 +105,10 @@ typedef struct em_spmd_dialect {
     /* Converts a numeric (non-bool) scalar expression of kind `from` to kind `to`, wrapping
      * narrow integers and rounding f16/bf16. */
     void (*convert)(em_spmd *e, em_scalar from, em_scalar to, const char *x, em_strbuf *sb);
+    /* A whole line x of kind `from` converted to kind `to` in one expression (packed conversion
+     * instructions), or false when the target converts lane by lane. NULL hook: lane by lane. */
+    bool (*line_convert)(em_spmd *e, em_scalar from, em_scalar to, unsigned lanes, const char *x,
+                         em_strbuf *sb);
     /* Brings the result of an operation on kind s into range (narrow wrap, f16 rounding); writes
      * x unchanged for kinds that need nothing. */
     void (*wrap)(em_spmd *e, em_scalar s, const char *x, em_strbuf *sb);
