@@ -1,8 +1,10 @@
-/* test_bench_cli.c — `ember bench decode` as a user runs it: on the CPU with the tiny preset it
- * prints one JSON line with the reference's fields (workload, impl, dtype, batch, new_tokens,
- * tokens_per_s) and its own (device, prompt_tokens, prefill_ms, ms_per_step), the figures
- * positive and consistent with each other; --dtype bf16 is reported in the reference's spelling;
- * bad arguments get a usage message and exit status 2. */
+/* test_bench_cli.c — `ember bench decode` and `ember bench train-gpt2` as a user runs them: on
+ * the CPU with the tiny preset each prints one JSON line with its reference's fields (decode:
+ * workload, impl, dtype, batch, new_tokens, tokens_per_s; train-gpt2: those of
+ * ../shared/anchors/gpt2_train.py) and its own (device, ...), the figures positive and consistent
+ * with each other; --dtype bf16 is reported in the reference's spelling; bad arguments get a
+ * usage message and exit status 2. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -46,12 +48,12 @@ static const char *string(const cJSON *o, const char *name)
 }
 
 /* Runs the benchmark and returns its one JSON line, parsed. */
-static cJSON *decode(const char *args)
+static cJSON *bench_json(const char *args)
 {
     int code;
     char *out = ember(args, "2>/dev/null", &code);
     if (code != 0) fail_msg("`ember %s`: status %d, output:\n%s", args, code, out);
-    fprintf(stderr, "[bench decode] %s", out);
+    fprintf(stderr, "[ember %s] %s", args, out);
     char *nl = strchr(out, '\n');
     if (!nl || nl[1]) fail_msg("`ember %s` did not print one line:\n%s", args, out);
     cJSON *o = cJSON_Parse(out);
@@ -59,6 +61,8 @@ static cJSON *decode(const char *args)
     free(out);
     return o;
 }
+
+static cJSON *decode(const char *args) { return bench_json(args); }
 
 static void test_decode_json(void **state)
 {
@@ -91,6 +95,38 @@ static void test_decode_json(void **state)
     cJSON_Delete(o);
 }
 
+/* Training speed: the reference's fields, tokens/s consistent with ms per step, the model the
+ * options asked for, a loss near ln(vocabulary) (random tokens teach nothing in three steps). */
+static void test_train_json(void **state)
+{
+    (void)state;
+    cJSON *o = bench_json("bench train-gpt2 --device cpu --preset tiny --batch 2 --seq 32 "
+                          "--steps 2 --warmup 1");
+    assert_string_equal(string(o, "workload"), "gpt2_train");
+    assert_string_equal(string(o, "impl"), "ember");
+    assert_string_equal(string(o, "device"), "cpu");
+    assert_int_equal((int)number(o, "batch"), 2);
+    assert_int_equal((int)number(o, "seq"), 32);
+    assert_int_equal((int)number(o, "layers"), 4);
+    assert_int_equal((int)number(o, "dim"), 128);
+    double ms = number(o, "ms_per_step"), tps = number(o, "tokens_per_s");
+    assert_true(ms > 0 && tps > 0);
+    assert_true(fabs(tps - 64.0 / (ms / 1000.0)) <= 0.02 * tps + 1);
+    assert_true(number(o, "params") > 100000);
+    assert_true(number(o, "peak_mem_gib") >= 0 && number(o, "model_tflops") >= 0);
+    double loss = number(o, "loss"), vocab_ln = log(256.0); /* tiny: a vocabulary of 256 */
+    if (!(fabs(loss - vocab_ln) < 1.5)) fail_msg("loss %g, expected near ln 256 = %g", loss, vocab_ln);
+    double params = number(o, "params");
+    cJSON_Delete(o);
+    o = bench_json("bench train-gpt2 --device cpu --preset tiny --batch 1 --seq 16 --steps 1 "
+                   "--warmup 1 --layers 2 --dim 64 --heads 2 --fp32");
+    assert_int_equal((int)number(o, "layers"), 2);
+    assert_int_equal((int)number(o, "dim"), 64);
+    assert_string_equal(string(o, "dtype"), "fp32");
+    assert_true(number(o, "params") < params / 2);
+    cJSON_Delete(o);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -106,6 +142,12 @@ static void test_bad_arguments(void **state)
         "bench decode --preset tiny --prompt 100 --new 100", /* past the context of 128 */
         "bench decode --seed -1",
         "bench decode --frobnicate 1",
+        "bench train-gpt2 --steps 0",
+        "bench train-gpt2 --batch two",
+        "bench train-gpt2 --seq",
+        "bench train-gpt2 --preset gpt7",
+        "bench train-gpt2 --seed -1",
+        "bench train-gpt2 --frobnicate 1",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int code;
@@ -130,6 +172,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_decode_json),
+        cmocka_unit_test(test_train_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,5 +13,6 @@ int em_cli_chat(int argc, char **argv);     /* chat.c: terminal chat */
 int em_cli_serve(int argc, char **argv);    /* serve.c: the HTTP server and web chat page */
 int em_cli_bench(int argc, char **argv);    /* bench.c: benchmarks (matmul, ...) */
 int em_cli_bench_decode(int argc, char **argv); /* bench_decode.c: bench decode */
+int em_cli_bench_train(int argc, char **argv);  /* bench_train.c: bench train-gpt2 */
 
 #endif

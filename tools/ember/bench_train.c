@@ -1,0 +1,266 @@
+/* bench_train.c — `ember bench train-gpt2`: GPT-2 training speed, the workload of the PyTorch
+ * reference ../shared/anchors/gpt2_train.py (issue #13). A model of the gpt2 preset (124M;
+ * --layers/--dim/--heads resize it) with random weights trains on random tokens through the same
+ * trainer as `ember train` (em_trainer_step: forward, loss, backward, clipping at 1.0, AdamW at
+ * lr 6e-4 with betas 0.9/0.95 and weight decay 0.1; the vocabulary padded to 50304, no dropout,
+ * tokens drawn from GPT-2's 50257), bf16 compute with f32 master weights unless --fp32. W warm-up steps (kernels compiled, pool filled), then N timed steps. One JSON line with
+ * the reference's fields and the device:
+ *
+ *   {"workload":"gpt2_train","impl":"ember","device":"cuda:0","gpu":"NVIDIA H200","dtype":"bf16",
+ *    "batch":16,"seq":1024,"layers":12,"dim":768,"params":...,"ms_per_step":...,
+ *    "tokens_per_s":...,"model_tflops":...,"peak_mem_gib":...,"loss":...}
+ *
+ * model_tflops counts 6 * params + 6 * layers * dim * seq FLOPs per token, as the reference
+ * (and llm.c) does; peak_mem_gib is the device pool's high-water mark over the whole run (the
+ * reference resets its counter after the warm-up; ember's steps are alike, so the peak is that of
+ * any step). The random tokens are written as one shard in a temporary folder, removed at exit. */
+#include <errno.h>
+#include <ftw.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "ember/data.h"
+#include "ember/gpt.h"
+#include "ember/runtime.h"
+#include "ember/train.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int usage(FILE *out)
+{
+    fprintf(out,
+            "usage: ember bench train-gpt2 [--device D] [--batch B] [--seq T] [--steps N]\n"
+            "                              [--warmup W] [--layers L] [--dim C] [--heads H]\n"
+            "                              [--preset P] [--fp32] [--seed S]\n"
+            "  GPT-2 training speed on random tokens: a model of the preset (gpt2) with random\n"
+            "  weights, B sequences (16) of T tokens (1024), W warm-up steps (5), then N timed\n"
+            "  steps (30); bf16 compute with f32 master weights unless --fp32. D: the best\n"
+            "  device present by default. Prints one JSON line: tokens_per_s, ms_per_step,\n"
+            "  model_tflops, peak_mem_gib, loss, ...\n");
+    return 2;
+}
+
+/* A positive integer argument, or -1. */
+static int64_t positive(const char *s)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    return errno || end == s || *end || v <= 0 ? -1 : (int64_t)v;
+}
+
+typedef struct train_opts {
+    const char *device, *preset;
+    int64_t batch, seq, steps, warmup, layers, dim, heads; /* 0: the preset's */
+    bool fp32;
+    uint64_t seed;
+} train_opts;
+
+/* Parses argv into o. 0; 2 with the usage on stderr; -1 after --help. */
+static int parse(int argc, char **argv, train_opts *o)
+{
+    *o = (train_opts){NULL, "gpt2", 16, 1024, 30, 5, 0, 0, 0, false, 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return -1;
+        }
+        if (!strcmp(a, "--fp32")) {
+            o->fp32 = true;
+            continue;
+        }
+        int64_t *n = !strcmp(a, "--batch")    ? &o->batch
+                     : !strcmp(a, "--seq")    ? &o->seq
+                     : !strcmp(a, "--steps")  ? &o->steps
+                     : !strcmp(a, "--warmup") ? &o->warmup
+                     : !strcmp(a, "--layers") ? &o->layers
+                     : !strcmp(a, "--dim")    ? &o->dim
+                     : !strcmp(a, "--heads")  ? &o->heads
+                                              : NULL;
+        if (!v) {
+            fprintf(stderr, "ember bench train-gpt2: %s needs a value\n", a);
+            return usage(stderr);
+        }
+        i++;
+        if (n) {
+            if ((*n = positive(v)) < 0) {
+                fprintf(stderr, "ember bench train-gpt2: %s takes a positive integer, not '%s'\n",
+                        a, v);
+                return usage(stderr);
+            }
+        } else if (!strcmp(a, "--device")) {
+            o->device = v;
+        } else if (!strcmp(a, "--preset")) {
+            em_gpt_config c;
+            if (!em_gpt_preset(v, &c)) {
+                fprintf(stderr, "ember bench train-gpt2: %s\n", em_last_error());
+                return usage(stderr);
+            }
+            o->preset = v;
+        } else if (!strcmp(a, "--seed")) {
+            char *end;
+            errno = 0;
+            o->seed = strtoull(v, &end, 10);
+            if (errno || end == v || *end || *v == '-') {
+                fprintf(stderr, "ember bench train-gpt2: --seed takes a number, not '%s'\n", v);
+                return usage(stderr);
+            }
+        } else {
+            fprintf(stderr, "ember bench train-gpt2: unknown option '%s'\n", a);
+            return usage(stderr);
+        }
+    }
+    return 0;
+}
+
+/* splitmix64: the random tokens. */
+static uint64_t next_u64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* Writes enough random tokens of [0, vocab) for every step (each step reads B * (T + 1) tokens)
+ * to dir/train_000.bin, a shard of the model's (padded) vocabulary. */
+static em_status write_tokens(const char *dir, const train_opts *o, int64_t vocab,
+                              int64_t padded)
+{
+    size_t n = (size_t)((o->steps + o->warmup + 1) * o->batch * (o->seq + 1));
+    uint32_t *ids = malloc(n * sizeof *ids);
+    if (!ids) return em_set_error(EM_ERR_NOMEM, "bench train-gpt2: out of memory for %zu tokens", n);
+    uint64_t s = o->seed ^ 0x5eedull;
+    for (size_t i = 0; i < n; i++) ids[i] = (uint32_t)(next_u64(&s) % (uint64_t)vocab);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/train_000.bin", dir);
+    em_status st = em_shard_write(path, ids, n, (uint32_t)padded);
+    free(ids);
+    return st;
+}
+
+/* The config of the run: the preset resized, the reference's optimizer, nothing periodic. */
+static bool configure(const train_opts *o, const char *dir, em_train_config *c, int64_t *vocab)
+{
+    em_train_config_default(c);
+    if (!em_gpt_preset(o->preset, &c->model)) { /* checked by parse */
+        fprintf(stderr, "ember bench train-gpt2: %s\n", em_last_error());
+        return false;
+    }
+    *vocab = c->model.vocab_size;
+    /* as the reference: the vocabulary padded to a multiple of 64 (50304), no dropout */
+    c->model.vocab_size = (c->model.vocab_size + 63) / 64 * 64;
+    c->model.dropout = 0;
+    if (o->layers) c->model.n_layer = o->layers;
+    if (o->dim) c->model.n_embd = o->dim;
+    if (o->heads) c->model.n_head = o->heads;
+    if (c->model.block_size < o->seq) c->model.block_size = o->seq;
+    c->data = dir;
+    c->val_data = dir;
+    c->device = o->device;
+    c->bf16 = !o->fp32;
+    c->batch = (int)o->batch;
+    c->seq = (int)o->seq;
+    c->grad_accum = 1;
+    c->max_steps = o->steps + o->warmup;
+    c->lr.kind = EM_LR_CONSTANT;
+    c->lr.base = 6e-4;
+    c->weight_decay = 0.1;
+    c->beta1 = 0.9;
+    c->beta2 = 0.95;
+    c->grad_clip = 1.0;
+    c->eval_every = 0;
+    c->sample_every = -1;
+    c->ckpt_every = 0;
+    c->out_dir = dir;
+    c->seed = o->seed;
+    c->shuffle = false;
+    return true;
+}
+
+static int run(const train_opts *o, const char *dir)
+{
+    em_train_config c;
+    int64_t vocab;
+    if (!configure(o, dir, &c, &vocab)) return 1;
+    if (write_tokens(dir, o, vocab, c.model.vocab_size) != EM_OK) {
+        fprintf(stderr, "ember bench train-gpt2: %s\n", em_last_error());
+        return 1;
+    }
+    em_trainer *t = em_trainer_new(&c);
+    if (!t) {
+        fprintf(stderr, "ember bench train-gpt2: %s\n", em_last_error());
+        return 1;
+    }
+    em_train_info info;
+    em_trainer_info(t, &info);
+    em_train_metrics m = {0};
+    em_status st = EM_OK;
+    for (int64_t i = 0; st == EM_OK && i < o->warmup; i++) st = em_trainer_step(t, &m);
+    em_device *dev = em_gpt_device(em_trainer_model(t));
+    if (st == EM_OK) st = em_device_sync(dev);
+    double t0 = now_s();
+    for (int64_t i = 0; st == EM_OK && i < o->steps; i++) st = em_trainer_step(t, &m);
+    if (st == EM_OK) st = em_device_sync(dev);
+    double dt = (now_s() - t0) / (double)o->steps;
+    int rc = 0;
+    if (st != EM_OK) {
+        fprintf(stderr, "ember bench train-gpt2: %s\n", em_last_error());
+        rc = 1;
+    } else {
+        em_pool_stats ps;
+        em_device_pool_stats(dev, &ps);
+        double tokens = (double)(o->batch * o->seq);
+        double flops = 6.0 * (double)info.num_params +
+                       6.0 * (double)(c.model.n_layer * c.model.n_embd * o->seq);
+        printf("{\"workload\":\"gpt2_train\",\"impl\":\"ember\",\"device\":\"%s\",\"gpu\":\"%s\","
+               "\"dtype\":\"%s\",\"batch\":%lld,\"seq\":%lld,\"layers\":%lld,\"dim\":%lld,"
+               "\"params\":%lld,\"ms_per_step\":%.2f,\"tokens_per_s\":%.0f,"
+               "\"model_tflops\":%.1f,\"peak_mem_gib\":%.2f,\"loss\":%.4f}\n",
+               info.device, info.device_desc, info.bf16 ? "bf16" : "fp32", (long long)o->batch,
+               (long long)o->seq, (long long)c.model.n_layer, (long long)c.model.n_embd,
+               (long long)info.num_params, dt * 1e3, tokens / dt, flops * tokens / dt / 1e12,
+               (double)ps.peak_in_use / (double)(1ull << 30), m.loss);
+        fflush(stdout);
+    }
+    em_trainer_free(t);
+    return rc;
+}
+
+int em_cli_bench_train(int argc, char **argv)
+{
+    train_opts o;
+    int p = parse(argc, argv, &o);
+    if (p) return p < 0 ? 0 : p;
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ember-bench-train-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "ember bench train-gpt2: cannot create a folder in %s: %s\n",
+                tmp && *tmp ? tmp : "/tmp", strerror(errno));
+        return 1;
+    }
+    int rc = run(&o, dir);
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return rc;
+}
