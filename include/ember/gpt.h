@@ -126,6 +126,17 @@ em_status em_gpt_batch_prefill(em_gpt_batch *b, int64_t slot, const int64_t *ids
  * listed slots are left empty. */
 em_status em_gpt_batch_step(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens,
                             int64_t n, float *logits);
+/* em_gpt_batch_prefill, but instead of the logits *next receives the last position's greedy
+ * next token: the first largest logit (em_argmax on the device; what em_sample_token picks at
+ * temperature 0 when no logit is NaN). */
+em_status em_gpt_batch_prefill_greedy(em_gpt_batch *b, int64_t slot, const int64_t *ids, int64_t n,
+                                      int64_t *next);
+/* em_gpt_batch_step, but instead of logits next[i] receives slots[i]'s greedy next token (as
+ * em_gpt_batch_prefill_greedy): one i64 per row comes back from the device. next may be
+ * tokens (each token is replaced by its successor). */
+em_status em_gpt_batch_step_greedy(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens,
+                                   int64_t n, int64_t *next);
+
 /* Empties a slot (its sequence left the batch). */
 void em_gpt_batch_clear(em_gpt_batch *b, int64_t slot);
 

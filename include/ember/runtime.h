@@ -8,6 +8,7 @@
 #ifndef EMBER_RUNTIME_H
 #define EMBER_RUNTIME_H
 
+#include <stdio.h>
 #include "ember/base.h"
 #include "ember/kernel.h"
 
@@ -200,6 +201,56 @@ typedef struct em_timer {
 } em_timer;
 em_status em_timer_start(em_timer *t, em_device *dev);
 double em_timer_stop(em_timer *t);
+
+
+/* ---- profiling ------------------------------------------------------------------------------- */
+
+/* The launch profiler (src/runtime/profile.c; docs/profiling.md). While it is on, every em_launch
+ * is counted by kernel name with the host time spent inside the call and the device time of the
+ * kernel (CUDA: events recorded around each launch; other backends: a sync before and after each
+ * launch, so they run one kernel at a time), and buffer allocations, host<->device copies and
+ * syncs are counted. Off, it costs one predictable branch per call. EMBER_PROFILE=1 (any value
+ * but "" and "0") turns it on when the first device opens and prints the report to stderr at exit,
+ * unless the program printed one itself with em_profile_report. Process-wide and thread-safe. */
+typedef struct em_profile_counts {
+    double wall_s;            /* seconds since the profiler was turned on or last reset */
+    uint64_t launches;        /* successful em_launch calls */
+    uint64_t kernels;         /* distinct kernel names launched */
+    double launch_host_s;     /* seconds spent inside those em_launch calls (checks + driver) */
+    double launch_device_s;   /* seconds the device spent running them */
+    uint64_t allocs;          /* em_buffer_alloc calls that succeeded */
+    uint64_t device_allocs;   /* of those, allocations that went to the driver (pool misses) */
+    uint64_t frees;           /* em_buffer_free calls */
+    uint64_t writes;          /* host -> device copies (em_buffer_write, em_buffer_fill_zero) */
+    uint64_t write_bytes;     /* their bytes */
+    uint64_t reads;           /* device -> host copies (em_buffer_read); each waits for the device */
+    uint64_t read_bytes;      /* their bytes */
+    uint64_t copies;          /* em_buffer_copy calls (device -> device, or between devices) */
+    uint64_t copy_bytes;      /* their bytes */
+    uint64_t syncs;           /* em_device_sync calls */
+    uint64_t compiles;        /* compiler runs (kernel cache misses) */
+} em_profile_counts;
+
+/* One kernel name's figures (every specialization of a kernel shares its name). */
+typedef struct em_profile_kernel {
+    uint64_t launches; /* successful launches */
+    double host_s;     /* seconds inside em_launch */
+    double device_s;   /* seconds of device time */
+} em_profile_kernel;
+
+/* Turns the profiler on or off (the figures gathered so far are kept). Turning it on when it was
+ * off starts the wall clock if nothing has been gathered since the last reset. */
+void em_profile_enable(bool on);
+bool em_profile_enabled(void);
+/* Forgets every figure and restarts the wall clock (waits for pending device timings first). */
+void em_profile_reset(void);
+/* The totals since the last reset (waits for pending device timings). */
+void em_profile_get(em_profile_counts *out);
+/* One kernel's figures; false (out zeroed) when no kernel of that name was launched. */
+bool em_profile_kernel_get(const char *name, em_profile_kernel *out);
+/* Prints the table (one row per kernel name, sorted by device time, then host time, with totals)
+ * and the memory, copy and sync counts to out (stderr when NULL). Does not reset. */
+void em_profile_report(FILE *out);
 
 #ifdef __cplusplus
 }

@@ -44,6 +44,7 @@ void em_rt_device_destroy(em_device *dev)
 {
     if (dev->drv->sync)
         dev->drv->sync(dev->state);
+    em_rt_profile_device_closing(dev); /* its pending timings, while its events still exist */
     em_rt_kernels_destroy(dev);
     size_t live = em_rt_pool_destroy(dev);
     if (live)
@@ -84,6 +85,8 @@ em_status em_device_sync(em_device *dev)
 {
     if (!dev)
         return em_set_error(EM_ERR_INVALID, "em_device_sync: no device");
+    if (em_rt_profiling())
+        em_rt_profile_count(EM_RT_PROF_SYNC, 0);
     if (!dev->drv->sync)
         return EM_OK;
     em_status st = dev->drv->sync(dev->state);

@@ -1,6 +1,7 @@
-/* launch.c — launch arguments, their checking against a kernel's parameters, the launch itself,
- * and the line-width helper. Every check happens here, once, so drivers receive only resolved,
- * valid arguments (driver.h: em_drv_arg); each error names the kernel and the parameter. */
+/* launch.c — launch arguments, their checking against a kernel's parameters, the launch itself
+ * (through the profiler while it is on: profile.c), and the line-width helper. Every check
+ * happens here, once, so drivers receive only resolved, valid arguments (driver.h: em_drv_arg);
+ * each error names the kernel and the parameter. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,6 +247,14 @@ static em_status check_grid(const em_kernel *kern, const uint32_t count[3], cons
 
 em_status em_launch(em_kernel *kernel, const uint32_t cube_count[3], const uint32_t cube_dim[3],
                     const em_arg *args, size_t nargs)
+{
+    if (em_rt_profiling()) /* the profiler's only cost while it is off */
+        return em_rt_profile_launch(kernel, cube_count, cube_dim, args, nargs);
+    return em_rt_launch(kernel, cube_count, cube_dim, args, nargs);
+}
+
+em_status em_rt_launch(em_kernel *kernel, const uint32_t cube_count[3], const uint32_t cube_dim[3],
+                       const em_arg *args, size_t nargs)
 {
     if (!kernel || !cube_count || !cube_dim)
         return em_set_error(EM_ERR_INVALID, "em_launch: no kernel or grid");

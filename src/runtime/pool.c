@@ -5,7 +5,8 @@
  * of that class without a driver call. When the driver reports out-of-memory, the pool hands every
  * cached block back to the driver and tries once more; only then does the allocation fail, with
  * EM_ERR_NOMEM. One mutex per pool guards the lists and the statistics. Byte counts in the
- * statistics are block sizes (what the device really holds), not the sizes asked for. */
+ * statistics are block sizes (what the device really holds), not the sizes asked for. The
+ * profiler (profile.c) counts allocations, frees and copies while it is on. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +118,8 @@ static em_buffer *take_block(em_device *dev, unsigned cls, size_t cap)
     b->cls = cls;
     b->dev = dev;
     pool->stats.device_allocs++;
+    if (em_rt_profiling())
+        em_rt_profile_count(EM_RT_PROF_DEVICE_ALLOC, cap);
     return b;
 }
 
@@ -149,6 +152,8 @@ em_buffer *em_buffer_alloc(em_device *dev, size_t bytes)
             pool->stats.peak_in_use = pool->stats.bytes_in_use;
     }
     pthread_mutex_unlock(&pool->lock);
+    if (b && em_rt_profiling())
+        em_rt_profile_count(EM_RT_PROF_ALLOC, cap);
     return b;
 }
 
@@ -156,6 +161,8 @@ void em_buffer_free(em_buffer *buf)
 {
     if (!buf)
         return;
+    if (em_rt_profiling())
+        em_rt_profile_count(EM_RT_PROF_FREE, buf->capacity);
     em_device *dev = buf->dev;
     em_rt_pool *pool = &dev->pool;
     pthread_mutex_lock(&pool->lock);
@@ -233,6 +240,8 @@ em_status em_buffer_write(em_buffer *buf, size_t offset, const void *src, size_t
         return range_error("em_buffer_write", buf, offset, bytes);
     if (!bytes)
         return EM_OK;
+    if (em_rt_profiling())
+        em_rt_profile_count(EM_RT_PROF_WRITE, bytes);
     em_status st = buf->dev->drv->write(buf->dev->state, buf->mem, offset, src, bytes);
     return st == EM_OK ? st : em_error_context("device %s: buffer write", buf->dev->name);
 }
@@ -245,6 +254,8 @@ em_status em_buffer_read(const em_buffer *buf, size_t offset, void *dst, size_t 
         return range_error("em_buffer_read", buf, offset, bytes);
     if (!bytes)
         return EM_OK;
+    if (em_rt_profiling())
+        em_rt_profile_count(EM_RT_PROF_READ, bytes);
     em_status st = buf->dev->drv->read(buf->dev->state, buf->mem, offset, dst, bytes);
     return st == EM_OK ? st : em_error_context("device %s: buffer read", buf->dev->name);
 }
@@ -262,6 +273,8 @@ em_status em_buffer_copy(em_buffer *dst, size_t dst_offset, const em_buffer *src
         return range_error("em_buffer_copy (source)", src, src_offset, bytes);
     if (!bytes)
         return EM_OK;
+    if (em_rt_profiling())
+        em_rt_profile_count(EM_RT_PROF_COPY, bytes);
     if (dst->dev == src->dev) {
         em_status st = dst->dev->drv->copy(dst->dev->state, dst->mem, dst_offset, src->mem,
                                            src_offset, bytes);

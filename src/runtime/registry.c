@@ -114,6 +114,7 @@ em_device *em_device_open(const char *name)
         em_set_error(EM_ERR_INVALID, "em_device_open: no device name given");
         return NULL;
     }
+    em_rt_profile_init_env(); /* EMBER_PROFILE, before anything can launch */
     int index;
     const backend_row *row = parse_name(name, &index);
     if (!row)

@@ -5,6 +5,7 @@
 #ifndef EM_RUNTIME_RT_H
 #define EM_RUNTIME_RT_H
 #include <pthread.h>
+#include <stdatomic.h>
 #include "base/base.h"
 #include "ember/runtime.h"
 #include "runtime/driver.h"
@@ -85,5 +86,36 @@ void em_rt_device_destroy(em_device *dev);
 
 /* Host monotonic clock in seconds. */
 double em_rt_now(void);
+
+/* ---- the profiler (profile.c) -------------------------------------------------------------- */
+
+/* Non-zero while the profiler is on; read with em_rt_profiling() (one relaxed load). */
+extern _Atomic int em_rt_profile_on;
+static inline bool em_rt_profiling(void)
+{
+    return __builtin_expect(atomic_load_explicit(&em_rt_profile_on, memory_order_relaxed), 0);
+}
+
+/* What the counters count (em_rt_profile_count). */
+typedef enum em_rt_prof_event {
+    EM_RT_PROF_ALLOC,        /* a buffer allocation */
+    EM_RT_PROF_DEVICE_ALLOC, /* one that went to the driver */
+    EM_RT_PROF_FREE,         /* a buffer free */
+    EM_RT_PROF_WRITE,        /* host -> device, `bytes` bytes */
+    EM_RT_PROF_READ,         /* device -> host */
+    EM_RT_PROF_COPY,         /* em_buffer_copy */
+    EM_RT_PROF_SYNC,         /* em_device_sync */
+} em_rt_prof_event;
+void em_rt_profile_count(em_rt_prof_event what, uint64_t bytes);
+/* Reads EMBER_PROFILE once (the first device open) and turns the profiler on when it is set. */
+void em_rt_profile_init_env(void);
+/* em_launch while profiling: runs em_rt_launch with the timing around it. */
+em_status em_rt_profile_launch(em_kernel *kernel, const uint32_t cube_count[3],
+                               const uint32_t cube_dim[3], const em_arg *args, size_t nargs);
+/* The unprofiled launch (launch.c). */
+em_status em_rt_launch(em_kernel *kernel, const uint32_t cube_count[3], const uint32_t cube_dim[3],
+                       const em_arg *args, size_t nargs);
+/* Resolves the pending device timings of a device that is closing. */
+void em_rt_profile_device_closing(em_device *dev);
 
 #endif

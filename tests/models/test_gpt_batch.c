@@ -3,7 +3,8 @@
  * give exactly the tokens of em_gpt_generate run on each alone (greedy and seeded sampling), also
  * across the sliding window when a slot fills its context; a step's logits match a full forward
  * pass; misuse (bad slots, empty or full slots, duplicates, bad tokens) is an error, never an
- * abort, and the batch goes on working after it. On the CPU or $EMBER_TEST_DEVICE. */
+ * abort, and the batch goes on working after it; the greedy entry points (argmax on the device)
+ * pick exactly the host's argmax of the logits. On the CPU or $EMBER_TEST_DEVICE. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -248,6 +249,99 @@ static void test_step_logits_match_forward(void **state)
     em_gpt_free(g);
 }
 
+/* ---- device-side greedy ----------------------------------------------------------------------- */
+
+/* The first largest of x[0, n): what em_sample_token picks at temperature 0. */
+static int64_t host_argmax(const float *x, int64_t n)
+{
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* The last position's logits of a full forward pass over ids[0, n). */
+static void forward_last(em_gpt *g, const int64_t *ids, int64_t n, float *out)
+{
+    em_module_train(em_gpt_module(g), false);
+    em_no_grad_begin();
+    em_scope_begin();
+    em_tensor *x = em_from_host(dev, EM_I64, EM_SHAPE(1, n), ids);
+    em_tensor *logits = em_gpt_forward(g, x, NULL);
+    assert_non_null(logits);
+    assert_int_equal(em_to_host(em_select(em_select(logits, 0, 0), 0, n - 1), out,
+                                VOCAB * sizeof *out),
+                     EM_OK);
+    em_scope_end(NULL, 0);
+    em_no_grad_end();
+}
+
+/* Two batches fed alike, one through the logits (host argmax), one through the greedy entry
+ * points (argmax on the device), give the same tokens at every prefill and step: one slot alone
+ * (the one-row pass), rows listed out of order at different positions (masked), rows in
+ * lockstep (one shared position), and a gap of unlisted rows. The logits path also matches a
+ * full forward pass over each sequence. */
+static void test_device_greedy_matches_host(void **state)
+{
+    (void)state;
+    em_gpt *g = tiny();
+    em_gpt_batch *bl = em_gpt_batch_new(g, 4, 0), *bg = em_gpt_batch_new(g, 4, 0);
+    assert_non_null(bl);
+    assert_non_null(bg);
+    int64_t hist[4][CTX], len[4] = {5, 3, 0, 5};
+    for (int r = 0; r < 4; r++)
+        for (int t = 0; t < CTX; t++) hist[r][t] = (r * 17 + t * 5 + 2) % VOCAB;
+    float lg[4 * VOCAB], want[VOCAB];
+    for (int r = 0; r < 4; r++) {
+        if (!len[r]) continue;
+        int64_t next = -1;
+        assert_int_equal(em_gpt_batch_prefill(bl, r, hist[r], len[r], lg), EM_OK);
+        assert_int_equal(em_gpt_batch_prefill_greedy(bg, r, hist[r], len[r], &next), EM_OK);
+        assert_int_equal(next, host_argmax(lg, VOCAB));
+        assert_int_equal(em_gpt_batch_len(bg, r), len[r]);
+        hist[r][len[r]] = next; /* the token the next step feeds */
+    }
+    /* the slot lists of the steps, -1 ending each */
+    static const int64_t lists[][5] = {{0, -1}, {3, 1, -1}, {0, 3, -1}, {1, 0, 3, -1}, {0, -1},
+                                       {3, -1}, {0, 1, -1}, {1, -1}};
+    for (size_t k = 0; k < sizeof lists / sizeof lists[0]; k++) {
+        int64_t slots[4], toks[4], next[4];
+        int n = 0;
+        for (; lists[k][n] >= 0; n++) {
+            slots[n] = lists[k][n];
+            toks[n] = hist[slots[n]][len[slots[n]]];
+        }
+        assert_int_equal(em_gpt_batch_step(bl, slots, toks, n, lg), EM_OK);
+        assert_int_equal(em_gpt_batch_step_greedy(bg, slots, toks, n, next), EM_OK);
+        for (int i = 0; i < n; i++) {
+            int64_t r = slots[i];
+            len[r]++;
+            assert_int_equal(em_gpt_batch_len(bg, r), len[r]);
+            forward_last(g, hist[r], len[r], want);
+            for (int v = 0; v < VOCAB; v++)
+                if (fabs((double)lg[i * VOCAB + v] - want[v]) > 1e-4)
+                    fail_msg("step %zu, slot %lld: logit %d is %g, a full pass gives %g", k,
+                             (long long)r, v, lg[i * VOCAB + v], want[v]);
+            if (next[i] != host_argmax(lg + i * VOCAB, VOCAB))
+                fail_msg("step %zu, slot %lld: device greedy %lld, host %lld", k, (long long)r,
+                         (long long)next[i], (long long)host_argmax(lg + i * VOCAB, VOCAB));
+            hist[r][len[r]] = next[i];
+        }
+    }
+    /* next may be the tokens array itself */
+    int64_t one[1] = {0}, tok[1] = {hist[0][len[0]]};
+    assert_int_equal(em_gpt_batch_step_greedy(bg, one, tok, 1, tok), EM_OK);
+    assert_true(tok[0] >= 0 && tok[0] < VOCAB);
+    /* misuse */
+    assert_int_equal(em_gpt_batch_step_greedy(bg, one, tok, 1, NULL), EM_ERR_INVALID);
+    assert_int_equal(em_gpt_batch_prefill_greedy(bg, 0, hist[0], 2, NULL), EM_ERR_INVALID);
+    int64_t two[2] = {1, 1}, t2[2] = {0, 0}, n2[2];
+    assert_int_equal(em_gpt_batch_step_greedy(bg, two, t2, 2, n2), EM_ERR_INVALID);
+    em_gpt_batch_free(bl);
+    em_gpt_batch_free(bg);
+    em_gpt_free(g);
+}
+
 static void expect_error(em_status st, const char *what)
 {
     assert_int_equal(st, EM_ERR_INVALID);
@@ -300,6 +394,7 @@ int main(void)
         cmocka_unit_test(test_greedy_matches_generate),
         cmocka_unit_test(test_sampled_matches_generate),
         cmocka_unit_test(test_step_logits_match_forward),
+        cmocka_unit_test(test_device_greedy_matches_host),
         cmocka_unit_test(test_misuse),
     };
     return cmocka_run_group_tests_name("gpt_batch", tests, setup, teardown);

@@ -3,15 +3,18 @@
  * src/serve/sched.c). A model of a preset (GPT-2 124M by default) with random weights, B
  * sequences of P random prompt tokens, each prefilled into its own slot (one at a time, as the
  * server admits them), then decoded together, one batched step per token, until each has N new
- * tokens: the first from its prefill's logits, the other N - 1 from N - 1 steps. The next token
- * is the first largest logit (what em_sample_token picks at temperature 0). A warm-up of 16
- * tokens over the same prompts runs first, so every kernel is compiled before the clock starts.
+ * tokens: the first from its prefill, the other N - 1 from N - 1 steps. The next token is the
+ * first largest logit (what em_sample_token picks at temperature 0), picked on the device
+ * (em_gpt_batch_step_greedy: one id per sequence comes back) or, with --greedy host, on the host
+ * from the logits (em_gpt_batch_step: every logit comes back). A warm-up of 16 tokens over the
+ * same prompts runs first, so every kernel is compiled before the clock starts. With
+ * EMBER_PROFILE=1 the profiler's report of the timed generation goes to stderr.
  * One JSON line, with the fields of the PyTorch reference (../shared/anchors/decode.py, whose
  * dtype spelling it uses) and more:
  *
  *   {"workload":"gpt2_decode","impl":"ember","dtype":"fp32","batch":1,"new_tokens":256,
  *    "tokens_per_s":...,"device":"cuda:0","device_name":"...","preset":"gpt2",
- *    "prompt_tokens":16,"prefill_ms":...,"ms_per_step":...}
+ *    "prompt_tokens":16,"greedy":"device","prefill_ms":...,"ms_per_step":...}
  *
  * tokens_per_s is B * N over the whole timed generation (prefills and steps), as the reference
  * times model.generate; prefill_ms is the B prefills together, ms_per_step one batched step. */
@@ -39,10 +42,12 @@ static int usage(FILE *out)
     fprintf(out,
             "usage: ember bench decode [--device D] [--dtype f32|bf16|f16] [--batch B]\n"
             "                          [--prompt P] [--new N] [--preset gpt2|tiny|...] [--seed S]\n"
+            "                          [--greedy device|host]\n"
             "  greedy decoding with the KV cache through the batched path of `ember serve`:\n"
             "  B sequences (default 1, at most 4096) of P random prompt tokens (16), N new tokens "
             "each (256),\n"
             "  a model of the preset (gpt2) with random weights in dtype (f32) on D (cpu).\n"
+            "  The next token is picked on the device (default) or on the host from the logits.\n"
             "  Prints one JSON line: tokens_per_s, prefill_ms, ms_per_step, ...\n");
     return 2;
 }
@@ -81,8 +86,29 @@ typedef struct decode_run {
     int64_t B, P, V;        /* sequences, prompt tokens, vocabulary */
     const int64_t *prompts; /* [B, P] */
     int64_t *slots, *tok;   /* [B]: the slots listed in a step, the tokens they take */
-    float *logits;          /* [B, V] */
+    float *logits;          /* [B, V] (host greedy only) */
+    bool host_greedy;       /* pick from logits on the host */
 } decode_run;
+
+/* The prefill of sequence i, which sets its first token. */
+static em_status prefill(decode_run *r, int64_t i)
+{
+    const int64_t *ids = r->prompts + i * r->P;
+    if (!r->host_greedy) return em_gpt_batch_prefill_greedy(r->b, i, ids, r->P, r->tok + i);
+    em_status st = em_gpt_batch_prefill(r->b, i, ids, r->P, r->logits + i * r->V);
+    if (st == EM_OK) r->tok[i] = argmax(r->logits + i * r->V, r->V);
+    return st;
+}
+
+/* One step of every sequence, which replaces each one's token by its next. */
+static em_status step(decode_run *r)
+{
+    if (!r->host_greedy) return em_gpt_batch_step_greedy(r->b, r->slots, r->tok, r->B, r->tok);
+    em_status st = em_gpt_batch_step(r->b, r->slots, r->tok, r->B, r->logits);
+    for (int64_t i = 0; st == EM_OK && i < r->B; i++)
+        r->tok[i] = argmax(r->logits + i * r->V, r->V);
+    return st;
+}
 
 /* Generates n tokens for every sequence; the seconds of the prefills and of the steps go to
  * *prefill_s and *steps_s. The slots are emptied afterwards. */
@@ -90,16 +116,9 @@ static em_status generate(decode_run *r, int64_t n, double *prefill_s, double *s
 {
     em_status st = em_device_sync(r->dev);
     double t0 = now_s();
-    for (int64_t i = 0; st == EM_OK && i < r->B; i++) {
-        st = em_gpt_batch_prefill(r->b, i, r->prompts + i * r->P, r->P, r->logits + i * r->V);
-        if (st == EM_OK) r->tok[i] = argmax(r->logits + i * r->V, r->V);
-    }
+    for (int64_t i = 0; st == EM_OK && i < r->B; i++) st = prefill(r, i);
     double t1 = now_s();
-    for (int64_t s = 1; st == EM_OK && s < n; s++) {
-        st = em_gpt_batch_step(r->b, r->slots, r->tok, r->B, r->logits);
-        for (int64_t i = 0; st == EM_OK && i < r->B; i++)
-            r->tok[i] = argmax(r->logits + i * r->V, r->V);
-    }
+    for (int64_t s = 1; st == EM_OK && s < n; s++) st = step(r);
     double t2 = now_s();
     for (int64_t i = 0; i < r->B; i++) em_gpt_batch_clear(r->b, i);
     *prefill_s = t1 - t0;
@@ -110,6 +129,7 @@ static em_status generate(decode_run *r, int64_t n, double *prefill_s, double *s
 /* The options. */
 typedef struct decode_opts {
     const char *device, *dtype, *preset; /* --device, --dtype as given, --preset */
+    bool host_greedy;                    /* --greedy host */
     em_scalar dt;                        /* the parameters' dtype */
     const char *dtype_ref;               /* the reference's spelling: fp32, bf16, fp16 */
     int64_t batch, prompt, nnew;         /* --batch, --prompt, --new */
@@ -119,7 +139,7 @@ typedef struct decode_opts {
 /* Parses argv into o. 0; 2 with the usage on stderr; -1 after --help (the usage on stdout). */
 static int parse(int argc, char **argv, decode_opts *o)
 {
-    *o = (decode_opts){"cpu", "f32", "gpt2", EM_F32, "fp32", 1, 16, 256, 0};
+    *o = (decode_opts){"cpu", "f32", "gpt2", false, EM_F32, "fp32", 1, 16, 256, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -136,6 +156,8 @@ static int parse(int argc, char **argv, decode_opts *o)
             o->preset = v;
         else if (!strcmp(a, "--batch"))
             o->batch = positive(v);
+        else if (!strcmp(a, "--greedy") && (!strcmp(v, "device") || !strcmp(v, "host")))
+            o->host_greedy = !strcmp(v, "host");
         else if (!strcmp(a, "--prompt"))
             o->prompt = positive(v);
         else if (!strcmp(a, "--new"))
@@ -171,31 +193,44 @@ static int bench(const decode_opts *o, em_device *dev, const em_gpt_config *cfg)
     em_gpt_batch *b = g ? em_gpt_batch_new(g, B, len) : NULL;
     int64_t *prompts = malloc((size_t)(B * P) * sizeof *prompts);
     int64_t *slots = malloc((size_t)B * sizeof *slots), *tok = malloc((size_t)B * sizeof *tok);
-    float *logits = malloc((size_t)(B * V) * sizeof *logits);
+    float *logits = o->host_greedy ? malloc((size_t)(B * V) * sizeof *logits) : NULL;
     int rc = 1;
     if (!b) {
         fprintf(stderr, "ember bench decode: %s\n", em_last_error());
         goto done;
     }
-    if (!prompts || !slots || !tok || !logits) {
+    if (!prompts || !slots || !tok || (o->host_greedy && !logits)) {
         fprintf(stderr, "ember bench decode: out of memory\n");
         goto done;
     }
     uint64_t rng = o->seed ^ 0x5EEDull;
     for (int64_t i = 0; i < B * P; i++) prompts[i] = (int64_t)(next_u64(&rng) % (uint64_t)V);
     for (int64_t i = 0; i < B; i++) slots[i] = i;
-    decode_run r = {dev, b, B, P, V, prompts, slots, tok, logits};
+    decode_run r = {dev, b, B, P, V, prompts, slots, tok, logits, o->host_greedy};
     double pre, steps;
-    if (generate(&r, warm, &pre, &steps) != EM_OK || generate(&r, N, &pre, &steps) != EM_OK) {
+    bool profiling = em_profile_enabled();
+    em_status st = generate(&r, warm, &pre, &steps);
+    if (st == EM_OK && profiling) em_profile_reset(); /* the report covers the timed part only */
+    if (st == EM_OK) st = generate(&r, N, &pre, &steps);
+    if (st != EM_OK) {
         fprintf(stderr, "ember bench decode: %s\n", em_last_error());
         goto done;
     }
+    if (profiling) {
+        fprintf(stderr,
+                "ember bench decode: profile of the timed generation (%lld prefills, "
+                "%lld steps)\n",
+                (long long)B, (long long)(N - 1));
+        em_profile_report(stderr);
+    }
     printf("{\"workload\":\"gpt2_decode\",\"impl\":\"ember\",\"dtype\":\"%s\",\"batch\":%lld,"
            "\"new_tokens\":%lld,\"tokens_per_s\":%.1f,\"device\":\"%s\",\"device_name\":\"%s\","
-           "\"preset\":\"%s\",\"prompt_tokens\":%lld,\"prefill_ms\":%.3f,\"ms_per_step\":%.4f}\n",
+           "\"preset\":\"%s\",\"prompt_tokens\":%lld,\"greedy\":\"%s\",\"prefill_ms\":%.3f,"
+           "\"ms_per_step\":%.4f}\n",
            o->dtype_ref, (long long)B, (long long)N, (double)(B * N) / (pre + steps),
            em_device_name(dev), em_device_caps(dev)->device_name, o->preset, (long long)P,
-           pre * 1e3, N > 1 ? steps * 1e3 / (double)(N - 1) : 0.0);
+           o->host_greedy ? "host" : "device", pre * 1e3,
+           N > 1 ? steps * 1e3 / (double)(N - 1) : 0.0);
     fflush(stdout);
     rc = 0;
 done:

@@ -3,22 +3,43 @@
  * with each layer's cache seen through a one-slot view, so the keys and values land in the
  * slot's rows directly, and computes the logits of the last position only (the LM head over
  * every prompt position would cost prompt x vocab for one row that is used).
- * A step feeds one new token per listed slot: as one sequence of `rows` positions through the
- * linear layers (one matmul with rows for M, far faster than rows matmuls of one row), and as
- * `rows` sequences of one position through attention, written here per row: each row's key and
- * value go to its own slot at its own position (one copy per run of adjacent rows at the same
- * position, so sequences decoding in lockstep cost one copy per layer), the position embeddings
- * come from each row's position, and the scores of keys past a row's length are masked (filled
- * with the dtype's lowest finite value, as em_mha_forward does, so that masked keys weigh
- * exactly zero). The step runs over rows [0, highest listed slot]; rows of unlisted slots compute
- * throw-away values and write nothing, so a server that hands out the lowest free slot keeps the
- * pass as small as its active set. */
-#include <float.h>
-#include <math.h>
+ * A step feeds one new token per listed slot; this file checks and plans it (each row's token and
+ * position, the mask of keys past a row's length) and batch_step.c runs the pass. The step runs
+ * over rows [0, highest listed slot]; rows of unlisted slots compute throw-away values and write
+ * nothing, so a server that hands out the lowest free slot keeps the pass as small as its active
+ * set. The greedy variants (em_gpt_batch_prefill_greedy, em_gpt_batch_step_greedy) pick the next
+ * tokens on the device and bring back one id per row instead of the logits. A step allocates
+ * nothing on the host: its scratch arrays belong to the batch. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "models/gpt/internal.h"
+
+/* Layer i's keys and values in one zeroed tensor [slots, 2, heads, max_len, head_dim], and the
+ * em_kv_cache of its two halves (views) that prefills hand to em_block_forward. Each tensor holds
+ * exactly the batch's reference. false with the error set. */
+static bool new_layer(em_gpt_batch *b, int64_t i)
+{
+    em_gpt *g = b->g;
+    int64_t H = g->cfg.n_head, D = g->cfg.n_embd / H;
+    em_kv_cache *c = calloc(1, sizeof *c);
+    if (!c) {
+        em_set_error(EM_ERR_NOMEM, "em_gpt_batch_new: out of memory");
+        return false;
+    }
+    b->layers[i] = c;
+    c->max_len = b->max_len;
+    em_scope_begin();
+    em_tensor *kv = em_zeros(g->dev, g->dtype, EM_SHAPE(b->slots, 2, H, b->max_len, D));
+    em_tensor *k = em_select(kv, 1, 0), *v = em_select(kv, 1, 1);
+    if (k && v) {
+        b->kv[i] = em_retain(kv);
+        c->k = em_retain(k);
+        c->v = em_retain(v);
+    }
+    em_scope_end(NULL, 0);
+    return c->v != NULL;
+}
 
 em_gpt_batch *em_gpt_batch_new(em_gpt *g, int64_t slots, int64_t max_len)
 {
@@ -28,23 +49,25 @@ em_gpt_batch *em_gpt_batch_new(em_gpt *g, int64_t slots, int64_t max_len)
     }
     if (max_len <= 0 || max_len > g->cfg.block_size) max_len = g->cfg.block_size;
     em_gpt_batch *b = calloc(1, sizeof *b);
+    size_t L = (size_t)g->cfg.n_layer, S = (size_t)slots;
     if (b) {
-        b->layers = calloc((size_t)g->cfg.n_layer, sizeof *b->layers);
-        b->len = calloc((size_t)slots, sizeof *b->len);
+        b->g = g;
+        b->kv = calloc(L, sizeof *b->kv);
+        b->layers = calloc(L, sizeof *b->layers);
+        b->len = calloc(S, sizeof *b->len);
+        b->ids = calloc(2 * S, sizeof *b->ids);
+        b->listed = calloc(S, 1);
+        b->next = calloc(S, sizeof *b->next);
     }
-    if (!b || !b->layers || !b->len) {
-        if (b) free(b->layers), free(b->len);
-        free(b);
+    if (!b || !b->kv || !b->layers || !b->len || !b->ids || !b->listed || !b->next) {
+        em_gpt_batch_free(b);
         em_set_error(EM_ERR_NOMEM, "em_gpt_batch_new: out of memory");
         return NULL;
     }
-    b->g = g;
     b->slots = slots;
     b->max_len = max_len;
-    int64_t hd = g->cfg.n_embd / g->cfg.n_head;
     for (int64_t i = 0; i < g->cfg.n_layer; i++) {
-        b->layers[i] = em_kv_cache_new(g->dev, g->dtype, slots, g->cfg.n_head, max_len, hd);
-        if (!b->layers[i]) {
+        if (!new_layer(b, i)) {
             em_gpt_batch_free(b);
             return NULL;
         }
@@ -56,8 +79,13 @@ void em_gpt_batch_free(em_gpt_batch *b)
 {
     if (!b) return;
     for (int64_t i = 0; b->layers && i < b->g->cfg.n_layer; i++) em_kv_cache_free(b->layers[i]);
+    for (int64_t i = 0; b->kv && i < b->g->cfg.n_layer; i++) em_release(b->kv[i]);
+    free(b->kv);
     free(b->layers);
     free(b->len);
+    free(b->ids);
+    free(b->listed);
+    free(b->next);
     free(b);
 }
 
@@ -126,10 +154,11 @@ static em_tensor *prefill_forward(em_gpt_batch *b, int64_t slot, const int64_t *
     return logits;
 }
 
-em_status em_gpt_batch_prefill(em_gpt_batch *b, int64_t slot, const int64_t *ids, int64_t n,
-                               float *logits)
+/* Prefill with the last position's logits to `logits` (may be NULL), or with greedy its first
+ * largest logit's index to *next. */
+static em_status prefill(em_gpt_batch *b, int64_t slot, const int64_t *ids, int64_t n,
+                         float *logits, int64_t *next, const char *op)
 {
-    const char *op = "em_gpt_batch_prefill";
     if (!b || !ids) return em_set_error(EM_ERR_INVALID, "%s: NULL argument", op);
     if (slot < 0 || slot >= b->slots)
         return em_set_error(EM_ERR_INVALID, "%s: slot %lld outside [0, %lld)", op, (long long)slot,
@@ -148,8 +177,11 @@ em_status em_gpt_batch_prefill(em_gpt_batch *b, int64_t slot, const int64_t *ids
     em_status st = EM_OK;
     em_scope_begin();
     em_tensor *last = prefill_forward(b, slot, ids, n);
+    if (next && last) last = em_argmax(last, -1, false); /* [1, 1] i64 */
     if (!last)
         st = failed(op);
+    else if (next)
+        st = em_to_host(last, next, sizeof *next);
     else if (logits)
         st = em_to_host(last, logits, (size_t)g->cfg.vocab_size * sizeof(float));
     em_scope_end(NULL, 0);
@@ -158,130 +190,37 @@ em_status em_gpt_batch_prefill(em_gpt_batch *b, int64_t slot, const int64_t *ids
     return st;
 }
 
+em_status em_gpt_batch_prefill(em_gpt_batch *b, int64_t slot, const int64_t *ids, int64_t n,
+                               float *logits)
+{
+    return prefill(b, slot, ids, n, logits, NULL, "em_gpt_batch_prefill");
+}
+
+em_status em_gpt_batch_prefill_greedy(em_gpt_batch *b, int64_t slot, const int64_t *ids, int64_t n,
+                                      int64_t *next)
+{
+    if (!next) return em_set_error(EM_ERR_INVALID, "em_gpt_batch_prefill_greedy: NULL argument");
+    return prefill(b, slot, ids, n, NULL, next, "em_gpt_batch_prefill_greedy");
+}
+
 /* ---- one batched decode step ----------------------------------------------------------------- */
 
-/* The lowest finite value of a float dtype (the fill of masked scores, as em_mha_forward's). */
-static double lowest(em_scalar dt)
-{
-    switch (dt) {
-    case EM_F16:
-        return -65504.0;
-    case EM_F64:
-        return -DBL_MAX;
-    case EM_BF16:
-        return -3.3895313892515355e38;
-    default:
-        return -FLT_MAX;
-    }
-}
-
-/* What every layer of one step shares. */
-typedef struct step_ctx {
-    em_gpt_batch *b;
-    const int64_t *slots;  /* listed slots */
-    int64_t n;             /* how many */
-    int64_t rows;          /* rows of the pass: highest listed slot + 1 */
-    int64_t tk;            /* keys attended: the longest listed slot after this step */
-    const uint8_t *listed; /* per row: its slot is listed */
-    const int64_t *pos;    /* per listed row: the position its new key goes to */
-    em_tensor *mask;       /* bool [rows, 1, 1, tk]: true = masked; NULL when none is */
-} step_ctx;
-
-/* [rows, 1, 3C] part `which` (0 q, 1 k, 2 v) as heads [rows, H, 1, D] (a view). */
-static em_tensor *heads_of(const em_tensor *qkv, int which, int64_t H, int64_t C)
-{
-    em_tensor *part = em_narrow(qkv, 2, which * C, C);
-    em_tensor *r = em_reshape(part, EM_SHAPE(em_dim(qkv, 0), 1, H, C / H));
-    return em_transpose(r, 1, 2);
-}
-
-/* Writes each listed row's new key and value at its slot's next position: one copy per run of
- * adjacent listed rows at the same position. */
-static bool write_kv(const step_ctx *s, em_kv_cache *c, const em_tensor *k, const em_tensor *v)
-{
-    bool ok = true;
-    for (int64_t r = 0; ok && r < s->rows;) {
-        if (!s->listed[r]) {
-            r++;
-            continue;
-        }
-        int64_t end = r + 1, at = s->pos[r];
-        while (end < s->rows && s->listed[end] && s->pos[end] == at) end++;
-        const em_tensor *src[2] = {k, v};
-        em_tensor *dst[2] = {c->k, c->v};
-        for (int j = 0; ok && j < 2; j++) {
-            em_scope_begin();
-            em_tensor *d = em_narrow(em_narrow(dst[j], 0, r, end - r), 2, at, 1);
-            em_tensor *w = em_narrow(src[j], 0, r, end - r);
-            ok = d && w && em_copy_(d, w) == EM_OK;
-            em_scope_end(NULL, 0);
-        }
-        r = end;
-    }
-    return ok;
-}
-
-/* Self-attention of one block for the step: x [1, rows, C] -> [1, rows, C]. The rows travel as
- * one sequence through the linear layers (one matmul with rows for M, much faster than rows
- * matmuls of one row) and as a batch of rows of one position through attention. */
-static em_tensor *attend(const step_ctx *s, em_mha *m, em_kv_cache *c, const em_tensor *x)
-{
-    int64_t C = m->dim, H = m->heads, D = C / H, R = s->rows;
-    em_scope_begin();
-    em_tensor *y = NULL;
-    em_tensor *qkv = em_reshape(em_linear_forward(m->c_attn, x), EM_SHAPE(R, 1, 3 * C));
-    em_tensor *q = heads_of(qkv, 0, H, C), *k = heads_of(qkv, 1, H, C), *v = heads_of(qkv, 2, H, C);
-    if (!q || !k || !v || !write_kv(s, c, k, v)) goto done;
-    em_tensor *keys = em_narrow(em_narrow(c->k, 0, 0, R), 2, 0, s->tk);
-    em_tensor *vals = em_narrow(em_narrow(c->v, 0, 0, R), 2, 0, s->tk);
-    em_tensor *att =
-        em_mul_scalar(em_take(em_matmul(q, em_transpose(keys, 2, 3))), 1.0 / sqrt((double)D));
-    if (s->mask) att = em_masked_fill(em_take(att), s->mask, lowest(em_dtype(att)));
-    att = em_softmax(em_take(att), -1);
-    em_tensor *o = em_matmul(att, vals);                               /* [R, H, 1, D] */
-    o = em_reshape(em_transpose(em_take(o), 1, 2), EM_SHAPE(1, R, C)); /* heads merged */
-    y = em_linear_forward(m->c_proj, o);
-done:
-    em_scope_end(&y, 1);
-    return y;
-}
-
-/* The whole pass over ids_pos [2, rows] (the rows' tokens, then their positions): logits
- * [1, rows, vocab] (f32). */
-static em_tensor *step_forward(const step_ctx *s, const int64_t *ids_pos)
-{
-    em_gpt *g = s->b->g;
-    em_scope_begin();
-    /* ids and pos lie one after the other (plan): one upload for both. */
-    em_tensor *both = em_from_host(g->dev, EM_I64, EM_SHAPE(2, s->rows), ids_pos);
-    em_tensor *tid = em_narrow(both, 0, 0, 1), *tpos = em_narrow(both, 0, 1, 1);
-    em_tensor *x = em_add(em_embedding_forward(g->wte, tid), em_embedding_forward(g->wpe, tpos));
-    for (int64_t i = 0; x && i < g->cfg.n_layer; i++) {
-        em_block *blk = g->h[i];
-        em_tensor *a = attend(s, blk->attn, s->b->layers[i], em_layer_norm_forward(blk->ln_1, x));
-        em_tensor *h = em_add(x, em_take(a));
-        em_tensor *f = em_mlp_forward(blk->mlp, em_layer_norm_forward(blk->ln_2, h), NULL);
-        x = em_add(em_take(h), em_take(f));
-    }
-    x = em_layer_norm_forward(g->ln_f, x);
-    em_tensor *logits = x ? gpt_head(g, x) : NULL;
-    em_scope_end(&logits, 1);
-    return logits;
-}
-
-/* Checks the listed slots; fills ids/pos for the rows and returns the keys attended (or -1). */
+/* Checks the listed slots and fills the batch's scratch for rows [0, rows): ids, pos, listed.
+ * Returns the keys attended (the longest listed slot after the step), or -1 with the error set. */
 static int64_t plan(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens, int64_t n,
-                    int64_t *ids, int64_t *pos, uint8_t *listed)
+                    int64_t rows, const char *op)
 {
-    const char *op = "em_gpt_batch_step";
+    int64_t *ids = b->ids, *pos = b->ids + rows;
+    memset(ids, 0, 2 * (size_t)rows * sizeof *ids);
+    memset(b->listed, 0, (size_t)rows);
     int64_t tk = 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t s = slots[i];
-        if (listed[s]) {
+        if (b->listed[s]) {
             em_set_error(EM_ERR_INVALID, "%s: slot %lld is listed twice", op, (long long)s);
             return -1;
         }
-        listed[s] = 1;
+        b->listed[s] = 1;
         if (b->len[s] <= 0 || b->len[s] >= b->max_len) {
             em_set_error(EM_ERR_INVALID,
                          "%s: slot %lld holds %lld of %lld positions (a step needs a prefilled "
@@ -301,10 +240,34 @@ static int64_t plan(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens
     return tk;
 }
 
-em_status em_gpt_batch_step(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens, int64_t n,
-                            float *logits)
+/* The mask of a step: bool [rows, 1, 1, tk], true where a listed row must not see a key (past
+ * its own length; an unlisted row's output is thrown away). *none when nothing is masked
+ * (sequences in lockstep: every listed row at the last position). NULL with *none false on
+ * failure. */
+static em_tensor *step_mask(const gpt_step *s, bool *none)
 {
-    const char *op = "em_gpt_batch_step";
+    *none = true;
+    for (int64_t r = 0; r < s->rows && *none; r++)
+        if (s->listed[r] && s->pos[r] + 1 < s->tk) *none = false;
+    if (*none) return NULL;
+    size_t cells = (size_t)(s->rows * s->tk);
+    uint8_t *mask = malloc(cells);
+    if (!mask) {
+        em_set_error(EM_ERR_NOMEM, "em_gpt_batch_step: out of memory");
+        return NULL;
+    }
+    for (int64_t r = 0; r < s->rows; r++)
+        for (int64_t j = 0; j < s->tk; j++) mask[r * s->tk + j] = s->listed[r] && j > s->pos[r];
+    em_tensor *m = em_from_host(s->b->g->dev, EM_BOOL, EM_SHAPE(s->rows, 1, 1, s->tk), mask);
+    free(mask);
+    return m;
+}
+
+/* A step; the listed rows' logits go to `logits` (may be NULL) in the caller's order, or with
+ * greedy their next tokens to next[n]. */
+static em_status step(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens, int64_t n,
+                      float *logits, int64_t *next, const char *op)
+{
     if (!b || (n > 0 && (!slots || !tokens)))
         return em_set_error(EM_ERR_INVALID, "%s: NULL argument", op);
     if (n <= 0) return EM_OK;
@@ -315,48 +278,30 @@ em_status em_gpt_batch_step(em_gpt_batch *b, const int64_t *slots, const int64_t
                                 (long long)slots[i], (long long)b->slots);
         if (slots[i] + 1 > rows) rows = slots[i] + 1;
     }
+    int64_t tk = plan(b, slots, tokens, n, rows, op);
+    if (tk < 0) return em_last_status();
     em_gpt *g = b->g;
     int64_t V = g->cfg.vocab_size;
-    int64_t *ids = calloc((size_t)rows * 2, sizeof *ids);
-    uint8_t *listed = calloc((size_t)rows, 1);
-    if (!ids || !listed) {
-        free(ids);
-        free(listed);
-        return em_set_error(EM_ERR_NOMEM, "%s: out of memory", op);
-    }
-    int64_t *pos = ids + rows;
-    int64_t tk = plan(b, slots, tokens, n, ids, pos, listed);
-    if (tk < 0) {
-        free(ids), free(listed);
-        return em_last_status();
-    }
-    uint8_t *mask = calloc((size_t)(rows * tk), 1);
     /* Rows in the caller's order (slots 0, 1, ... listed in turn) go straight to its logits. */
     bool in_order = n == rows;
     for (int64_t i = 0; in_order && i < n; i++) in_order = slots[i] == i;
-    float *host = !logits ? NULL : in_order ? logits : malloc((size_t)(rows * V) * sizeof *host);
-    if (!mask || (logits && !host)) {
-        if (host == logits) host = NULL;
-        free(ids), free(listed), free(mask), free(host);
-        return em_set_error(EM_ERR_NOMEM, "%s: out of memory", op);
-    }
-    /* A listed row sees keys [0, len]; an unlisted row's output is thrown away. Sequences in
-     * lockstep (every row listed, all at the last position) need no mask. */
-    bool masked = false;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < tk; j++) {
-            mask[r * tk + j] = listed[r] && j > pos[r];
-            masked = masked || mask[r * tk + j];
-        }
+    float *host = !logits || next ? NULL
+                  : in_order      ? logits
+                                  : malloc((size_t)(rows * V) * sizeof *host);
+    if (logits && !next && !host) return em_set_error(EM_ERR_NOMEM, "%s: out of memory", op);
 
     em_status st = EM_OK;
     bool was = enter(g);
     em_scope_begin();
-    step_ctx s = {b, slots, n, rows, tk, listed, pos, NULL};
-    if (masked) s.mask = em_from_host(g->dev, EM_BOOL, EM_SHAPE(rows, 1, 1, tk), mask);
-    em_tensor *out = !masked || s.mask ? step_forward(&s, ids) : NULL;
+    gpt_step s = {b, rows, tk, b->listed, b->ids + rows, NULL};
+    bool none;
+    s.mask = step_mask(&s, &none);
+    em_tensor *out =
+        s.mask || none ? gpt_step_forward(&s, b->ids, b->ids + rows, next != NULL) : NULL;
     if (!out)
         st = failed(op);
+    else if (next)
+        st = em_to_host(out, b->next, (size_t)rows * sizeof *b->next);
     else if (host)
         st = em_to_host(out, host, (size_t)(rows * V) * sizeof *host);
     em_scope_end(NULL, 0);
@@ -364,6 +309,7 @@ em_status em_gpt_batch_step(em_gpt_batch *b, const int64_t *slots, const int64_t
     if (st == EM_OK) {
         for (int64_t i = 0; i < n; i++) {
             b->len[slots[i]]++;
+            if (next) next[i] = b->next[slots[i]];
             if (host && host != logits)
                 memcpy(logits + i * V, host + slots[i] * V, (size_t)V * sizeof *logits);
         }
@@ -372,6 +318,19 @@ em_status em_gpt_batch_step(em_gpt_batch *b, const int64_t *slots, const int64_t
         for (int64_t i = 0; i < n; i++) b->len[slots[i]] = 0;
     }
     if (host != logits) free(host);
-    free(ids), free(listed), free(mask);
     return st;
+}
+
+em_status em_gpt_batch_step(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens, int64_t n,
+                            float *logits)
+{
+    return step(b, slots, tokens, n, logits, NULL, "em_gpt_batch_step");
+}
+
+em_status em_gpt_batch_step_greedy(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens,
+                                   int64_t n, int64_t *next)
+{
+    if (!next && n > 0)
+        return em_set_error(EM_ERR_INVALID, "em_gpt_batch_step_greedy: NULL argument");
+    return step(b, slots, tokens, n, NULL, next, "em_gpt_batch_step_greedy");
 }

@@ -1,5 +1,6 @@
 /* internal.h — what the GPT model's files share: the model struct (a module tree in Hugging Face
- * GPT-2 naming plus typed pointers into it) and the per-layer KV cache. */
+ * GPT-2 naming plus typed pointers into it), the per-layer KV cache, and the batched decoder's
+ * slots and step plan (batch.c, batch_step.c). */
 #ifndef EM_GPT_INTERNAL_H
 #define EM_GPT_INTERNAL_H
 
@@ -37,10 +38,30 @@ em_tensor *gpt_head(em_gpt *g, const em_tensor *x);
 
 struct em_gpt_batch {
     em_gpt *g;             /* the model (borrowed) */
-    em_kv_cache **layers;  /* one per block: k, v [slots, heads, max_len, head_dim] */
+    em_tensor **kv;        /* one per block: keys and values [slots, 2, heads, max_len, head_dim] */
+    em_kv_cache **layers;  /* one per block: k, v [slots, heads, max_len, head_dim], views of kv */
     int64_t *len;          /* positions held by each slot */
     int64_t slots;         /* number of slots */
     int64_t max_len;       /* positions per slot */
+    int64_t *ids;          /* a step's scratch [2 * slots]: each row's token, then its position */
+    uint8_t *listed;       /* a step's scratch [slots]: the row's slot is listed */
+    int64_t *next;         /* a greedy step's scratch [slots]: each row's next token */
 };
+
+/* One decode step's plan (batch.c), read by the forward pass (batch_step.c). */
+typedef struct gpt_step {
+    em_gpt_batch *b;       /* the batch */
+    int64_t rows;          /* rows of the pass: highest listed slot + 1 */
+    int64_t tk;            /* keys attended: the longest listed slot after this step */
+    const uint8_t *listed; /* per row: its slot is listed */
+    const int64_t *pos;    /* per listed row: the position its new key goes to */
+    em_tensor *mask;       /* bool [rows, 1, 1, tk]: true = masked; NULL when none is */
+} gpt_step;
+
+/* The step's pass over the rows' tokens ids[rows] at positions pos[rows]: the logits [1, rows,
+ * vocab] (f32), or with greedy the first largest logit's index per row, i64 [1, rows]; moved to
+ * the enclosing scope. NULL with the error set. */
+em_tensor *gpt_step_forward(const gpt_step *s, const int64_t *ids, const int64_t *pos,
+                            bool greedy);
 
 #endif
