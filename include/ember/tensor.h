@@ -221,6 +221,16 @@ em_tensor *em_log_softmax(const em_tensor *t, int dim);
 em_tensor *em_layer_norm(const em_tensor *t, int nnorm, const em_tensor *weight,
                          const em_tensor *bias, double eps);
 em_tensor *em_rms_norm(const em_tensor *t, int nnorm, const em_tensor *weight, double eps);
+/* The fused classifier: the cross-entropy of each row of logits [N, C] (float) against its class
+ * in targets [N] (i32/i64), out[r] = lse(logits[r]) - logits[r, class] with
+ * lse = log(sum(exp(logits[r]))), mixed with lse - mean(logits[r]) by label_smoothing ls in
+ * [0, 1): (1 - ls) nll + ls smooth; 0 for a row whose target is ignore_index. A result [N] of
+ * logits' dtype, computed in f32 for f16/bf16, one read of the logits and no probabilities kept;
+ * its gradient is one more pass (tensor_grad.h). The targets are read back and checked: one out of
+ * [0, C) that is not ignore_index is an error naming it. *valid (may be NULL) receives the number
+ * of rows not ignored (the divisor of a mean). em_cross_entropy (nn.h) runs on it. */
+em_tensor *em_cross_entropy_rows(const em_tensor *logits, const em_tensor *targets,
+                                 int64_t ignore_index, double label_smoothing, int64_t *valid);
 
 /* ---- layout ---------------------------------------------------------------------------------- */
 

@@ -36,6 +36,14 @@ em_tensor *em_max_pool2d_backward(const em_tensor *grad_out, const em_tensor *x,
 em_tensor *em_avg_pool2d_backward(const em_tensor *grad_out, em_shape x_shape, int kernel,
                                   int stride, int padding);
 
+/* d loss / d logits of em_cross_entropy_rows(logits, targets, ignore_index, label_smoothing), of
+ * logits' shape [N, C]: grad_out[r] (softmax(logits[r]) - (1 - ls) onehot(class) - ls / C), zeros
+ * for an ignored row. classes is the checked i32 [N] that op records (-1 where ignored), not the
+ * targets given to it; grad_out is [N] of logits' dtype. One pass over each row (its log-sum-exp
+ * recomputed), no probabilities kept. */
+em_tensor *em_cross_entropy_rows_backward(const em_tensor *grad_out, const em_tensor *logits,
+                                          const em_tensor *classes, double label_smoothing);
+
 #ifdef __cplusplus
 }
 #endif

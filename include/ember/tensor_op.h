@@ -66,6 +66,9 @@ typedef enum em_tensor_op {
     /* convolution (NCHW): in = x, weight, bias or NULL; i[0..4) = stride, padding, dilation, groups */
     EM_TOP_CONV2D,
     EM_TOP_MAX_POOL2D, EM_TOP_AVG_POOL2D, /* i[0..3) = kernel, stride (resolved), padding */
+    /* the fused classifier: in[0] = logits [N, C], in[1] = the checked i32 classes [N] (-1:
+     * ignored); f[0] = label smoothing (em_cross_entropy_rows) */
+    EM_TOP_CROSS_ENTROPY,
     EM_TOP_COUNT
 } em_tensor_op;
 

@@ -1,9 +1,12 @@
-/* rules_conv.c — backward rules of conv2d and the 2-D pools: thin wrappers over the gradient ops
- * of include/ember/tensor_grad.h (gather-style kernels, deterministic on every device).
+/* rules_conv.c — backward rules of conv2d, the 2-D pools and the fused classifier: thin wrappers
+ * over the gradient ops of include/ember/tensor_grad.h (gather-style kernels, deterministic on
+ * every device).
  *   conv2d:     dx = conv2d_backward_input(g, w), dw = conv2d_backward_weight(g, x),
  *               dbias = sum of g over N, H, W;
  *   max_pool2d: dx = max_pool2d_backward(g, x) (the window's first maximum gets its gradient);
- *   avg_pool2d: dx = avg_pool2d_backward(g, x's shape) (needs nothing saved). */
+ *   avg_pool2d: dx = avg_pool2d_backward(g, x's shape) (needs nothing saved);
+ *   cross_entropy_rows: dlogits = cross_entropy_rows_backward(g, logits, classes) (the classes
+ *               get no gradient). */
 #include "autodiff/internal.h"
 #include "ember/tensor_grad.h"
 
@@ -56,9 +59,18 @@ static em_status avg_pool2d_backward(const ad_ctx *c, const em_tensor *g, em_ten
     return finish(c, gin, 1);
 }
 
+/* in = logits, classes; f[0] = label smoothing. */
+static em_status cross_entropy_backward(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
+{
+    gin[0] = gin[1] = NULL;
+    if (c->needs[0]) gin[0] = em_cross_entropy_rows_backward(g, c->in[0], c->in[1], c->p->f[0]);
+    return finish(c, gin, 1);
+}
+
 void ad_rules_conv(ad_rule *table)
 {
     table[EM_TOP_CONV2D] = (ad_rule){conv2d_backward, 0x3u, false};
     table[EM_TOP_MAX_POOL2D] = (ad_rule){max_pool2d_backward, 0x1u, false};
     table[EM_TOP_AVG_POOL2D] = (ad_rule){avg_pool2d_backward, 0x0u, false};
+    table[EM_TOP_CROSS_ENTROPY] = (ad_rule){cross_entropy_backward, 0x3u, false};
 }

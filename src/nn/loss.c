@@ -2,6 +2,8 @@
  * log_softmax + gather with ignore_index and label smoothing as PyTorch defines them, mean
  * squared error, and binary cross-entropy on logits in its numerically stable form with
  * PyTorch's pos_weight. Reductions: mean, sum or none (per element). */
+#include <math.h>
+
 #include "nn/internal.h"
 
 static bool is_float(em_scalar dt)
@@ -61,24 +63,17 @@ em_tensor *em_cross_entropy(const em_tensor *logits, const em_tensor *targets, i
                      label_smoothing);
         return NULL;
     }
-    em_scalar dt = em_dtype(logits);
     em_scope_begin();
-    em_tensor *logp = em_log_softmax(logits, -1);
-    em_tensor *ignored = em_eq_scalar(targets, (double)ignore_index);
-    em_tensor *valid = em_cast(em_logical_not(ignored), dt);
-    em_tensor *safe = em_masked_fill(targets, ignored, 0); /* ignored rows gather class 0 */
-    em_tensor *picked = em_gather(logp, -1, em_unsqueeze(safe, -1));
-    em_tensor *loss = em_neg(em_take(em_squeeze(em_take(picked), -1))); /* nll per element */
-    if (label_smoothing > 0) {
-        int last = -1;
-        em_tensor *smooth = em_neg(em_take(em_mean(logp, &last, 1, false)));
-        loss = em_add(em_take(em_mul_scalar(em_take(loss), 1.0 - label_smoothing)),
-                      em_take(em_mul_scalar(em_take(smooth), label_smoothing)));
-    }
-    loss = em_mul(em_take(loss), valid);
+    /* the fused classifier over rows: [..., C] as [N, C], the targets as [N] */
+    int64_t valid = 0;
+    em_tensor *rows = em_cross_entropy_rows(em_reshape(logits, EM_SHAPE(-1, ls.d[ls.rank - 1])),
+                                            em_reshape(targets, EM_SHAPE(-1)), ignore_index,
+                                            label_smoothing, &valid);
+    em_tensor *loss = rows ? em_reshape(rows, ts) : NULL; /* per element, 0 where ignored */
     em_tensor *out = NULL;
-    if (reduction == EM_REDUCE_MEAN)
-        out = em_div(em_take(em_sum(loss, NULL, 0, false)), em_take(em_sum(valid, NULL, 0, false)));
+    if (reduction == EM_REDUCE_MEAN) /* over the rows not ignored: NaN when there are none */
+        out = em_mul_scalar(em_take(em_sum(loss, NULL, 0, false)),
+                            valid ? 1.0 / (double)valid : NAN);
     else
         out = reduce(loss, reduction);
     em_scope_end(&out, 1);

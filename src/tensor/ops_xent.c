@@ -1,0 +1,163 @@
+/* ops_xent.c — the fused classifier (issue #13): cross-entropy of each row of logits [N, C]
+ * against a class per row, and its gradient, through src/kernels/tensor_xent.ek. The forward
+ * keeps no probabilities (one [N] result); the gradient recomputes each row's log-sum-exp and
+ * writes softmax - onehot in one pass. The classes are read back and checked on the host (as the
+ * indexing ops check theirs), mapped to an i32 class per row with -1 for ignore_index; that
+ * tensor is what the op records as its second input, so the backward reads it as it is. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "ember/tensor_grad.h"
+#include "tensor/internal.h"
+
+/* The cube for a row of n (the same choice as the other row kernels: 32 to 256 units). */
+static unsigned xent_cube(int64_t n)
+{
+    unsigned c = 32;
+    while (c < 256 && (int64_t)c < n) c *= 2;
+    return c;
+}
+
+/* The checked classes as i32 (-1 where ignored), on logits' device; *valid counts the rest. */
+static em_tensor *checked_targets(const char *op, const em_tensor *targets, int64_t n_class,
+                                  int64_t ignore_index, int64_t *valid)
+{
+    size_t n = (size_t)em_numel(targets);
+    int64_t *host = malloc((n ? n : 1) * sizeof *host);
+    int32_t *cls = malloc((n ? n : 1) * sizeof *cls);
+    em_tensor *out = NULL;
+    if (!host || !cls) {
+        em_set_error(EM_ERR_NOMEM, "%s: out of host memory for %zu classes", op, n);
+        goto done;
+    }
+    em_tensor *wide = targets->dtype == EM_I64 ? (em_tensor *)targets : em_cast(targets, EM_I64);
+    em_status st = wide ? em_to_host(wide, host, n * sizeof *host) : em_last_status();
+    if (wide != targets) em_release(wide);
+    if (st != EM_OK) goto done;
+    int64_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t v = host[i];
+        if (v == ignore_index) {
+            cls[i] = -1;
+            continue;
+        }
+        if (v < 0 || v >= n_class) {
+            em_set_error(EM_ERR_INVALID,
+                         "%s: target %lld (row %zu) is out of range for %lld classes (and is not "
+                         "ignore_index %lld)",
+                         op, (long long)v, i, (long long)n_class, (long long)ignore_index);
+            goto done;
+        }
+        cls[i] = (int32_t)v;
+        count++;
+    }
+    out = em_from_host(targets->st->dev, EM_I32, EM_SHAPE((int64_t)n), cls);
+    if (valid) *valid = count;
+done:
+    free(host);
+    free(cls);
+    return out;
+}
+
+em_tensor *em_cross_entropy_rows(const em_tensor *logits, const em_tensor *targets,
+                                 int64_t ignore_index, double label_smoothing, int64_t *valid)
+{
+    const char *op = "cross_entropy_rows";
+    em_tensor *out = NULL, *cls = NULL;
+    if (!logits || !targets) goto done;
+    char a[96], b[96];
+    bool ok = logits->rank == 2 && targets->rank == 1 && targets->shape[0] == logits->shape[0] &&
+              em_scalar_is_float(logits->dtype) &&
+              (targets->dtype == EM_I32 || targets->dtype == EM_I64) && logits->shape[1] > 0;
+    if (!ok) {
+        em_set_error(EM_ERR_INVALID,
+                     "%s: logits %s and targets %s do not match (expected float logits [N, C], "
+                     "C >= 1, and i32/i64 targets [N])",
+                     op, em_describe(logits, a, sizeof a), em_describe(targets, b, sizeof b));
+        goto done;
+    }
+    if (!tn_same_device(op, logits, targets)) goto done;
+    if (!(label_smoothing >= 0 && label_smoothing < 1)) {
+        em_set_error(EM_ERR_INVALID, "%s: label_smoothing must be in [0, 1), got %g", op,
+                     label_smoothing);
+        goto done;
+    }
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    if (N > (int64_t)UINT32_MAX || C > (int64_t)INT32_MAX) {
+        em_set_error(EM_ERR_INVALID, "%s: logits %s are too large for one launch", op,
+                     em_describe(logits, a, sizeof a));
+        goto done;
+    }
+    cls = checked_targets(op, targets, C, ignore_index, valid);
+    if (!cls) goto done;
+    out = tn_new(logits->st->dev, logits->dtype, 1, &N);
+    if (!out || N == 0) goto done;
+    em_scalar ct = tn_compute_type(logits->dtype);
+    unsigned cube = xent_cube(C);
+    em_lang_bind bind[5] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
+                            em_lang_bind_type("M", tn_math_type(logits->st->dev, ct)),
+                            em_lang_bind_bool("SMOOTH", label_smoothing > 0),
+                            em_lang_bind_int("CUBE", cube)};
+    tn_arg args[4] = {tn_arg_t(logits), tn_arg_t(cls), tn_arg_t(out),
+                      tn_arg_s(tn_scalar_arg(logits->dtype, label_smoothing))};
+    uint32_t cubes[3] = {(uint32_t)N, 1, 1}, units[3] = {cube, 1, 1};
+    if (tn_launch(op, logits->st->dev, "tensor_xent", bind, 5, 1, cubes, units, args, 4) !=
+        EM_OK) {
+        em_release(out);
+        out = NULL;
+    }
+done:
+    if (out) {
+        em_top_params p = {0};
+        p.f[0] = label_smoothing;
+        const em_tensor *in[2] = {logits, cls};
+        tn_record(EM_TOP_CROSS_ENTROPY, &p, in, 2, out);
+    }
+    em_release(cls);
+    tn_done(logits);
+    tn_done(targets);
+    return out;
+}
+
+em_tensor *em_cross_entropy_rows_backward(const em_tensor *grad_out, const em_tensor *logits,
+                                          const em_tensor *classes, double label_smoothing)
+{
+    const char *op = "cross_entropy_rows backward";
+    if (!grad_out || !logits || !classes) return NULL;
+    char a[96], b[96], c[96];
+    if (logits->rank != 2 || classes->rank != 1 || classes->dtype != EM_I32 ||
+        grad_out->rank != 1 || grad_out->shape[0] != logits->shape[0] ||
+        classes->shape[0] != logits->shape[0] || grad_out->dtype != logits->dtype) {
+        em_set_error(EM_ERR_INVALID,
+                     "%s: grad %s, logits %s and classes %s do not match (expected [N], float "
+                     "[N, C] of the grad's dtype, i32 [N])",
+                     op, em_describe(grad_out, a, sizeof a), em_describe(logits, b, sizeof b),
+                     em_describe(classes, c, sizeof c));
+        return NULL;
+    }
+    if (!tn_same_device(op, grad_out, logits) || !tn_same_device(op, logits, classes)) return NULL;
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    em_tensor *dx = tn_new(logits->st->dev, logits->dtype, 2, logits->shape);
+    if (!dx || N == 0 || C == 0) return dx;
+    em_tensor *g = tn_contig(grad_out);
+    if (!g) {
+        em_release(dx);
+        return NULL;
+    }
+    em_scalar ct = tn_compute_type(logits->dtype);
+    unsigned cube = xent_cube(C);
+    em_lang_bind bind[4] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
+                            em_lang_bind_type("M", tn_math_type(logits->st->dev, ct)),
+                            em_lang_bind_int("CUBE", cube)};
+    tn_arg args[5] = {tn_arg_t(logits), tn_arg_t(classes), tn_arg_t(g), tn_arg_t(dx),
+                      tn_arg_s(tn_scalar_arg(logits->dtype, label_smoothing))};
+    uint32_t cubes[3] = {(uint32_t)N, 1, 1}, units[3] = {cube, 1, 1};
+    em_status st =
+        tn_launch(op, logits->st->dev, "tensor_xent_backward", bind, 4, 1, cubes, units, args, 5);
+    em_release(g);
+    if (st != EM_OK) {
+        em_release(dx);
+        return NULL;
+    }
+    return dx;
+}

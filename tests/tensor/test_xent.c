@@ -1,0 +1,207 @@
+/* test_xent.c — the fused classifier (em_cross_entropy_rows, src/kernels/tensor_xent.ek) on every
+ * device present: the per-row loss and, through autodiff, the gradient of the logits against
+ * float64 references computed from the values the device holds, for class counts from 1 to past
+ * GPT-2's 50257 (rows shorter and longer than a cube), every float dtype, ignored rows, label
+ * smoothing, logits read through a transposed or narrowed view, a non-uniform gradient of the
+ * losses, very large and -inf logits; and the misuse cases (a class out of range, shapes that do
+ * not match, a smoothing outside [0, 1), integer logits), each an error naming what is wrong. */
+#include "ember/autodiff.h"
+#include "ember/tensor_grad.h"
+#include "tensor_util.h"
+
+enum { IGNORE = -100 };
+
+/* Loss and gradient references for rows x n logits x (row-major), classes t (IGNORE: ignored),
+ * the gradient of each row's loss g, smoothing ls. */
+static void reference(const double *x, const int64_t *t, const double *g, int64_t rows, int64_t n,
+                      double ls, double *loss, double *dx)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const double *xr = x + r * n;
+        double m = -INFINITY, s = 0, sum = 0;
+        for (int64_t j = 0; j < n; j++) m = xr[j] > m ? xr[j] : m;
+        for (int64_t j = 0; j < n; j++) {
+            s += exp(xr[j] - m);
+            sum += xr[j];
+        }
+        double lse = m + log(s);
+        bool ign = t[r] == IGNORE;
+        double nll = ign ? 0 : lse - xr[t[r]];
+        loss[r] = ign ? 0 : ls > 0 ? (1 - ls) * nll + ls * (lse - sum / (double)n) : nll;
+        for (int64_t j = 0; j < n; j++)
+            dx[r * n + j] =
+                ign ? 0 : g[r] * (exp(xr[j] - lse) - ls / (double)n - (j == t[r] ? 1 - ls : 0));
+    }
+}
+
+/* The loss tolerance: f16/bf16 logits are exact, the sums run in f32, the result is rounded once
+ * to the dtype (relative to max(1, |loss|)). */
+static double loss_tol(em_device *dev, em_scalar dt)
+{
+    return dt == EM_F16 ? 2e-3 : dt == EM_BF16 ? 1e-2 : tu_tol_on(dev, dt) * 10;
+}
+
+enum { V_CONTIG, V_TRANSPOSED, V_NARROWED, V_COUNT };
+static const char *const view_names[V_COUNT] = {"contiguous", "transposed", "narrowed"};
+
+/* Logits [rows, n] on dev as the view asks (x is updated to the stored values, row-major). */
+static em_tensor *logits_view(em_device *dev, em_scalar dt, int64_t rows, int64_t n, int view,
+                              double *x)
+{
+    if (view == V_CONTIG) return tu_tensor(dev, dt, EM_SHAPE(rows, n), x);
+    if (view == V_TRANSPOSED) { /* stored [n, rows], read transposed */
+        double *st = malloc((size_t)(rows * n) * sizeof *st);
+        assert_non_null(st);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < n; j++) st[j * rows + r] = x[r * n + j];
+        em_tensor *s = tu_tensor(dev, dt, EM_SHAPE(n, rows), st);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < n; j++) x[r * n + j] = st[j * rows + r];
+        free(st);
+        return em_transpose(s, 0, 1);
+    }
+    /* narrowed: the columns 1 .. n of a [rows, n + 2] tensor */
+    double *st = malloc((size_t)(rows * (n + 2)) * sizeof *st);
+    assert_non_null(st);
+    for (int64_t r = 0; r < rows; r++) {
+        st[r * (n + 2)] = 1e30;
+        st[r * (n + 2) + n + 1] = -1e30;
+        for (int64_t j = 0; j < n; j++) st[r * (n + 2) + 1 + j] = x[r * n + j];
+    }
+    em_tensor *s = tu_tensor(dev, dt, EM_SHAPE(rows, n + 2), st);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++) x[r * n + j] = st[r * (n + 2) + 1 + j];
+    free(st);
+    return em_narrow(s, 1, 1, n);
+}
+
+/* One case: forward against the reference, backward through autodiff with gradient g. */
+static void run_case(em_device *dev, em_scalar dt, int64_t rows, int64_t n, int view, double ls,
+                     uint32_t seed, double spike)
+{
+    char what[160];
+    snprintf(what, sizeof what, "cross_entropy_rows %s %s %lld x %lld %s ls %g",
+             em_device_name(dev), em_scalar_name(dt), (long long)rows, (long long)n,
+             view_names[view], ls);
+    em_scope_begin();
+    double *x = malloc((size_t)(rows * n) * sizeof *x), *g = malloc((size_t)rows * sizeof *g);
+    double *loss = malloc((size_t)rows * sizeof *loss), *dx = malloc((size_t)(rows * n) * sizeof *dx);
+    int64_t *t = malloc((size_t)rows * sizeof *t);
+    assert_true(x && g && loss && dx && t);
+    tu_fill(x, (size_t)(rows * n), -6, 6, seed);
+    tu_fill(g, (size_t)rows, 0.5, 2, seed + 1);
+    uint32_t s = seed * 747796405u + 1;
+    for (int64_t r = 0; r < rows; r++) {
+        s = s * 1664525u + 1013904223u;
+        t[r] = r % 5 == 3 ? IGNORE : (int64_t)((s >> 8) % (uint32_t)n);
+        if (spike != 0 && n > 1) x[r * n + (r % n)] = spike; /* a dominant logit */
+    }
+    if (spike != 0 && n > 2) x[n - 1] = -INFINITY;
+    em_tensor *lg = logits_view(dev, dt, rows, n, view, x);
+    for (int64_t r = 0; r < rows; r++) g[r] = tu_round(dt, g[r]);
+    em_tensor *gt = tu_tensor(dev, dt, EM_SHAPE(rows), g);
+    em_tensor *tt = em_from_host(dev, EM_I64, EM_SHAPE(rows), t);
+    assert_int_equal(em_set_requires_grad(lg, true), EM_OK);
+    int64_t valid = -1;
+    em_tensor *out = em_cross_entropy_rows(lg, tt, IGNORE, ls, &valid);
+    int64_t expect_valid = 0;
+    for (int64_t r = 0; r < rows; r++) expect_valid += t[r] != IGNORE;
+    assert_int_equal(valid, expect_valid);
+    reference(x, t, g, rows, n, ls, loss, dx);
+    double *got = tu_read(out);
+    if (!tu_close_n(what, got, loss, (size_t)rows, loss_tol(dev, dt))) fail_msg("%s: loss", what);
+    free(got);
+    /* d sum(g * loss) / d logits */
+    em_tensor *total = em_sum(em_mul(out, gt), NULL, 0, false);
+    assert_int_equal(em_backward(total, NULL), EM_OK);
+    got = tu_read(em_grad(lg));
+    double dtol = dt == EM_F16 || dt == EM_BF16 ? 2e-2 : tu_tol_on(dev, dt) * 10;
+    if (!tu_close_n(what, got, dx, (size_t)(rows * n), dtol)) fail_msg("%s: gradient", what);
+    free(got);
+    em_scope_end(NULL, 0);
+    free(x);
+    free(g);
+    free(loss);
+    free(dx);
+    free(t);
+}
+
+static void test_class_counts(void **state)
+{
+    (void)state;
+    static const int64_t counts[] = {1, 2, 7, 31, 32, 33, 255, 257, 1000, 50257};
+    for (int di = 0; di < tu_ndev; di++)
+        for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+            int64_t rows = counts[i] > 5000 ? 6 : 13;
+            run_case(tu_devs[di], EM_F32, rows, counts[i], V_CONTIG, 0, (uint32_t)i + 1, 0);
+        }
+}
+
+static void test_dtypes_views_smoothing(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++)
+        for (size_t ti = 0; ti < sizeof tu_float_types / sizeof tu_float_types[0]; ti++) {
+            em_scalar dt = tu_float_types[ti];
+            if (!tu_has(tu_devs[di], dt)) continue;
+            for (int view = 0; view < V_COUNT; view++)
+                for (int si = 0; si < 2; si++)
+                    run_case(tu_devs[di], dt, 9, view == V_CONTIG ? 300 : 45, view, si ? 0.1 : 0,
+                             (uint32_t)(ti * 10 + view * 2 + si + 50), 0);
+        }
+}
+
+/* A logit of 1e4 (exp would overflow without the running maximum) and a -inf logit. */
+static void test_extreme_logits(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        run_case(tu_devs[di], EM_F32, 8, 50, V_CONTIG, 0, 91, 1e4);
+        run_case(tu_devs[di], EM_F32, 8, 50, V_CONTIG, 0.2, 92, -1e4);
+    }
+}
+
+static void test_misuse(void **state)
+{
+    (void)state;
+    em_device *dev = tu_devs[0];
+    em_scope_begin();
+    double x[12];
+    tu_fill(x, 12, -1, 1, 7);
+    em_tensor *lg = tu_tensor(dev, EM_F32, EM_SHAPE(3, 4), x);
+    int64_t bad[3] = {0, 4, 1}, neg[3] = {0, -1, 1}, ok[3] = {0, 3, IGNORE};
+    tu_expect_error(em_cross_entropy_rows(lg, em_from_host(dev, EM_I64, EM_SHAPE(3), bad), IGNORE,
+                                          0, NULL),
+                    "target 4 (row 1) is out of range for 4 classes");
+    tu_expect_error(em_cross_entropy_rows(lg, em_from_host(dev, EM_I64, EM_SHAPE(3), neg), IGNORE,
+                                          0, NULL),
+                    "target -1 (row 1)");
+    em_tensor *tt = em_from_host(dev, EM_I64, EM_SHAPE(3), ok);
+    tu_expect_error(em_cross_entropy_rows(lg, em_reshape(tt, EM_SHAPE(3, 1)), IGNORE, 0, NULL),
+                    "f32[3, 4]");
+    tu_expect_error(em_cross_entropy_rows(em_narrow(lg, 0, 0, 2), tt, IGNORE, 0, NULL),
+                    "i64[3]");
+    tu_expect_error(em_cross_entropy_rows(lg, tt, IGNORE, 1.0, NULL), "label_smoothing");
+    tu_expect_error(em_cross_entropy_rows(em_cast(lg, EM_I32), tt, IGNORE, 0, NULL), "float logits");
+    tu_expect_error(em_cross_entropy_rows(lg, em_cast(tt, EM_F32), IGNORE, 0, NULL), "i32/i64");
+    assert_null(em_cross_entropy_rows(NULL, tt, IGNORE, 0, NULL));
+    /* the valid rows are counted; ignored rows give 0 */
+    int64_t valid = 0;
+    em_tensor *out = em_cross_entropy_rows(lg, tt, IGNORE, 0, &valid);
+    assert_int_equal(valid, 2);
+    double *got = tu_read(out);
+    assert_true(got[2] == 0 && got[0] > 0);
+    free(got);
+    em_scope_end(NULL, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_class_counts),
+        cmocka_unit_test(test_dtypes_views_smoothing),
+        cmocka_unit_test(test_extreme_logits),
+        cmocka_unit_test(test_misuse),
+    };
+    return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
+}
