@@ -511,6 +511,16 @@ em_ir_val em_ir_intrinsic(em_ir_kernel *k, const char *name, em_type dst_type, c
     return r;
 }
 
+em_ir_val em_ir_intrinsic_mem(em_ir_kernel *k, const char *name, em_type dst_type, em_ir_mem mem,
+                              const em_ir_val *args, unsigned nargs)
+{
+    if (!k) return 0;
+    em_ir_val r = 0;
+    emit_with_args(k, EM_OP_INTRINSIC, name, dst_type, args, nargs, &r);
+    if (k->insts.len) k->insts.items[k->insts.len - 1].mem = mem;
+    return r;
+}
+
 /* ---- control flow --------------------------------------------------------------------------- */
 
 static void open_block(em_ir_kernel *k, em_ir_inst in)

@@ -579,6 +579,10 @@ static void check_inst(checker *c, uint32_t idx, unsigned depth)
         if (!in->str || !*in->str) {
             if (in->op == EM_OP_INTRINSIC) fail(c, "intrinsic without a name");
         }
+        /* an intrinsic may name one memory it works on (the warpgroup MMA's accumulator, the
+         * shared array of a descriptor) */
+        if (in->mem && in->op == EM_OP_INTRINSIC) memory(c, in->mem);
+        if (in->mem && in->op != EM_OP_INTRINSIC) fail(c, "print names no memory");
         break;
     }
     c->cur = idx;

@@ -92,6 +92,41 @@ bool mm_mma_plan_of(const mm_problem *p, const mm_config *c, mm_mma_plan *out)
     return true;
 }
 
+/* Whether p's device runs the wgmma kernel natively: CUDA compiling for sm_90a (the CUDA driver
+ * publishes the architecture as caps.arch "sm_90a"). */
+static bool wgmma_device(const mm_problem *p)
+{
+    return p->caps && !strcmp(p->caps->target, "cuda") && !strcmp(p->caps->arch, "sm_90a");
+}
+
+bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *out)
+{
+    if (p->dt != EM_F16 && p->dt != EM_BF16) return false;
+    if (c->tm < 1 || c->tm > 3 || c->tn != 1 || c->bm != 64 * c->tm || c->bk != 64 ||
+        c->bn < 64 || c->bn > 256 || c->bn % 64)
+        return false;
+    int R = p->R;
+    const int64_t *as = p->ast, *bs = p->bst;
+    mm_wgmma_plan q;
+    memset(&q, 0, sizeof q);
+    q.at = as[R - 1] != 1 && as[R - 2] == 1;
+    q.bt = bs[R - 1] != 1 && bs[R - 2] == 1;
+    /* every copy moves 16 bytes (8 elements) along the operand's contiguous dim */
+    if (!mma_chunks_ok(p->a, R, as, q.at ? R - 2 : R - 1, q.at ? p->M : p->K, 8) ||
+        !mma_chunks_ok(p->b, R, bs, q.bt ? R - 2 : R - 1, q.bt ? p->K : p->N, 8))
+        return false;
+    /* as many stages as fit (3 to 6), with the 1 KiB the kernel spends aligning its buffers */
+    size_t stage = (size_t)(c->bm + c->bn) * 64 * 2;
+    size_t have = p->caps && p->caps->max_shared ? p->caps->max_shared : (size_t)232448;
+    int stages = have > 1024 ? (int)((have - 1024) / stage) : 0;
+    if (stages > 6) stages = 6;
+    if (stages < 3) return false;
+    q.stages = stages;
+    q.smem = (size_t)stages * stage + 1024;
+    *out = q;
+    return true;
+}
+
 bool mm_config_valid(const mm_problem *p, const mm_config *c)
 {
     const em_caps *caps = p->caps;
@@ -99,6 +134,13 @@ bool mm_config_valid(const mm_problem *p, const mm_config *c)
     if (p->batch * split > 65535 || split > 64) return false;
     if (split > 1 && p->K < (int64_t)split * c->bk) return false;
     if (c->kind == MM_SIMPLE) return split == 1 && !p->bias && !p->res && !p->act;
+    if (c->kind == MM_WGMMA) {
+        /* natively on sm_90a; forced (tests) also on the CPU, which emulates warpgroup MMAs */
+        bool forced_cpu = is_cpu(p) && getenv("EMBER_MATMUL_CONFIG");
+        mm_wgmma_plan q;
+        if ((!wgmma_device(p) && !forced_cpu) || !mm_wgmma_plan_of(p, c, &q)) return false;
+        return !caps || (uint32_t)(128 * c->tm) <= caps->max_cube_units;
+    }
     if (c->bk <= 0 || c->bm <= 0 || c->bn <= 0 || c->tm <= 0 || c->tn <= 0) return false;
     size_t es = em_scalar_size(p->dt), cs = em_scalar_size(p->ct);
     if (c->kind == MM_MMA) {
@@ -135,6 +177,21 @@ static mm_config simt(int bm, int bn, int bk, int tm, int tn, int split)
 static mm_config mma(int wm, int wn, int fm, int fn, int bk, int split)
 {
     return (mm_config){MM_MMA, 16 * fm * wm, 16 * fn * wn, bk, wm, wn, split, 0};
+}
+
+/* `wg` warpgroups of 64 x bn each (a 64 wg x bn tile), K steps of 64. */
+static mm_config wgmma(int wg, int bn, int split)
+{
+    return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, split, 0};
+}
+
+/* The wgmma kernel's tile for p: 128 x 256 (two warpgroups of 64 x 256) when those tiles fill
+ * the device, else 128 x 128. */
+static mm_config wgmma_default(const mm_problem *p)
+{
+    int64_t cus = p->caps->compute_units ? p->caps->compute_units : 1;
+    int64_t tiles = ((p->M + 127) / 128) * ((p->N + 255) / 256) * p->batch;
+    return tiles >= cus ? wgmma(2, 256, 1) : wgmma(2, 128, 1);
 }
 
 /* A CPU-kernel configuration stated for 4-byte accumulators: NR and the lanes halve for 8-byte
@@ -211,7 +268,11 @@ mm_config mm_heuristic(const mm_problem *p)
 {
     mm_config c;
     int64_t big = p->M * p->N;
-    if (mma_dtype_ok(p) && p->K > 0) {
+    mm_config w = {0};
+    if (wgmma_device(p)) w = wgmma_default(p);
+    if (w.kind == MM_WGMMA && p->K > 0 && mm_config_valid(p, &w)) {
+        c = w;
+    } else if (mma_dtype_ok(p) && p->K > 0) {
         int64_t tiles = ((p->M + 127) / 128) * ((p->N + 127) / 128) * p->batch;
         int64_t cus = p->caps->compute_units ? p->caps->compute_units : 1;
         c = tiles >= cus ? mma(4, 2, 2, 4, 32, 1) : mma(2, 2, 2, 4, 32, 1);
@@ -238,6 +299,13 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
     mm_config all[48];
     int n = 0;
     all[n++] = mm_heuristic(p);
+    if (wgmma_device(p)) {
+        /* warpgroups x BN: 2 x 256 (128 accumulators a unit), 2 x 128, 2 x 192, 3 x 128 (three
+         * warpgroups of 64 x 128); full adds 1 x 256 and 1 x 128 for small grids. The mma kernel's
+         * candidates follow, so a problem the wgmma kernel does badly keeps the old kernel. */
+        static const int wt[][2] = {{2, 256}, {2, 128}, {2, 192}, {3, 128}, {1, 256}, {1, 128}};
+        for (int i = 0; i < (full ? 6 : 4); i++) all[n++] = wgmma(wt[i][0], wt[i][1], 1);
+    }
     if (mma_dtype_ok(p)) {
         /* planes x fragments per plane: 128 x 128 tiles of 8 planes of 32 x 64 (about 128
          * registers a unit: two cubes per multiprocessor) or of 4 planes of 64 x 64 (fewer
@@ -307,8 +375,8 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
 
 void mm_config_format(const mm_config *c, char *buf, size_t size)
 {
-    static const char *const names[] = {"simple", "simt", "mma", "cpu"};
-    const char *name = names[c->kind < 4 && c->kind >= 0 ? c->kind : 0];
+    static const char *const names[] = {"simple", "simt", "mma", "cpu", "wgmma"};
+    const char *name = names[c->kind < 5 && c->kind >= 0 ? c->kind : 0];
     if (c->kind == MM_CPU)
         snprintf(buf, size, "%s %dx%dx%d %dx%dx%d s%d", name, c->bm, c->bn, c->bk, c->tm, c->tn,
                  c->lanes, c->split);
@@ -331,6 +399,8 @@ bool mm_config_parse(const char *text, mm_config *c)
         r.kind = MM_MMA;
     else if (!strcmp(kind, "cpu"))
         r.kind = MM_CPU;
+    else if (!strcmp(kind, "wgmma"))
+        r.kind = MM_WGMMA;
     else
         return false;
     bool ok = r.kind == MM_CPU ? sscanf(text, "%15s %dx%dx%d %dx%dx%d s%d", kind, &r.bm, &r.bn,
@@ -355,7 +425,7 @@ void mm_tune_key(const mm_problem *p, char *buf, size_t size)
     int R = p->R;
     char la = p->ast[R - 1] == 1 ? 'n' : p->ast[R - 2] == 1 ? 't' : 's';
     char lb = p->bst[R - 1] == 1 ? 'n' : p->bst[R - 2] == 1 ? 't' : 's';
-    snprintf(buf, size, "matmul-v2 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d",
+    snprintf(buf, size, "matmul-v3 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d",
              em_scalar_name(p->dt), p->tf32 && p->dt == EM_F32 ? "+tf32" : "", la, lb, bucket(p->M),
              bucket(p->N), bucket(p->K), bucket(p->batch), p->bias != NULL, p->act, p->res != NULL);
 }

@@ -13,6 +13,7 @@ typedef enum mm_kind {
     MM_SIMT,       /* matmul_simt.ek: register-blocked, every dtype */
     MM_MMA,        /* matmul_mma.ek: cooperative matrices (f16/bf16, f32 as tf32 when allowed) */
     MM_CPU,        /* matmul_cpu.ek: packed panels and a register-blocked micro-kernel, one unit */
+    MM_WGMMA,      /* matmul_wgmma.ek: Hopper warpgroup MMAs (f16/bf16 on sm_90a) */
 } mm_kind;
 
 /* One kernel configuration. */
@@ -21,7 +22,7 @@ typedef struct mm_config {
     int bm, bn; /* output tile of a cube (MMA: wm x wn planes of (16 FM) x (16 FN), FM, FN <= 4) */
     int bk;     /* K step staged in shared memory */
     int tm, tn; /* SIMT: the block of one unit; MMA: planes along M and N; CPU: the micro-kernel's
-                   MR x NR block */
+                   MR x NR block; WGMMA: warpgroups x 1 */
     int split;  /* split-K factor (1: none) */
     int lanes;  /* CPU kernel: lanes of a line in its micro-kernel (0 for the other kinds) */
 } mm_config;
@@ -35,6 +36,13 @@ typedef struct mm_mma_plan {
     int va, vb;  /* elements per copy: 16 bytes' worth when aligned (asynchronous copies), else 1 */
     size_t smem; /* shared memory bytes of a cube */
 } mm_mma_plan;
+
+/* How the wgmma kernel runs one configuration (bm = 64 x warpgroups, bk = 64) on one problem. */
+typedef struct mm_wgmma_plan {
+    int stages;  /* shared-memory buffers in the ring (3 to 6) */
+    bool at, bt; /* a's M / b's K is its contiguous dim: MN-major a / K-major b tiles */
+    size_t smem; /* shared memory bytes of a cube */
+} mm_wgmma_plan;
 
 /* A matmul problem: everything the kernels need, in the kernels' rank-R geometry. */
 typedef struct mm_problem {
@@ -63,6 +71,9 @@ typedef struct mm_problem {
 bool mm_config_valid(const mm_problem *p, const mm_config *c);
 /* The mma plan of c on p (false when c's tile has no plan: planes of 16..64 x 16..64). */
 bool mm_mma_plan_of(const mm_problem *p, const mm_config *c, mm_mma_plan *out);
+/* The wgmma plan of c on p (false when c or p's operands do not fit the wgmma kernel: f16/bf16,
+ * 16-byte aligned contiguous operands, 1 to 3 warpgroups, BN a multiple of 64 up to 256). */
+bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *out);
 /* The heuristic default configuration (EMBER_AUTOTUNE=off, and the first candidate). */
 mm_config mm_heuristic(const mm_problem *p);
 /* Whether the CPU kernel's micro-kernel should fuse its multiply-adds (fma): the host has FMA

@@ -38,7 +38,7 @@ static em_status launch_simple(const mm_problem *p)
 em_status mm_launch(const mm_problem *p, const mm_config *c)
 {
     if (c->kind == MM_SIMPLE && !p->bias && !p->res && !p->act) return launch_simple(p);
-    bool mma = c->kind == MM_MMA;
+    bool mma = c->kind == MM_MMA, wg = c->kind == MM_WGMMA;
     int split = c->split > 1 ? c->split : 1;
     int64_t kchunk = (p->K + split - 1) / split;
     kchunk = (kchunk + c->bk - 1) / c->bk * c->bk; /* chunks start on a BK boundary */
@@ -60,7 +60,7 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
     em_lang_bind bd[24];
     size_t nb = 0;
     bd[nb++] = em_lang_bind_type("T", p->dt);
-    if (!mma) bd[nb++] = em_lang_bind_type("C", p->ct);
+    if (!mma && !wg) bd[nb++] = em_lang_bind_type("C", p->ct);
     bd[nb++] = em_lang_bind_type("O", split > 1 ? p->ct : p->dt);
     bd[nb++] = em_lang_bind_int("R", p->R);
     bd[nb++] = em_lang_bind_int("BK", c->bk);
@@ -88,6 +88,19 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         bd[nb++] = em_lang_bind_int("VA", q.va);
         bd[nb++] = em_lang_bind_int("VB", q.vb);
         units[0] = (uint32_t)(c->tm * c->tn) * plane;
+    } else if (wg) {
+        mm_wgmma_plan q;
+        if (!mm_wgmma_plan_of(p, c, &q)) {
+            em_release(part);
+            return em_set_error(EM_ERR_INVALID, "matmul: no wgmma plan for this configuration");
+        }
+        bd[nb++] = em_lang_bind_int("WG", c->tm);
+        bd[nb++] = em_lang_bind_int("BN", c->bn);
+        bd[nb++] = em_lang_bind_int("STAGES", q.stages);
+        bd[nb++] = em_lang_bind_bool("AT", q.at);
+        bd[nb++] = em_lang_bind_bool("BT", q.bt);
+        bd[nb++] = em_lang_bind_bool("LOOPS", !p->caps || strcmp(p->caps->target, "cuda") != 0);
+        units[0] = (uint32_t)(128 * c->tm);
     } else if (c->kind == MM_CPU) {
         bd[nb++] = em_lang_bind_int("BM", c->bm);
         bd[nb++] = em_lang_bind_int("BN", c->bn);
@@ -114,7 +127,10 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
                       tn_arg_s(em_arg_u32((akfast ? 1u : 0u) | (bnfast ? 2u : 0u)))};
     uint32_t cubes[3] = {(uint32_t)((p->N + c->bn - 1) / c->bn),
                          (uint32_t)((p->M + c->bm - 1) / c->bm), (uint32_t)(p->batch * split)};
-    const char *kname = mma ? "matmul_mma" : c->kind == MM_CPU ? "matmul_cpu" : "matmul_simt";
+    const char *kname = mma                    ? "matmul_mma"
+                        : wg                   ? "matmul_wgmma"
+                        : c->kind == MM_CPU    ? "matmul_cpu"
+                                               : "matmul_simt";
     em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, 8);
     if (st == EM_OK && split > 1) {
         em_lang_bind rb[6] = {

@@ -75,9 +75,13 @@ static void log_choice(const mm_problem *p, const mm_config *c, const char *how)
                  q.fn, q.stages, q.at ? "k-major" : "m-major",
                  q.va > 1 ? "16-byte async copies" : "element-wise", q.bt ? "n-major" : "k-major",
                  q.vb > 1 ? "16-byte async copies" : "element-wise");
+    mm_wgmma_plan wq;
+    if (c->kind == MM_WGMMA && mm_wgmma_plan_of(p, c, &wq))
+        snprintf(plan, sizeof plan, " [%d warpgroups of 64x%d, %d stages, a %s, b %s]", c->tm,
+                 c->bn, wq.stages, wq.at ? "MN-major" : "K-major", wq.bt ? "K-major" : "MN-major");
     static const char *const kernels[] = {"tensor_matmul", "matmul_simt", "matmul_mma",
-                                          "matmul_cpu"};
-    const char *kernel = c->kind >= 0 && c->kind < 4 ? kernels[c->kind] : "?";
+                                          "matmul_cpu", "matmul_wgmma"};
+    const char *kernel = c->kind >= 0 && c->kind < 5 ? kernels[c->kind] : "?";
     em_log(EM_LOG_DEBUG, "matmul %s on %s: %s \"%s\" (%s)%s", key, dev, kernel, val, how, plan);
 }
 

@@ -431,6 +431,100 @@ static void test_mma_choice_on_h200(void **state)
     em_release(t);
 }
 
+/* The Hopper kernel (matmul_wgmma.ek) forced on the CPU, which emulates warpgroup MMAs as the
+ * hardware addresses its swizzled operands (and on CUDA sm_90a devices natively): one, two and
+ * three warpgroups, BN 64 to 256, both operand layouts each (transposed views: the backward
+ * passes' a^T b and a b^T), edges off the tile, K tails, batches, the epilogue and split-K
+ * partials; unaligned operands (K = 70) must fall back to another kernel. */
+static void test_wgmma_kernel(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        const em_caps *caps = em_device_caps(dev);
+        bool native = !strcmp(caps->target, "cuda") && !strcmp(caps->arch, "sm_90a");
+        if (strcmp(caps->target, "c") != 0 && !native) continue;
+        em_scope_begin();
+        setenv("EMBER_MATMUL_CONFIG", "wgmma 128x128x64 2x1 s1", 1);
+        check_mm("wgmma 2x128, row-major", rnd(dev, EM_BF16, EM_SHAPE(140, 200), 60),
+                 rnd(dev, EM_BF16, EM_SHAPE(200, 136), 61), NULL);
+        check_mm("wgmma 2x128, a^T b", em_transpose(rnd(dev, EM_BF16, EM_SHAPE(72, 136), 62), 0, 1),
+                 rnd(dev, EM_BF16, EM_SHAPE(72, 80), 63), NULL);
+        setenv("EMBER_MATMUL_CONFIG", "wgmma 64x256x64 1x1 s1", 1);
+        check_mm("wgmma 1x256, a b^T batched",
+                 rnd(dev, EM_F16, EM_SHAPE(2, 70, 136), 64),
+                 em_transpose(rnd(dev, EM_F16, EM_SHAPE(2, 264, 136), 65), 1, 2), NULL);
+        setenv("EMBER_MATMUL_CONFIG", "wgmma 192x64x64 3x1 s2", 1);
+        em_tensor *bias = rnd(dev, EM_BF16, EM_SHAPE(72), 66);
+        em_matmul_epilogue ep = {bias, EM_MATMUL_ACT_GELU, rnd(dev, EM_BF16, EM_SHAPE(200, 72), 67),
+                                 false};
+        check_mm("wgmma 3x64 split-K, epilogue, both transposed",
+                 em_transpose(rnd(dev, EM_BF16, EM_SHAPE(256, 200), 68), 0, 1),
+                 em_transpose(rnd(dev, EM_BF16, EM_SHAPE(72, 256), 69), 0, 1), &ep);
+        /* K = 70 cannot be copied 16 bytes at a time: the forced wgmma configuration is invalid,
+         * and the heuristic runs (and is right) */
+        setenv("EMBER_MATMUL_CONFIG", "wgmma 128x128x64 2x1 s1", 1);
+        check_mm("wgmma refused for K = 70", rnd(dev, EM_BF16, EM_SHAPE(30, 70), 70),
+                 rnd(dev, EM_BF16, EM_SHAPE(70, 24), 71), NULL);
+        unsetenv("EMBER_MATMUL_CONFIG");
+        em_scope_end(NULL, 0);
+    }
+}
+
+/* On an sm_90a device (an H200 as the CUDA driver publishes it) f16/bf16 take the wgmma kernel
+ * by the heuristic (128 x 256 tiles of two warpgroups when they fill the device, else 128 x 128)
+ * with as many stages as fit, and the autotune candidates hold both kernels; GPT-2's backward
+ * layouts get transposed tiles; K = 70 and exact f32 keep the other kernels. */
+static void test_wgmma_choice_on_h200(void **state)
+{
+    (void)state;
+    em_tensor *t = em_zeros(tu_devs[0], EM_F32, EM_SHAPE(1));
+    assert_non_null(t);
+    em_caps caps;
+    mm_problem p = h200_problem(&caps, EM_BF16, false, 4096, 4096, 4096, false, false, t);
+    snprintf(caps.arch, sizeof caps.arch, "sm_90a");
+    mm_config c = mm_heuristic(&p);
+    assert_int_equal(c.kind, MM_WGMMA);
+    assert_int_equal(c.bm, 128);
+    assert_int_equal(c.bn, 256);
+    mm_wgmma_plan q;
+    assert_true(mm_wgmma_plan_of(&p, &c, &q));
+    assert_int_equal(q.stages, 4);
+    assert_true(q.smem <= caps.max_shared);
+    assert_false(q.at || q.bt);
+    mm_config cand[32];
+    int n = mm_candidates(&p, false, cand, 32), nw = 0, nm = 0;
+    for (int j = 0; j < n; j++) nw += cand[j].kind == MM_WGMMA, nm += cand[j].kind == MM_MMA;
+    assert_true(nw >= 4 && nm >= 2);
+    char text[64];
+    mm_config_format(&c, text, sizeof text);
+    mm_config back;
+    assert_true(mm_config_parse(text, &back));
+    assert_memory_equal(&back, &c, sizeof c);
+    /* 16384 x 768 x 768: 64 x 3 tiles of 128 x 256 do not fill 132 SMs twice: 128 x 128 */
+    p = h200_problem(&caps, EM_BF16, false, 16384, 768, 768, false, false, t);
+    snprintf(caps.arch, sizeof caps.arch, "sm_90a");
+    c = mm_heuristic(&p);
+    assert_int_equal(c.kind, MM_WGMMA);
+    p = h200_problem(&caps, EM_BF16, false, 16384, 768, 3072, false, true, t);
+    snprintf(caps.arch, sizeof caps.arch, "sm_90a");
+    c = mm_heuristic(&p);
+    assert_int_equal(c.kind, MM_WGMMA);
+    assert_true(mm_wgmma_plan_of(&p, &c, &q) && q.bt && !q.at);
+    p = h200_problem(&caps, EM_F16, false, 768, 3072, 16384, true, false, t);
+    snprintf(caps.arch, sizeof caps.arch, "sm_90a");
+    c = mm_heuristic(&p);
+    assert_int_equal(c.kind, MM_WGMMA);
+    assert_true(mm_wgmma_plan_of(&p, &c, &q) && q.at && !q.bt);
+    p = h200_problem(&caps, EM_BF16, false, 4096, 4096, 70, false, false, t);
+    snprintf(caps.arch, sizeof caps.arch, "sm_90a");
+    assert_int_equal(mm_heuristic(&p).kind, MM_MMA);
+    p = h200_problem(&caps, EM_F32, false, 4096, 4096, 4096, false, false, t);
+    snprintf(caps.arch, sizeof caps.arch, "sm_90a");
+    assert_int_equal(mm_heuristic(&p).kind, MM_SIMT);
+    em_release(t);
+}
+
 /* The epilogue: bias, every activation, a broadcast residual; fused and with split-K. (Each flag
  * combination is a compiled kernel: the cases are chosen to cover each piece once per dtype
  * class, not every product.) */
@@ -616,6 +710,8 @@ int main(void)
         cmocka_unit_test(test_mma_kernel),
         cmocka_unit_test(test_mma_variants),
         cmocka_unit_test(test_mma_choice_on_h200),
+        cmocka_unit_test(test_wgmma_kernel),
+        cmocka_unit_test(test_wgmma_choice_on_h200),
         cmocka_unit_test(test_epilogue),
         cmocka_unit_test(test_cpu_kernel),
         cmocka_unit_test(test_split_k_default),

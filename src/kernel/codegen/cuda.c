@@ -36,6 +36,9 @@
  * shared memory through inline PTX with the .shared state space (WMMA's API gives them generic
  * addresses). COPY_ASYNC / COPY_COMMIT / COPY_WAIT become cp.async / cp.async.commit_group /
  * cp.async.wait_group from sm_80 on (plain copies before).
+ * Warpgroup MMAs (the language's wgmma_*, lowered to "cuda.wgmma.*" intrinsics) become PTX
+ * wgmma.mma_async / fence / commit_group / wait_group for sm_90 devices only (compile for sm_90a)
+ * and are rejected elsewhere; a kernel with them aligns its shared arrays to 1024 bytes.
  * Intrinsics: "cuda.ptx:TEMPLATE" is inline PTX (%0 is the result when there is one, then the
  * arguments; 16/32/64-bit integers and f32/f64 only); "cuda.call:NAME" calls a device function. */
 #include <stdio.h>
@@ -44,6 +47,7 @@
 
 #include "kernel/codegen/codegen.h"
 #include "kernel/codegen/spmd.h"
+#include "kernel/lang/wgmma.h"
 
 #define STATIC_SMEM_LIMIT (48u * 1024u)
 #define SMEM_ALIGN 32u
@@ -745,10 +749,98 @@ static const char *ptx_constraint(em_type t)
     }
 }
 
+/* ---- warpgroup MMAs: wgmma (sm_90a) ----------------------------------------------------------
+ * The kernel language lowers wgmma_* to intrinsics (src/kernel/lang/lower_wgmma.c):
+ *   "cuda.wgmma.desc:LBO@M"       the u64 descriptor of shared array M (in->mem) at element a
+ *   "cuda.wgmma.mma:N,T,TA,TB@M"  acc (local f32 array M, N/2 elements) += A * B, descriptors a, b
+ *   "cuda.wgmma.wait:P@M"         wait until at most P groups are pending; pins M's registers
+ *   "cuda.wgmma.fence", "cuda.wgmma.commit"
+ * The accumulator's elements are "+f" operands of the mma and of the wait, so the compiler keeps
+ * them in registers and reads them only after the wait. */
+
+/* The accumulator's N/2 elements as "+f" operands, comma-separated. */
+static void acc_operands(em_spmd *e, em_ir_mem m, unsigned n, em_strbuf *sb)
+{
+    for (unsigned i = 0; i < n; i++)
+        em_sb_printf(sb, "%s\"+f\"(%s[%u])", i ? ", " : "", e->mname[m], i);
+}
+
+static bool cu_wgmma(em_spmd *e, const em_ir_inst *in, const char *what, em_strbuf *sb)
+{
+    if (strcmp(e->caps.arch, "sm_90a")) {
+        em_spmd_fail(e,
+                     "warpgroup MMAs (wgmma) need compute capability 9.0 (sm_90a); this device "
+                     "is %s",
+                     e->caps.arch[0] ? e->caps.arch : "of unknown architecture");
+        return true;
+    }
+    const em_ir_memory *m = mem(e, in->mem);
+    if (!strcmp(what, "fence")) {
+        /* the unit's shared-memory writes become visible to the async proxy that wgmma reads
+         * through; then wgmma's own fence on registers and shared memory */
+        em_spmd_line(e, "asm volatile(\"fence.proxy.async.shared::cta;\\n"
+                        "wgmma.fence.sync.aligned;\" ::: \"memory\");");
+    } else if (!strcmp(what, "commit")) {
+        em_spmd_line(e, "asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");");
+    } else if (!strncmp(what, "desc:", 5) && m && m->space == EM_MEM_SHARED && in->dst) {
+        unsigned lbo = (unsigned)strtoul(what + 5, NULL, 10);
+        em_strbuf off;
+        em_sb_init(&off);
+        em_spmd_val_u32(e, in->args[0], &off);
+        em_sb_printf(sb,
+                     "(0x%llxull | (unsigned long long)((((unsigned)__cvta_generic_to_shared(%s + "
+                     "(%s))) & 0x3ffffu) >> 4))",
+                     (unsigned long long)em_wgmma_desc_bits(lbo), e->mname[in->mem], off.data);
+        em_sb_free(&off);
+        return true;
+    } else if (!strncmp(what, "wait:", 5) && m && m->space == EM_MEM_LOCAL) {
+        em_strbuf ops;
+        em_sb_init(&ops);
+        acc_operands(e, in->mem, m->length, &ops);
+        em_spmd_line(e, "asm volatile(\"wgmma.wait_group.sync.aligned %d;\" : %s :: \"memory\");",
+                     atoi(what + 5), ops.data);
+        em_sb_free(&ops);
+    } else if (!strncmp(what, "mma:", 4) && m && m->space == EM_MEM_LOCAL) {
+        unsigned n = 0, ta = 0, tb = 0;
+        char t[8] = "";
+        if (sscanf(what + 4, "%u,%7[a-z0-9],%u,%u", &n, t, &ta, &tb) != 4 || n != m->length * 2 ||
+            (strcmp(t, "f16") && strcmp(t, "bf16"))) {
+            em_spmd_fail(e, "malformed warpgroup MMA `%s`", in->str);
+            return true;
+        }
+        em_strbuf regs, ops;
+        em_sb_init(&regs);
+        em_sb_init(&ops);
+        for (unsigned i = 0; i < n / 2; i++) em_sb_printf(&regs, "%s%%%u", i ? ", " : "", i);
+        acc_operands(e, in->mem, n / 2, &ops);
+        em_strbuf da, db;
+        em_sb_init(&da);
+        em_sb_init(&db);
+        em_spmd_val(e, in->args[0], &da);
+        em_spmd_val(e, in->args[1], &db);
+        em_spmd_line(e,
+                     "asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%u, 0;\\n"
+                     "wgmma.mma_async.sync.aligned.m64n%uk16.f32.%s.%s {%s}, %%%u, %%%u, p, 1, 1, "
+                     "%u, %u;\\n}\" : %s : \"l\"(%s), \"l\"(%s), \"r\"(1) : \"memory\");",
+                     n / 2 + 2, n, t, t, regs.data, n / 2, n / 2 + 1, ta, tb, ops.data, da.data,
+                     db.data);
+        em_sb_free(&regs);
+        em_sb_free(&ops);
+        em_sb_free(&da);
+        em_sb_free(&db);
+    } else {
+        em_spmd_fail(e, "unknown warpgroup MMA intrinsic `%s`", in->str);
+        return true;
+    }
+    em_sb_append(sb, "(void)0");
+    return true;
+}
+
 /* "cuda.ptx:TEMPLATE": inline PTX, %0 the result (when there is one), then the arguments. */
 static bool cu_intrinsic(em_spmd *e, const em_ir_inst *in, em_strbuf *sb)
 {
     const char *name = in->str ? in->str : "";
+    if (!strncmp(name, "cuda.wgmma.", 11)) return cu_wgmma(e, in, name + 11, sb);
     if (strncmp(name, "cuda.ptx:", 9)) return false;
     unsigned nargs = in->imm > 0 && in->imm <= EM_IR_MAX_ARGS ? (unsigned)in->imm : 0;
     em_strbuf text, outs, ins;
@@ -812,14 +904,29 @@ static uint64_t round_up(uint64_t x, uint64_t a)
     return (x + a - 1) / a * a;
 }
 
-/* Shared arrays in id order, each at a multiple of SMEM_ALIGN; returns the total bytes. */
+/* Whether the kernel has warpgroup MMAs: their swizzled operands need every shared array
+ * aligned to WGMMA_ALIGN bytes of the shared address space. */
+#define WGMMA_ALIGN 1024u
+static bool uses_wgmma(const em_ir_kernel *k)
+{
+    for (size_t i = 0; i < em_ir_inst_count(k); i++) {
+        const em_ir_inst *in = em_ir_inst_at(k, (uint32_t)i);
+        if (in && in->op == EM_OP_INTRINSIC && in->str && !strncmp(in->str, "cuda.wgmma.", 11))
+            return true;
+    }
+    return false;
+}
+
+/* Shared arrays in id order, each at a multiple of SMEM_ALIGN (WGMMA_ALIGN with warpgroup
+ * MMAs); returns the total bytes. */
 static uint64_t smem_layout(const em_ir_kernel *k, uint64_t *offsets)
 {
     uint64_t total = 0;
+    uint64_t align = uses_wgmma(k) ? WGMMA_ALIGN : SMEM_ALIGN;
     for (size_t m = 1; m <= em_ir_mem_count(k); m++) {
         const em_ir_memory *x = em_ir_mem_at(k, (em_ir_mem)m);
         if (x->space != EM_MEM_SHARED) continue;
-        total = round_up(total, SMEM_ALIGN);
+        total = round_up(total, align);
         if (offsets) offsets[m] = total;
         total += (uint64_t)x->length * x->elem.lanes * em_scalar_size((em_scalar)x->elem.scalar);
     }
@@ -830,6 +937,8 @@ size_t em_codegen_cuda_dynamic_smem(const em_ir_kernel *k)
 {
     if (!k) return 0;
     uint64_t total = smem_layout(k, NULL);
+    /* with warpgroup MMAs the kernel aligns the dynamic block itself: WGMMA_ALIGN more bytes */
+    if (total > STATIC_SMEM_LIMIT && uses_wgmma(k)) total += WGMMA_ALIGN;
     return total > STATIC_SMEM_LIMIT ? (size_t)total : 0;
 }
 
@@ -842,13 +951,18 @@ static void declare_memory(em_spmd *e)
         em_spmd_fail(e, "out of memory");
         return;
     }
-    bool dynamic = smem_layout(k, offsets) > STATIC_SMEM_LIMIT;
+    bool dynamic = smem_layout(k, offsets) > STATIC_SMEM_LIMIT, wg = uses_wgmma(k);
     if (dynamic) {
         e->needs |= EM_NEED_DYN_SMEM;
         em_spmd_line(e,
-                     "extern __shared__ __align__(%u) unsigned char em_smem[]; /* "
+                     "extern __shared__ __align__(%u) unsigned char em_smem%s[]; /* "
                      "em_codegen_cuda_dynamic_smem bytes */",
-                     SMEM_ALIGN);
+                     SMEM_ALIGN, wg ? "_raw" : "");
+        if (wg)
+            em_spmd_line(e,
+                         "unsigned char *em_smem = em_smem_raw + ((%uu - ((unsigned)"
+                         "__cvta_generic_to_shared(em_smem_raw) & %uu)) & %uu);",
+                         WGMMA_ALIGN, WGMMA_ALIGN - 1, WGMMA_ALIGN - 1);
     }
     for (size_t m = 1; m <= nm; m++) {
         const em_ir_memory *x = em_ir_mem_at(k, (em_ir_mem)m);
@@ -860,8 +974,8 @@ static void declare_memory(em_spmd *e)
                 em_spmd_line(e, "%s *%s = reinterpret_cast<%s *>(em_smem + %llu);", t.data,
                              e->mname[m], t.data, (unsigned long long)offsets[m]);
             else
-                em_spmd_line(e, "__shared__ __align__(%u) %s %s[%u];", SMEM_ALIGN, t.data,
-                             e->mname[m], x->length);
+                em_spmd_line(e, "__shared__ __align__(%u) %s %s[%u];",
+                             wg ? WGMMA_ALIGN : SMEM_ALIGN, t.data, e->mname[m], x->length);
         } else if (x->space == EM_MEM_LOCAL && (e->mflags[m] & EM_MEMF_USED)) {
             em_strbuf name;
             em_sb_init(&name);

@@ -1,7 +1,7 @@
 /* builtins.c — the table of the kernel language's builtin functions (math, bit counts, memory
  * metadata, synchronization, plane ops, atomics, cooperative matrices, print, capability and type
- * queries): their names, arities and the IR op each lowers to; and the generic bounds. resolve.c
- * checks calls against this table; lower_call.c lowers them. */
+ * queries, warpgroup MMAs): their names, arities and the IR op each lowers to; and the generic
+ * bounds. resolve.c checks calls against this table; lower_call.c (and lower_wgmma.c) lower them. */
 #include <string.h>
 
 #include "kernel/lang/internal.h"
@@ -78,6 +78,10 @@ const lang_builtin em_lang_builtins_table[] = {
     {"copy_async", BI_COPY_ASYNC, 5, 6, EM_OP_COPY_ASYNC, 0},
     {"copy_async_commit", BI_COPY_SYNC, 0, 0, EM_OP_COPY_COMMIT, 0},
     {"copy_async_wait", BI_COPY_SYNC, 1, 1, EM_OP_COPY_WAIT, 0},
+    {"wgmma_fence", BI_WGMMA, 0, 0, 0, WGMMA_FENCE},
+    {"wgmma_commit", BI_WGMMA, 0, 0, 0, WGMMA_COMMIT},
+    {"wgmma_wait", BI_WGMMA, 2, 2, 0, WGMMA_WAIT},
+    {"wgmma_mma", BI_WGMMA, 7, 7, 0, WGMMA_MMA},
     {"print", BI_PRINT, 1, 5, EM_OP_PRINT, 0},
     {"has", BI_HAS, 1, 1, 0, 0},
     {"sizeof", BI_SIZEOF, 1, 1, 0, 0},
@@ -99,7 +103,7 @@ int em_lang_builtin_find(const char *name)
  * from the target's em_caps. */
 const char *const em_lang_capabilities[] = {
     "c",         "cuda",   "opencl",           "glsl",  "wgsl", "msl", "hip",
-    "plane_ops", "matrix", "float_atomic_add", "print", NULL,
+    "plane_ops", "matrix", "float_atomic_add", "print", "wgmma", NULL,
 };
 
 static const char *const bound_names[] = {"any", "num", "float", "int", "sint", "uint"};

@@ -388,6 +388,7 @@ typedef enum bi_class {
     BI_MAT_STORE,
     BI_COPY_ASYNC, /* copy_async(dst, i, src, j, count[, valid]) */
     BI_COPY_SYNC,  /* copy_async_commit(), copy_async_wait(pending): ir_op */
+    BI_WGMMA,      /* wgmma_fence / _commit / _wait / _mma (imm: which; lower_wgmma.c) */
     BI_PRINT,
     BI_HAS,      /* has(capability) */
     BI_SIZEOF,   /* sizeof(T) */
@@ -409,6 +410,14 @@ extern const size_t em_lang_builtins_count;
 int em_lang_builtin_find(const char *name);
 /* Target and capability names accepted by has(...), ending with NULL. */
 extern const char *const em_lang_capabilities[];
+
+/* The warpgroup MMA builtins (the imm of their BI_WGMMA entries). */
+enum { WGMMA_FENCE, WGMMA_COMMIT, WGMMA_WAIT, WGMMA_MMA };
+
+/* An intrinsic (as em_ir_intrinsic) that names the memory `mem` it works on (defined in
+ * src/kernel/ir.c; the warpgroup MMA's lowering uses it). */
+em_ir_val em_ir_intrinsic_mem(em_ir_kernel *k, const char *name, em_type dst_type, em_ir_mem mem,
+                              const em_ir_val *args, unsigned nargs);
 
 /* ---- resolve and lower -------------------------------------------------------------------------
  */

@@ -137,6 +137,13 @@ void em_lang_ir_close(lower *L);
 
 lv em_lang_lower_builtin(lower *L, const ast_expr *e);
 
+/* ---- lower_wgmma.c ------------------------------------------------------------------------- */
+
+/* Whether the target runs warpgroup MMAs natively (CUDA on compute capability 9.0). */
+bool em_lang_wgmma_native(const em_caps *caps);
+/* A call of wgmma_fence / _commit / _wait / _mma (builtin b, arguments a already lowered). */
+lv em_lang_lower_wgmma(lower *L, const ast_expr *e, const lang_builtin *b, lv *a);
+
 /* ---- lower.c -----------------------------------------------------------------------------------
  */
 

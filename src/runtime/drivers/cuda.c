@@ -14,7 +14,8 @@
  *
  * Compilation: the CUDA code generator writes the source (em_codegen_cuda); build runs
  * NVRTC for the device's architecture and writes the cubin (sm_90a on compute capability 9.0, so
- * that wgmma and the other sm_90a features are available; sm_XY elsewhere). A device newer than
+ * that wgmma and the other sm_90a features are available, and published as caps.arch "sm_90a";
+ * sm_XY elsewhere). A device newer than
  * NVRTC knows gets PTX for the newest architecture NVRTC has, which the driver JIT-compiles at
  * load. load checks the image (an ELF cubin for an NVIDIA GPU whose headers and sections lie
  * inside the file, or PTX text) before cuModuleLoadData, and maps image errors to EM_ERR_CORRUPT.
@@ -539,6 +540,10 @@ static em_status cuda_open(int index, em_caps *caps, void **state)
         release_device(d);
         return st;
     }
+    /* compiling for sm_90a: the arch-specific features (wgmma) are there; the kernel language's
+     * has(wgmma) and the CUDA generator read it from caps.arch */
+    if (st == EM_OK && !strcmp(d->compile_arch, "sm_90a"))
+        snprintf(caps->arch, sizeof(caps->arch), "sm_90a");
     EM_LOGD("cuda:%d: %s, %s, compiling for %s", index, caps->device_name, caps->arch,
             d->compile_arch);
     *state = d;

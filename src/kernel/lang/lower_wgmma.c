@@ -1,0 +1,245 @@
+/* lower_wgmma.c — the warpgroup MMA builtins (Hopper's wgmma.mma_async, docs/kernel-language.md
+ * "Warpgroup matrix multiply-accumulate"):
+ *
+ *   wgmma_mma(acc, a, a_off, a_mn, b, b_off, b_mn)   acc (64 x N, f32) += A (64 x 16) * B (16 x N)
+ *   wgmma_fence()  wgmma_commit()  wgmma_wait(acc, pending)
+ *
+ * acc is a local f32 array of N/2 elements (N = 8 .. 256, a multiple of 8) holding the unit's
+ * part of the warpgroup's accumulator (wgmma.h: em_wgmma_d_coord); a and b are shared arrays of
+ * f16 or bf16 in the 128-byte swizzled layouts of wgmma.h, read from element a_off (b_off) on;
+ * a_mn (b_mn) is comptime: 0 for a K-major operand, else the operand is MN-major and a_mn is the
+ * distance in elements between its 64-row atoms.
+ *
+ * On CUDA for compute capability 9.0 they become intrinsics that codegen/cuda.c writes as PTX
+ * ("cuda.wgmma.desc:LBO@MEM" -> the u64 descriptor of a shared array at an offset,
+ * "cuda.wgmma.mma:N,TYPE,TA,TB@MEM", "cuda.wgmma.fence", "cuda.wgmma.commit",
+ * "cuda.wgmma.wait:N@MEM"; MEM, the memory's id, is also the instruction's memory, and is in the
+ * name so that the IR's text form and hash tell kernels apart by it). On the C target and without
+ * a target they are emulated: wgmma_mma becomes loops in which each unit computes its own
+ * accumulator elements from the shared operands, addressed as the hardware addresses them
+ * (wgmma.h: em_wgmma_byte), and the other three do nothing. Other targets reject them. */
+#include <stdio.h>
+#include <string.h>
+
+#include "kernel/lang/lower.h"
+#include "kernel/lang/wgmma.h"
+
+bool em_lang_wgmma_native(const em_caps *caps)
+{
+    /* the CUDA driver publishes sm_90a for compute capability 9.0 and compiles for it */
+    return caps && !strcmp(caps->target, "cuda") && !strcmp(caps->arch, "sm_90a");
+}
+
+/* Whether this target emulates the ops with loops (the C target, or no target at all). */
+static bool emulated(const lower *L)
+{
+    return !L->b->caps || !strcmp(L->b->caps->target, "c");
+}
+
+static lpos apos(const ast_expr *e, unsigned i)
+{
+    return e->args[i]->pos;
+}
+
+/* Argument i must be a local f32 array of 4 .. 128 elements: an accumulator. */
+static bool acc_arg(lower *L, const ast_expr *e, const lv *x, unsigned i, const char *fn)
+{
+    if (x->kind != V_MEM || x->space != EM_MEM_LOCAL || x->ty.scalar != EM_F32 ||
+        x->ty.lanes != 1) {
+        em_lang_lerr(L, apos(e, i), "declare it as 'f32 acc[N / 2];' in the kernel",
+                     "'%s' needs a local f32 array as its accumulator", fn);
+        return false;
+    }
+    if (x->length < 4 || x->length > 128 || x->length % 4) {
+        em_lang_lerr(L, apos(e, i), "N (twice its length) is a multiple of 8 from 8 to 256",
+                     "'%s': an accumulator of %u elements is no 64 x N tile", fn, x->length);
+        return false;
+    }
+    return true;
+}
+
+/* Argument i must be a shared array of f16 or bf16 (all of type *t when set). */
+static bool operand_arg(lower *L, const ast_expr *e, const lv *x, unsigned i, em_scalar *t)
+{
+    em_scalar s = (em_scalar)x->ty.scalar;
+    if (x->kind != V_MEM || x->space != EM_MEM_SHARED || x->ty.lanes != 1 ||
+        (s != EM_F16 && s != EM_BF16)) {
+        em_lang_lerr(L, apos(e, i), NULL,
+                     "'wgmma_mma' reads its operands from shared arrays of f16 or bf16");
+        return false;
+    }
+    if (*t != EM_SCALAR_COUNT && *t != s) {
+        em_lang_lerr(L, apos(e, i), NULL,
+                     "'wgmma_mma' needs both operands of one type, got %s and %s",
+                     em_scalar_name(*t), em_scalar_name(s));
+        return false;
+    }
+    *t = s;
+    return true;
+}
+
+/* Argument i: a comptime layout (0: K-major; else MN-major, atoms that many elements apart). */
+static bool layout_arg(lower *L, const ast_expr *e, const lv *x, unsigned i, uint32_t *out)
+{
+    int64_t v = 0;
+    if (!em_lang_comptime_int(L, x, apos(e, i),
+                              "the operand layout (0: K-major, else the MN atom stride)", &v))
+        return false;
+    if (v < 0 || v % 512 || v > 65536) {
+        em_lang_lerr(L, apos(e, i), "whole 1024-byte swizzle atoms: a multiple of 512 elements",
+                     "'wgmma_mma': an MN-major atom stride of %lld elements", (long long)v);
+        return false;
+    }
+    *out = (uint32_t)v;
+    return true;
+}
+
+static em_ir_val u32c(em_ir_kernel *k, uint32_t v)
+{
+    return em_ir_u32(k, v);
+}
+
+static em_ir_val bin(em_ir_kernel *k, em_ir_op op, em_ir_val a, em_ir_val b)
+{
+    return em_ir_binary(k, op, a, b);
+}
+
+/* The element index (of a 16-bit array) of operand element (r, k), as em_wgmma_byte computes its
+ * byte address from the start off * 2. */
+static em_ir_val emulated_index(em_ir_kernel *k, em_ir_val off, uint32_t lbo_bytes, em_ir_val r,
+                                em_ir_val kk)
+{
+    em_ir_val x = bin(k, EM_OP_MUL, off, u32c(k, 2));
+    em_ir_val t;
+    if (lbo_bytes == 0) {
+        t = bin(k, EM_OP_ADD,
+                bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, r, u32c(k, 8)), u32c(k, EM_WGMMA_SBO)),
+                bin(k, EM_OP_MUL, bin(k, EM_OP_REM, r, u32c(k, 8)), u32c(k, 128)));
+        t = bin(k, EM_OP_ADD, t, bin(k, EM_OP_MUL, kk, u32c(k, 2)));
+    } else {
+        t = bin(k, EM_OP_ADD,
+                bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, r, u32c(k, 64)), u32c(k, lbo_bytes)),
+                bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, kk, u32c(k, 8)), u32c(k, EM_WGMMA_SBO)));
+        t = bin(k, EM_OP_ADD, t,
+                bin(k, EM_OP_MUL, bin(k, EM_OP_REM, kk, u32c(k, 8)), u32c(k, 128)));
+        t = bin(k, EM_OP_ADD, t, bin(k, EM_OP_MUL, bin(k, EM_OP_REM, r, u32c(k, 64)), u32c(k, 2)));
+    }
+    x = bin(k, EM_OP_ADD, x, t);
+    em_ir_val sw = bin(k, EM_OP_SHL,
+                       bin(k, EM_OP_AND, bin(k, EM_OP_SHR, x, u32c(k, 7)), u32c(k, 7)), u32c(k, 4));
+    return bin(k, EM_OP_DIV, bin(k, EM_OP_XOR, x, sw), u32c(k, 2));
+}
+
+/* acc[i] += sum over k < 16 of A(row, k) B(k, col) for each register i of this unit. */
+static bool emulate_mma(lower *L, const ast_expr *e, const lv *acc, const lv *a, em_ir_val aoff,
+                        uint32_t alay, const lv *b, em_ir_val boff, uint32_t blay)
+{
+    em_ir_kernel *k = L->k;
+    em_ir_val t = bin(k, EM_OP_REM, em_ir_builtin(k, EM_UNIT_POS), u32c(k, EM_WGMMA_UNITS));
+    em_ir_val warp = bin(k, EM_OP_DIV, t, u32c(k, 32)), lane = bin(k, EM_OP_REM, t, u32c(k, 32));
+    em_ir_val rbase = bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, warp, u32c(k, 16)),
+                          bin(k, EM_OP_DIV, lane, u32c(k, 4)));
+    em_ir_val cbase = bin(k, EM_OP_MUL, bin(k, EM_OP_REM, lane, u32c(k, 4)), u32c(k, 2));
+    em_ir_val i = em_ir_var(k, em_ty(EM_U32), "wg_i");
+    if (!em_lang_ir_open(L, e->op_pos)) return false;
+    em_ir_range_begin(k, i, u32c(k, 0), u32c(k, acc->length), u32c(k, 1), false);
+    /* row = 16 warp + lane / 4 + 8 ((i / 2) % 2), col = 8 (i / 4) + 2 (lane % 4) + i % 2 */
+    em_ir_val row =
+        bin(k, EM_OP_ADD, rbase,
+            bin(k, EM_OP_MUL, bin(k, EM_OP_REM, bin(k, EM_OP_DIV, i, u32c(k, 2)), u32c(k, 2)),
+                u32c(k, 8)));
+    em_ir_val col =
+        bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, i, u32c(k, 4)), u32c(k, 8)),
+            bin(k, EM_OP_ADD, cbase, bin(k, EM_OP_REM, i, u32c(k, 2))));
+    em_ir_val s = em_ir_var(k, em_ty(EM_F32), "wg_s");
+    em_ir_assign(k, s, em_ir_load(k, acc->mem, i));
+    em_ir_val kk = em_ir_var(k, em_ty(EM_U32), "wg_k");
+    if (!em_lang_ir_open(L, e->op_pos)) return false;
+    em_ir_range_begin(k, kk, u32c(k, 0), u32c(k, EM_WGMMA_K), u32c(k, 1), false);
+    em_ir_val x = em_ir_cast(k, em_ty(EM_F32),
+                             em_ir_load(k, a->mem, emulated_index(k, aoff, alay * 2, row, kk)));
+    em_ir_val y = em_ir_cast(k, em_ty(EM_F32),
+                             em_ir_load(k, b->mem, emulated_index(k, boff, blay * 2, col, kk)));
+    em_ir_assign(k, s, bin(k, EM_OP_ADD, s, bin(k, EM_OP_MUL, x, y)));
+    em_lang_ir_close(L);
+    em_ir_store(k, acc->mem, i, s);
+    em_lang_ir_close(L);
+    return true;
+}
+
+/* "cuda.wgmma.desc:LBO@MEM": the descriptor of shared array m from element off on. */
+static em_ir_val descriptor(em_ir_kernel *k, em_ir_mem m, em_ir_val off, uint32_t lbo_bytes)
+{
+    char name[64];
+    snprintf(name, sizeof name, "cuda.wgmma.desc:%u@%u", lbo_bytes, (unsigned)m);
+    return em_ir_intrinsic_mem(k, name, em_ty(EM_U64), m, &off, 1);
+}
+
+static lv mma(lower *L, const ast_expr *e, lv *a)
+{
+    em_scalar t = EM_SCALAR_COUNT;
+    uint32_t alay = 0, blay = 0;
+    if (!acc_arg(L, e, &a[0], 0, "wgmma_mma") || !operand_arg(L, e, &a[1], 1, &t) ||
+        !operand_arg(L, e, &a[4], 4, &t) || !layout_arg(L, e, &a[3], 3, &alay) ||
+        !layout_arg(L, e, &a[6], 6, &blay))
+        return em_lang_lv_err();
+    lv ai = em_lang_to_index(L, a[2], apos(e, 2), "the offset of a");
+    lv bi = em_lang_to_index(L, a[5], apos(e, 5), "the offset of b");
+    if (ai.kind == V_ERR || bi.kind == V_ERR) return em_lang_lv_err();
+    em_ir_val aoff = em_lang_materialize(L, &ai), boff = em_lang_materialize(L, &bi);
+    em_ir_kernel *k = L->k;
+    if (emulated(L)) {
+        if (!emulate_mma(L, e, &a[0], &a[1], aoff, alay, &a[4], boff, blay))
+            return em_lang_lv_err();
+        return em_lang_lv_void();
+    }
+    em_ir_val d[2] = {descriptor(k, a[1].mem, aoff, alay * 2),
+                      descriptor(k, a[4].mem, boff, blay * 2)};
+    char name[96];
+    snprintf(name, sizeof name, "cuda.wgmma.mma:%u,%s,%d,%d@%u", a[0].length * 2, em_scalar_name(t),
+             alay != 0, blay != 0, (unsigned)a[0].mem);
+    em_ir_intrinsic_mem(k, name, (em_type){0, 0}, a[0].mem, d, 2);
+    return em_lang_lv_void();
+}
+
+lv em_lang_lower_wgmma(lower *L, const ast_expr *e, const lang_builtin *b, lv *a)
+{
+    const em_caps *caps = L->b->caps;
+    if (!emulated(L) && !em_lang_wgmma_native(caps)) {
+        bool cuda = !strcmp(caps->target, "cuda");
+        return em_lang_lerr(
+            L, e->op_pos,
+            "guard it with 'comptime if (has(wgmma))' and give the kernel another "
+            "path",
+            "'%s' needs warpgroup MMAs (CUDA on compute capability 9.0: arch sm_90a); "
+            "%s%s%s has none",
+            b->name, cuda ? "this CUDA device (" : "the ",
+            cuda ? (caps->arch[0] ? caps->arch : "architecture unknown") : caps->target,
+            cuda ? ")" : " target");
+    }
+    em_ir_kernel *k = L->k;
+    switch (b->imm) {
+    case WGMMA_MMA:
+        return mma(L, e, a);
+    case WGMMA_WAIT: {
+        int64_t n = 0;
+        if (!acc_arg(L, e, &a[0], 0, "wgmma_wait") ||
+            !em_lang_comptime_int(L, &a[1], apos(e, 1), "the number of pending groups", &n))
+            return em_lang_lv_err();
+        if (n < 0 || n > 7)
+            return em_lang_lerr(L, apos(e, 1), NULL,
+                                "wgmma_wait takes 0 to 7 pending groups, got %lld", (long long)n);
+        if (!emulated(L)) {
+            char name[64];
+            snprintf(name, sizeof name, "cuda.wgmma.wait:%d@%u", (int)n, (unsigned)a[0].mem);
+            em_ir_intrinsic_mem(k, name, (em_type){0, 0}, a[0].mem, NULL, 0);
+        }
+        return em_lang_lv_void();
+    }
+    default:
+        if (!emulated(L))
+            em_ir_intrinsic(k, b->imm == WGMMA_FENCE ? "cuda.wgmma.fence" : "cuda.wgmma.commit",
+                            (em_type){0, 0}, NULL, 0);
+        return em_lang_lv_void();
+    }
+}
