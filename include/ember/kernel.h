@@ -63,6 +63,10 @@ size_t em_scalar_size(em_scalar s);
 bool em_scalar_is_float(em_scalar s);
 bool em_scalar_is_int(em_scalar s);    /* signed or unsigned integer (not bool) */
 bool em_scalar_is_signed(em_scalar s); /* signed integers and floats */
+/* The lowest finite value of a float kind, as a double (-65504 for f16, bf16's own -3.39e38
+ * since -FLT_MAX would round to -inf, -FLT_MAX for f32, -DBL_MAX for f64): what masked attention
+ * scores are filled with. -DBL_MAX for other kinds. */
+double em_scalar_lowest(em_scalar s);
 
 /* ---- ids ------------------------------------------------------------------------------------- */
 

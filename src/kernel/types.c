@@ -1,5 +1,6 @@
 /* types.c — names and sizes of the IR's scalar kinds, built-in positions and instructions: the
  * tables every other part of the kernel layer looks things up in. */
+#include <float.h>
 #include <string.h>
 
 #include "kernel/ir_internal.h"
@@ -25,6 +26,16 @@ size_t em_scalar_size(em_scalar s) { return (unsigned)s < EM_SCALAR_COUNT ? scal
 bool em_scalar_is_float(em_scalar s) { return s >= EM_F16 && s <= EM_F64; }
 bool em_scalar_is_int(em_scalar s) { return s >= EM_I8 && s <= EM_U64; }
 bool em_scalar_is_signed(em_scalar s) { return (s >= EM_I8 && s <= EM_I64) || em_scalar_is_float(s); }
+
+double em_scalar_lowest(em_scalar s)
+{
+    switch (s) {
+    case EM_F16: return -65504.0;
+    case EM_BF16: return -3.3895313892515355e38; /* -FLT_MAX would round to -inf */
+    case EM_F32: return -FLT_MAX;
+    default: return -DBL_MAX;
+    }
+}
 
 static const char *const builtin_names[EM_BUILTIN_COUNT] = {
     "ABSOLUTE_POS", "ABSOLUTE_POS_X", "ABSOLUTE_POS_Y", "ABSOLUTE_POS_Z", "UNIT_POS",

@@ -9,7 +9,6 @@
  * The cache path is for inference: the new keys and values are copied into the cache tensors
  * under no-grad (the cache records no gradient), cache->len advances by T, and attention covers
  * positions [0, len + T). */
-#include <float.h>
 #include <stdlib.h>
 #include <math.h>
 
@@ -88,21 +87,6 @@ em_mha *em_mha_new(em_device *dev, em_scalar dtype, int64_t dim, int64_t heads, 
         (em_module *)em_linear_new(dev, dtype, dim, dim, bias, weight_in_out, rng));
     if (!m->c_proj) return nn_fail(&m->base);
     return m;
-}
-
-/* The lowest finite value of a float dtype (the fill of masked scores). */
-static double lowest(em_scalar dt)
-{
-    switch (dt) {
-    case EM_F16:
-        return -65504.0;
-    case EM_F64:
-        return -DBL_MAX;
-    case EM_BF16:
-        return -3.3895313892515355e38; /* -FLT_MAX would round to -inf */
-    default:
-        return -FLT_MAX;
-    }
 }
 
 /* [B, T, C] slice `which` (0 q, 1 k, 2 v) of qkv [B, T, 3C] as heads [B, H, T, D] (a view). */
@@ -230,7 +214,7 @@ em_tensor *em_mha_forward(em_mha *m, const em_tensor *x, const em_tensor *pad_ma
     bool none;
     em_tensor *mask = score_mask(m->base.dev, m->causal, pad_mask, start, T, Tk, &none);
     if (!mask && !none) goto done;
-    if (mask) att = em_masked_fill(em_take(att), mask, lowest(em_dtype(att)));
+    if (mask) att = em_masked_fill(em_take(att), mask, em_scalar_lowest(em_dtype(att)));
     att = em_softmax(em_take(att), -1);
     if (train) att = em_dropout(em_take(att), m->p_dropout, true, rng);
     em_tensor *o = em_matmul(att, v);                                  /* [B, H, T, D] */

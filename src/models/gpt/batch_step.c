@@ -17,25 +17,9 @@
  * Unlisted rows below the highest listed slot compute throw-away values and write nothing.
  * Masked scores are filled with the dtype's lowest finite value, as em_mha_forward does, so
  * masked keys weigh exactly zero. */
-#include <float.h>
 #include <math.h>
 
 #include "models/gpt/internal.h"
-
-/* The lowest finite value of a float dtype (the fill of masked scores, as em_mha_forward's). */
-static double lowest(em_scalar dt)
-{
-    switch (dt) {
-    case EM_F16:
-        return -65504.0;
-    case EM_F64:
-        return -DBL_MAX;
-    case EM_BF16:
-        return -3.3895313892515355e38;
-    default:
-        return -FLT_MAX;
-    }
-}
 
 /* The matmul epilogue's form of a module activation; false when it has none. */
 static bool epilogue_act(em_activation act, em_matmul_act *out)
@@ -127,7 +111,7 @@ static em_tensor *block(const gpt_step *s, em_block *blk, int64_t layer, const e
     em_tensor *vals = em_narrow(em_narrow(c->v, 0, 0, R), 2, 0, s->tk);
     em_tensor *att =
         em_mul_scalar(em_take(em_matmul(q, em_transpose(keys, 2, 3))), 1.0 / sqrt((double)D));
-    if (s->mask) att = em_masked_fill(em_take(att), s->mask, lowest(em_dtype(att)));
+    if (s->mask) att = em_masked_fill(em_take(att), s->mask, em_scalar_lowest(em_dtype(att)));
     att = em_softmax(em_take(att), -1);
     em_tensor *o = em_matmul(att, vals);                               /* [R, H, 1, D] */
     o = em_reshape(em_transpose(em_take(o), 1, 2), EM_SHAPE(1, R, C)); /* heads merged */
