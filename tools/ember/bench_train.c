@@ -13,7 +13,9 @@
  * model_tflops counts 6 * params + 6 * layers * dim * seq FLOPs per token, as the reference
  * (and llm.c) does; peak_mem_gib is the device pool's high-water mark over the whole run (the
  * reference resets its counter after the warm-up; ember's steps are alike, so the peak is that of
- * any step). The random tokens are written as one shard in a temporary folder, removed at exit. */
+ * any step). The random tokens are written as one shard in a temporary folder, removed at exit.
+ * With EMBER_PROFILE=1 the profiler's report of the timed steps (docs/profiling.md) goes to
+ * stderr: launches, host and device time per kernel. */
 #include <errno.h>
 #include <ftw.h>
 #include <stdint.h>
@@ -219,6 +221,8 @@ static int run(const train_opts *o, const char *dir)
     for (int64_t i = 0; st == EM_OK && i < o->warmup; i++) st = em_trainer_step(t, &m);
     em_device *dev = em_gpt_device(em_trainer_model(t));
     if (st == EM_OK) st = em_device_sync(dev);
+    bool profiling = em_profile_enabled();
+    if (st == EM_OK && profiling) em_profile_reset(); /* the report covers the timed steps only */
     double t0 = now_s();
     for (int64_t i = 0; st == EM_OK && i < o->steps; i++) st = em_trainer_step(t, &m);
     if (st == EM_OK) st = em_device_sync(dev);
@@ -228,6 +232,11 @@ static int run(const train_opts *o, const char *dir)
         fprintf(stderr, "ember bench train-gpt2: %s\n", em_last_error());
         rc = 1;
     } else {
+        if (profiling) {
+            fprintf(stderr, "ember bench train-gpt2: profile of the %lld timed steps\n",
+                    (long long)o->steps);
+            em_profile_report(stderr);
+        }
         em_pool_stats ps;
         em_device_pool_stats(dev, &ps);
         double tokens = (double)(o->batch * o->seq);
