@@ -366,6 +366,35 @@ char *em_tensor_format(const em_tensor *t);
 /* Writes em_tensor_format(t) and a newline to stdout. */
 void em_tensor_print(const em_tensor *t);
 
+/* ---- lazy fusion (docs/fusion.md) ------------------------------------------------------------ */
+
+/* With fusion on (EMBER_FUSION=1 in the environment, or em_fusion_set; off by default for now,
+ * EMBER_FUSION=0 forces it off), elementwise ops
+ * record their result instead of launching, and a chain of them runs as one generated kernel when
+ * the result is needed: read to the host, bound by a non-elementwise kernel, or flushed. Results
+ * are those of the ops run one by one (each op's result is rounded to its dtype as if stored).
+ * EMBER_FUSION_DEBUG=1 prints each fused kernel and the ops it covers to stderr. */
+void em_fusion_set(bool on); /* overrides EMBER_FUSION for the process (tests) */
+bool em_fusion_enabled(void);
+/* Runs every pending computation of every device (e.g. before timing with em_device_sync).
+ * EM_OK, or the first error (set). */
+em_status em_flush(void);
+/* Runs t's pending computation, if any, and the pending computations that read t's buffer, so
+ * that code reading or writing the buffer directly (collectives, benchmarks) sees and leaves
+ * the right values. EM_OK for NULL, or the first error (set). */
+em_status em_realize(const em_tensor *t);
+
+/* Counters of the tensor layer since the start (or em_tensor_stats_reset), for tests. */
+typedef struct em_tensor_stats {
+    uint64_t launches;       /* kernels launched by tensor ops, fused ones included */
+    uint64_t fused_launches; /* fused kernels launched */
+    uint64_t fused_ops;      /* ops covered by those fused kernels */
+    uint64_t recorded_ops;   /* elementwise ops recorded instead of launched */
+    uint64_t fused_compiles; /* fused kernel sources generated (signature cache misses) */
+} em_tensor_stats;
+em_tensor_stats em_tensor_stats_get(void);
+void em_tensor_stats_reset(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,12 +10,16 @@
 #include "ember/lang.h"
 #include "ember/tensor.h"
 
+struct fu_node;
+
 /* A reference-counted device buffer shared by every view on it. */
 typedef struct tn_storage {
-    atomic_int refs;  /* views holding it */
-    em_buffer *buf;   /* the device buffer (NULL for zero bytes) */
-    em_device *dev;   /* its device */
-    size_t bytes;     /* size of buf */
+    atomic_int refs;         /* views holding it (and pending fusion nodes reading it) */
+    em_buffer *buf;          /* the device buffer (NULL for zero bytes) */
+    em_device *dev;          /* its device */
+    size_t bytes;            /* size of buf */
+    struct fu_node *pending; /* the fused computation that will fill buf (fusion.c), or NULL */
+    atomic_int readers;      /* leaves of pending nodes that read buf */
 } tn_storage;
 
 struct em_tensor {
@@ -76,6 +80,14 @@ bool tn_same_device(const char *op, const em_tensor *a, const em_tensor *b);
 void tn_done(const em_tensor *t);
 /* True when t may be overwritten by its consumer (taken, only reference, sole view, contiguous). */
 bool tn_reusable(const em_tensor *t);
+/* One more reference to a storage, and one less (the last frees its buffer, and drops a pending
+ * computation uncomputed). */
+void tn_storage_retain(tn_storage *st);
+void tn_storage_release(tn_storage *st);
+/* Runs t's pending fused computation (fusion.c), if any: afterwards t->st->buf holds its values.
+ * Every reader of a buffer outside tn_launch (host reads, kernels launched directly) calls it
+ * first. EM_OK (also for NULL), or the error set. */
+em_status tn_realize(const em_tensor *t);
 
 /* ---- host dtype conversions (convert.c) ---- */
 uint16_t tn_f32_to_f16(float f);
@@ -111,7 +123,8 @@ tn_arg tn_arg_geom(const em_tensor *t, int rank, const int64_t *shape, const int
 tn_arg tn_arg_s(em_arg a);
 
 /* Launches tensor kernel `name` of the built-in module on dev with bindings, line width lw and a
- * 3-D grid. EM_OK or the error set (prefixed with op). */
+ * 3-D grid. Pending tensors among the arguments are realized first, and pending computations that
+ * read a buffer the kernel writes run before it. EM_OK or the error set (prefixed with op). */
 em_status tn_launch(const char *op, em_device *dev, const char *name, const em_lang_bind *binds,
                     size_t nbinds, unsigned lw, const uint32_t cubes[3], const uint32_t units[3],
                     tn_arg *args, size_t nargs);
@@ -122,7 +135,7 @@ void tn_grid_1d(uint64_t n, uint32_t cubes[3], uint32_t units[3]);
 em_status tn_copy_into(const char *op, em_tensor *dst, const em_tensor *src);
 
 /* A contiguous version of t (a view when it already is, else a copy) that never consumes a
- * donated t, for use inside ops. */
+ * donated t, for use inside ops. The result is realized: its buffer holds its values. */
 em_tensor *tn_contig(const em_tensor *t);
 
 /* Writes value into every element of out (ops_elementwise.c). */

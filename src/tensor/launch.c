@@ -1,10 +1,12 @@
 /* launch.c — binds tensors to the tensor kernels of src/kernels/tensor_*.ek: turns each view into
  * two launch arguments (the whole buffer with the view's shape and strides in scalars, then the
  * view's offset in scalars as a u32), chooses grids, and launches through the kernel language's
- * host API on the built-in module. */
+ * host API on the built-in module. Before a launch, pending (lazy) tensors among the arguments are
+ * realized, and pending computations reading a buffer the kernel writes run first (fusion.h). */
 #include <stdio.h>
 #include <string.h>
 
+#include "tensor/fusion.h"
 #include "tensor/internal.h"
 
 em_scalar tn_compute_type(em_scalar dt)
@@ -92,6 +94,28 @@ static em_arg to_em_arg(const tn_arg *a, unsigned lw)
     return em_arg_tensor(t->st->buf, 0, len, (unsigned)a->rank, a->shape, a->stride);
 }
 
+/* Realizes the pending tensors among args and, for each buffer the kernel writes, the pending
+ * computations that read it (fusion.c), so that lazy results never see a later write. */
+static em_status settle_args(const char *op, em_kernel *k, const tn_arg *args, size_t nargs)
+{
+    const em_ir_kernel *ir = em_kernel_ir(k);
+    size_t n = 0;
+    for (size_t i = 0; i < nargs; i++) {
+        if (!args[i].t) {
+            n++;
+            continue;
+        }
+        tn_storage *st = args[i].t->st;
+        if (fu_realize(st) != EM_OK) return em_error_context("%s", op);
+        const em_ir_param *p = ir ? em_ir_param_at(ir, n) : NULL;
+        const em_ir_memory *m = p && p->kind == EM_PARAM_BUFFER ? em_ir_mem_at(ir, p->id) : NULL;
+        if ((!m || (m->access & EM_WRITE)) && fu_before_write(st) != EM_OK)
+            return em_error_context("%s", op);
+        n += 2;
+    }
+    return EM_OK;
+}
+
 em_status tn_launch(const char *op, em_device *dev, const char *name, const em_lang_bind *binds,
                     size_t nbinds, unsigned lw, const uint32_t cubes[3], const uint32_t units[3],
                     tn_arg *args, size_t nargs)
@@ -101,6 +125,11 @@ em_status tn_launch(const char *op, em_device *dev, const char *name, const em_l
     em_arg ea[24];
     size_t n = 0;
     if (nargs > 12) return em_set_error(EM_ERR_INTERNAL, "%s: too many arguments", op);
+    em_lang_spec spec = {binds, nbinds, lw ? lw : 1, NULL};
+    em_kernel *k = em_lang_compile(dev, m, name, &spec);
+    if (!k) return em_error_context("%s", op);
+    em_status st = settle_args(op, k, args, nargs);
+    if (st != EM_OK) return st;
     for (size_t i = 0; i < nargs; i++) {
         if (!args[i].t) {
             ea[n++] = args[i].scalar;
@@ -109,8 +138,12 @@ em_status tn_launch(const char *op, em_device *dev, const char *name, const em_l
         ea[n++] = to_em_arg(&args[i], lw ? lw : 1);
         ea[n++] = em_arg_u32((uint32_t)args[i].offset);
     }
-    em_lang_spec spec = {binds, nbinds, lw ? lw : 1, NULL};
-    em_status st = em_lang_launch(dev, m, name, &spec, cubes, units, ea, n);
-    if (st != EM_OK) em_error_context("%s", op);
+    st = em_launch(k, cubes, units, ea, n);
+    if (st != EM_OK) {
+        em_error_context("launching kernel '%s'", name);
+        em_error_context("%s", op);
+    } else {
+        fu_count_launch();
+    }
     return st;
 }

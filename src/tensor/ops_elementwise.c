@@ -2,11 +2,13 @@
  * all through the kernels of src/kernels/tensor_elementwise.ek. The host side broadcasts the
  * operands by strides (stride 0 on broadcast dims), merges dims that are contiguous for every
  * operand so that a contiguous op becomes a rank-1 walk, and picks the widest line width that
- * every operand allows. */
+ * every operand allows. With fusion on (tensor/fusion.h), an op whose output is a fresh buffer
+ * (or a donated input's) is recorded instead of launched. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "tensor/fusion.h"
 #include "tensor/internal.h"
 
 /* ---- geometry -------------------------------------------------------------------------------- */
@@ -38,15 +40,7 @@ bool tn_broadcast(const char *op, const em_tensor *a, const em_tensor *b, int *r
     return true;
 }
 
-/* A walk over `shape` shared by n operands with their strides: size-1 dims dropped, dims merged
- * where every operand is contiguous across them. Rank at least 1. */
-typedef struct walk {
-    int rank;
-    int64_t shape[EM_MAX_RANK];
-    int64_t stride[4][EM_MAX_RANK];
-} walk;
-
-static void walk_build(walk *w, int rank, const int64_t *shape, int n, int64_t (*strides)[EM_MAX_RANK])
+void fu_walk_build(fu_walk *w, int rank, const int64_t *shape, int n, int64_t (*strides)[EM_MAX_RANK])
 {
     w->rank = 0;
     for (int i = 0; i < rank; i++) {
@@ -73,16 +67,14 @@ static void walk_build(walk *w, int rank, const int64_t *shape, int n, int64_t (
     }
 }
 
-/* The line width of the walk: the widest the device prefers for its widest element type
- * (em_line_lanes), narrowed until every operand's shape, strides and offset (in elements) allow
- * it. */
-static unsigned walk_width(const walk *w, const em_tensor *const *ts, int n, const int64_t *offsets)
+unsigned fu_walk_width(const fu_walk *w, em_device *dev, const em_scalar *dts, int n,
+                       const int64_t *offsets)
 {
     unsigned esize = 1;
     for (int k = 0; k < n; k++)
-        if (em_scalar_size(ts[k]->dtype) > esize) esize = (unsigned)em_scalar_size(ts[k]->dtype);
+        if (em_scalar_size(dts[k]) > esize) esize = (unsigned)em_scalar_size(dts[k]);
     unsigned cands[5], nc = 0;
-    for (unsigned x = em_line_lanes(em_device_caps(ts[0]->st->dev), esize); x >= 1 && nc < 5; x /= 2)
+    for (unsigned x = em_line_lanes(em_device_caps(dev), esize); x >= 1 && nc < 5; x /= 2)
         cands[nc++] = x;
     unsigned lw = cands[0];
     for (int k = 0; k < n; k++) {
@@ -99,11 +91,15 @@ static em_status run_walk(const char *op, const char *kernel, const em_lang_bind
 {
     int64_t numel = tn_numel(rank, shape);
     if (numel == 0) return EM_OK;
-    walk w;
-    walk_build(&w, rank, shape, n, strides);
+    fu_walk w;
+    fu_walk_build(&w, rank, shape, n, strides);
     int64_t offs[4];
-    for (int k = 0; k < n; k++) offs[k] = ts[k]->offset;
-    unsigned lw = walk_width(&w, ts, n, offs);
+    em_scalar dts[4];
+    for (int k = 0; k < n; k++) {
+        offs[k] = ts[k]->offset;
+        dts[k] = ts[k]->dtype;
+    }
+    unsigned lw = fu_walk_width(&w, ts[0]->st->dev, dts, n, offs);
     em_lang_bind b[8];
     memcpy(b, binds, nb * sizeof *b);
     b[nb++] = em_lang_bind_int("R", w.rank);
@@ -148,6 +144,10 @@ static em_status unary_into(const char *op, const em_tensor *t, em_tensor *out, 
         sc[0].value.i = (int64_t)p0;
         sc[1].value.i = (int64_t)p1;
     }
+    fu_desc d = {op, code == TN_U_FILL ? FU_FILL : is_predicate(code) ? FU_UPRED : FU_UNARY, code, ct,
+                 b[4].type, {sc[0], sc[1]}};
+    int rec = fu_record(&d, &t, code == TN_U_FILL ? 0 : 1, strides, out);
+    if (rec) return rec > 0 ? EM_OK : em_last_status();
     const em_tensor *ts[2] = {t, out};
     return run_walk(op, "tensor_unary", b, 5, ts, 2, out->rank, out->shape, strides, sc, 2);
 }
@@ -492,8 +492,13 @@ static em_tensor *binary(const char *op, const em_tensor *a, const em_tensor *b,
     tn_expand_geom(a, rank, shape, strides[0]);
     tn_expand_geom(b, rank, shape, strides[1]);
     memcpy(strides[2], out->stride, sizeof strides[2]);
-    const em_tensor *ts[3] = {a, b, out};
-    em_status st = run_walk(op, "tensor_binary", bd, 5, ts, 3, rank, shape, strides, NULL, 0);
+    fu_desc fd = {op, code >= B_EQ ? FU_BPRED : FU_BINARY, code, ct, bd[4].type, {{0}, {0}}};
+    int fr = fu_record(&fd, ins, 2, strides, out);
+    em_status st = fr > 0 ? EM_OK : fr < 0 ? em_last_status() : EM_OK;
+    if (fr == 0) {
+        const em_tensor *ts[3] = {a, b, out};
+        st = run_walk(op, "tensor_binary", bd, 5, ts, 3, rank, shape, strides, NULL, 0);
+    }
     if (st == EM_OK && rec && code <= B_REM)
         tn_record((em_tensor_op)(EM_TOP_ADD + code), NULL, ins, 2, out);
     if (out == a || out == b) {
@@ -565,7 +570,9 @@ static em_tensor *where3(const char *op, const em_tensor *c, const em_tensor *a,
     tn_expand_geom(b, rank, shape, strides[2]);
     memcpy(strides[3], out->stride, sizeof strides[3]);
     const em_tensor *ts[4] = {c, a, b, out};
-    if (run_walk(op, "tensor_where", bd, 1, ts, 4, rank, shape, strides, NULL, 0) != EM_OK) {
+    fu_desc fd = {op, FU_WHERE, 0, a->dtype, a->dtype, {{0}, {0}}};
+    int fr = fu_record(&fd, ts, 3, strides, out);
+    if (fr < 0 || (fr == 0 && run_walk(op, "tensor_where", bd, 1, ts, 4, rank, shape, strides, NULL, 0) != EM_OK)) {
         em_release(out);
         return NULL;
     }
@@ -628,9 +635,12 @@ em_status tn_fill(em_tensor *out, double value)
 
 em_tensor *tn_contig(const em_tensor *t)
 {
-    if (em_is_contiguous(t)) return tn_view(t, t->rank, t->shape, t->stride, t->offset);
+    if (em_is_contiguous(t)) {
+        if (tn_realize(t) != EM_OK) return NULL;
+        return tn_view(t, t->rank, t->shape, t->stride, t->offset);
+    }
     em_tensor *out = tn_new(t->st->dev, t->dtype, t->rank, t->shape);
-    if (out && tn_copy_into("contiguous", out, t) != EM_OK) {
+    if (out && (tn_copy_into("contiguous", out, t) != EM_OK || tn_realize(out) != EM_OK)) {
         em_release(out);
         return NULL;
     }

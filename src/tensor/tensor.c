@@ -1,10 +1,12 @@
 /* tensor.c — the tensor type: views on reference-counted storage, accessors, reference counting,
- * donation with em_take, and the argument checks every op shares (dims, dtypes, devices), which
+ * donation with em_take (a storage freed while a fused computation is still pending drops it
+ * uncomputed: tensor/fusion.h), and the argument checks every op shares (dims, dtypes, devices), which
  * set errors in the house style ("add: shapes f32[2, 3] and f32[4] cannot be broadcast"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "tensor/fusion.h"
 #include "tensor/internal.h"
 
 em_scalar em_dtype(const em_tensor *t) { return t ? t->dtype : EM_SCALAR_COUNT; }
@@ -68,9 +70,15 @@ const char *em_describe(const em_tensor *t, char *buf, size_t size)
 
 /* ---- reference counting ---------------------------------------------------------------------- */
 
-static void storage_release(tn_storage *st)
+void tn_storage_retain(tn_storage *st)
+{
+    if (st) atomic_fetch_add(&st->refs, 1);
+}
+
+void tn_storage_release(tn_storage *st)
 {
     if (st && atomic_fetch_sub(&st->refs, 1) == 1) {
+        if (st->pending) fu_drop(st); /* nobody can read it any more: never computed */
         em_buffer_free(st->buf);
         free(st);
     }
@@ -85,7 +93,7 @@ em_tensor *em_retain(em_tensor *t)
 static void tensor_free(em_tensor *t)
 {
     if (t->annotation) tn_release_annotation(t);
-    storage_release(t->st);
+    tn_storage_release(t->st);
     free(t);
 }
 
@@ -170,7 +178,7 @@ em_tensor *tn_view(const em_tensor *base, int rank, const int64_t *shape, const 
     em_tensor *t = tensor_alloc();
     if (!t) return NULL;
     t->st = base->st;
-    atomic_fetch_add(&t->st->refs, 1);
+    tn_storage_retain(t->st);
     t->dtype = base->dtype;
     t->rank = rank;
     for (int i = 0; i < rank; i++) {

@@ -1,0 +1,653 @@
+/* fusion.c — lazy elementwise fusion (tensor/fusion.h, docs/fusion.md).
+ *
+ * A pending storage holds a node: a small expression tree in post-order (ops[], the root last)
+ * whose leaves are realized buffers read through strides over the node's output shape. Recording
+ * an op builds a new node from its inputs: an input that is a whole, contiguous view of a pending
+ * storage is inlined (its tree copied, its leaves' strides reshaped and broadcast to the new
+ * output shape); any other pending input is realized first, so leaves are never pending and
+ * realizing never recurses. Each op's value is rounded to its dtype as if stored, so fused results
+ * are those of the ops run one by one. Realizing generates a kernel-language source that calls
+ * the op helpers of src/kernels/tensor_elementwise.ek, caches the loaded module by the tree's
+ * signature (ops, dtypes, leaf sharing: rank and line width are launch bindings, and scalars are
+ * kernel arguments, so a training step compiles nothing the second time), and launches it once.
+ *
+ * One recursive lock guards the pending list, the nodes and the cache; realizing holds it while
+ * it launches, so another thread never sees a storage half realized. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor/fusion.h"
+
+#define FU_MAX_OPS 24     /* ops and leaves in one node */
+#define FU_MAX_COMPUTE 16 /* ops (not leaves) in one node: a longer chain is realized */
+#define FU_MAX_LEAVES 8   /* input buffers of one fused kernel */
+#define FU_MAX_PARAMS 16  /* scalar parameters of ops in one node */
+#define FU_MAX_SCALARS 16 /* scalar arguments of one kernel (offsets and parameters): Vulkan passes
+                           * them as 8-byte push constants, and many devices have only 128 bytes */
+#define FU_BCAST_OPS 4    /* a broadcast pending input is recomputed per element: only short ones */
+
+typedef struct fu_op {
+    uint8_t kind;     /* FU_LEAF .. FU_WHERE */
+    uint8_t code;     /* the kernel's OP */
+    em_scalar C, M;   /* compute and math types */
+    em_scalar U;      /* the value's dtype (a leaf's dtype; an op's result dtype) */
+    int8_t a, b, c;   /* operand ops (-1: none); a leaf's index in leaves[] for FU_LEAF */
+    int8_t p;         /* first scalar parameter in params[] (-1: none) */
+    int8_t np;        /* how many it uses (0..2) */
+    const char *name; /* the op's name (a literal) */
+} fu_op;
+
+typedef struct fu_leaf {
+    tn_storage *st;               /* the buffer read (retained; counted in st->readers) */
+    em_scalar dtype;              /* its element type as read */
+    int64_t stride[EM_MAX_RANK];  /* strides over the node's output shape (0: broadcast) */
+    int64_t offset;               /* first element */
+} fu_leaf;
+
+struct fu_node {
+    tn_storage *st;                /* the storage it fills (which owns the node) */
+    struct fu_node *prev, *next;   /* the pending list */
+    int rank;                      /* output shape */
+    int64_t shape[EM_MAX_RANK];
+    em_scalar dtype;               /* output dtype (the root's U) */
+    bool inplace;                  /* some leaf reads st itself (an op on a donated buffer): it
+                                    * may only be inlined into a node that fills st too */
+    int nops, ncompute, nleaves, nparams;
+    fu_op ops[FU_MAX_OPS];
+    fu_leaf leaves[FU_MAX_LEAVES];
+    em_arg params[FU_MAX_PARAMS];
+};
+typedef struct fu_node fu_node;
+
+/* A generated kernel: the module holding kernel "fused", with a number for debug output. */
+typedef struct fu_kernel {
+    em_lang_module *m;
+    int id;
+} fu_kernel;
+
+static pthread_mutex_t g_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static fu_node *g_pending;        /* every pending node (guarded by g_lock) */
+static em_map g_cache;            /* signature -> fu_kernel (guarded by g_lock) */
+static int g_nkernels;
+static atomic_int g_mode = -1;    /* -1: not read yet; 0 off; 1 on */
+static atomic_int g_debug = -1;
+static _Atomic uint64_t g_launches, g_fused_launches, g_fused_ops, g_recorded, g_compiles;
+
+/* ---- switches and counters ------------------------------------------------------------------- */
+
+bool fu_enabled(void)
+{
+    int m = atomic_load(&g_mode);
+    if (m < 0) {
+        /* off by default until the whole suite passes with it on (docs/fusion.md) */
+        const char *e = getenv("EMBER_FUSION");
+        m = e && *e && strcmp(e, "0") != 0 ? 1 : 0;
+        int expect = -1;
+        atomic_compare_exchange_strong(&g_mode, &expect, m);
+        m = atomic_load(&g_mode);
+    }
+    return m == 1;
+}
+
+static bool debug_on(void)
+{
+    int d = atomic_load(&g_debug);
+    if (d < 0) {
+        const char *e = getenv("EMBER_FUSION_DEBUG");
+        d = e && *e && strcmp(e, "0") != 0 ? 1 : 0;
+        atomic_store(&g_debug, d);
+    }
+    return d == 1;
+}
+
+void em_fusion_set(bool on) { atomic_store(&g_mode, on ? 1 : 0); }
+bool em_fusion_enabled(void) { return fu_enabled(); }
+void fu_count_launch(void) { atomic_fetch_add(&g_launches, 1); }
+
+em_tensor_stats em_tensor_stats_get(void)
+{
+    em_tensor_stats s = {atomic_load(&g_launches), atomic_load(&g_fused_launches),
+                         atomic_load(&g_fused_ops), atomic_load(&g_recorded), atomic_load(&g_compiles)};
+    return s;
+}
+
+void em_tensor_stats_reset(void)
+{
+    atomic_store(&g_launches, 0);
+    atomic_store(&g_fused_launches, 0);
+    atomic_store(&g_fused_ops, 0);
+    atomic_store(&g_recorded, 0);
+    atomic_store(&g_compiles, 0);
+}
+
+/* ---- nodes ----------------------------------------------------------------------------------- */
+
+static void unlink_node(fu_node *n)
+{
+    if (n->prev) n->prev->next = n->next;
+    else if (g_pending == n) g_pending = n->next;
+    if (n->next) n->next->prev = n->prev;
+    n->prev = n->next = NULL;
+}
+
+/* Frees a node that is no longer pending: its leaves' buffers are released. */
+static void free_node(fu_node *n)
+{
+    for (int i = 0; i < n->nleaves; i++) {
+        if (n->leaves[i].st == n->st) continue; /* its own buffer: not held */
+        atomic_fetch_sub(&n->leaves[i].st->readers, 1);
+        tn_storage_release(n->leaves[i].st);
+    }
+    free(n);
+}
+
+void fu_drop(tn_storage *st)
+{
+    pthread_mutex_lock(&g_lock);
+    fu_node *n = st->pending;
+    st->pending = NULL;
+    if (n) {
+        unlink_node(n);
+        free_node(n);
+    }
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* The leaf op reading (st, dtype, stride, offset), added unless the node has it. -2 when full. */
+static int add_leaf(fu_node *nd, tn_storage *st, em_scalar dt, const int64_t *stride, int64_t offset)
+{
+    for (int j = 0; j < nd->nops; j++) {
+        const fu_op *o = &nd->ops[j];
+        if (o->kind != FU_LEAF) continue;
+        const fu_leaf *l = &nd->leaves[o->a];
+        if (l->st == st && l->dtype == dt && l->offset == offset &&
+            !memcmp(l->stride, stride, sizeof(int64_t) * (size_t)nd->rank))
+            return j;
+    }
+    if (nd->nleaves >= FU_MAX_LEAVES || nd->nops >= FU_MAX_OPS) return -2;
+    fu_leaf *l = &nd->leaves[nd->nleaves];
+    memset(l, 0, sizeof *l);
+    l->st = st;
+    l->dtype = dt;
+    memcpy(l->stride, stride, sizeof(int64_t) * (size_t)nd->rank);
+    l->offset = offset;
+    if (st == nd->st) nd->inplace = true;
+    fu_op *o = &nd->ops[nd->nops];
+    memset(o, 0, sizeof *o);
+    o->kind = FU_LEAF;
+    o->U = dt;
+    o->a = (int8_t)nd->nleaves++;
+    o->b = o->c = o->p = -1;
+    o->name = "input";
+    return nd->nops++;
+}
+
+/* Strides of the view of (rank, shape, stride) reshaped to (nrank, nshape) without a copy, as a
+ * view reshape does; false when the layout does not allow it. */
+static bool reshape_strides(int rank, const int64_t *shape, const int64_t *stride, int nrank,
+                            const int64_t *nshape, int64_t *nstride)
+{
+    int64_t numel = tn_numel(rank, shape);
+    if (numel == 0 || numel == 1) {
+        tn_contig_strides(nrank, nshape, nstride);
+        return true;
+    }
+    int view_d = nrank - 1;
+    int64_t chunk_base_stride = rank ? stride[rank - 1] : 1;
+    int64_t tensor_numel = 1, view_numel = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        tensor_numel *= shape[d];
+        if (d == 0 || (shape[d - 1] != 1 && stride[d - 1] != tensor_numel * chunk_base_stride)) {
+            while (view_d >= 0 && (view_numel < tensor_numel || nshape[view_d] == 1)) {
+                nstride[view_d] = view_numel * chunk_base_stride;
+                view_numel *= nshape[view_d];
+                view_d--;
+            }
+            if (view_numel != tensor_numel) return false;
+            if (d > 0) {
+                chunk_base_stride = stride[d - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    return view_d == -1;
+}
+
+/* Copies pending node p, read through view t (a whole contiguous view of p's storage, any shape
+ * of the same numel), into nd; the view is broadcast to nd's shape. Returns the root op's index,
+ * or -1 when p's leaves cannot be re-strided to t's shape (nd is then unchanged). */
+static int inline_node(fu_node *nd, const fu_node *p, const em_tensor *t)
+{
+    int64_t vstride[FU_MAX_LEAVES][EM_MAX_RANK];
+    for (int i = 0; i < p->nleaves; i++)
+        if (!reshape_strides(p->rank, p->shape, p->leaves[i].stride, t->rank, t->shape, vstride[i]))
+            return -1;
+    int map[FU_MAX_OPS];
+    int off = nd->rank - t->rank;
+    for (int j = 0; j < p->nops; j++) {
+        const fu_op *o = &p->ops[j];
+        if (o->kind == FU_LEAF) {
+            const fu_leaf *l = &p->leaves[o->a];
+            int64_t s[EM_MAX_RANK];
+            for (int i = 0; i < nd->rank; i++) {
+                int k = i - off;
+                s[i] = (k < 0 || (t->shape[k] == 1 && nd->shape[i] != 1)) ? 0 : vstride[o->a][k];
+            }
+            map[j] = add_leaf(nd, l->st, l->dtype, s, l->offset);
+            if (map[j] < 0) return -1; /* cannot happen: the caller checked the room */
+            continue;
+        }
+        fu_op *q = &nd->ops[nd->nops];
+        *q = *o;
+        q->a = o->a >= 0 ? (int8_t)map[o->a] : -1;
+        q->b = o->b >= 0 ? (int8_t)map[o->b] : -1;
+        q->c = o->c >= 0 ? (int8_t)map[o->c] : -1;
+        if (o->np > 0) {
+            q->p = (int8_t)nd->nparams;
+            for (int i = 0; i < o->np; i++) nd->params[nd->nparams++] = p->params[o->p + i];
+        }
+        map[j] = nd->nops++;
+        nd->ncompute++;
+    }
+    return map[p->nops - 1];
+}
+
+/* The operand op of input t (expanded to nd's shape by stride), inlining t's pending node when
+ * it is a whole contiguous view and fits, else realizing it. `later` inputs still to come (each
+ * needs room for one leaf). -1 with the error set when realizing failed, -2 when the node is full. */
+static int add_input(fu_node *nd, const em_tensor *t, const int64_t *stride, int later)
+{
+    tn_storage *st = t->st;
+    fu_node *p = st->pending;
+    if (p && p->inplace && st != nd->st) {
+        if (fu_realize(st) != EM_OK) return -1;
+        p = NULL;
+    }
+    if (p) {
+        int64_t n = tn_numel(t->rank, t->shape);
+        bool whole = t->dtype == p->dtype && t->offset == 0 && em_is_contiguous(t) &&
+                     n == tn_numel(p->rank, p->shape);
+        bool fits = nd->nops + p->nops + later + 1 <= FU_MAX_OPS &&
+                    nd->nleaves + p->nleaves + later <= FU_MAX_LEAVES &&
+                    nd->ncompute + p->ncompute + 1 <= FU_MAX_COMPUTE &&
+                    nd->nparams + p->nparams + 2 <= FU_MAX_PARAMS &&
+                    nd->nleaves + p->nleaves + later + 1 + nd->nparams + p->nparams + 2 <= FU_MAX_SCALARS;
+        bool cheap = n == tn_numel(nd->rank, nd->shape) || p->ncompute <= FU_BCAST_OPS;
+        if (whole && fits && cheap) {
+            int r = inline_node(nd, p, t);
+            if (r >= 0) return r;
+        }
+        if (fu_realize(st) != EM_OK) return -1;
+    }
+    return add_leaf(nd, st, t->dtype, stride, t->offset);
+}
+
+/* The scalar parameters a unary op reads (p0, then p1). */
+static int unary_params(int code)
+{
+    if (code == TN_U_CLAMP) return 2;
+    return code == TN_U_POWS || (code >= TN_U_ADDS && code <= TN_U_DIVS) ? 1 : 0;
+}
+
+int fu_record(const fu_desc *d, const em_tensor *const *in, int nin, int64_t (*strides)[EM_MAX_RANK],
+              em_tensor *out)
+{
+    if (!fu_enabled()) return 0;
+    tn_storage *ost = out->st;
+    int64_t numel = tn_numel(out->rank, out->shape);
+    if (numel == 0 || atomic_load(&ost->refs) != 1 || out->offset != 0 || !em_is_contiguous(out) ||
+        (size_t)numel * em_scalar_size(out->dtype) != ost->bytes || atomic_load(&ost->readers) != 0)
+        return 0;
+    for (int k = 0; k < nin; k++) {
+        /* an input may be the output itself (an op on a donated buffer), not another view of it */
+        if (in[k]->st == ost && (in[k]->dtype != out->dtype || in[k]->offset != 0 ||
+                                 in[k]->rank != out->rank || !em_is_contiguous(in[k]) ||
+                                 memcmp(in[k]->shape, out->shape, sizeof(int64_t) * (size_t)out->rank)))
+            return 0;
+        if (in[k]->st->dev != ost->dev) return 0;
+    }
+    fu_node *nd = calloc(1, sizeof *nd);
+    if (!nd) return 0; /* run it now */
+    nd->rank = out->rank;
+    memcpy(nd->shape, out->shape, sizeof nd->shape);
+    nd->dtype = out->dtype;
+    nd->st = ost;
+    pthread_mutex_lock(&g_lock);
+    int child[3] = {-1, -1, -1};
+    for (int k = 0; k < nin; k++) {
+        child[k] = add_input(nd, in[k], strides[k], nin - 1 - k);
+        if (child[k] < 0) {
+            pthread_mutex_unlock(&g_lock);
+            free(nd);
+            if (child[k] == -2) return 0; /* no room: run it now */
+            em_error_context("%s", d->name);
+            return -1;
+        }
+    }
+    fu_op *o = &nd->ops[nd->nops];
+    memset(o, 0, sizeof *o);
+    o->kind = (uint8_t)d->kind;
+    o->code = (uint8_t)d->code;
+    o->C = d->C;
+    o->M = d->M;
+    o->U = out->dtype;
+    o->a = (int8_t)child[0];
+    o->b = (int8_t)child[1];
+    o->c = (int8_t)child[2];
+    o->p = -1;
+    o->name = d->name;
+    if (d->kind == FU_UNARY || d->kind == FU_UPRED || d->kind == FU_FILL) {
+        o->np = (int8_t)unary_params(d->code);
+        o->p = o->np ? (int8_t)nd->nparams : -1;
+        for (int i = 0; i < o->np; i++) nd->params[nd->nparams++] = d->p[i];
+    }
+    nd->nops++;
+    nd->ncompute++;
+    /* committed: the leaves are held, and the storage's old pending value (if any) is replaced */
+    for (int i = 0; i < nd->nleaves; i++) {
+        if (nd->leaves[i].st == ost) continue;
+        tn_storage_retain(nd->leaves[i].st);
+        atomic_fetch_add(&nd->leaves[i].st->readers, 1);
+    }
+    if (ost->pending) {
+        fu_node *old = ost->pending;
+        unlink_node(old);
+        free_node(old);
+    }
+    ost->pending = nd;
+    nd->next = g_pending;
+    if (g_pending) g_pending->prev = nd;
+    g_pending = nd;
+    atomic_fetch_add(&g_recorded, 1);
+    pthread_mutex_unlock(&g_lock);
+    return 1;
+}
+
+/* ---- kernel generation ----------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;   /* file stem */
+    const char *source; /* contents */
+} fu_builtin_src;
+extern const fu_builtin_src em_builtin_kernel_sources[]; /* generated: the embedded src/kernels */
+
+static const char *elementwise_source(void)
+{
+    for (size_t i = 0; em_builtin_kernel_sources[i].name; i++)
+        if (!strcmp(em_builtin_kernel_sources[i].name, "tensor_elementwise"))
+            return em_builtin_kernel_sources[i].source;
+    return NULL;
+}
+
+static const char *ty(em_scalar s) { return em_scalar_name(s); }
+
+/* The signature of nd's tree: what its generated source depends on. */
+static void signature(const fu_node *nd, em_strbuf *sb)
+{
+    for (int j = 0; j < nd->nops; j++) {
+        const fu_op *o = &nd->ops[j];
+        em_sb_printf(sb, "%d.%d.%d.%d.%d.%d.%d.%d.%d.%d;", o->kind, o->code, (int)o->C, (int)o->M,
+                     (int)o->U, o->a, o->b, o->c, o->p, o->np);
+    }
+}
+
+/* The line(U) value of op j from line(C) result r (as the unfused kernels store it). */
+static void emit_store(em_strbuf *sb, const fu_op *o, int j)
+{
+    if (o->U == EM_BOOL)
+        em_sb_printf(sb, "        line(bool) v%d = r%d != %s(0);\n", j, j, ty(o->C));
+    else
+        em_sb_printf(sb, "        line(%s) v%d = line(%s)(r%d);\n", ty(o->U), j, ty(o->U), j);
+}
+
+/* The kernel-language source of nd's fused kernel "fused". */
+static void generate(const fu_node *nd, em_strbuf *sb)
+{
+    em_sb_append(sb, "/* generated by src/tensor/fusion.c */\nkernel void fused(comptime u32 R = 1");
+    for (int i = 0; i < nd->nleaves; i++)
+        em_sb_printf(sb, ", const tensor(line(%s), R) x%d, u32 x%d_off", ty(nd->leaves[i].dtype), i, i);
+    em_sb_printf(sb, ", tensor(line(%s), R) out, u32 out_off", ty(nd->dtype));
+    for (int j = 0; j < nd->nops; j++) {
+        const fu_op *o = &nd->ops[j];
+        for (int i = 0; i < o->np; i++) em_sb_printf(sb, ", %s s%d", ty(o->C), o->p + i);
+    }
+    em_sb_append(sb, ")\n{\n    if (ABSOLUTE_POS < len(out)) {\n        u32 rem = ABSOLUTE_POS;\n");
+    for (int i = 0; i < nd->nleaves; i++) em_sb_printf(sb, "        u32 i%d = x%d_off;\n", i, i);
+    em_sb_append(sb, "        u32 io = out_off;\n"
+                     "        comptime for (u32 k in range(R)) {\n"
+                     "            comptime u32 d = R - 1 - k;\n"
+                     "            u32 s = shape(out, d);\n"
+                     "            comptime if (k == 0) { s = s / LINE_WIDTH; }\n"
+                     "            u32 c = rem % s;\n"
+                     "            rem = rem / s;\n"
+                     "            comptime if (k == 0) { c = c * LINE_WIDTH; }\n");
+    for (int i = 0; i < nd->nleaves; i++) em_sb_printf(sb, "            i%d += c * stride(x%d, d);\n", i, i);
+    em_sb_append(sb, "            io += c * stride(out, d);\n        }\n");
+    for (int j = 0; j < nd->nops; j++) {
+        const fu_op *o = &nd->ops[j];
+        const char *C = ty(o->C), *M = ty(o->M);
+        char p0[32], p1[32]; /* the parameters, or zeros of type C for those the op ignores */
+        if (o->np > 0) snprintf(p0, sizeof p0, "s%d", o->p);
+        else snprintf(p0, sizeof p0, "%s(0)", C);
+        if (o->np > 1) snprintf(p1, sizeof p1, "s%d", o->p + 1);
+        else snprintf(p1, sizeof p1, "%s(0)", C);
+        switch (o->kind) {
+        case FU_LEAF:
+            em_sb_printf(sb, "        line(%s) v%d = x%d[i%d / LINE_WIDTH];\n", ty(o->U), j, o->a, o->a);
+            break;
+        case FU_UNARY:
+            em_sb_printf(sb, "        line(%s) r%d = tn_unary_op(line(%s)(v%d), %s, %s, %s(0), %d);\n", C,
+                         j, C, o->a, p0, p1, M, o->code);
+            emit_store(sb, o, j);
+            break;
+        case FU_FILL:
+            em_sb_printf(sb, "        line(%s) r%d = tn_unary_op(line(%s)(%s), %s, %s, %s(0), %d);\n", C,
+                         j, C, p0, p0, p1, M, o->code);
+            emit_store(sb, o, j);
+            break;
+        case FU_UPRED:
+            em_sb_printf(sb, "        line(bool) v%d = tn_unary_pred(line(%s)(v%d), %s, %d);\n", j, C,
+                         o->a, p0, o->code);
+            break;
+        case FU_BINARY:
+            em_sb_printf(sb, "        line(%s) r%d = tn_binary_op(line(%s)(v%d), line(%s)(v%d), %s(0), %d);\n",
+                         C, j, C, o->a, C, o->b, M, o->code);
+            emit_store(sb, o, j);
+            break;
+        case FU_BPRED:
+            em_sb_printf(sb, "        line(bool) v%d = tn_binary_pred(line(%s)(v%d), line(%s)(v%d), %d);\n",
+                         j, C, o->a, C, o->b, o->code);
+            break;
+        default: /* FU_WHERE */
+            em_sb_printf(sb, "        line(%s) v%d = select(v%d, v%d, v%d);\n", ty(o->U), j, o->a, o->b, o->c);
+            break;
+        }
+    }
+    em_sb_printf(sb, "        out[io / LINE_WIDTH] = v%d;\n    }\n}\n", nd->nops - 1);
+}
+
+/* "exp, add, mul" into sb. */
+static void op_list(const fu_node *nd, em_strbuf *sb)
+{
+    bool first = true;
+    for (int j = 0; j < nd->nops; j++) {
+        if (nd->ops[j].kind == FU_LEAF) continue;
+        em_sb_printf(sb, "%s%s", first ? "" : ", ", nd->ops[j].name);
+        first = false;
+    }
+}
+
+/* The cached kernel of nd's signature, generated and loaded on a miss. NULL with the error set. */
+static fu_kernel *kernel_for(const fu_node *nd)
+{
+    em_strbuf key;
+    em_sb_init(&key);
+    signature(nd, &key);
+    fu_kernel *k = key.oom ? NULL : em_map_gets(&g_cache, key.data);
+    if (k || key.oom) {
+        if (!k) em_set_error(EM_ERR_NOMEM, "out of host memory");
+        em_sb_free(&key);
+        return k;
+    }
+    const char *ew = elementwise_source();
+    em_strbuf src;
+    em_sb_init(&src);
+    generate(nd, &src);
+    if (!ew || src.oom) {
+        em_set_error(EM_ERR_INTERNAL, "the elementwise kernels are missing");
+        em_sb_free(&src);
+        em_sb_free(&key);
+        return NULL;
+    }
+    const char *names[2] = {"tensor_elementwise.ek", "fused.ek"};
+    const char *srcs[2] = {ew, src.data};
+    em_lang_module *m = em_lang_module_from_strings(names, srcs, 2, NULL);
+    k = m ? calloc(1, sizeof *k) : NULL;
+    if (k) {
+        k->m = m;
+        k->id = ++g_nkernels;
+        if (!em_map_puts(&g_cache, key.data, k)) {
+            free(k);
+            k = NULL;
+        }
+    }
+    if (!k) em_lang_module_free(m);
+    if (k) atomic_fetch_add(&g_compiles, 1);
+    if (k && debug_on()) fprintf(stderr, "ember fusion: kernel #%d generated:\n%s", k->id, src.data);
+    em_sb_free(&src);
+    em_sb_free(&key);
+    return k;
+}
+
+/* ---- realizing ------------------------------------------------------------------------------- */
+
+/* The buffer argument of one operand viewed over the walk. */
+static em_arg operand_arg(tn_storage *st, em_scalar dt, unsigned lw, const fu_walk *w, int k)
+{
+    uint64_t len = (uint64_t)(st->bytes / em_scalar_size(dt)) / lw;
+    return em_arg_tensor(st->buf, 0, len ? len : 1, (unsigned)w->rank, w->shape, w->stride[k]);
+}
+
+/* Launches nd's fused kernel (the caller holds the lock). EM_OK or the error set. */
+static em_status launch_node(fu_node *nd)
+{
+    int n = nd->nleaves + 1;
+    int64_t strides[FU_WALK_MAX][EM_MAX_RANK], offs[FU_WALK_MAX];
+    em_scalar dts[FU_WALK_MAX];
+    for (int i = 0; i < nd->nleaves; i++) {
+        memcpy(strides[i], nd->leaves[i].stride, sizeof strides[i]);
+        offs[i] = nd->leaves[i].offset;
+        dts[i] = nd->leaves[i].dtype;
+    }
+    tn_contig_strides(nd->rank, nd->shape, strides[n - 1]);
+    offs[n - 1] = 0;
+    dts[n - 1] = nd->dtype;
+    fu_walk w;
+    fu_walk_build(&w, nd->rank, nd->shape, n, strides);
+    unsigned lw = fu_walk_width(&w, nd->st->dev, dts, n, offs);
+    fu_kernel *k = kernel_for(nd);
+    if (!k) return EM_ERR_INVALID;
+    em_arg args[2 * FU_WALK_MAX + FU_MAX_PARAMS];
+    size_t na = 0;
+    for (int i = 0; i < nd->nleaves; i++) {
+        args[na++] = operand_arg(nd->leaves[i].st, dts[i], lw, &w, i);
+        args[na++] = em_arg_u32((uint32_t)offs[i]);
+    }
+    args[na++] = operand_arg(nd->st, nd->dtype, lw, &w, n - 1);
+    args[na++] = em_arg_u32(0);
+    for (int i = 0; i < nd->nparams; i++) args[na++] = nd->params[i];
+    em_lang_bind b[1] = {em_lang_bind_int("R", w.rank)};
+    em_lang_spec spec = {b, 1, lw, NULL};
+    uint32_t cubes[3], units[3];
+    tn_grid_1d((uint64_t)tn_numel(nd->rank, nd->shape) / lw, cubes, units);
+    if (debug_on()) {
+        em_strbuf sb;
+        em_sb_init(&sb);
+        op_list(nd, &sb);
+        char d[128];
+        tn_describe_shape(nd->dtype, nd->rank, nd->shape, d, sizeof d);
+        fprintf(stderr, "ember fusion: kernel #%d: %d ops (%s) over %s, %d inputs, line width %u\n", k->id,
+                nd->ncompute, sb.data, d, nd->nleaves, lw);
+        em_sb_free(&sb);
+    }
+    em_status st = em_lang_launch(nd->st->dev, k->m, "fused", &spec, cubes, units, args, na);
+    if (st == EM_OK) {
+        atomic_fetch_add(&g_launches, 1);
+        atomic_fetch_add(&g_fused_launches, 1);
+        atomic_fetch_add(&g_fused_ops, (uint64_t)nd->ncompute);
+    }
+    return st;
+}
+
+em_status fu_realize(tn_storage *st)
+{
+    if (!st || !st->pending) return EM_OK;
+    pthread_mutex_lock(&g_lock);
+    fu_node *nd = st->pending;
+    em_status s = EM_OK;
+    if (nd) {
+        s = launch_node(nd);
+        if (s == EM_OK) {
+            st->pending = NULL;
+            unlink_node(nd);
+            free_node(nd);
+        } else {
+            em_strbuf sb;
+            em_sb_init(&sb);
+            op_list(nd, &sb);
+            char d[128];
+            tn_describe_shape(nd->dtype, nd->rank, nd->shape, d, sizeof d);
+            em_error_context("fused kernel of %s (%s; EMBER_FUSION=0 runs the ops one by one)",
+                             sb.data, d);
+            em_sb_free(&sb);
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    return s;
+}
+
+em_status tn_realize(const em_tensor *t)
+{
+    return t ? fu_realize(t->st) : EM_OK;
+}
+
+em_status em_realize(const em_tensor *t)
+{
+    if (!t) return EM_OK;
+    em_status s = fu_realize(t->st);
+    return s == EM_OK ? fu_before_write(t->st) : s;
+}
+
+em_status fu_before_write(tn_storage *st)
+{
+    if (atomic_load(&st->readers) == 0) return EM_OK;
+    pthread_mutex_lock(&g_lock);
+    em_status s = EM_OK;
+    bool again = true;
+    while (again && s == EM_OK) {
+        again = false;
+        for (fu_node *n = g_pending; n; n = n->next) {
+            bool reads = false;
+            for (int i = 0; i < n->nleaves; i++) reads |= n->leaves[i].st == st;
+            if (reads) {
+                s = fu_realize(n->st); /* unlinks n: restart the scan */
+                again = true;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    return s;
+}
+
+em_status em_flush(void)
+{
+    pthread_mutex_lock(&g_lock);
+    em_status s = EM_OK;
+    while (g_pending && s == EM_OK) s = fu_realize(g_pending->st);
+    pthread_mutex_unlock(&g_lock);
+    return s;
+}

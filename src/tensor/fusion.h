@@ -1,0 +1,68 @@
+/* fusion.h — lazy elementwise fusion in the tensor layer (fusion.c; docs/fusion.md). With fusion
+ * on, an elementwise op whose output is a fresh buffer does not launch: the output's storage is
+ * marked pending with a node (an expression tree over realized input buffers). A consumer that
+ * reads a pending result as a whole inlines the producer's tree into its own, so a chain of ops
+ * becomes one tree; the tree runs as one generated kernel when something needs the buffer
+ * (tn_realize: a kernel binding it, a host read, em_flush) and is dropped uncomputed when its
+ * storage is freed first. Generated kernels are cached by the tree's signature. */
+#ifndef EM_TENSOR_FUSION_H
+#define EM_TENSOR_FUSION_H
+
+#include "tensor/internal.h"
+
+/* The kinds of op the fusion layer records. */
+enum {
+    FU_LEAF = 0, /* an input buffer (not an op) */
+    FU_UNARY,    /* tn_unary_op: code is a TN_U_* (not a predicate); p[0], p[1] */
+    FU_UPRED,    /* tn_unary_pred: code is a TN_U_* predicate; p[0] */
+    FU_FILL,     /* TN_U_FILL: no input; p[0] */
+    FU_BINARY,   /* tn_binary_op: code 0..7 */
+    FU_BPRED,    /* tn_binary_pred: code 8..16 */
+    FU_WHERE,    /* select(cond, a, b) */
+};
+
+/* One elementwise op, as its entry point describes it. */
+typedef struct fu_desc {
+    const char *name; /* the op's name (a string literal), for messages and EMBER_FUSION_DEBUG */
+    int kind;         /* FU_UNARY .. FU_WHERE */
+    int code;         /* the kernel's OP */
+    em_scalar C, M;   /* compute and math types (unary and binary ops) */
+    em_arg p[2];      /* scalar parameters of unary ops, as the kernel takes them (type C) */
+} fu_desc;
+
+/* A walk over `shape` shared by n operands (n <= FU_WALK_MAX) with their strides: size-1 dims
+ * dropped, dims merged where every operand is contiguous across them. Rank at least 1.
+ * (ops_elementwise.c) */
+#define FU_WALK_MAX 9
+typedef struct fu_walk {
+    int rank;
+    int64_t shape[EM_MAX_RANK];
+    int64_t stride[FU_WALK_MAX][EM_MAX_RANK];
+} fu_walk;
+void fu_walk_build(fu_walk *w, int rank, const int64_t *shape, int n, int64_t (*strides)[EM_MAX_RANK]);
+/* The line width of the walk: the widest the device prefers for the widest of the operands'
+ * dtypes (em_line_lanes), narrowed until every operand's shape, strides and offset allow it. */
+unsigned fu_walk_width(const fu_walk *w, em_device *dev, const em_scalar *dts, int n,
+                       const int64_t *offsets);
+
+/* True when fusion is on: EMBER_FUSION (read once; "0" turns it off) or em_fusion_set. */
+bool fu_enabled(void);
+
+/* Tries to record out = op(in[0..nin)) as pending instead of launching it; strides[k] is in[k]
+ * expanded to out's shape (stride 0 on broadcast dims). Returns 1 when recorded, 0 when the op
+ * must be launched now (fusion off, empty output, or out is not a fresh, whole, unshared buffer),
+ * -1 with the error set (naming the op) when an input could not be realized. */
+int fu_record(const fu_desc *d, const em_tensor *const *in, int nin, int64_t (*strides)[EM_MAX_RANK],
+              em_tensor *out);
+
+/* Runs st's pending node (if any) as one kernel. EM_OK, or the error set. */
+em_status fu_realize(tn_storage *st);
+/* Called before a kernel writes st: realizes the pending nodes that read st (their leaves), so
+ * they see the values they were recorded against. */
+em_status fu_before_write(tn_storage *st);
+/* Called as a storage with a pending node is freed: drops the node without computing it. */
+void fu_drop(tn_storage *st);
+/* Counts one kernel launch of the tensor layer (em_tensor_stats). */
+void fu_count_launch(void);
+
+#endif
