@@ -368,10 +368,10 @@ void em_tensor_print(const em_tensor *t);
 
 /* ---- lazy fusion (docs/fusion.md) ------------------------------------------------------------ */
 
-/* With fusion on (EMBER_FUSION=1 in the environment, or em_fusion_set; off by default for now,
- * EMBER_FUSION=0 forces it off), elementwise ops
- * record their result instead of launching, and a chain of them runs as one generated kernel when
- * the result is needed: read to the host, bound by a non-elementwise kernel, or flushed. Results
+/* With fusion on (the default; EMBER_FUSION=0 in the environment, or em_fusion_set(false),
+ * switches it off), elementwise ops record their result instead of launching, and a chain of
+ * them runs as one generated kernel when the result is needed: read to the host, bound by a
+ * non-elementwise kernel, or flushed. Results
  * are those of the ops run one by one (each op's result is rounded to its dtype as if stored).
  * EMBER_FUSION_DEBUG=1 prints each fused kernel and the ops it covers to stderr. */
 void em_fusion_set(bool on); /* overrides EMBER_FUSION for the process (tests) */

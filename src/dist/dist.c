@@ -220,6 +220,8 @@ static bool half(em_scalar dt)
 static em_status check(const char *op, const em_tensor *t, em_dist_op rop, bool reduces)
 {
     if (!t) return em_set_error(EM_ERR_INVALID, "%s: no tensor", op);
+    /* collectives read and write the buffer itself: pending fused work on it runs first */
+    if (em_realize(t) != EM_OK) return em_error_context("%s", op);
     if (reduces && rop == EM_DIST_MEAN && !em_scalar_is_float(em_dtype(t)))
         return em_set_error(EM_ERR_INVALID, "%s: a mean needs a floating-point tensor, not %s", op,
                             em_scalar_name(em_dtype(t)));
@@ -259,7 +261,8 @@ static em_status write_back(em_tensor *t, const void *data)
 /* Reduces, in a contiguous tensor on the NCCL device, in place. */
 static em_status nccl_in_place(em_dist *d, em_tensor *c, em_dist_op op, bool bcast, int root)
 {
-    em_status st = em_device_sync(em_tensor_device(c));
+    em_status st = em_realize(c);
+    if (st == EM_OK) st = em_device_sync(em_tensor_device(c));
     void *p = buffer_addr(c);
     size_t n = (size_t)em_numel(c);
     if (st == EM_OK)
@@ -290,6 +293,7 @@ static em_status reduce_tensor(em_dist *d, em_tensor *t, em_dist_op op, bool bca
     }
     size_t bytes = n * em_scalar_size(dt);
     void *h = host_addr(t);
+    if (h && em_realize(t) != EM_OK) return em_last_status();
     if (h) return bcast ? ds_mpi_broadcast(d->mpi, h, bytes, root) : mpi_reduce(d, h, n, dt, op);
     void *buf = malloc(bytes);
     if (!buf) return em_set_error(EM_ERR_NOMEM, "out of memory staging %zu bytes", bytes);
@@ -360,7 +364,10 @@ static em_tensor *gather_or_scatter(em_dist *d, const em_tensor *t, bool gather,
     em_tensor *in = em_contiguous(t);
     em_tensor *out = in ? em_empty(dev, dt, out_shape) : NULL;
     if (!out) return NULL;
-    em_status st = EM_OK;
+    /* the collective reads in's buffer and writes out's: pending fused work on them runs first */
+    em_status st = em_realize(in);
+    if (st == EM_OK) st = em_realize(out);
+    if (st != EM_OK) return NULL;
     if (p == PATH_NCCL) {
         st = em_device_sync(dev);
         if (st == EM_OK)

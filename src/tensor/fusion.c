@@ -81,9 +81,9 @@ bool fu_enabled(void)
 {
     int m = atomic_load(&g_mode);
     if (m < 0) {
-        /* off by default until the whole suite passes with it on (docs/fusion.md) */
+        /* on by default; EMBER_FUSION=0 switches it off (docs/fusion.md) */
         const char *e = getenv("EMBER_FUSION");
-        m = e && *e && strcmp(e, "0") != 0 ? 1 : 0;
+        m = e && !strcmp(e, "0") ? 0 : 1;
         int expect = -1;
         atomic_compare_exchange_strong(&g_mode, &expect, m);
         m = atomic_load(&g_mode);

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "tensor/fusion.h"
 #include "tensor/internal.h"
 
 enum { R_SUM = 0, R_PROD, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN, R_MEAN, R_VAR, R_STD, R_LSE, R_ALL, R_ANY };
@@ -146,7 +147,19 @@ static em_status rows_launch(const char *op, em_device *dev, const char *kernel,
     em_lang_spec spec = {binds, nb, p->lw, NULL};
     em_status st = em_lang_launch(dev, m, kernel, &spec, cubes, units, args, na);
     if (st != EM_OK) em_error_context("%s", op);
+    else fu_count_launch();
     return st;
+}
+
+/* The row-wise kernels bind buffers themselves, outside tn_launch: their inputs' pending fused
+ * computations run first, and so do those reading out's buffer, which the kernel writes. */
+static em_status realize_rows(const char *op, const em_tensor *t, const em_tensor *w,
+                              const em_tensor *bias, const em_tensor *out)
+{
+    if (tn_realize(t) != EM_OK || tn_realize(w) != EM_OK || tn_realize(bias) != EM_OK ||
+        em_realize(out) != EM_OK)
+        return em_error_context("%s", op);
+    return EM_OK;
 }
 
 /* The comptime bindings every row-wise kernel takes (G, CUBE, V); returns the count added. */
@@ -169,6 +182,10 @@ static em_status rows_apply(const char *op, const em_tensor *t, int k, const em_
     int64_t rows, n, rs;
     *taken = false;
     if (!rows_geometry(t, k, &rows, &n, &rs)) return EM_OK;
+    if (realize_rows(op, t, w, bias, out) != EM_OK) {
+        *taken = true;
+        return em_last_status();
+    }
     int64_t al[5] = {t->offset, rs, out->offset, w ? w->offset : 0, bias ? bias->offset : 0};
     rows_plan p;
     if (!rows_plan_for(t->st->dev, t->dtype, rows, n, rs, al, 5, &p)) return EM_OK;
@@ -196,6 +213,10 @@ static em_status rows_sum(const char *op, const em_tensor *t, int k, em_tensor *
     int64_t rows, n, rs;
     *taken = false;
     if (!rows_geometry(t, k, &rows, &n, &rs)) return EM_OK;
+    if (realize_rows(op, t, NULL, NULL, out) != EM_OK) {
+        *taken = true;
+        return em_last_status();
+    }
     int64_t al[2] = {t->offset, rs};
     rows_plan p;
     if (!rows_plan_for(t->st->dev, t->dtype, rows, n, rs, al, 2, &p)) return EM_OK;

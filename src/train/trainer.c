@@ -405,6 +405,7 @@ em_status em_trainer_step(em_trainer *t, em_train_metrics *m)
     }
     em_optimizer_zero_grad(all);
     if (st == EM_OK && t->compute != t->master) st = sync_compute(t);
+    if (st == EM_OK) st = em_flush(); /* the update's fused kernels run inside the step's time */
     if (st == EM_OK) st = em_device_sync(t->dev);
     if (st != EM_OK) return em_error_context("training step %lld", (long long)t->step + 1);
     t->step++;

@@ -94,6 +94,7 @@ static void ref_close(reference *r)
     if (r->cuda) dlclose(r->cuda);
 }
 
+/* The device address of t's first element (its pending fused work has run: em_realize). */
 static void *dev_ptr(const em_tensor *t)
 {
     return (char *)t->st->buf->mem + t->offset * (int64_t)em_scalar_size(t->dtype);
@@ -105,6 +106,8 @@ static double ref_time(reference *r, const char *dtype, const em_tensor *a, cons
 {
     if (!r->name) return -1;
     if (r->gemm) {
+        /* the reference reads a and b and writes c itself */
+        if (em_realize(a) != EM_OK || em_realize(b) != EM_OK || em_realize(c) != EM_OK) return -1;
         /* column-major view: C^T [N, M] = B^T [N, K] x A^T [K, M] */
         int type = !strcmp(dtype, "bf16") ? 14 : !strcmp(dtype, "f16") ? 2 : 0;
         int compute = !strcmp(dtype, "tf32") ? 77 : 68; /* CUBLAS_COMPUTE_32F(_FAST_TF32) */
@@ -201,12 +204,13 @@ static int bench_matmul(int argc, char **argv)
         em_tensor *y = a && b ? em_matmul_ex(a, b, &ep) : NULL; /* compile, autotune */
         em_timer t;
         double s = -1;
-        if (y && em_device_sync(dev) == EM_OK && em_timer_start(&t, dev) == EM_OK) {
+        if (y && em_flush() == EM_OK && em_device_sync(dev) == EM_OK &&
+            em_timer_start(&t, dev) == EM_OK) {
             for (int i = 0; i < n && y; i++) {
                 em_release(y);
                 y = em_matmul_ex(a, b, &ep);
             }
-            s = y ? em_timer_stop(&t) / n : -1;
+            s = y && em_flush() == EM_OK ? em_timer_stop(&t) / n : -1;
         }
         if (s <= 0) {
             fprintf(stderr, "ember bench: %lldx%lldx%lld: %s\n", M, N, K, em_last_error());
