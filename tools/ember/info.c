@@ -2,14 +2,26 @@
  * (with their capabilities), or why the backend is unavailable; and the kernel cache in use.
  * `ember info --check` also compiles a small kernel (saxpy, built with the IR builder) for every
  * device, runs it and checks the result against the host: a smoke test of the whole kernel path
- * (IR, code generation, system compiler or driver JIT, cache, launch), used by `make demo`. */
+ * (IR, code generation, system compiler or driver JIT, cache, launch), used by `make demo`.
+ *
+ * Each device is opened in a process of its own (this program run as `ember info --device NAME`),
+ * so that a driver that crashes while opening or running its device (PoCL did, on the H200
+ * machine, in a process that had the NVIDIA libraries loaded) is reported as such and the other
+ * devices are still listed. */
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 #include "ember/runtime.h"
 #include "cli.h"
+
+extern char **environ;
 
 static void print_bytes(const char *label, uint64_t bytes)
 {
@@ -151,17 +163,121 @@ done:
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: ember info [--check]\n\n"
+    fprintf(out, "usage: ember info [--check] [--device NAME]\n\n"
                  "Lists every backend ember knows (cpu, cuda, opencl, vulkan), the devices this\n"
                  "machine has for each with their capabilities, or why a backend is unavailable;\n"
-                 "then the kernel cache directory in use.\n\n"
-                 "  --check   also compile and run a small kernel (saxpy) on every device and\n"
-                 "            check its result; exit status 1 when any device fails\n");
+                 "then the kernel cache directory in use. Each device is opened in a process of\n"
+                 "its own, so a driver that crashes is reported and the others are still shown.\n\n"
+                 "  --check        also compile and run a small kernel (saxpy) on every device and\n"
+                 "                 check its result; exit status 1 when any device fails\n"
+                 "  --device NAME  only this device (cpu, cuda:0, ...), in this process; exit\n"
+                 "                 status 0, 1 when it fails, 3 when --check skipped it\n");
+}
+
+enum { DEV_OK = 0, DEV_FAILED = 1, DEV_SKIPPED = 2 };
+
+/* One device's part of the report, in this process: its capabilities, or with check its check
+ * line. DEV_OK, DEV_FAILED or (check) DEV_SKIPPED. */
+static int one_device(const char *name, bool check)
+{
+    /* fault injection for tests/cli/test_info_cli.c: a "driver" crashing on this device */
+    const char *crash = getenv("EMBER_INFO_CRASH");
+    if (crash && strcmp(crash, name) == 0) {
+        printf("%s: opening\n", name);
+        fflush(stdout);
+        raise(SIGABRT); /* not SIGSEGV: AddressSanitizer would turn that into an exit */
+    }
+    em_device *dev = em_device_open(name);
+    if (!dev) {
+        if (check)
+            printf("  %-10s FAILED to open: %s\n", name, em_last_error());
+        else
+            printf("\n%s: cannot open: %s\n", name, em_last_error());
+        return DEV_FAILED;
+    }
+    int rc = DEV_OK;
+    if (check)
+        rc = check_device(dev);
+    else
+        print_caps(em_device_name(dev), em_device_caps(dev));
+    em_device_close(dev);
+    return rc;
+}
+
+/* Reads fd to its end into a malloc'd string (NULL when out of memory). */
+static char *read_fd(int fd)
+{
+    size_t len = 0, cap = 4096;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (len + 1 >= cap) {
+            char *bigger = realloc(buf, cap *= 2);
+            if (!bigger) {
+                free(buf);
+                return NULL;
+            }
+            buf = bigger;
+        }
+        ssize_t r = read(fd, buf + len, cap - len - 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        len += (size_t)r;
+    }
+    if (buf) buf[len] = '\0';
+    return buf;
+}
+
+/* one_device in a child process (`ember info --device NAME [--check]`), its output copied here;
+ * a child killed by a signal is reported as a driver crash. In this process when no child can be
+ * started. */
+static int isolated_device(const char *name, bool check)
+{
+    int fd[2];
+    fflush(stdout);
+    if (pipe(fd) != 0) return one_device(name, check);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, fd[1], 2);
+    posix_spawn_file_actions_addclose(&fa, fd[0]);
+    posix_spawn_file_actions_addclose(&fa, fd[1]);
+    char *args[] = {"ember", "info", "--device", (char *)name, check ? "--check" : NULL, NULL};
+    pid_t pid;
+    int e = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, args, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fd[1]);
+    if (e != 0) {
+        close(fd[0]);
+        return one_device(name, check);
+    }
+    char *out = read_fd(fd[0]);
+    close(fd[0]);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    /* what the child printed before a crash handler's backtrace */
+    char *crash = out ? strstr(out, "ember: crashed") : NULL;
+    if (crash) *crash = '\0';
+    if (out) fputs(out, stdout);
+    free(out);
+    if (WIFEXITED(st) && !crash) {
+        int code = WEXITSTATUS(st);
+        return code == 0 ? DEV_OK : code == 3 ? DEV_SKIPPED : DEV_FAILED;
+    }
+    int sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+    if (check)
+        printf("  %-10s FAILED: its driver crashed (%s)\n", name, sig ? strsignal(sig) : "abort");
+    else
+        printf("\n%s: its driver crashed while opening the device (%s); the device is unusable in "
+               "this environment (`ember info --device %s` runs it alone)\n",
+               name, sig ? strsignal(sig) : "abort", name);
+    return DEV_FAILED;
 }
 
 int em_cli_info(int argc, char **argv)
 {
     bool check = false;
+    const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
@@ -171,9 +287,17 @@ int em_cli_info(int argc, char **argv)
             check = true;
             continue;
         }
+        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+            only = argv[++i];
+            continue;
+        }
         fprintf(stderr, "ember info: unexpected argument '%s'\n", argv[i]);
         usage(stderr);
         return 2;
+    }
+    if (only) {
+        int rc = one_device(only, check);
+        return rc == DEV_OK ? 0 : rc == DEV_SKIPPED ? 3 : 1;
     }
     em_backend_info backends[16];
     size_t n = em_backend_list(backends, 16);
@@ -195,14 +319,7 @@ int em_cli_info(int argc, char **argv)
                 snprintf(name, sizeof(name), "cpu");
             else
                 snprintf(name, sizeof(name), "%s:%d", backends[i].name, d);
-            em_device *dev = em_device_open(name);
-            if (!dev) {
-                printf("\n%s: cannot open: %s\n", name, em_last_error());
-                status = 1;
-                continue;
-            }
-            print_caps(em_device_name(dev), em_device_caps(dev));
-            em_device_close(dev);
+            if (isolated_device(name, false) != DEV_OK) status = 1;
         }
     }
     const char *dir = em_cache_dir();
@@ -218,17 +335,10 @@ int em_cli_info(int argc, char **argv)
                 snprintf(name, sizeof(name), "cpu");
             else
                 snprintf(name, sizeof(name), "%s:%d", backends[i].name, d);
-            em_device *dev = em_device_open(name);
-            if (!dev) {
-                printf("  %-10s FAILED to open: %s\n", name, em_last_error());
-                failed++;
-                continue;
-            }
-            int rc = check_device(dev);
-            passed += rc == 0;
-            failed += rc == 1;
-            skipped += rc == 2;
-            em_device_close(dev);
+            int rc = isolated_device(name, true);
+            passed += rc == DEV_OK;
+            failed += rc == DEV_FAILED;
+            skipped += rc == DEV_SKIPPED;
         }
     }
     printf("%d device%s passed, %d failed, %d skipped\n", passed, passed == 1 ? "" : "s", failed,
