@@ -133,7 +133,8 @@ typedef struct serve_req {
     int64_t n;              /* ids in hist */
     int64_t made;           /* tokens generated */
     uint64_t rng;           /* the sampler's state */
-    float *logits;          /* next-token logits [vocab] */
+    float *logits;          /* next-token logits [vocab] (sampled requests) */
+    int64_t greedy_next;    /* greedy requests: the next token, picked on the device */
     bool finished;          /* leaves the batch after this step */
     em_tok_stream dec;      /* ids to UTF-8 */
     em_strbuf raw;          /* decoded text, some of it held back (a stop string may start) */

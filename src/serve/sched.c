@@ -6,6 +6,10 @@
  *      the stop strings and stop tokens, and handed to the connection; a sequence that is done
  *      (stop, max_tokens, time limit, its client gone) leaves the batch;
  *   3. step: one batched forward pass (em_gpt_batch_step) feeds the new tokens of all the others.
+ *      When every request of a step is greedy (temperature 0, no repetition penalty: what
+ *      em_sample_token would pick is the first largest logit), the step and the prefills pick
+ *      the next tokens on the device (em_gpt_batch_step_greedy) and bring back one id per
+ *      sequence instead of its logits.
  * A slot that fills its context is rebuilt from its last half, as em_gpt_generate does, so each
  * sequence gets exactly the tokens it would get alone. Requests wait in a FIFO queue of at most
  * max_queue while the batch is full; the queue is pruned of requests whose clients left or whose
@@ -184,13 +188,22 @@ static void deliver(serve_req *r, const em_tokenizer *tok, int64_t id)
 
 /* ---- the loop -------------------------------------------------------------------------------- */
 
+/* Whether r's next token is the first largest logit, so the device can pick it. */
+static bool is_greedy(const serve_req *r)
+{
+    return r->sc.temperature == 0 && r->sc.repetition_penalty == 1;
+}
+
 /* Feeds r's context into its slot (its last max_len tokens, or the last keep when > 0). */
 static bool prefill(em_server *s, serve_req *r, int64_t keep)
 {
     int64_t L = em_gpt_batch_max_len(s->batch);
     int64_t n = keep > 0 ? keep : (r->n > L ? L : r->n);
-    if (em_gpt_batch_prefill(s->batch, r->slot, r->hist + r->n - n, n, r->logits) == EM_OK)
-        return true;
+    const int64_t *ids = r->hist + r->n - n;
+    em_status st = is_greedy(r)
+                       ? em_gpt_batch_prefill_greedy(s->batch, r->slot, ids, n, &r->greedy_next)
+                       : em_gpt_batch_prefill(s->batch, r->slot, ids, n, r->logits);
+    if (st == EM_OK) return true;
     fail(r, 500, "server_error", "the model failed: %s", em_last_error());
     EM_LOGE("serve: prefill failed: %s", em_last_error());
     return false;
@@ -298,7 +311,8 @@ static void advance(em_server *s, serve_req *r, double now, step_buf *b, int *nl
         finish(r, "length", true);
         return;
     }
-    int64_t tok = em_sample_token(r->logits, s->vocab, r->hist, r->n, &r->sc, &r->rng);
+    int64_t tok = is_greedy(r) ? r->greedy_next
+                               : em_sample_token(r->logits, s->vocab, r->hist, r->n, &r->sc, &r->rng);
     if (tok < 0) {
         fail(r, 500, "server_error", "sampling failed: %s", em_last_error());
         return;
@@ -319,15 +333,28 @@ static void advance(em_server *s, serve_req *r, double now, step_buf *b, int *nl
 static void step(em_server *s, step_buf *b, int nl)
 {
     if (nl == 0) return;
-    if (em_gpt_batch_step(s->batch, b->slots, b->tokens, nl, b->logits) != EM_OK) {
+    bool greedy = true;
+    for (int k = 0; k < nl && greedy; k++) greedy = is_greedy(b->reqs[k]);
+    em_status st = greedy ? em_gpt_batch_step_greedy(s->batch, b->slots, b->tokens, nl, b->tokens)
+                          : em_gpt_batch_step(s->batch, b->slots, b->tokens, nl, b->logits);
+    if (st == EM_OK && greedy) {
+        for (int k = 0; k < nl; k++) b->reqs[k]->greedy_next = b->tokens[k];
+        return;
+    }
+    if (st != EM_OK) {
         EM_LOGE("serve: batched step failed: %s", em_last_error());
         for (int k = 0; k < nl; k++)
             fail(b->reqs[k], 500, "server_error", "the model failed: %s", em_last_error());
         return;
     }
-    for (int k = 0; k < nl; k++)
-        memcpy(b->reqs[k]->logits, b->logits + (size_t)k * (size_t)s->vocab,
-               (size_t)s->vocab * sizeof(float));
+    for (int k = 0; k < nl; k++) {
+        serve_req *r = b->reqs[k];
+        const float *row = b->logits + (size_t)k * (size_t)s->vocab;
+        if (is_greedy(r)) /* a greedy request in a sampled step: its pick from the logits */
+            r->greedy_next = em_sample_token(row, s->vocab, r->hist, r->n, &r->sc, &r->rng);
+        else
+            memcpy(r->logits, row, (size_t)s->vocab * sizeof(float));
+    }
 }
 
 static void *sched_main(void *arg)
