@@ -9,7 +9,9 @@
  * for small outputs). The CPU takes its own kernel (matmul_cpu.ek: packed panels, one unit per
  * cube, an MR x NR micro-kernel on lines) with the micro-kernel sized for the host's vector
  * registers (see docs/matmul.md for the measurements). Split-K is chosen when the output tiles
- * cannot occupy the device (M * N small) and K is long. */
+ * cannot occupy the device (M * N small) and K is long. Before all of these, at most 16 rows
+ * (once batches that share b fold into rows: decoding) take the skinny kernel on every device
+ * (matmul_skinny.ek: b read once in 16-byte lines, partial sums in registers). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +136,10 @@ bool mm_config_valid(const mm_problem *p, const mm_config *c)
     if (p->batch * split > 65535 || split > 64) return false;
     if (split > 1 && p->K < (int64_t)split * c->bk) return false;
     if (c->kind == MM_SIMPLE) return split == 1 && !p->bias && !p->res && !p->act;
+    if (c->kind == MM_SKINNY) {
+        mm_skinny_plan q;
+        return mm_skinny_plan_of(p, c, &q);
+    }
     if (c->kind == MM_WGMMA) {
         /* natively on sm_90a; forced (tests) also on the CPU, which emulates warpgroup MMAs */
         bool forced_cpu = is_cpu(p) && getenv("EMBER_MATMUL_CONFIG");
@@ -264,9 +270,146 @@ static int pick_split(const mm_problem *p, int64_t tiles, int bk)
     return s < 2 ? 1 : (int)s;
 }
 
+/* ---- the skinny kernel (matmul_skinny.ek): few rows, b streamed once ---- */
+
+/* Whether b is the same matrix for every batch (its batch strides are 0), so that the batch
+ * and M dims fold into one run of rows. */
+static bool skinny_fold(const mm_problem *p)
+{
+    for (int d = 0; d < p->R - 2; d++)
+        if (p->bst[d] != 0) return false;
+    return true;
+}
+
+static int64_t skinny_rows(const mm_problem *p)
+{
+    return skinny_fold(p) ? p->batch * p->M : p->M;
+}
+
+/* Whether b's K is its contiguous dim (x W^T): the kernel then reads lines along K. */
+static bool skinny_bt(const mm_problem *p)
+{
+    int R = p->R;
+    return p->bst[R - 2] == 1 && p->bst[R - 1] != 1;
+}
+
+/* Lanes of b's lines: the widest power of two up to `bytes` worth of elements (at most 16) such
+ * that the contiguous dim has unit stride and a length, and every other stride and the offset,
+ * that are multiples of it (so a line never straddles a row or the matrix's end); else 1. */
+static int skinny_lanes(const mm_problem *p, bool bt, int bytes)
+{
+    int R = p->R, fast = bt ? R - 2 : R - 1;
+    int64_t len = bt ? p->K : p->N;
+    int v = bytes / (int)em_scalar_size(p->dt);
+    if (v > 16) v = 16;
+    for (; v > 1; v /= 2) {
+        if (p->bst[fast] != 1 || len % v || p->b->offset % v) continue;
+        bool ok = true;
+        for (int d = 0; d < R && ok; d++)
+            if (d != fast) ok = p->bst[d] % v == 0;
+        if (ok) return v;
+    }
+    return 1;
+}
+
+bool mm_skinny_plan_of(const mm_problem *p, const mm_config *c, mm_skinny_plan *out)
+{
+    const em_caps *caps = p->caps;
+    int mr = c->bm, nu = c->bn, ks = c->tm, pk = c->tn, nl = c->lanes;
+    if (mr < 1 || mr > 16 || nu < 1 || ks < 1 || ks > 64 || (ks & (ks - 1)) || pk < 1 || nl < 1 ||
+        nl > 8 || c->bk != 16)
+        return false;
+    mm_skinny_plan q;
+    memset(&q, 0, sizeof q);
+    q.bt = skinny_bt(p);
+    q.fold = skinny_fold(p);
+    q.rows = skinny_rows(p);
+    q.v = skinny_lanes(p, q.bt, is_cpu(p) ? host_vector_bytes() : 16);
+    q.uk = is_cpu(p) ? 1 : q.bt ? 2 : 4;
+    q.nout = q.bt ? nu * nl : nu * nl * q.v;
+    q.smem = (size_t)pk * (size_t)mr * (size_t)q.nout * em_scalar_size(p->ct);
+    int64_t units = (int64_t)pk * ks * nu;
+    if ((q.rows + mr - 1) / mr > 65535 || units > 1024) return false;
+    if (ks > 1 &&
+        (!caps || !caps->plane_ops || !caps->plane_dim || caps->plane_dim % (uint32_t)(nu * ks)))
+        return false; /* the butterfly needs the KS units of a group inside one plane */
+    if (caps && ((uint32_t)units > caps->max_cube_units ||
+                 (uint32_t)units > caps->max_cube_dim[0] || q.smem > caps->max_shared))
+        return false;
+    *out = q;
+    return true;
+}
+
+static mm_config skinny(int mr, int nu, int ks, int pk, int nl, int split)
+{
+    return (mm_config){MM_SKINNY, mr, nu, 16, ks, pk, split, nl};
+}
+
+/* The skinny kernel's default for p (at most 16 rows once folded). MR: the rows rounded up to a
+ * power of two. The CPU: one unit per cube holding NL lines (4 of 16 f32 lanes with AVX-512 for
+ * one row: 64 columns). GPUs with plane ops, a plane per group: row-major b takes NU units of one
+ * line side by side (32 bytes: a whole memory sector per k) and the rest of the plane along K;
+ * transposed b a plane (or part of one, for short K) along K per column. PK groups along K give
+ * every unit about 8 lines to read (at most 256 units a cube). Split-K across cubes only when the
+ * cubes are far fewer than the multiprocessors and K is long (it costs a second launch). */
+static mm_config skinny_default(const mm_problem *p)
+{
+    int64_t rows = skinny_rows(p);
+    int mr = 1;
+    while (mr < rows && mr < 16) mr *= 2;
+    bool bt = skinny_bt(p);
+    if (is_cpu(p)) {
+        int nl = bt ? 8 : 4;
+        while (nl > 1 && mr * nl > 16) nl /= 2;
+        return skinny(mr, 1, 1, 1, nl, 1);
+    }
+    const em_caps *caps = p->caps;
+    int P = caps && caps->plane_ops ? (int)caps->plane_dim : 1;
+    bool planes = P >= 4 && P <= 64 && !(P & (P - 1));
+    int es = (int)em_scalar_size(p->dt);
+    int v = skinny_lanes(p, bt, 16);
+    int nu, ks, nl, uk = bt ? 2 : 4;
+    int64_t steps; /* lines along K per column */
+    if (bt) {
+        steps = (p->K + v - 1) / v;
+        ks = 1;
+        while (planes && ks < P && ks * 2 <= (steps + 1) / 2) ks *= 2;
+        nu = planes ? P / ks : 32;
+        nl = mr <= 2 ? 2 : 1;
+    } else {
+        steps = p->K;
+        nu = 32 / (v * es);
+        if (nu < 1) nu = 1;
+        if (planes && nu > P) nu = P;
+        ks = planes ? P / nu : 1;
+        if (!planes) nu = 32;
+        nl = 1;
+    }
+    int64_t pk = (steps + (int64_t)ks * uk * 2 - 1) / ((int64_t)ks * uk * 2);
+    int64_t pkmax = 256 / (nu * ks);
+    if (pk > pkmax) pk = pkmax;
+    if (pk < 1) pk = 1;
+    mm_config c = skinny(mr, nu, ks, (int)pk, nl, 1);
+    int64_t nout = bt ? nu * nl : nu * nl * v;
+    int64_t cubes =
+        (p->N + nout - 1) / nout * ((rows + mr - 1) / mr) * (skinny_fold(p) ? 1 : p->batch);
+    int64_t cus = caps && caps->compute_units ? caps->compute_units : 1;
+    if (cubes * 2 < cus && p->K >= 2048) {
+        int64_t s = (cus + cubes - 1) / cubes, kmax = p->K / 1024;
+        if (s > kmax) s = kmax;
+        if (s > 16) s = 16;
+        c.split = s < 2 ? 1 : (int)s;
+    }
+    return c;
+}
+
 mm_config mm_heuristic(const mm_problem *p)
 {
     mm_config c;
+    if (p->K > 0 && skinny_rows(p) <= 16) {
+        c = skinny_default(p);
+        if (mm_config_valid(p, &c)) return c;
+    }
     int64_t big = p->M * p->N;
     mm_config w = {0};
     if (wgmma_device(p)) w = wgmma_default(p);
@@ -299,6 +442,16 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
     mm_config all[48];
     int n = 0;
     all[n++] = mm_heuristic(p);
+    if (p->K > 0 && skinny_rows(p) <= 16) {
+        /* the skinny default with half and twice the groups along K, and twice the columns a
+         * unit owns; the other kernels follow */
+        mm_config s = skinny_default(p);
+        s.split = 1;
+        all[n++] = s;
+        if (s.tn > 1) all[n] = s, all[n++].tn = s.tn / 2;
+        all[n] = s, all[n++].tn = s.tn * 2;
+        if (s.lanes * s.bm <= 8) all[n] = s, all[n++].lanes = s.lanes * 2;
+    }
     if (wgmma_device(p)) {
         /* warpgroups x BN: 2 x 256 (128 accumulators a unit), 2 x 128, 2 x 192, 3 x 128 (three
          * warpgroups of 64 x 128); full adds 1 x 256 and 1 x 128 for small grids. The mma kernel's
@@ -355,7 +508,7 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
     /* split-K variants of every candidate for skinny shapes */
     int base = n;
     for (int i = 0; i < base && n + 2 <= 48; i++) {
-        if (all[i].split > 1) continue;
+        if (all[i].split > 1 || all[i].kind == MM_SKINNY) continue;
         int64_t tiles = ((p->M + all[i].bm - 1) / all[i].bm) * ((p->N + all[i].bn - 1) / all[i].bn);
         int s = pick_split(p, tiles, all[i].bk);
         if (s > 1) {
@@ -375,9 +528,9 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
 
 void mm_config_format(const mm_config *c, char *buf, size_t size)
 {
-    static const char *const names[] = {"simple", "simt", "mma", "cpu", "wgmma"};
-    const char *name = names[c->kind < 5 && c->kind >= 0 ? c->kind : 0];
-    if (c->kind == MM_CPU)
+    static const char *const names[] = {"simple", "simt", "mma", "cpu", "wgmma", "skinny"};
+    const char *name = names[c->kind < 6 && c->kind >= 0 ? c->kind : 0];
+    if (c->kind == MM_CPU || c->kind == MM_SKINNY)
         snprintf(buf, size, "%s %dx%dx%d %dx%dx%d s%d", name, c->bm, c->bn, c->bk, c->tm, c->tn,
                  c->lanes, c->split);
     else
@@ -401,12 +554,15 @@ bool mm_config_parse(const char *text, mm_config *c)
         r.kind = MM_CPU;
     else if (!strcmp(kind, "wgmma"))
         r.kind = MM_WGMMA;
+    else if (!strcmp(kind, "skinny"))
+        r.kind = MM_SKINNY;
     else
         return false;
-    bool ok = r.kind == MM_CPU ? sscanf(text, "%15s %dx%dx%d %dx%dx%d s%d", kind, &r.bm, &r.bn,
-                                        &r.bk, &r.tm, &r.tn, &r.lanes, &r.split) == 8
-                               : sscanf(text, "%15s %dx%dx%d %dx%d s%d", kind, &r.bm, &r.bn, &r.bk,
-                                        &r.tm, &r.tn, &r.split) == 7;
+    bool ok = r.kind == MM_CPU || r.kind == MM_SKINNY
+                  ? sscanf(text, "%15s %dx%dx%d %dx%dx%d s%d", kind, &r.bm, &r.bn, &r.bk, &r.tm,
+                           &r.tn, &r.lanes, &r.split) == 8
+                  : sscanf(text, "%15s %dx%dx%d %dx%d s%d", kind, &r.bm, &r.bn, &r.bk, &r.tm, &r.tn,
+                           &r.split) == 7;
     if (!ok) return false;
     *c = r;
     return true;

@@ -14,6 +14,7 @@ typedef enum mm_kind {
     MM_MMA,        /* matmul_mma.ek: cooperative matrices (f16/bf16, f32 as tf32 when allowed) */
     MM_CPU,        /* matmul_cpu.ek: packed panels and a register-blocked micro-kernel, one unit */
     MM_WGMMA,      /* matmul_wgmma.ek: Hopper warpgroup MMAs (f16/bf16 on sm_90a) */
+    MM_SKINNY,     /* matmul_skinny.ek: few rows (decoding), b streamed once in lines */
 } mm_kind;
 
 /* One kernel configuration. */
@@ -22,9 +23,11 @@ typedef struct mm_config {
     int bm, bn; /* output tile of a cube (MMA: wm x wn planes of (16 FM) x (16 FN), FM, FN <= 4) */
     int bk;     /* K step staged in shared memory */
     int tm, tn; /* SIMT: the block of one unit; MMA: planes along M and N; CPU: the micro-kernel's
-                   MR x NR block; WGMMA: warpgroups x 1 */
+                   MR x NR block; WGMMA: warpgroups x 1; SKINNY: KS units along K in a plane x PK
+                   groups along K (bm: rows MR, bn: units NU along N, bk: 16, the split's grain) */
     int split;  /* split-K factor (1: none) */
-    int lanes;  /* CPU kernel: lanes of a line in its micro-kernel (0 for the other kinds) */
+    int lanes;  /* CPU kernel: lanes of a line in its micro-kernel; SKINNY: NL, lines (b row-major)
+                   or columns (b transposed) of one unit; 0 for the other kinds */
 } mm_config;
 
 /* How the mma kernel runs one configuration on one problem (matmul_mma.ek's comptime values
@@ -43,6 +46,17 @@ typedef struct mm_wgmma_plan {
     bool at, bt; /* a's M / b's K is its contiguous dim: MN-major a / K-major b tiles */
     size_t smem; /* shared memory bytes of a cube */
 } mm_wgmma_plan;
+
+/* How the skinny kernel runs one configuration on one problem. */
+typedef struct mm_skinny_plan {
+    bool bt;      /* b's K is its contiguous dim (x W^T): lines along K */
+    bool fold;    /* b's batch strides are all 0: batch and M are one run of rows */
+    int64_t rows; /* rows the cubes' row blocks cover: batch * M when folded, else M */
+    int v;        /* lanes of b's lines (the launch's line width): 16 bytes' worth when aligned */
+    int uk;       /* lines a unit loads together per step */
+    int nout;     /* output columns of a cube */
+    size_t smem;  /* shared memory bytes of a cube */
+} mm_skinny_plan;
 
 /* A matmul problem: everything the kernels need, in the kernels' rank-R geometry. */
 typedef struct mm_problem {
@@ -74,6 +88,9 @@ bool mm_mma_plan_of(const mm_problem *p, const mm_config *c, mm_mma_plan *out);
 /* The wgmma plan of c on p (false when c or p's operands do not fit the wgmma kernel: f16/bf16,
  * 16-byte aligned contiguous operands, 1 to 3 warpgroups, BN a multiple of 64 up to 256). */
 bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *out);
+/* The skinny plan of c on p (false when c does not fit p's device: units, planes, shared
+ * memory). */
+bool mm_skinny_plan_of(const mm_problem *p, const mm_config *c, mm_skinny_plan *out);
 /* The heuristic default configuration (EMBER_AUTOTUNE=off, and the first candidate). */
 mm_config mm_heuristic(const mm_problem *p);
 /* Whether the CPU kernel's micro-kernel should fuse its multiply-adds (fma): the host has FMA

@@ -4,6 +4,7 @@
  * type that matmul_splitk_reduce adds up and finishes with the epilogue. */
 #include <string.h>
 
+#include "tensor/fusion.h"
 #include "tensor/matmul_internal.h"
 
 /* The bias argument: [N] with its stride, or a one-element placeholder on a. */
@@ -35,6 +36,82 @@ static em_status launch_simple(const mm_problem *p)
     return tn_launch("matmul", p->dev, "tensor_matmul", bd, 4, 1, cubes, units, args, 3);
 }
 
+/* Adds the split partial sums in part ([batch * split, M, N]) into p->out with the epilogue. */
+static em_status launch_reduce(const mm_problem *p, em_tensor *part, int split)
+{
+    em_lang_bind rb[6] = {
+        em_lang_bind_type("T", p->dt),   em_lang_bind_type("C", p->ct),
+        em_lang_bind_int("R", p->R),     em_lang_bind_bool("BIAS", p->bias != NULL),
+        em_lang_bind_int("ACT", p->act), em_lang_bind_bool("RES", p->res != NULL)};
+    tn_arg ra[5] = {tn_arg_t(part), tn_arg_geom(p->out, p->R, p->osh, p->ost, 0), bias_arg(p),
+                    res_arg(p), tn_arg_s(em_arg_u32((uint32_t)split))};
+    uint32_t rc[3], ru[3];
+    tn_grid_1d((uint64_t)(p->batch * p->M * p->N), rc, ru);
+    return tn_launch("matmul", p->dev, "matmul_splitk_reduce", rb, 6, 1, rc, ru, ra, 5);
+}
+
+/* The skinny kernel (matmul_skinny.ek) with b read in lines of the plan's width; outa is out or
+ * the split's partial-sum workspace. */
+static em_status launch_skinny(const mm_problem *p, const mm_config *c, tn_arg outa,
+                               uint32_t kchunk, int split)
+{
+    mm_skinny_plan q;
+    if (!mm_skinny_plan_of(p, c, &q))
+        return em_set_error(EM_ERR_INVALID, "matmul: no skinny plan for this configuration");
+    em_lang_bind bd[16];
+    size_t nb = 0;
+    bd[nb++] = em_lang_bind_type("T", p->dt);
+    bd[nb++] = em_lang_bind_type("C", p->ct);
+    bd[nb++] = em_lang_bind_type("O", split > 1 ? p->ct : p->dt);
+    bd[nb++] = em_lang_bind_int("R", p->R);
+    bd[nb++] = em_lang_bind_int("MR", c->bm);
+    bd[nb++] = em_lang_bind_int("NU", c->bn);
+    bd[nb++] = em_lang_bind_int("KS", c->tm);
+    bd[nb++] = em_lang_bind_int("PK", c->tn);
+    bd[nb++] = em_lang_bind_int("NL", c->lanes);
+    bd[nb++] = em_lang_bind_int("UK", q.uk);
+    bd[nb++] = em_lang_bind_bool("BT", q.bt);
+    bd[nb++] = em_lang_bind_bool("RAW", split > 1);
+    bd[nb++] = em_lang_bind_bool("BIAS", p->bias != NULL);
+    bd[nb++] = em_lang_bind_int("ACT", p->act);
+    bd[nb++] = em_lang_bind_bool("RES", p->res != NULL);
+    tn_arg ts[5] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
+                    tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset), outa, bias_arg(p),
+                    res_arg(p)};
+    /* b is a tensor of lines and the rest of scalars, so each buffer's length is stated in its
+     * own elements (tn_launch divides every one by the line width); launched directly, so the
+     * pending (fused) computations are settled here as tn_launch settles them: the operands
+     * realized, and those reading the output's buffer run first */
+    em_arg ea[13];
+    size_t n = 0;
+    for (int i = 0; i < 5; i++) {
+        const em_tensor *t = ts[i].t;
+        if (fu_realize(t->st) != EM_OK || (i == 2 && fu_before_write(t->st) != EM_OK))
+            return em_error_context("matmul");
+        unsigned lw = i == 1 ? (unsigned)q.v : 1;
+        uint64_t len = (uint64_t)(t->st->bytes / em_scalar_size(t->dtype)) / lw;
+        ea[n++] = em_arg_tensor(t->st->buf, 0, len ? len : 1, (unsigned)ts[i].rank, ts[i].shape,
+                                ts[i].stride);
+        ea[n++] = em_arg_u32((uint32_t)ts[i].offset);
+    }
+    ea[n++] = em_arg_u32(kchunk);
+    ea[n++] = em_arg_u32((uint32_t)split);
+    ea[n++] = em_arg_u32(q.fold ? 1u : 0u);
+    int64_t zb = q.fold ? 1 : p->batch;
+    uint32_t cubes[3] = {(uint32_t)((p->N + q.nout - 1) / q.nout),
+                         (uint32_t)((q.rows + c->bm - 1) / c->bm), (uint32_t)(zb * split)};
+    uint32_t units[3] = {(uint32_t)(c->tn * c->tm * c->bn), 1, 1};
+    const em_lang_module *m = em_lang_builtins();
+    if (!m) return em_error_context("matmul");
+    em_lang_spec spec = {bd, nb, (unsigned)q.v, NULL};
+    em_status st = em_lang_launch(p->dev, m, "matmul_skinny", &spec, cubes, units, ea, n);
+    if (st != EM_OK)
+        em_error_context("matmul");
+    else
+        fu_count_launch();
+    return st;
+}
+
 em_status mm_launch(const mm_problem *p, const mm_config *c)
 {
     if (c->kind == MM_SIMPLE && !p->bias && !p->res && !p->act) return launch_simple(p);
@@ -53,6 +130,12 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         for (int i = 0; i < p->R; i++) sh[i] = 1, st[i] = 0;
         sh[p->R - 2] = p->M, sh[p->R - 1] = p->N, st[p->R - 2] = p->N, st[p->R - 1] = 1;
         outa = tn_arg_geom(part, p->R, sh, st, 0);
+    }
+    if (c->kind == MM_SKINNY) {
+        em_status st = launch_skinny(p, c, outa, (uint32_t)kchunk, split);
+        if (st == EM_OK && split > 1) st = launch_reduce(p, part, split);
+        em_release(part);
+        return st;
     }
     const int64_t *ast = p->ast, *bst = p->bst;
     bool akfast = ast[p->R - 1] == 1 || ast[p->R - 2] != 1;
@@ -132,17 +215,7 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
                         : c->kind == MM_CPU    ? "matmul_cpu"
                                                : "matmul_simt";
     em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, 8);
-    if (st == EM_OK && split > 1) {
-        em_lang_bind rb[6] = {
-            em_lang_bind_type("T", p->dt),   em_lang_bind_type("C", p->ct),
-            em_lang_bind_int("R", p->R),     em_lang_bind_bool("BIAS", p->bias != NULL),
-            em_lang_bind_int("ACT", p->act), em_lang_bind_bool("RES", p->res != NULL)};
-        tn_arg ra[5] = {tn_arg_t(part), tn_arg_geom(p->out, p->R, p->osh, p->ost, 0), bias_arg(p),
-                        res_arg(p), tn_arg_s(em_arg_u32((uint32_t)split))};
-        uint32_t rc[3], ru[3];
-        tn_grid_1d((uint64_t)(p->batch * p->M * p->N), rc, ru);
-        st = tn_launch("matmul", p->dev, "matmul_splitk_reduce", rb, 6, 1, rc, ru, ra, 5);
-    }
+    if (st == EM_OK && split > 1) st = launch_reduce(p, part, split);
     em_release(part);
     return st;
 }

@@ -79,9 +79,14 @@ static void log_choice(const mm_problem *p, const mm_config *c, const char *how)
     if (c->kind == MM_WGMMA && mm_wgmma_plan_of(p, c, &wq))
         snprintf(plan, sizeof plan, " [%d warpgroups of 64x%d, %d stages, a %s, b %s]", c->tm,
                  c->bn, wq.stages, wq.at ? "MN-major" : "K-major", wq.bt ? "K-major" : "MN-major");
-    static const char *const kernels[] = {"tensor_matmul", "matmul_simt", "matmul_mma",
-                                          "matmul_cpu", "matmul_wgmma"};
-    const char *kernel = c->kind >= 0 && c->kind < 5 ? kernels[c->kind] : "?";
+    mm_skinny_plan sq;
+    if (c->kind == MM_SKINNY && mm_skinny_plan_of(p, c, &sq))
+        snprintf(plan, sizeof plan, " [%s b in lines of %d, %lld rows%s, %d columns a cube]",
+                 sq.bt ? "transposed" : "row-major", sq.v, (long long)sq.rows,
+                 sq.fold ? " (batches folded)" : "", sq.nout);
+    static const char *const kernels[] = {"tensor_matmul", "matmul_simt",  "matmul_mma",
+                                          "matmul_cpu",    "matmul_wgmma", "matmul_skinny"};
+    const char *kernel = c->kind >= 0 && c->kind < 6 ? kernels[c->kind] : "?";
     em_log(EM_LOG_DEBUG, "matmul %s on %s: %s \"%s\" (%s)%s", key, dev, kernel, val, how, plan);
 }
 

@@ -346,7 +346,7 @@ static void test_matmul_configs_compile(void **state)
     SKIP_WITHOUT_NVRTC();
     const em_lang_module *m = em_lang_builtins();
     assert_non_null(m);
-    spec_item items[64];
+    spec_item items[96];
     size_t n = 0;
     static const em_scalar mma_types[] = {EM_F16, EM_BF16, EM_F32};
     static const int warps[][3] = {{4, 2, 32}, {2, 2, 32}, {2, 4, 32}, {4, 4, 32}, {2, 1, 64}, {1, 2, 64}};
@@ -430,6 +430,38 @@ static void test_matmul_configs_compile(void **state)
                             em_lang_bind_int("ACT", 1), em_lang_bind_bool("RES", true)};
         items[n++] = item("matmul_splitk_reduce", 1, sizeof(b) / sizeof(b[0]), b);
     }
+    /* the skinny kernel (few rows: decoding) as the H200's defaults make it: row-major b with
+     * units side by side along N and a plane's rest along K, transposed b with a plane along K;
+     * one row and sixteen, the epilogue and split-K's raw partial sums; lines of 16 bytes */
+    static const struct {
+        int mr, nu, ks, pk, nl, uk;
+        bool bt, raw, epi;
+    } skinny[] = {
+        {1, 2, 16, 6, 1, 4, false, false, true},
+        {16, 2, 16, 4, 1, 4, false, true, false},
+        {1, 1, 32, 2, 2, 2, true, false, false},
+        {16, 1, 32, 2, 1, 2, true, false, true},
+    };
+    for (size_t t = 0; t < 3; t++)
+        for (size_t i = 0; i < sizeof(skinny) / sizeof(skinny[0]); i++) {
+            em_lang_bind b[] = {em_lang_bind_type("T", mma_types[t]),
+                                em_lang_bind_type("C", EM_F32),
+                                em_lang_bind_type("O", skinny[i].raw ? EM_F32 : mma_types[t]),
+                                em_lang_bind_int("R", skinny[i].raw ? 3 : 2),
+                                em_lang_bind_int("MR", skinny[i].mr),
+                                em_lang_bind_int("NU", skinny[i].nu),
+                                em_lang_bind_int("KS", skinny[i].ks),
+                                em_lang_bind_int("PK", skinny[i].pk),
+                                em_lang_bind_int("NL", skinny[i].nl),
+                                em_lang_bind_int("UK", skinny[i].uk),
+                                em_lang_bind_bool("BT", skinny[i].bt),
+                                em_lang_bind_bool("RAW", skinny[i].raw),
+                                em_lang_bind_bool("BIAS", skinny[i].epi),
+                                em_lang_bind_int("ACT", skinny[i].epi ? 2 : 0),
+                                em_lang_bind_bool("RES", skinny[i].epi)};
+            unsigned lw = mma_types[t] == EM_F32 ? 4 : 8;
+            items[n++] = item("matmul_skinny", lw, sizeof(b) / sizeof(b[0]), b);
+        }
     size_t compiled = 0, failed = 0, unspec = 0;
     compile_items(m, items, n, true, &compiled, &failed, &unspec);
     printf("matmul configurations: %zu specializations compiled for sm_80 and sm_90, %zu failed\n",

@@ -652,6 +652,147 @@ static void test_split_k_default(void **state)
     }
 }
 
+/* The skinny kernel (matmul_skinny.ek), the heuristic's choice for at most 16 rows once batches
+ * fold: M in {1, 2, 3, 7, 16} (row blocks of 1 to 16, the last partly past the end) x odd and
+ * line-aligned N and K, b row-major and transposed (lines along N or K, or single elements when
+ * the sizes do not allow lines), every dtype, folded batches, per-batch b (attention's q k^T and
+ * p v), the epilogue, and forced configurations: several groups along K meeting in shared
+ * memory, split-K partials. */
+static void test_skinny(void **state)
+{
+    (void)state;
+    static const int64_t ms[] = {1, 2, 3, 7, 16};
+    static const int64_t nk[][2] = {{1, 1}, {33, 1031}, {1040, 1000}};
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        char what[96];
+        for (size_t mi = 0; mi < EM_ARRAY_LEN(ms); mi++) {
+            for (size_t ni = 0; ni < EM_ARRAY_LEN(nk); ni++) {
+                em_scope_begin();
+                int64_t M = ms[mi], N = nk[ni][0], K = nk[ni][1];
+                uint32_t seed = (uint32_t)(mi * 10 + ni);
+                em_tensor *a = rnd(dev, EM_F32, EM_SHAPE(M, K), 200 + seed);
+                snprintf(what, sizeof what, "skinny %lldx%lldx%lld", (long long)M, (long long)N,
+                         (long long)K);
+                check_mm(what, a, rnd(dev, EM_F32, EM_SHAPE(K, N), 300 + seed), NULL);
+                snprintf(what, sizeof what, "skinny %lldx%lldx%lld b^T", (long long)M, (long long)N,
+                         (long long)K);
+                check_mm(what, a, em_transpose(rnd(dev, EM_F32, EM_SHAPE(N, K), 400 + seed), 0, 1),
+                         NULL);
+                em_scope_end(NULL, 0);
+            }
+        }
+        /* every dtype, lines and single elements, b both ways */
+        for (size_t ti = 1; ti < EM_ARRAY_LEN(all_types); ti++) {
+            em_scalar dt = all_types[ti];
+            if (!tu_has(dev, dt)) continue;
+            em_scope_begin();
+            em_tensor *a = rnd(dev, dt, EM_SHAPE(3, 160), 500 + (uint32_t)ti);
+            check_mm("skinny dtype", a, rnd(dev, dt, EM_SHAPE(160, 48), 510 + (uint32_t)ti), NULL);
+            check_mm("skinny dtype b^T", a,
+                     em_transpose(rnd(dev, dt, EM_SHAPE(37, 160), 520 + (uint32_t)ti), 0, 1), NULL);
+            check_mm("skinny dtype odd", rnd(dev, dt, EM_SHAPE(1, 37), 530 + (uint32_t)ti),
+                     rnd(dev, dt, EM_SHAPE(37, 21), 540 + (uint32_t)ti), NULL);
+            em_scope_end(NULL, 0);
+        }
+        em_scope_begin();
+        /* batches folded into rows (b shared): [2, 3, K] x [K, N] and [5, 1, K] x [K, N]^T */
+        check_mm("skinny folded", rnd(dev, EM_F32, EM_SHAPE(2, 3, 96), 600),
+                 rnd(dev, EM_F32, EM_SHAPE(96, 72), 601), NULL);
+        check_mm("skinny folded b^T", rnd(dev, EM_F32, EM_SHAPE(5, 1, 96), 602),
+                 em_transpose(rnd(dev, EM_F32, EM_SHAPE(40, 96), 603), 0, 1), NULL);
+        /* attention: q [2, 3, 1, 64] x k^T (k [2, 3, 40, 64]), then p [2, 3, 1, 40] x v */
+        check_mm("skinny q k^T", rnd(dev, EM_F32, EM_SHAPE(2, 3, 1, 64), 604),
+                 em_transpose(rnd(dev, EM_F32, EM_SHAPE(2, 3, 40, 64), 605), 2, 3), NULL);
+        check_mm("skinny p v", rnd(dev, EM_F32, EM_SHAPE(2, 3, 1, 40), 606),
+                 rnd(dev, EM_F32, EM_SHAPE(2, 3, 40, 64), 607), NULL);
+        /* a broadcast over b's batches, and b broadcast over a's with a transposed view */
+        check_mm("skinny broadcast a", rnd(dev, EM_F32, EM_SHAPE(1, 2, 50), 608),
+                 rnd(dev, EM_F32, EM_SHAPE(3, 50, 24), 609), NULL);
+        /* operands still pending in the fusion stream (lazy results): realized before the launch */
+        check_mm("skinny lazy operands", em_mul_scalar(rnd(dev, EM_F32, EM_SHAPE(2, 64), 628), 2.0),
+                 em_add(rnd(dev, EM_F32, EM_SHAPE(64, 40), 629),
+                        rnd(dev, EM_F32, EM_SHAPE(64, 40), 630)),
+                 NULL);
+        /* b every other column, and b broadcast from one row (strides 0 along K) */
+        check_mm("skinny strided b", rnd(dev, EM_F32, EM_SHAPE(2, 50), 624),
+                 em_slice(rnd(dev, EM_F32, EM_SHAPE(50, 48), 625), 1, 0, 48, 2), NULL);
+        check_mm("skinny expanded b", rnd(dev, EM_F32, EM_SHAPE(3, 50), 626),
+                 em_expand(rnd(dev, EM_F32, EM_SHAPE(1, 24), 627), EM_SHAPE(50, 24)), NULL);
+        check_mm("skinny a^T", em_transpose(rnd(dev, EM_F32, EM_SHAPE(50, 4), 610), 0, 1),
+                 rnd(dev, EM_F32, EM_SHAPE(50, 24), 611), NULL);
+        /* the epilogue: bias, GELU (tanh), residual broadcast over rows; bias + ReLU on b^T */
+        em_matmul_epilogue ep = {rnd(dev, EM_F32, EM_SHAPE(72), 612), EM_MATMUL_ACT_GELU_TANH,
+                                 rnd(dev, EM_F32, EM_SHAPE(72), 613), false};
+        check_mm("skinny epilogue", rnd(dev, EM_F32, EM_SHAPE(2, 3, 96), 614),
+                 rnd(dev, EM_F32, EM_SHAPE(96, 72), 615), &ep);
+        em_matmul_epilogue ep2 = {rnd(dev, EM_F32, EM_SHAPE(40), 616), EM_MATMUL_ACT_RELU,
+                                  rnd(dev, EM_F32, EM_SHAPE(1, 40), 617), false};
+        check_mm("skinny epilogue b^T", rnd(dev, EM_F32, EM_SHAPE(1, 96), 618),
+                 em_transpose(rnd(dev, EM_F32, EM_SHAPE(40, 96), 619), 0, 1), &ep2);
+        if (tu_has(dev, EM_BF16)) {
+            em_matmul_epilogue ep3 = {rnd(dev, EM_BF16, EM_SHAPE(64), 620), EM_MATMUL_ACT_GELU,
+                                      rnd(dev, EM_BF16, EM_SHAPE(1, 1, 64), 621), false};
+            check_mm("skinny epilogue bf16", rnd(dev, EM_BF16, EM_SHAPE(1, 1, 256), 622),
+                     rnd(dev, EM_BF16, EM_SHAPE(256, 64), 623), &ep3);
+        }
+        em_scope_end(NULL, 0);
+        /* forced: 3 groups along K of 2 units x 2 lines (shared-memory sums), split-K partials
+         * (folded batches, the epilogue after the reduce), b both ways */
+        static const char *const configs[] = {"skinny 4x2x16 1x3x2 s1", "skinny 2x1x16 1x1x1 s3"};
+        for (size_t ci = 0; ci < EM_ARRAY_LEN(configs); ci++) {
+            setenv("EMBER_MATMUL_CONFIG", configs[ci], 1);
+            em_scope_begin();
+            snprintf(what, sizeof what, "config %s", configs[ci]);
+            check_mm(what, rnd(dev, EM_F32, EM_SHAPE(3, 200), 630),
+                     rnd(dev, EM_F32, EM_SHAPE(200, 40), 631), NULL);
+            em_matmul_epilogue ep4 = {rnd(dev, EM_F32, EM_SHAPE(37), 634), EM_MATMUL_ACT_GELU,
+                                      rnd(dev, EM_F32, EM_SHAPE(2, 1, 37), 635), false};
+            check_mm(what, rnd(dev, EM_F32, EM_SHAPE(2, 1, 200), 632),
+                     em_transpose(rnd(dev, EM_F32, EM_SHAPE(37, 200), 633), 0, 1), &ep4);
+            em_scope_end(NULL, 0);
+        }
+        unsetenv("EMBER_MATMUL_CONFIG");
+    }
+}
+
+/* The skinny kernel is the choice for at most 16 rows on an H200 (f32 and bf16, x W and x W^T,
+ * decoding's batches folded), with lines of 16 bytes and its butterfly inside a plane; 17 rows
+ * are not skinny. */
+static void test_skinny_choice_on_h200(void **state)
+{
+    (void)state;
+    em_caps caps;
+    em_tensor *t = em_zeros(tu_devs[0], EM_F32, EM_SHAPE(1));
+    static const em_scalar types[] = {EM_F32, EM_BF16};
+    for (size_t i = 0; i < EM_ARRAY_LEN(types); i++) {
+        for (int bt = 0; bt < 2; bt++) {
+            mm_problem p =
+                h200_problem(&caps, types[i], false, 1, bt ? 50304 : 2304, 768, false, bt, t);
+            mm_config c = mm_heuristic(&p);
+            assert_int_equal(c.kind, MM_SKINNY);
+            assert_int_equal(c.bm, 1);
+            mm_skinny_plan q;
+            assert_true(mm_skinny_plan_of(&p, &c, &q));
+            assert_int_equal(q.v, 16 / (int)em_scalar_size(types[i]));
+            assert_int_equal(q.bt, bt != 0);
+            assert_int_equal((c.bn * c.tm) % 32 == 0 || c.tm == 1, true);
+            mm_config cand[32];
+            int n = mm_candidates(&p, false, cand, 32);
+            assert_true(n > 1);
+            assert_int_equal(cand[0].kind, MM_SKINNY);
+            p = h200_problem(&caps, types[i], false, 16, 768, 3072, false, bt, t);
+            c = mm_heuristic(&p);
+            assert_int_equal(c.kind, MM_SKINNY);
+            assert_int_equal(c.bm, 16);
+            p = h200_problem(&caps, types[i], false, 17, 768, 3072, false, bt, t);
+            c = mm_heuristic(&p);
+            assert_true(c.kind != MM_SKINNY);
+        }
+    }
+    em_release(t);
+}
+
 /* Empty results and K == 0 (zeros, then the epilogue). */
 static void test_empty(void **state)
 {
@@ -715,6 +856,8 @@ int main(void)
         cmocka_unit_test(test_epilogue),
         cmocka_unit_test(test_cpu_kernel),
         cmocka_unit_test(test_split_k_default),
+        cmocka_unit_test(test_skinny),
+        cmocka_unit_test(test_skinny_choice_on_h200),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_errors),
     };
