@@ -7,7 +7,11 @@
  *   p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
  *
  * t is the optimizer's step count (em_optimizer_steps after the step), shared by all parameters;
- * the moments start at zero on the first step. */
+ * the moments start at zero on the first step.
+ *
+ * The step runs fused.c's op_adam_fused: these formulas in one launch per parameter, in place
+ * (src/kernels/optim_adam.ek). adam_update below computes the same op by op; it runs only where
+ * the kernel cannot: a strided parameter (a view), or one of more than 2^31 elements. */
 #include <math.h>
 
 #include "optim/internal.h"
@@ -46,6 +50,7 @@ static em_optimizer *adam_setup(em_optimizer *o, const em_adam_config *cfg)
     o->cfg.adam = *cfg;
     o->lr = cfg->lr;
     o->update = adam_update;
+    o->fused = op_adam_fused;
     o->nstate = 2;
     o->state_names[0] = "exp_avg";
     o->state_names[1] = "exp_avg_sq";

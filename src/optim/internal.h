@@ -1,6 +1,7 @@
 /* internal.h — what the optimizer files share: the optimizer object (its parameters, their state
- * and the algorithm's per-parameter update), and the helpers sgd.c and adam.c use. optimizer.c
- * holds everything that does not depend on the algorithm. */
+ * and the algorithm's per-parameter update), the helpers sgd.c and adam.c use, and the fused
+ * kernels' host side (fused.c). optimizer.c holds everything that does not depend on the
+ * algorithm. */
 #ifndef EM_OPTIM_INTERNAL_H
 #define EM_OPTIM_INTERNAL_H
 
@@ -22,6 +23,12 @@ typedef struct op_param {
  * temporaries need no release; state kept across steps must go through op_set_state). */
 typedef em_status (*op_update_fn)(em_optimizer *o, op_param *p, const em_tensor *g, int64_t t);
 
+/* The same update in one fused launch, given the gradient as it is (the parameter's dtype, any
+ * layout). Sets *ran when it updated p; leaves it false (returning EM_OK) where it cannot run, and
+ * the step then calls the op-by-op update. Same context as op_update_fn. */
+typedef em_status (*op_fused_fn)(em_optimizer *o, op_param *p, const em_tensor *g, int64_t t,
+                                 bool *ran);
+
 struct em_optimizer {
     const char *kind; /* "SGD", "Adam", "AdamW" */
     op_param *ps;     /* parameters, in the order given (or visited) */
@@ -31,6 +38,7 @@ struct em_optimizer {
     int nstate;                            /* state tensors per parameter (0..OP_MAX_STATE) */
     const char *state_names[OP_MAX_STATE]; /* suffixes: "momentum_buffer", "exp_avg", ... */
     op_update_fn update;
+    op_fused_fn fused; /* or NULL (SGD) */
     union {
         em_sgd_config sgd;
         em_adam_config adam;
@@ -50,5 +58,16 @@ em_scalar op_compute_type(const em_tensor *t);
 void op_set_state(op_param *p, int i, em_tensor *v);
 /* Writes v (compute dtype) into the parameter, converting to its dtype. */
 em_status op_write_param(op_param *p, const em_tensor *v);
+
+/* ---- fused kernels (fused.c, src/kernels/optim_adam.ek) ---- */
+
+/* Adam/AdamW's update of p in one launch, in place (an op_fused_fn). */
+em_status op_adam_fused(em_optimizer *o, op_param *p, const em_tensor *g, int64_t t, bool *ran);
+/* *out = the sum of the squares of every gradient of o: per gradient one launch writing partial
+ * sums into one buffer per device, read back once per device and added in double. */
+em_status op_grad_sq_sum(em_optimizer *o, double *out);
+/* g = g * s in place in one launch, computed in g's compute dtype. Sets *ran when done; leaves it
+ * false (EM_OK) when g is strided, too large or shared with another tensor. */
+em_status op_scale_grad(em_tensor *g, double s, bool *ran);
 
 #endif

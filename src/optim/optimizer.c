@@ -2,7 +2,8 @@
  * the step loop (recording off, a scope per parameter, gradients converted to the compute dtype),
  * learning rate and step count, zeroing gradients, state for checkpoints (visit and load by name),
  * gradient clipping (global L2 norm as torch.nn.utils.clip_grad_norm_, and by value) and gradient
- * scaling for accumulation. The algorithms themselves are in sgd.c and adam.c.
+ * scaling for accumulation. The algorithms themselves are in sgd.c and adam.c; the fused kernels
+ * the step, the norm and the rescale use where they can run are driven from fused.c.
  *
  * State: created on the first step for every parameter (also those without a gradient then, as
  * zeros), so that a checkpoint always holds the state of every parameter; a tensor of the
@@ -158,6 +159,13 @@ static em_status step_one(em_optimizer *o, op_param *p, int64_t t)
 {
     em_tensor *g = em_grad(p->t);
     if (!g) return init_state(o, p);
+    if (o->fused) {
+        bool ran = false;
+        em_status st = o->fused(o, p, g, t, &ran);
+        if (st != EM_OK || ran) return st;
+    }
+    /* the op-by-op update: the algorithm has no fused kernel (SGD), or the parameter is strided
+     * or too large for it (fused.c) */
     em_scalar ct = op_compute_type(p->t);
     const em_tensor *gc = em_dtype(g) == ct ? g : em_cast(g, ct);
     if (!gc) return em_last_status();
@@ -321,48 +329,33 @@ em_status em_clip_grad_value(em_optimizer *o, double clip)
     return map_grads(o, "clip_grad_value", clamp_sym, clip);
 }
 
-em_status em_scale_grads(em_optimizer *o, double s)
+/* Multiplies every gradient by s: in place in one launch each (op_scale_grad), or, for a
+ * gradient that is strided or shares its buffer, as a new gradient (em_mul_scalar). */
+static em_status scale_grads(em_optimizer *o, const char *what, double s)
 {
-    return map_grads(o, "scale_grads", em_mul_scalar, s);
-}
-
-/* Sum of squares of every gradient, accumulated in double on the host: per device one stacked
- * tensor of the per-parameter sums (computed in f32, f64 for f64 gradients), read once. */
-static em_status grad_sq_sum(em_optimizer *o, double *out)
-{
-    *out = 0;
-    em_tensor **parts = calloc((size_t)(o->n ? o->n : 1), sizeof *parts);
-    bool *done = calloc((size_t)(o->n ? o->n : 1), sizeof *done);
-    em_status st = parts && done ? EM_OK : em_set_error(EM_ERR_NOMEM, "out of memory");
-    for (int first = 0; first < o->n && st == EM_OK; first++) {
-        if (done[first]) continue;
-        em_device *dev = em_tensor_device(o->ps[first].t);
-        const em_caps *caps = em_device_caps(dev);
-        em_scalar acc = caps && caps->dtype[EM_F64] ? EM_F64 : EM_F32;
-        int np = 0;
+    if (!o) return em_set_error(EM_ERR_INVALID, "%s: NULL optimizer", what);
+    em_status st = EM_OK;
+    em_no_grad_begin();
+    for (int i = 0; i < o->n && st == EM_OK; i++) {
+        em_tensor *g = em_grad(o->ps[i].t);
+        if (!g) continue;
+        bool ran = false;
         em_scope_begin();
-        for (int i = first; i < o->n && st == EM_OK; i++) {
-            if (done[i] || em_tensor_device(o->ps[i].t) != dev) continue;
-            done[i] = true;
-            em_tensor *g = em_grad(o->ps[i].t);
-            if (!g) continue;
-            em_scalar ct = op_compute_type(g);
-            const em_tensor *gc = em_dtype(g) == ct ? g : em_cast(g, ct);
-            em_tensor *s = em_sum(em_mul(gc, gc), NULL, 0, false);
-            parts[np] = s ? em_cast(s, acc) : NULL;
-            if (!parts[np]) st = em_last_status();
-            np++;
-        }
-        if (st == EM_OK && np > 0) {
-            double v = em_item(em_sum(em_stack(parts, np, 0), NULL, 0, false));
-            if (isnan(v) && em_last_status() != EM_OK && *em_last_error()) st = em_last_status();
-            *out += v;
+        st = op_scale_grad(g, s, &ran);
+        if (st == EM_OK && !ran) {
+            em_tensor *ng = em_mul_scalar(g, s);
+            st = ng ? em_set_grad(o->ps[i].t, ng) : em_last_status();
         }
         em_scope_end(NULL, 0);
+        if (st != EM_OK) em_error_context("%s: parameter %s", what, o->ps[i].name);
     }
-    free(parts);
-    free(done);
+    em_no_grad_end();
     return st;
+}
+
+em_status em_scale_grads(em_optimizer *o, double s)
+{
+    return scale_grads(o, "scale_grads", s);
 }
 
 em_status em_clip_grad_norm(em_optimizer *o, double max_norm, double *norm_out)
@@ -373,7 +366,7 @@ em_status em_clip_grad_norm(em_optimizer *o, double max_norm, double *norm_out)
     double sq;
     em_clear_error();
     em_no_grad_begin();
-    em_status st = grad_sq_sum(o, &sq);
+    em_status st = op_grad_sq_sum(o, &sq);
     em_no_grad_end();
     if (st != EM_OK) return em_error_context("clip_grad_norm");
     double norm = sqrt(sq);
@@ -381,5 +374,5 @@ em_status em_clip_grad_norm(em_optimizer *o, double max_norm, double *norm_out)
     double coef = max_norm / (norm + CLIP_EPS);
     /* a non-finite norm leaves the gradients as they are (the caller sees it and skips the step) */
     if (!(coef < 1.0) || !isfinite(norm)) return EM_OK;
-    return map_grads(o, "clip_grad_norm", em_mul_scalar, coef);
+    return scale_grads(o, "clip_grad_norm", coef);
 }

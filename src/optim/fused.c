@@ -1,0 +1,259 @@
+/* fused.c — the host side of the optimizer's fused kernels (src/kernels/optim_adam.ek), which
+ * take a GPT-2 clip + AdamW step from 2,861 launches op by op (1,381 with lazy fusion) to 444
+ * (docs/optim.md):
+ *
+ *   op_adam_fused     one launch per parameter updates the parameter and both moments in place
+ *                     (adam.c's formulas, roundings and order); no buffer is allocated
+ *   op_grad_sq_sum    clip_grad_norm's sum of squares: one launch per gradient writes its
+ *                     cubes' partial sums into slots of one buffer per device, read back once
+ *                     and added in double on the host (in slot order: deterministic)
+ *   op_scale_grad     g *= s in place (clip_grad_norm's rescale, em_scale_grads)
+ *
+ * Each runs where its tensors allow (contiguous, small enough for u32 positions, a gradient
+ * buffer no one else sees for the in-place rescale) and otherwise tells the caller, which then
+ * takes the op-by-op path. The tensor layer's internals (tensor/internal.h) give the buffers, as
+ * they do for nn/module.c and dist/dist.c; launches go through the kernel language's host API.
+ * Binding buffers outside tn_launch, each launch first runs the lazy fusion's pending work
+ * (docs/fusion.md): tn_realize on what it reads, em_realize on what it writes (that also runs
+ * pending computations that read the buffer, so they see the values from before the write). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "optim/internal.h"
+#include "tensor/internal.h"
+
+#define SUMSQ_CUBE 256         /* units per cube of optim_sumsq */
+#define SUMSQ_PER_CUBE 16384   /* elements per cube (at least) before another cube is added */
+#define SUMSQ_MAX_CUBES 256    /* cubes (and slots) per gradient, at most */
+#define MAX_ELEMS 0x7fffffffLL /* offset + elements of a tensor the kernels index (u32 lines) */
+
+/* ---- launching ------------------------------------------------------------------------------- */
+
+/* True when the kernels can index t: contiguous, and offset + numel within MAX_ELEMS. */
+static bool indexable(const em_tensor *t)
+{
+    return em_is_contiguous(t) && t->offset + em_numel(t) <= MAX_ELEMS;
+}
+
+/* The widest line width for elements of esz bytes on dev (em_line_lanes), halved until it
+ * divides n and every offset (all in scalars). */
+static unsigned pick_width(em_device *dev, size_t esz, int64_t n, const int64_t *offs, int noffs)
+{
+    unsigned w = em_line_lanes(em_device_caps(dev), (unsigned)esz);
+    for (; w > 1; w /= 2) {
+        bool ok = n % w == 0;
+        for (int i = 0; ok && i < noffs; i++) ok = offs[i] % w == 0;
+        if (ok) break;
+    }
+    return w ? w : 1;
+}
+
+/* Appends t as a kernel's buffer argument (the whole storage, in lines of lw) and its offset in
+ * scalars, as the tensor kernels take them. */
+static size_t push_tensor(em_arg *a, size_t n, const em_tensor *t, unsigned lw)
+{
+    uint64_t len = (uint64_t)(t->st->bytes / em_scalar_size(t->dtype)) / lw;
+    a[n++] = em_arg_buffer(t->st->buf, len ? len : 1);
+    a[n++] = em_arg_u32((uint32_t)t->offset);
+    return n;
+}
+
+static em_status launch(em_device *dev, const char *kernel, const em_lang_bind *binds,
+                        size_t nbinds, unsigned lw, const uint32_t cubes[3],
+                        const uint32_t units[3], const em_arg *args, size_t nargs)
+{
+    const em_lang_module *m = em_lang_builtins();
+    if (!m) return em_last_status();
+    em_lang_spec spec = {binds, nbinds, lw, NULL};
+    return em_lang_launch(dev, m, kernel, &spec, cubes, units, args, nargs);
+}
+
+/* ---- Adam ------------------------------------------------------------------------------------ */
+
+/* State slot k of p as a contiguous tensor that only the optimizer sees (so it may be written in
+ * place): created as zeros, or replaced by a private copy when someone else holds a reference or
+ * the loaded state is not contiguous. NULL with the error set. */
+static em_tensor *own_state(op_param *p, int k)
+{
+    em_tensor *s = p->state[k];
+    if (!s) {
+        s = em_zeros(em_tensor_device(p->t), op_compute_type(p->t), em_shape_of(p->t));
+        if (!s) return NULL;
+        op_set_state(p, k, s);
+    } else if (!em_tensor_exclusive(s) || !indexable(s)) {
+        em_tensor *c = em_clone(s);
+        if (!c || !em_is_contiguous(c)) {
+            em_release(c);
+            return NULL;
+        }
+        op_set_state(p, k, c);
+        s = c;
+    }
+    return s;
+}
+
+em_status op_adam_fused(em_optimizer *o, op_param *p, const em_tensor *grad, int64_t t, bool *ran)
+{
+    *ran = false;
+    em_tensor *w = p->t;
+    /* a strided parameter takes the op-by-op path (its update is written back with em_copy_) */
+    if (!indexable(w) || em_numel(w) == 0) return EM_OK;
+    em_status st = tn_check_write(w, "optimizer_step");
+    if (st != EM_OK) return st;
+    const em_tensor *g = indexable(grad) ? grad : tn_contig(grad); /* a scope-owned copy */
+    em_tensor *m = own_state(p, 0), *v = m ? own_state(p, 1) : NULL;
+    if (!g || !m || !v) return em_last_status();
+    if (!indexable(g) || !indexable(m) || !indexable(v)) return EM_OK;
+    if ((st = tn_realize(g)) != EM_OK || (st = em_realize(w)) != EM_OK ||
+        (st = em_realize(m)) != EM_OK || (st = em_realize(v)) != EM_OK)
+        return st;
+
+    const em_adam_config *c = &o->cfg.adam;
+    em_scalar pt = em_dtype(w), s = op_compute_type(w);
+    em_device *dev = em_tensor_device(w);
+    int64_t n = em_numel(w), offs[4] = {w->offset, g->offset, m->offset, v->offset};
+    size_t esz = em_scalar_size(s) > em_scalar_size(pt) ? em_scalar_size(s) : em_scalar_size(pt);
+    unsigned lw = pick_width(dev, esz, n, offs, 4);
+    bool decay = c->weight_decay != 0 && p->decay;
+    unsigned kind = !decay ? 0 : c->decoupled ? 2 : 1;
+    double bc1 = 1.0 - pow(c->beta1, (double)t), bc2 = 1.0 - pow(c->beta2, (double)t);
+    double dfac = kind == 2 ? 1.0 - o->lr * c->weight_decay : c->weight_decay;
+
+    em_arg a[17];
+    size_t na = 0;
+    na = push_tensor(a, na, w, lw);
+    na = push_tensor(a, na, g, lw);
+    na = push_tensor(a, na, m, lw);
+    na = push_tensor(a, na, v, lw);
+    a[na++] = em_arg_u32((uint32_t)(n / lw));
+    const double sc[8] = {c->beta1,  1.0 - c->beta1, c->beta2,    1.0 - c->beta2,
+                          sqrt(bc2), c->eps,         o->lr / bc1, dfac};
+    for (int i = 0; i < 8; i++) a[na++] = em_arg_f64(sc[i]);
+    em_lang_bind b[3] = {em_lang_bind_type("P", pt), em_lang_bind_type("S", s),
+                         em_lang_bind_int("DECAY", kind)};
+    uint32_t cubes[3], units[3];
+    tn_grid_1d((uint64_t)(n / lw), cubes, units);
+    st = launch(dev, "optim_adam", b, 3, lw, cubes, units, a, na);
+    if (st == EM_OK) *ran = true;
+    return st;
+}
+
+/* ---- gradient norm --------------------------------------------------------------------------- */
+
+/* Cubes (and partial-sum slots) for a gradient of n elements. */
+static uint32_t sumsq_cubes(int64_t n)
+{
+    int64_t c = (n + SUMSQ_PER_CUBE - 1) / SUMSQ_PER_CUBE;
+    return (uint32_t)(c < 1 ? 1 : c > SUMSQ_MAX_CUBES ? SUMSQ_MAX_CUBES : c);
+}
+
+/* Launches optim_sumsq for g into part's slots from `slot`. */
+static em_status sumsq_one(const em_tensor *g, em_tensor *part, int64_t slot)
+{
+    em_device *dev = em_tensor_device(g);
+    if (!indexable(g)) {
+        const em_tensor *c = tn_contig(g); /* scope-owned */
+        if (!c) return em_last_status();
+        if (!indexable(c))
+            return em_set_error(EM_ERR_INVALID, "a gradient of %lld elements is too large",
+                                (long long)em_numel(g));
+        g = c;
+    }
+    em_status st = tn_realize(g);
+    if (st != EM_OK) return st;
+    int64_t n = em_numel(g);
+    unsigned lw = pick_width(dev, em_scalar_size(g->dtype), n, &g->offset, 1);
+    em_arg a[5];
+    size_t na = push_tensor(a, 0, g, lw);
+    na = push_tensor(a, na, part, 1);
+    a[na - 1] = em_arg_u32((uint32_t)slot); /* part_off: the first slot */
+    a[na++] = em_arg_u32((uint32_t)(n / lw));
+    em_lang_bind b[4] = {em_lang_bind_type("G", g->dtype),
+                         em_lang_bind_type("C", op_compute_type(g)),
+                         em_lang_bind_type("A", part->dtype), em_lang_bind_int("CUBE", SUMSQ_CUBE)};
+    uint32_t cubes[3] = {sumsq_cubes(n), 1, 1}, units[3] = {SUMSQ_CUBE, 1, 1};
+    return launch(dev, "optim_sumsq", b, 4, lw, cubes, units, a, na);
+}
+
+/* Adds to *out the sums of squares of the gradients of parameters first.. on first's device (and
+ * marks them done): one launch per gradient into one buffer of slots, one read. */
+static em_status device_sq_sum(em_optimizer *o, int first, bool *done, double *out)
+{
+    em_device *dev = em_tensor_device(o->ps[first].t);
+    const em_caps *caps = em_device_caps(dev);
+    em_scalar acc = caps && caps->dtype[EM_F64] ? EM_F64 : EM_F32;
+    int64_t total = 0;
+    for (int i = first; i < o->n; i++) {
+        if (done[i] || em_tensor_device(o->ps[i].t) != dev) continue;
+        em_tensor *g = em_grad(o->ps[i].t);
+        if (g && em_numel(g) > 0) total += sumsq_cubes(em_numel(g));
+    }
+    if (total > MAX_ELEMS)
+        return em_set_error(EM_ERR_INVALID, "%lld partial sums are too many", (long long)total);
+    em_tensor *part = total > 0 ? em_empty(dev, acc, EM_SHAPE(total)) : NULL; /* scope-owned */
+    if (total > 0 && !part) return em_last_status();
+    em_status st = em_realize(part);
+    int64_t slot = 0;
+    for (int i = first; i < o->n && st == EM_OK; i++) {
+        if (done[i] || em_tensor_device(o->ps[i].t) != dev) continue;
+        done[i] = true;
+        em_tensor *g = em_grad(o->ps[i].t);
+        if (!g || em_numel(g) == 0) continue;
+        st = sumsq_one(g, part, slot);
+        if (st != EM_OK) em_error_context("parameter %s", o->ps[i].name);
+        slot += sumsq_cubes(em_numel(g));
+    }
+    if (st != EM_OK || total == 0) return st;
+    size_t bytes = (size_t)total * em_scalar_size(acc);
+    void *host = malloc(bytes);
+    if (!host) return em_set_error(EM_ERR_NOMEM, "out of host memory for %zu bytes", bytes);
+    st = em_to_host(part, host, bytes);
+    for (int64_t i = 0; st == EM_OK && i < total; i++) *out += tn_host_get(acc, host, (size_t)i);
+    free(host);
+    return st;
+}
+
+em_status op_grad_sq_sum(em_optimizer *o, double *out)
+{
+    *out = 0;
+    bool *done = calloc((size_t)(o->n ? o->n : 1), sizeof *done);
+    if (!done) return em_set_error(EM_ERR_NOMEM, "out of memory");
+    em_status st = EM_OK;
+    for (int first = 0; first < o->n && st == EM_OK; first++) {
+        if (done[first]) continue;
+        em_scope_begin();
+        st = device_sq_sum(o, first, done, out);
+        em_scope_end(NULL, 0);
+    }
+    free(done);
+    return st;
+}
+
+/* ---- rescaling ------------------------------------------------------------------------------- */
+
+em_status op_scale_grad(em_tensor *g, double s, bool *ran)
+{
+    *ran = false;
+    /* in place only where no one else sees the buffer (a gradient may be shared or a view) */
+    if (!g || !indexable(g) || !em_tensor_exclusive(g)) return EM_OK;
+    int64_t n = em_numel(g);
+    if (n == 0) {
+        *ran = true;
+        return EM_OK;
+    }
+    em_status st = em_realize(g);
+    if (st != EM_OK) return st;
+    em_device *dev = em_tensor_device(g);
+    unsigned lw = pick_width(dev, em_scalar_size(g->dtype), n, &g->offset, 1);
+    em_arg a[4];
+    size_t na = push_tensor(a, 0, g, lw);
+    a[na++] = em_arg_u32((uint32_t)(n / lw));
+    a[na++] = em_arg_f64(s);
+    em_lang_bind b[2] = {em_lang_bind_type("G", g->dtype),
+                         em_lang_bind_type("C", op_compute_type(g))};
+    uint32_t cubes[3], units[3];
+    tn_grid_1d((uint64_t)(n / lw), cubes, units);
+    st = launch(dev, "optim_scale", b, 2, lw, cubes, units, a, na);
+    if (st == EM_OK) *ran = true;
+    return st;
+}
