@@ -35,6 +35,13 @@ em_tensor *em_max_pool2d_backward(const em_tensor *grad_out, const em_tensor *x,
  * gradient divided by kernel * kernel (padding counted, as the forward counts it). */
 em_tensor *em_avg_pool2d_backward(const em_tensor *grad_out, em_shape x_shape, int kernel,
                                   int stride, int padding);
+/* d loss / d weight of em_embedding(weight, ids) for a table of num_embeddings rows: [V, D] of
+ * grad's dtype, row v the sum of grad's rows [..., D] at the positions whose id is v (zeros for
+ * ids that do not occur), summed in f32 for f16/bf16 in ascending position order. The ids are read
+ * back, checked and sorted by counting on the host; then one unit per output element reads each
+ * of its rows once (O(n D + V D), where a scatter_add into zeros is O(n V D)). */
+em_tensor *em_embedding_backward(const em_tensor *grad, const em_tensor *ids,
+                                 int64_t num_embeddings);
 
 /* d loss / d logits of em_cross_entropy_rows(logits, targets, ignore_index, label_smoothing), of
  * logits' shape [N, C]: grad_out[r] (softmax(logits[r]) - (1 - ls) onehot(class) - ls / C), zeros

@@ -1,7 +1,10 @@
-/* rules_index.c — backward rules of the indexing ops. Indices get no gradient. index_select,
- * gather and embedding add g into zeros of the input's shape at the indexed places (scatter_add,
- * so repeated indices accumulate); scatter passes g to the target except at the overwritten
- * places, scatter_add passes all of g to it; both give src the gathered g. */
+/* rules_index.c — backward rules of the indexing ops. Indices get no gradient. index_select and
+ * gather add g into zeros of the input's shape at the indexed places (scatter_add, so repeated
+ * indices accumulate); embedding's table gets em_embedding_backward (tensor_grad.h: the rows of g
+ * summed per id, without scatter_add's search over every index for every element); scatter
+ * passes g to the target except at the overwritten places, scatter_add passes all of g to it;
+ * both give src the gathered g. */
+#include "ember/tensor_grad.h"
 #include "autodiff/rules_util.h"
 
 /* index [n] of index_select along dim, shaped and expanded to `shape` (g's) for scatter_add. */
@@ -43,12 +46,7 @@ static em_status bw_embedding(const ad_ctx *c, const em_tensor *g, em_tensor **g
 {
     em_tensor *r[2];
     ru_begin(r, 2);
-    if (c->needs[0]) {
-        int64_t d = c->in_shape[0].d[1], n = ru_numel(c->in_shape[1]);
-        em_tensor *g2 = em_reshape(g, EM_SHAPE(n, d));
-        em_tensor *ids = em_reshape(c->in[1], EM_SHAPE(n));
-        r[0] = add_into_zeros(c, g2, 0, spread_index(ids, 0, EM_SHAPE(n, d)));
-    }
+    if (c->needs[0]) r[0] = em_embedding_backward(g, c->in[1], c->in_shape[0].d[0]);
     return ru_end(c, r, gin, 2, 2u);
 }
 

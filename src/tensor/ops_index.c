@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ember/tensor_grad.h"
 #include "tensor/internal.h"
 
 /* Checks every index of idx lies in [0, n); false with the error naming the first bad one. */
@@ -222,5 +223,85 @@ em_tensor *em_scatter_add(const em_tensor *t, int dim, const em_tensor *index, c
     tn_done(t);
     tn_done(index);
     tn_done(src);
+    return out;
+}
+
+em_tensor *em_embedding_backward(const em_tensor *grad, const em_tensor *ids, int64_t num_embeddings)
+{
+    const char *op = "embedding_backward";
+    if (!grad || !ids) return NULL;
+    char s1[128], s2[128];
+    if (!tn_same_device(op, grad, ids)) return NULL;
+    bool ok = em_scalar_is_float(grad->dtype) && grad->rank == ids->rank + 1 &&
+              num_embeddings > 0 && num_embeddings < INT32_MAX;
+    for (int i = 0; ok && i < ids->rank; i++) ok = grad->shape[i] == ids->shape[i];
+    if (!ok) {
+        em_set_error(EM_ERR_INVALID,
+                     "%s: grad %s and ids %s do not match (expected float grad [..., D] over ids "
+                     "[...]) or %lld embeddings is out of range",
+                     op, em_describe(grad, s1, sizeof s1), em_describe(ids, s2, sizeof s2),
+                     (long long)num_embeddings);
+        return NULL;
+    }
+    int64_t n = em_numel(ids), D = grad->shape[grad->rank - 1], V = num_embeddings;
+    if (V * D >= (int64_t)UINT32_MAX) {
+        em_set_error(EM_ERR_INVALID, "%s: a table of %lld x %lld is too large for one launch", op,
+                     (long long)V, (long long)D);
+        return NULL;
+    }
+    if (!check_indices(op, ids, V)) return NULL;
+    int64_t shape[2] = {V, D};
+    em_tensor *out = tn_new(grad->st->dev, grad->dtype, 2, shape);
+    if (!out || V * D == 0) return out;
+    if (n == 0 || n >= INT32_MAX) {
+        if (n == 0 && tn_fill(out, 0) == EM_OK) return out;
+        if (n) em_set_error(EM_ERR_INVALID, "%s: %lld ids are too many", op, (long long)n);
+        em_release(out);
+        return NULL;
+    }
+    /* the positions sorted by id (counting sort: stable, so ascending within an id) */
+    int64_t *host = malloc((size_t)n * sizeof *host);
+    int32_t *order = malloc((size_t)n * sizeof *order), *starts = calloc((size_t)V + 1, sizeof *starts);
+    em_tensor *g2 = NULL, *to = NULL, *ts = NULL;
+    em_status st = host && order && starts ? EM_OK : em_set_error(EM_ERR_NOMEM, "%s: out of host memory", op);
+    em_tensor *wide = st == EM_OK ? (ids->dtype == EM_I64 ? (em_tensor *)ids : em_cast(ids, EM_I64)) : NULL;
+    if (st == EM_OK) st = wide ? em_to_host(wide, host, (size_t)n * sizeof *host) : em_last_status();
+    if (wide && wide != ids) em_release(wide);
+    if (st == EM_OK) {
+        for (int64_t i = 0; i < n; i++) starts[host[i] + 1]++;
+        for (int64_t v = 0; v < V; v++) starts[v + 1] += starts[v];
+        int32_t *next = malloc((size_t)V * sizeof *next);
+        if (!next) {
+            st = em_set_error(EM_ERR_NOMEM, "%s: out of host memory", op);
+        } else {
+            memcpy(next, starts, (size_t)V * sizeof *next);
+            for (int64_t i = 0; i < n; i++) order[next[host[i]]++] = (int32_t)i;
+            free(next);
+        }
+    }
+    if (st == EM_OK) {
+        to = em_from_host(grad->st->dev, EM_I32, EM_SHAPE(n), order);
+        ts = em_from_host(grad->st->dev, EM_I32, EM_SHAPE(V + 1), starts);
+        g2 = em_reshape(grad, EM_SHAPE(n, D));
+        if (!to || !ts || !g2) st = em_last_status();
+    }
+    if (st == EM_OK) {
+        em_lang_bind b[2] = {em_lang_bind_type("T", grad->dtype),
+                             em_lang_bind_type("C", tn_compute_type(grad->dtype))};
+        tn_arg args[4] = {tn_arg_t(g2), tn_arg_flat(to), tn_arg_flat(ts), tn_arg_t(out)};
+        uint32_t cubes[3], units[3];
+        tn_grid_1d((uint64_t)(V * D), cubes, units);
+        st = tn_launch(op, grad->st->dev, "tensor_embedding_backward", b, 2, 1, cubes, units, args, 4);
+    }
+    free(host);
+    free(order);
+    free(starts);
+    em_release(g2);
+    em_release(to);
+    em_release(ts);
+    if (st != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
     return out;
 }
