@@ -1,7 +1,8 @@
-/* rules_index.c — backward rules of the indexing ops. Indices get no gradient. index_select and
- * gather add g into zeros of the input's shape at the indexed places (scatter_add, so repeated
- * indices accumulate); embedding's table gets em_embedding_backward (tensor_grad.h: the rows of g
- * summed per id, without scatter_add's search over every index for every element); scatter
+/* rules_index.c — backward rules of the indexing ops. Indices get no gradient. index_select
+ * (along other dims than 0) and gather add g into zeros of the input's shape at the indexed places
+ * (scatter_add, so repeated indices accumulate); embedding's table and index_select along dim 0
+ * (how em_embedding picks rows) get em_embedding_backward (tensor_grad.h: the rows of g summed per
+ * index, without scatter_add's search over every index for every element); scatter
  * passes g to the target except at the overwritten places, scatter_add passes all of g to it;
  * both give src the gathered g. */
 #include "ember/tensor_grad.h"
@@ -29,7 +30,14 @@ static em_status bw_index_select(const ad_ctx *c, const em_tensor *g, em_tensor 
     ru_begin(r, 2);
     int dim = (int)c->p->k;
     if (dim < 0) dim += c->in_shape[0].rank;
-    if (c->needs[0]) r[0] = add_into_zeros(c, g, dim, spread_index(c->in[1], dim, em_shape_of(g)));
+    if (c->needs[0] && dim == 0) { /* rows picked (em_embedding): summed per index */
+        em_shape in = c->in_shape[0];
+        int64_t n = em_numel(c->in[1]), rest = ru_numel(in) / (in.d[0] ? in.d[0] : 1);
+        em_tensor *rows = em_embedding_backward(em_reshape(g, EM_SHAPE(n, rest)), c->in[1], in.d[0]);
+        r[0] = rows ? em_reshape(rows, in) : NULL;
+    } else if (c->needs[0]) {
+        r[0] = add_into_zeros(c, g, dim, spread_index(c->in[1], dim, em_shape_of(g)));
+    }
     return ru_end(c, r, gin, 2, 2u);
 }
 
