@@ -27,17 +27,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "cli.h"
 #include "ember/gpt.h"
 
 enum { MAX_BATCH = 4096 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int usage(FILE *out)
 {
@@ -54,23 +49,7 @@ static int usage(FILE *out)
     return 2;
 }
 
-/* A positive integer argument, or -1. */
-static int64_t positive(const char *s)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    return errno || end == s || *end || v <= 0 ? -1 : (int64_t)v;
-}
 
-/* splitmix64: the prompts' tokens. */
-static uint64_t next_u64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 /* The first largest of x[0, n). */
 static int64_t argmax(const float *x, int64_t n)
@@ -118,11 +97,11 @@ static em_status generate(decode_run *r, int64_t n, double *prefill_s, double *s
 {
     em_status st = em_flush(); /* nothing pending from before is timed */
     if (st == EM_OK) st = em_device_sync(r->dev);
-    double t0 = now_s();
+    double t0 = bu_now_s();
     for (int64_t i = 0; st == EM_OK && i < r->B; i++) st = prefill(r, i);
-    double t1 = now_s();
+    double t1 = bu_now_s();
     for (int64_t s = 1; st == EM_OK && s < n; s++) st = step(r);
-    double t2 = now_s();
+    double t2 = bu_now_s();
     for (int64_t i = 0; i < r->B; i++) em_gpt_batch_clear(r->b, i);
     *prefill_s = t1 - t0;
     *steps_s = t2 - t1;
@@ -158,13 +137,13 @@ static int parse(int argc, char **argv, decode_opts *o)
         else if (!strcmp(a, "--preset"))
             o->preset = v;
         else if (!strcmp(a, "--batch"))
-            o->batch = positive(v);
+            o->batch = bu_positive(v);
         else if (!strcmp(a, "--greedy") && (!strcmp(v, "device") || !strcmp(v, "host")))
             o->host_greedy = !strcmp(v, "host");
         else if (!strcmp(a, "--prompt"))
-            o->prompt = positive(v);
+            o->prompt = bu_positive(v);
         else if (!strcmp(a, "--new"))
-            o->nnew = positive(v);
+            o->nnew = bu_positive(v);
         else if (!strcmp(a, "--seed")) {
             char *end;
             errno = 0;
@@ -207,7 +186,7 @@ static int bench(const decode_opts *o, em_device *dev, const em_gpt_config *cfg)
         goto done;
     }
     uint64_t rng = o->seed ^ 0x5EEDull;
-    for (int64_t i = 0; i < B * P; i++) prompts[i] = (int64_t)(next_u64(&rng) % (uint64_t)V);
+    for (int64_t i = 0; i < B * P; i++) prompts[i] = (int64_t)(bu_next_u64(&rng) % (uint64_t)V);
     for (int64_t i = 0; i < B; i++) slots[i] = i;
     decode_run r = {dev, b, B, P, V, prompts, slots, tok, logits, o->host_greedy};
     double pre, steps;

@@ -25,18 +25,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "cli.h"
 #include "ember/data.h"
 #include "ember/gpt.h"
 #include "ember/runtime.h"
 #include "ember/train.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int usage(FILE *out)
 {
@@ -52,14 +47,6 @@ static int usage(FILE *out)
     return 2;
 }
 
-/* A positive integer argument, or -1. */
-static int64_t positive(const char *s)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    return errno || end == s || *end || v <= 0 ? -1 : (int64_t)v;
-}
 
 typedef struct train_opts {
     const char *device, *preset;
@@ -96,7 +83,7 @@ static int parse(int argc, char **argv, train_opts *o)
         }
         i++;
         if (n) {
-            if ((*n = positive(v)) < 0) {
+            if ((*n = bu_positive(v)) < 0) {
                 fprintf(stderr, "ember bench train-gpt2: %s takes a positive integer, not '%s'\n",
                         a, v);
                 return usage(stderr);
@@ -126,14 +113,6 @@ static int parse(int argc, char **argv, train_opts *o)
     return 0;
 }
 
-/* splitmix64: the random tokens. */
-static uint64_t next_u64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -153,7 +132,7 @@ static em_status write_tokens(const char *dir, const train_opts *o, int64_t voca
     uint32_t *ids = malloc(n * sizeof *ids);
     if (!ids) return em_set_error(EM_ERR_NOMEM, "bench train-gpt2: out of memory for %zu tokens", n);
     uint64_t s = o->seed ^ 0x5eedull;
-    for (size_t i = 0; i < n; i++) ids[i] = (uint32_t)(next_u64(&s) % (uint64_t)vocab);
+    for (size_t i = 0; i < n; i++) ids[i] = (uint32_t)(bu_next_u64(&s) % (uint64_t)vocab);
     char path[4200];
     snprintf(path, sizeof path, "%s/train_000.bin", dir);
     em_status st = em_shard_write(path, ids, n, (uint32_t)padded);
@@ -224,11 +203,11 @@ static int run(const train_opts *o, const char *dir)
     if (st == EM_OK) st = em_device_sync(dev);
     bool profiling = em_profile_enabled();
     if (st == EM_OK && profiling) em_profile_reset(); /* the report covers the timed steps only */
-    double t0 = now_s();
+    double t0 = bu_now_s();
     for (int64_t i = 0; st == EM_OK && i < o->steps; i++) st = em_trainer_step(t, &m);
     if (st == EM_OK) st = em_flush(); /* pending fused work runs before the clock reads */
     if (st == EM_OK) st = em_device_sync(dev);
-    double dt = (now_s() - t0) / (double)o->steps;
+    double dt = (bu_now_s() - t0) / (double)o->steps;
     int rc = 0;
     if (st != EM_OK) {
         fprintf(stderr, "ember bench train-gpt2: %s\n", em_last_error());
