@@ -7,29 +7,45 @@
 #include "ember/tensor_grad.h"
 #include "tensor/internal.h"
 
-/* Checks every index of idx lies in [0, n); false with the error naming the first bad one. */
-static bool check_indices(const char *op, const em_tensor *idx, int64_t n)
+/* Reads idx back (i32 or i64) as i64 into a malloc'd array (*out, NULL when idx is empty) and
+ * checks every index lies in [0, n); false with the error naming the first bad one. */
+static bool read_indices(const char *op, const em_tensor *idx, int64_t n, int64_t **out)
 {
+    *out = NULL;
     if (idx->dtype != EM_I32 && idx->dtype != EM_I64) {
         em_set_error(EM_ERR_INVALID, "%s: indices must be i32 or i64, got %s", op, em_scalar_name(idx->dtype));
         return false;
     }
     size_t cnt = (size_t)em_numel(idx);
     if (!cnt) return true;
-    void *host = malloc(cnt * 8);
+    int64_t *host = malloc(cnt * 8);
     if (!host) {
         em_set_error(EM_ERR_NOMEM, "%s: out of host memory", op);
         return false;
     }
     bool ok = em_to_host(idx, host, cnt * 8) == EM_OK;
+    if (ok && idx->dtype == EM_I32) /* widen in place, from the end */
+        for (size_t i = cnt; i-- > 0;) host[i] = ((int32_t *)host)[i];
     for (size_t i = 0; ok && i < cnt; i++) {
-        int64_t v = idx->dtype == EM_I32 ? ((int32_t *)host)[i] : ((int64_t *)host)[i];
-        if (v < 0 || v >= n) {
+        if (host[i] < 0 || host[i] >= n) {
             em_set_error(EM_ERR_INVALID, "%s: index %lld is out of range for a dim of size %lld", op,
-                         (long long)v, (long long)n);
+                         (long long)host[i], (long long)n);
             ok = false;
         }
     }
+    if (ok) {
+        *out = host;
+    } else {
+        free(host);
+    }
+    return ok;
+}
+
+/* Checks every index of idx lies in [0, n); false with the error naming the first bad one. */
+static bool check_indices(const char *op, const em_tensor *idx, int64_t n)
+{
+    int64_t *host;
+    bool ok = read_indices(op, idx, n, &host);
     free(host);
     return ok;
 }
@@ -249,24 +265,26 @@ em_tensor *em_embedding_backward(const em_tensor *grad, const em_tensor *ids, in
                      (long long)V, (long long)D);
         return NULL;
     }
-    if (!check_indices(op, ids, V)) return NULL;
-    int64_t shape[2] = {V, D};
-    em_tensor *out = tn_new(grad->st->dev, grad->dtype, 2, shape);
-    if (!out || V * D == 0) return out;
-    if (n == 0 || n >= INT32_MAX) {
-        if (n == 0 && tn_fill(out, 0) == EM_OK) return out;
-        if (n) em_set_error(EM_ERR_INVALID, "%s: %lld ids are too many", op, (long long)n);
-        em_release(out);
+    if (n >= INT32_MAX) {
+        em_set_error(EM_ERR_INVALID, "%s: %lld ids are too many", op, (long long)n);
         return NULL;
     }
+    int64_t *host; /* the ids, read back once: checked, then sorted */
+    if (!read_indices(op, ids, V, &host)) return NULL;
+    int64_t shape[2] = {V, D};
+    em_tensor *out = tn_new(grad->st->dev, grad->dtype, 2, shape);
+    if (!out || V * D == 0 || n == 0) {
+        free(host);
+        if (out && V * D > 0 && tn_fill(out, 0) != EM_OK) {
+            em_release(out);
+            return NULL;
+        }
+        return out;
+    }
     /* the positions sorted by id (counting sort: stable, so ascending within an id) */
-    int64_t *host = malloc((size_t)n * sizeof *host);
     int32_t *order = malloc((size_t)n * sizeof *order), *starts = calloc((size_t)V + 1, sizeof *starts);
     em_tensor *g2 = NULL, *to = NULL, *ts = NULL;
-    em_status st = host && order && starts ? EM_OK : em_set_error(EM_ERR_NOMEM, "%s: out of host memory", op);
-    em_tensor *wide = st == EM_OK ? (ids->dtype == EM_I64 ? (em_tensor *)ids : em_cast(ids, EM_I64)) : NULL;
-    if (st == EM_OK) st = wide ? em_to_host(wide, host, (size_t)n * sizeof *host) : em_last_status();
-    if (wide && wide != ids) em_release(wide);
+    em_status st = order && starts ? EM_OK : em_set_error(EM_ERR_NOMEM, "%s: out of host memory", op);
     if (st == EM_OK) {
         for (int64_t i = 0; i < n; i++) starts[host[i] + 1]++;
         for (int64_t v = 0; v < V; v++) starts[v + 1] += starts[v];
