@@ -8,7 +8,12 @@
  * stride — takes the fast path of src/kernels/tensor_rowwise.ek instead, on the CPU and on
  * devices with plane ops: rows read as 16-byte lines, a plane (or a part of one) per short row
  * and several rows per cube, rows of up to 16384 elements held in registers between passes
- * (rows_plan_for says how the host chooses). */
+ * (rows_plan_for says how the host chooses).
+ *
+ * Float sum and mean over leading dims, the kept dims being one contiguous inner block (bias
+ * gradients: [B*T, C] over dim 0), take the column path of src/kernels/tensor_cols.ek on every
+ * device: consecutive units read consecutive columns of a row, cubes cover tiles of columns and
+ * slices of rows, and a second launch sums the slices' partials (cols_plan_for). */
 #include <math.h>
 #include <string.h>
 
@@ -230,6 +235,162 @@ static em_status rows_sum(const char *op, const em_tensor *t, int k, em_tensor *
     return rows_launch(op, t->st->dev, "tensor_rows_sum", &p, b, nb, a, 8);
 }
 
+/* ---- the column path (src/kernels/tensor_cols.ek) -------------------------------------------- */
+
+/* How the rows x n elements of a column reduction are read and spread over cubes. */
+typedef struct cols_plan {
+    unsigned lw;     /* line width: scalars per load */
+    unsigned tx, ty; /* units of a cube along the columns (bands) and along the rows */
+    unsigned v;      /* lines of a unit's band: consecutive lines it adds row by row */
+    uint32_t rows;   /* rows reduced */
+    uint32_t nl;     /* lines per row (the columns kept, over lw) */
+    uint32_t x_rs;   /* row stride of the input, in lines */
+    uint32_t rpc;    /* rows per cube along the grid's Y axis */
+    uint32_t slices; /* cubes along Y: 1, or the rows of the partials the second launch reduces */
+    uint32_t tiles;  /* cubes along X */
+} cols_plan;
+
+/* Whether t, reduced over the dims set in red, is a column reduction: leaving out dims of size 1,
+ * the reduced dims all come before the kept ones, the kept dims are contiguous together (*n
+ * elements, stride 1) and the reduced dims merge into one (*rows rows at a stride of *rs). */
+static bool cols_geometry(const em_tensor *t, const bool *red, int64_t *rows, int64_t *n,
+                          int64_t *rs)
+{
+    int64_t nn = 1, r = 1, st = 0;
+    bool seen = false; /* a reduced dim of size > 1 */
+    for (int i = t->rank - 1; i >= 0; i--) {
+        if (t->shape[i] == 1) continue;
+        if (!red[i]) {
+            if (seen || t->stride[i] != nn) return false;
+            nn *= t->shape[i];
+            continue;
+        }
+        if (seen && t->stride[i] != st * r) return false;
+        if (!seen) st = t->stride[i];
+        seen = true;
+        r *= t->shape[i];
+    }
+    *rows = r;
+    *n = nn;
+    *rs = st;
+    return true;
+}
+
+/* The plan for rows x n elements of dtype dt at a row stride of x_rs (offsets and strides in
+ * al[0..na)) on dev; `one_slice` keeps every row in one cube along Y (the second launch). False
+ * when the sizes pass the kernel's u32 indices (then the general kernel runs, and reports them).
+ *   - Devices other than the CPU: cubes of 256 units (or the device's most, a power of two); TX
+ *     a power of two up to 32 (a plane of NVIDIA's) chosen to waste the fewest units on the last
+ *     tile, the larger on a tie, so that a plane reads TX consecutive lines of each of
+ *     32 / TX rows; TY the rest. The rows are split into slices, enough for about 8 cubes per
+ *     compute unit (one wave on a GPU), while each unit still adds at least 8 rows.
+ *   - The CPU (a cube is one thread looping over its units): TY = 1 (no barriers); each unit
+ *     adds a band of V consecutive lines (the largest of 16, 8, 4, 2, 1 dividing nl) row by row,
+ *     reading whole cache lines (a unit per line, the four units sharing a cache line each
+ *     walking the slice's rows, measured 2.5x to 5x slower on f32 [16384, 768] and [16384,
+ *     3072]); TX up to 64 bands chosen as above; slices of at least 256 rows, enough for about 4
+ *     cubes per thread, and at most 4096 rows (a unit adds its slice serially). */
+static bool cols_plan_for(em_device *dev, em_scalar dt, int64_t rows, int64_t n, int64_t x_rs,
+                          const int64_t *al, int na, bool one_slice, cols_plan *p)
+{
+    const em_caps *c = em_device_caps(dev);
+    if (!c || rows < 1 || n < 1) return false;
+    bool cpu = !strcmp(c->target, "c");
+    p->lw = rows_width(c, dt, n, al, na);
+    int64_t nl = n / p->lw;
+    /* the kernel's line indices: the last row's start plus a row, and x_rs * (TY * 4) steps */
+    if (rows >= INT32_MAX || nl > UINT32_MAX || x_rs / p->lw > UINT32_MAX / 1024 ||
+        (rows + 1) * (x_rs / p->lw) + nl > (int64_t)UINT32_MAX)
+        return false;
+    unsigned cube = 1, txmax = 64;
+    if (!cpu) {
+        unsigned maxu = c->max_cube_units ? c->max_cube_units : 256;
+        while (cube * 2 <= maxu && cube < 256) cube *= 2;
+        txmax = cube < 32 ? cube : 32;
+    }
+    p->v = 1;
+    while (cpu && p->v < 16 && nl % (p->v * 2) == 0) p->v *= 2;
+    int64_t nb = nl / p->v; /* bands of v lines, one per unit along X */
+    unsigned tx = 1;
+    for (unsigned w = 1; w <= txmax; w *= 2)
+        if ((nb + w - 1) / w * w <= (nb + tx - 1) / tx * tx) tx = w;
+    p->tx = tx;
+    p->ty = cpu ? 1 : cube / tx;
+    p->rows = (uint32_t)rows;
+    p->nl = (uint32_t)nl;
+    p->x_rs = (uint32_t)(x_rs / p->lw);
+    p->tiles = (uint32_t)((nb + tx - 1) / tx);
+    int64_t target = (int64_t)(c->compute_units ? c->compute_units : 64) * (cpu ? 4 : 8);
+    int64_t least = cpu ? 256 : (int64_t)p->ty * 8, most = cpu ? 4096 : rows;
+    int64_t s = (target + p->tiles - 1) / p->tiles;
+    if (s > (rows + least - 1) / least) s = (rows + least - 1) / least;
+    if (s < (rows + most - 1) / most) s = (rows + most - 1) / most;
+    if (s > 65535) s = 65535;
+    if (one_slice || s < 1) s = 1;
+    int64_t rpc = (rows + s - 1) / s;
+    rpc = (rpc + p->ty - 1) / p->ty * p->ty;
+    p->rpc = (uint32_t)rpc;
+    p->slices = (uint32_t)((rows + rpc - 1) / rpc);
+    return true;
+}
+
+/* Launches tensor_cols_sum over plan p: x (dtype xt, from line x_off) into out (dtype ot, from
+ * line out_off), one row of nl lines per slice, times scale. EM_OK or the error set. */
+static em_status cols_launch(const char *op, em_device *dev, const cols_plan *p, em_scalar xt,
+                             const em_tensor *x, uint32_t x_off, em_scalar ot, const em_tensor *out,
+                             uint32_t out_off, double scale)
+{
+    em_scalar ct = tn_compute_type(xt);
+    em_lang_bind b[6] = {em_lang_bind_type("T", xt), em_lang_bind_type("U", ot),
+                         em_lang_bind_type("C", ct), em_lang_bind_int("TX", p->tx),
+                         em_lang_bind_int("TY", p->ty), em_lang_bind_int("V", p->v)};
+    em_arg a[9] = {rows_buffer(x, p->lw),  em_arg_u32(x_off),     rows_buffer(out, p->lw),
+                   em_arg_u32(out_off),    em_arg_u32(p->rows),   em_arg_u32(p->nl),
+                   em_arg_u32(p->x_rs),    em_arg_u32(p->rpc),    tn_scalar_arg(xt, scale)};
+    const em_lang_module *m = em_lang_builtins();
+    if (!m) return em_error_context("%s", op);
+    uint32_t cubes[3] = {p->tiles, p->slices, 1}, units[3] = {p->tx * p->ty, 1, 1};
+    em_lang_spec spec = {b, 6, p->lw, NULL};
+    em_status st = em_lang_launch(dev, m, "tensor_cols_sum", &spec, cubes, units, a, 9);
+    if (st != EM_OK) em_error_context("%s", op);
+    else fu_count_launch();
+    return st;
+}
+
+/* Runs the column path: out (contiguous, the kept dims' n values) = scale * the sums of t over
+ * the dims set in red, when they are leading dims (cols_geometry); with several slices, through
+ * a scratch buffer of compute-type partials and a second launch. *taken as for rows_apply. */
+static em_status cols_sum(const char *op, const em_tensor *t, const bool *red, em_tensor *out,
+                          double scale, bool *taken)
+{
+    int64_t rows, n, rs;
+    *taken = false;
+    if (!cols_geometry(t, red, &rows, &n, &rs)) return EM_OK;
+    em_device *dev = t->st->dev;
+    int64_t al[2] = {t->offset, rs};
+    cols_plan p, q;
+    if (!cols_plan_for(dev, t->dtype, rows, n, rs, al, 2, false, &p) ||
+        t->offset / p.lw + (int64_t)p.rows * p.x_rs + p.nl > (int64_t)UINT32_MAX)
+        return EM_OK;
+    *taken = true;
+    if (realize_rows(op, t, NULL, NULL, out) != EM_OK) return em_last_status();
+    uint32_t x_off = (uint32_t)(t->offset / p.lw);
+    if (p.slices == 1)
+        return cols_launch(op, dev, &p, t->dtype, t, x_off, t->dtype, out, 0, scale);
+    em_scalar ct = tn_compute_type(t->dtype);
+    int64_t al2[2] = {0, n};
+    if (!cols_plan_for(dev, ct, p.slices, n, n, al2, 2, true, &q)) {
+        /* cannot happen: the partials are fewer and contiguous */
+        return em_set_error(EM_ERR_INTERNAL, "%s: no plan for %u partial rows", op, p.slices);
+    }
+    em_tensor *part = tn_new(dev, ct, 2, (int64_t[]){p.slices, n});
+    if (!part) return em_error_context("%s", op);
+    em_status st = cols_launch(op, dev, &p, t->dtype, t, x_off, ct, part, 0, 1.0);
+    if (st == EM_OK) st = cols_launch(op, dev, &q, ct, part, 0, t->dtype, out, 0, scale);
+    em_release(part);
+    return st;
+}
+
 /* Cube size for reducing n elements: a power of two in 32..256. */
 static unsigned cube_for(int64_t n, unsigned *log)
 {
@@ -357,6 +518,19 @@ static em_tensor *reduce(const char *op, const em_tensor *t, const int *dims, in
         bool taken;
         double scale = code == R_MEAN ? 1.0 / (double)n_inner : 1.0;
         em_status st = rows_sum(op, t, k, out, scale, &taken);
+        if (taken) {
+            if (st != EM_OK) {
+                em_release(out);
+                out = NULL;
+            }
+            goto done;
+        }
+    }
+    /* sum and mean of floats over leading dims, the kept ones contiguous: the column path */
+    if (!tail && fl && (code == R_SUM || code == R_MEAN)) {
+        bool taken;
+        double scale = code == R_MEAN ? 1.0 / (double)n_inner : 1.0;
+        em_status st = cols_sum(op, t, red, out, scale, &taken);
         if (taken) {
             if (st != EM_OK) {
                 em_release(out);
