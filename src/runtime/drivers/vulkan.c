@@ -902,7 +902,7 @@ em_status em_rt_vk_frame_room(em_vk_device *d, uint32_t sets, VkDeviceSize bytes
         return em_set_error(EM_ERR_INTERNAL, "vulkan: %llu bytes do not fit a frame's arena",
                             (unsigned long long)bytes);
     for (int attempt = 0; attempt < 2; attempt++) {
-        em_vk_frame *f;
+        em_vk_frame *f = NULL;
         em_status st = em_rt_vk_frame_begin(d, &f);
         if (st != EM_OK) return st;
         VkDeviceSize off = (f->arena_used + align - 1) / align * align;
