@@ -67,10 +67,13 @@ typedef struct em_pool_stats {
     uint64_t device_allocs; /* allocations that went to the driver */
     uint64_t bytes_in_use;  /* bytes held by live buffers */
     uint64_t bytes_cached;  /* bytes in freed blocks kept for reuse */
-    uint64_t peak_in_use;   /* high-water mark of bytes_in_use */
+    uint64_t peak_in_use;   /* high-water mark of bytes_in_use (since em_device_pool_reset_peak) */
     uint64_t oom_retries;   /* times the cache was emptied to satisfy an allocation */
 } em_pool_stats;
 void em_device_pool_stats(const em_device *dev, em_pool_stats *out);
+/* Restarts peak_in_use from bytes_in_use now, so that the next peak read is that of what runs
+ * after the call (one training step, say). */
+void em_device_pool_reset_peak(em_device *dev);
 /* Frees every cached (unused) block back to the driver. */
 void em_device_pool_trim(em_device *dev);
 
@@ -229,13 +232,18 @@ typedef struct em_profile_counts {
     uint64_t copy_bytes;      /* their bytes */
     uint64_t syncs;           /* em_device_sync calls */
     uint64_t compiles;        /* compiler runs (kernel cache misses) */
+    uint64_t bytes_read;      /* bytes the launches read, as the tensor layer models them (the
+                               * views they bind: docs/profiling.md); 0 for other launches */
+    uint64_t bytes_written;   /* bytes they wrote, likewise */
 } em_profile_counts;
 
 /* One kernel name's figures (every specialization of a kernel shares its name). */
 typedef struct em_profile_kernel {
-    uint64_t launches; /* successful launches */
-    double host_s;     /* seconds inside em_launch */
-    double device_s;   /* seconds of device time */
+    uint64_t launches;      /* successful launches */
+    double host_s;          /* seconds inside em_launch */
+    double device_s;        /* seconds of device time */
+    uint64_t bytes_read;    /* bytes read, as reported with em_profile_add_bytes */
+    uint64_t bytes_written; /* bytes written, likewise */
 } em_profile_kernel;
 
 /* Turns the profiler on or off (the figures gathered so far are kept). Turning it on when it was
@@ -248,6 +256,10 @@ void em_profile_reset(void);
 void em_profile_get(em_profile_counts *out);
 /* One kernel's figures; false (out zeroed) when no kernel of that name was launched. */
 bool em_profile_kernel_get(const char *name, em_profile_kernel *out);
+/* Adds the bytes one launch of kernel `name` read and wrote to its row and the totals (the
+ * tensor layer reports each of its launches: the elements of the views it binds times their
+ * dtype's size, a model of the traffic rather than a hardware counter). Ignored while off. */
+void em_profile_add_bytes(const char *name, uint64_t read, uint64_t written);
 /* Prints the table (one row per kernel name, sorted by device time, then host time, with totals)
  * and the memory, copy and sync counts to out (stderr when NULL). Does not reset. */
 void em_profile_report(FILE *out);

@@ -384,13 +384,19 @@ em_status em_flush(void);
  * the right values. EM_OK for NULL, or the first error (set). */
 em_status em_realize(const em_tensor *t);
 
-/* Counters of the tensor layer since the start (or em_tensor_stats_reset), for tests. */
+/* Counters of the tensor layer since the start (or em_tensor_stats_reset), for tests and for
+ * the bytes a training step moves (docs/fusion.md). */
 typedef struct em_tensor_stats {
     uint64_t launches;       /* kernels launched by tensor ops, fused ones included */
     uint64_t fused_launches; /* fused kernels launched */
     uint64_t fused_ops;      /* ops covered by those fused kernels */
     uint64_t recorded_ops;   /* elementwise ops recorded instead of launched */
     uint64_t fused_compiles; /* fused kernel sources generated (signature cache misses) */
+    uint64_t bytes_read;     /* bytes those launches read: the elements of each view a kernel
+                              * binds as an input (a broadcast dim counted once) times its dtype's
+                              * size; a fused kernel's leaves (docs/fusion.md). A model of the
+                              * traffic, not a hardware counter */
+    uint64_t bytes_written;  /* bytes they wrote: the views bound as outputs, likewise */
 } em_tensor_stats;
 em_tensor_stats em_tensor_stats_get(void);
 void em_tensor_stats_reset(void);

@@ -199,6 +199,15 @@ void em_device_pool_stats(const em_device *dev, em_pool_stats *out)
     pthread_mutex_unlock(&pool->lock);
 }
 
+void em_device_pool_reset_peak(em_device *dev)
+{
+    if (!dev)
+        return;
+    pthread_mutex_lock(&dev->pool.lock);
+    dev->pool.stats.peak_in_use = dev->pool.stats.bytes_in_use;
+    pthread_mutex_unlock(&dev->pool.lock);
+}
+
 void em_device_pool_trim(em_device *dev)
 {
     if (!dev)

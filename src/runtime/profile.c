@@ -1,8 +1,9 @@
 /* profile.c — the launch profiler (docs/profiling.md): while it is on, em_launch comes here and
  * each launch is timed on the host (the whole em_launch call: argument checks and the driver's
  * launch) and on the device, and counted under its kernel's name; pool.c and device.c count
- * allocations, copies and syncs through em_rt_profile_count. Off, em_launch and the counters
- * test one flag (em_rt_profiling) and do nothing else.
+ * allocations, copies and syncs through em_rt_profile_count, and the tensor layer adds the bytes
+ * each of its launches moves (em_profile_add_bytes). Off, em_launch and the counters test one
+ * flag (em_rt_profiling) and do nothing else.
  *
  * Device time. On CUDA, an event is recorded before and after each launch and the pair is kept
  * pending; pairs are resolved (the stop event waited for, the time between the two read) when
@@ -175,6 +176,21 @@ void em_rt_profile_count(em_rt_prof_event what, uint64_t bytes)
     pthread_mutex_unlock(&P.lock);
 }
 
+void em_profile_add_bytes(const char *name, uint64_t read, uint64_t written)
+{
+    if (!atomic_load(&em_rt_profile_on) || !name)
+        return;
+    pthread_mutex_lock(&P.lock);
+    prof_kernel *pk = entry(name);
+    if (pk) {
+        pk->fig.bytes_read += read;
+        pk->fig.bytes_written += written;
+    }
+    P.c.bytes_read += read;
+    P.c.bytes_written += written;
+    pthread_mutex_unlock(&P.lock);
+}
+
 /* ---- the API --------------------------------------------------------------------------------- */
 
 static uint64_t compiles_now(void)
@@ -286,13 +302,20 @@ static const char *bytes_str(uint64_t n, char *buf, size_t size)
     return buf;
 }
 
-static void print_row(FILE *out, int w, const char *name, uint64_t n, double host_s,
-                      double device_s, double device_total)
+/* One row: f's launches, times, share of device time, bytes (MiB) and bytes per device second. */
+static void print_row(FILE *out, int w, const char *name, const em_profile_kernel *f,
+                      double device_total)
 {
-    double dn = n ? (double)n : 1;
-    fprintf(out, "%-*.*s %9llu %10.3f %8.2f %10.3f %8.2f %6.1f\n", w, w, name,
-            (unsigned long long)n, host_s * 1e3, host_s * 1e6 / dn, device_s * 1e3,
-            device_s * 1e6 / dn, device_total > 0 ? 100.0 * device_s / device_total : 0.0);
+    double dn = f->launches ? (double)f->launches : 1;
+    double moved = (double)(f->bytes_read + f->bytes_written);
+    char rate[32] = "-";
+    if (moved > 0 && f->device_s > 0)
+        snprintf(rate, sizeof rate, "%.1f", moved / f->device_s / 1e9);
+    fprintf(out, "%-*.*s %9llu %10.3f %8.2f %10.3f %8.2f %6.1f %10.1f %11.1f %7s\n", w, w, name,
+            (unsigned long long)f->launches, f->host_s * 1e3, f->host_s * 1e6 / dn,
+            f->device_s * 1e3, f->device_s * 1e6 / dn,
+            device_total > 0 ? 100.0 * f->device_s / device_total : 0.0,
+            (double)f->bytes_read / (1 << 20), (double)f->bytes_written / (1 << 20), rate);
 }
 
 void em_profile_report(FILE *out)
@@ -318,14 +341,16 @@ void em_profile_report(FILE *out)
         qsort(rows, n, sizeof(*rows), by_time);
     fprintf(out, "ember profile: %.3f s of wall time, %llu launches of %llu kernels\n", c.wall_s,
             (unsigned long long)c.launches, (unsigned long long)c.kernels);
-    fprintf(out, "%-*s %9s %10s %8s %10s %8s %6s\n", w, "kernel", "launches", "host ms", "us/call",
-            "device ms", "us/call", "dev %");
+    fprintf(out, "%-*s %9s %10s %8s %10s %8s %6s %10s %11s %7s\n", w, "kernel", "launches",
+            "host ms", "us/call", "device ms", "us/call", "dev %", "MiB read", "MiB written",
+            "GB/s");
     for (size_t i = 0; i < n; i++)
-        print_row(out, w, rows[i]->name, rows[i]->fig.launches, rows[i]->fig.host_s,
-                  rows[i]->fig.device_s, c.launch_device_s);
+        print_row(out, w, rows[i]->name, &rows[i]->fig, c.launch_device_s);
     if (!rows)
         fprintf(out, "(out of memory listing the kernels)\n");
-    print_row(out, w, "total", c.launches, c.launch_host_s, c.launch_device_s, c.launch_device_s);
+    em_profile_kernel total = {c.launches, c.launch_host_s, c.launch_device_s, c.bytes_read,
+                               c.bytes_written};
+    print_row(out, w, "total", &total, c.launch_device_s);
     char b1[32], b2[32], b3[32];
     fprintf(out,
             "buffers: %llu allocs (%llu from the driver), %llu frees; copies: %llu host->device "

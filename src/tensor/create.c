@@ -1,7 +1,8 @@
 /* create.c — creation of tensors (empty, zeros, ones, full, arange, linspace, eye, from host data)
  * and the way back to the host (em_to_host for any view, em_item), plus copies across devices.
- * Filling runs the elementwise kernel; arange/linspace/eye are computed on the host in double
- * and uploaded, so they are exact and identical on every device. */
+ * Filling runs (or, with fusion on, records) the elementwise kernel, so a full tensor's buffer is
+ * allocated when the fill runs (tn_new_deferred); arange/linspace/eye are computed on the host in
+ * double and uploaded, so they are exact and identical on every device. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,7 @@ em_tensor *em_empty(em_device *dev, em_scalar dtype, em_shape shape)
 em_tensor *em_full(em_device *dev, em_scalar dtype, em_shape shape, double value)
 {
     if (!check_shape("full", shape)) return NULL;
-    em_tensor *t = tn_new(dev, dtype, shape.rank, shape.d);
+    em_tensor *t = tn_new_deferred(dev, dtype, shape.rank, shape.d);
     if (t && tn_fill(t, value) != EM_OK) {
         em_release(t);
         return NULL;

@@ -5,11 +5,14 @@
  * an op builds a new node from its inputs: an input that is a whole, contiguous view of a pending
  * storage is inlined (its tree copied, its leaves' strides reshaped and broadcast to the new
  * output shape); any other pending input is realized first, so leaves are never pending and
- * realizing never recurses. Each op's value is rounded to its dtype as if stored, so fused results
- * are those of the ops run one by one. Realizing generates a kernel-language source that calls
- * the op helpers of src/kernels/tensor_elementwise.ek, caches the loaded module by the tree's
- * signature (ops, dtypes, leaf sharing: rank and line width are launch bindings, and scalars are
- * kernel arguments, so a training step compiles nothing the second time), and launches it once.
+ * realizing never recurses. An elementwise result's storage has no buffer until its tree runs
+ * (tn_new_deferred; fu_realize allocates it), so an intermediate inlined into its consumers and
+ * freed unread never takes device memory. Each op's value is rounded to its dtype as if stored,
+ * so fused results are those of the ops run one by one. Realizing generates a kernel-language
+ * source that calls the op helpers of src/kernels/tensor_elementwise.ek, caches the loaded module
+ * by the tree's signature (ops, dtypes, leaf sharing: rank and line width are launch bindings,
+ * and scalars are kernel arguments, so a training step compiles nothing the second time), and
+ * launches it once, counting the bytes it reads (its leaves) and writes (the output).
  *
  * One recursive lock guards the pending list, the nodes and the cache; realizing holds it while
  * it launches, so another thread never sees a storage half realized. */
@@ -74,6 +77,7 @@ static int g_nkernels;
 static atomic_int g_mode = -1;    /* -1: not read yet; 0 off; 1 on */
 static atomic_int g_debug = -1;
 static _Atomic uint64_t g_launches, g_fused_launches, g_fused_ops, g_recorded, g_compiles;
+static _Atomic uint64_t g_bytes_read, g_bytes_written;
 
 /* ---- switches and counters ------------------------------------------------------------------- */
 
@@ -104,12 +108,25 @@ static bool debug_on(void)
 
 void em_fusion_set(bool on) { atomic_store(&g_mode, on ? 1 : 0); }
 bool em_fusion_enabled(void) { return fu_enabled(); }
-void fu_count_launch(void) { atomic_fetch_add(&g_launches, 1); }
+void fu_count_launch(const char *kernel, uint64_t read, uint64_t written)
+{
+    atomic_fetch_add(&g_launches, 1);
+    atomic_fetch_add(&g_bytes_read, read);
+    atomic_fetch_add(&g_bytes_written, written);
+    if (em_profile_enabled()) em_profile_add_bytes(kernel, read, written);
+}
 
 em_tensor_stats em_tensor_stats_get(void)
 {
-    em_tensor_stats s = {atomic_load(&g_launches), atomic_load(&g_fused_launches),
-                         atomic_load(&g_fused_ops), atomic_load(&g_recorded), atomic_load(&g_compiles)};
+    em_tensor_stats s = {
+        .launches = atomic_load(&g_launches),
+        .fused_launches = atomic_load(&g_fused_launches),
+        .fused_ops = atomic_load(&g_fused_ops),
+        .recorded_ops = atomic_load(&g_recorded),
+        .fused_compiles = atomic_load(&g_compiles),
+        .bytes_read = atomic_load(&g_bytes_read),
+        .bytes_written = atomic_load(&g_bytes_written),
+    };
     return s;
 }
 
@@ -120,6 +137,8 @@ void em_tensor_stats_reset(void)
     atomic_store(&g_fused_ops, 0);
     atomic_store(&g_recorded, 0);
     atomic_store(&g_compiles, 0);
+    atomic_store(&g_bytes_read, 0);
+    atomic_store(&g_bytes_written, 0);
 }
 
 /* ---- nodes ----------------------------------------------------------------------------------- */
@@ -524,6 +543,15 @@ static fu_kernel *kernel_for(const fu_node *nd)
 
 /* ---- realizing ------------------------------------------------------------------------------- */
 
+/* Allocates st's buffer if it has none yet (a deferred storage: tn_new_deferred). Called with the
+ * lock held. EM_OK, or the error set (out of device memory). */
+static em_status ensure_buffer(tn_storage *st)
+{
+    if (st->buf) return EM_OK;
+    st->buf = em_buffer_alloc(st->dev, st->bytes ? st->bytes : 16);
+    return st->buf ? EM_OK : em_last_status();
+}
+
 /* The buffer argument of one operand viewed over the walk. */
 static em_arg operand_arg(tn_storage *st, em_scalar dt, unsigned lw, const fu_walk *w, int k)
 {
@@ -550,6 +578,12 @@ static em_status launch_node(fu_node *nd)
     unsigned lw = fu_walk_width(&w, nd->st->dev, dts, n, offs);
     fu_kernel *k = kernel_for(nd);
     if (!k) return EM_ERR_INVALID;
+    uint64_t read = 0;
+    uint64_t written = (uint64_t)tn_numel(nd->rank, nd->shape) * em_scalar_size(nd->dtype);
+    for (int i = 0; i < nd->nleaves; i++) {
+        if (ensure_buffer(nd->leaves[i].st) != EM_OK) return em_last_status(); /* never deferred */
+        read += tn_view_bytes(dts[i], nd->rank, nd->shape, nd->leaves[i].stride);
+    }
     em_arg args[2 * FU_WALK_MAX + FU_MAX_PARAMS];
     size_t na = 0;
     for (int i = 0; i < nd->nleaves; i++) {
@@ -575,7 +609,7 @@ static em_status launch_node(fu_node *nd)
     }
     em_status st = em_lang_launch(nd->st->dev, k->m, "fused", &spec, cubes, units, args, na);
     if (st == EM_OK) {
-        atomic_fetch_add(&g_launches, 1);
+        fu_count_launch("fused", read, written);
         atomic_fetch_add(&g_fused_launches, 1);
         atomic_fetch_add(&g_fused_ops, (uint64_t)nd->ncompute);
     }
@@ -584,12 +618,14 @@ static em_status launch_node(fu_node *nd)
 
 em_status fu_realize(tn_storage *st)
 {
-    if (!st || !st->pending) return EM_OK;
+    if (!st || (!st->pending && st->buf)) return EM_OK;
     pthread_mutex_lock(&g_lock);
     fu_node *nd = st->pending;
-    em_status s = EM_OK;
+    /* the buffer is allocated when the tree runs (its leaves alive), not when it was recorded */
+    em_status s = ensure_buffer(st);
+    if (s != EM_OK && !nd) em_error_context("tensor of %zu bytes", st->bytes);
     if (nd) {
-        s = launch_node(nd);
+        if (s == EM_OK) s = launch_node(nd);
         if (s == EM_OK) {
             st->pending = NULL;
             unlink_node(nd);

@@ -4,7 +4,9 @@
  * reads a pending result as a whole inlines the producer's tree into its own, so a chain of ops
  * becomes one tree; the tree runs as one generated kernel when something needs the buffer
  * (tn_realize: a kernel binding it, a host read, em_flush) and is dropped uncomputed when its
- * storage is freed first. Generated kernels are cached by the tree's signature. */
+ * storage is freed first. The output's buffer is allocated only when the tree runs (the storage
+ * is deferred: tn_new_deferred), so a tree inlined and dropped never holds memory. Generated
+ * kernels are cached by the tree's signature. */
 #ifndef EM_TENSOR_FUSION_H
 #define EM_TENSOR_FUSION_H
 
@@ -55,14 +57,18 @@ bool fu_enabled(void);
 int fu_record(const fu_desc *d, const em_tensor *const *in, int nin, int64_t (*strides)[EM_MAX_RANK],
               em_tensor *out);
 
-/* Runs st's pending node (if any) as one kernel. EM_OK, or the error set. */
+/* Runs st's pending node (if any) as one kernel, allocating st's buffer first when it has none
+ * (a deferred storage; also without a pending node). EM_OK, or the error set (out of device
+ * memory included). */
 em_status fu_realize(tn_storage *st);
 /* Called before a kernel writes st: realizes the pending nodes that read st (their leaves), so
  * they see the values they were recorded against. */
 em_status fu_before_write(tn_storage *st);
 /* Called as a storage with a pending node is freed: drops the node without computing it. */
 void fu_drop(tn_storage *st);
-/* Counts one kernel launch of the tensor layer (em_tensor_stats). */
-void fu_count_launch(void);
+/* Counts one kernel launch of the tensor layer and the bytes it reads and writes (a model:
+ * tn_view_bytes of each bound view) into em_tensor_stats, and into the profiler's row of
+ * `kernel` (its kernel name) while the profiler is on. */
+void fu_count_launch(const char *kernel, uint64_t read, uint64_t written);
 
 #endif

@@ -15,7 +15,9 @@ struct fu_node;
 /* A reference-counted device buffer shared by every view on it. */
 typedef struct tn_storage {
     atomic_int refs;         /* views holding it (and pending fusion nodes reading it) */
-    em_buffer *buf;          /* the device buffer (NULL for zero bytes) */
+    em_buffer *buf;          /* the device buffer; NULL until first needed for a deferred storage
+                              * (tn_new_deferred): every reader realizes first (tn_realize), which
+                              * allocates it */
     em_device *dev;          /* its device */
     size_t bytes;            /* size of buf */
     struct fu_node *pending; /* the fused computation that will fill buf (fusion.c), or NULL */
@@ -66,6 +68,11 @@ em_tensor *tn_view(const em_tensor *base, int rank, const int64_t *shape, const 
                    int64_t offset);
 /* A new contiguous tensor with uninitialized storage. */
 em_tensor *tn_new(em_device *dev, em_scalar dtype, int rank, const int64_t *shape);
+/* The same without a buffer yet (for elementwise results, which fusion may record): the buffer
+ * is allocated by fu_realize when the pending computation runs or a kernel binds the storage,
+ * and never when a pending result is dropped unread. Zero-size tensors get theirs at once, and
+ * so does every tensor while fusion is off. */
+em_tensor *tn_new_deferred(em_device *dev, em_scalar dtype, int rank, const int64_t *shape);
 void tn_contig_strides(int rank, const int64_t *shape, int64_t *stride);
 int64_t tn_numel(int rank, const int64_t *shape);
 /* Normalizes a (possibly negative) dim for rank; -1 with the error set (naming op) when out of
@@ -84,9 +91,10 @@ bool tn_reusable(const em_tensor *t);
  * computation uncomputed). */
 void tn_storage_retain(tn_storage *st);
 void tn_storage_release(tn_storage *st);
-/* Runs t's pending fused computation (fusion.c), if any: afterwards t->st->buf holds its values.
- * Every reader of a buffer outside tn_launch (host reads, kernels launched directly) calls it
- * first. EM_OK (also for NULL), or the error set. */
+/* Runs t's pending fused computation (fusion.c), if any, allocating a deferred buffer first:
+ * afterwards t->st->buf exists and holds its values. Every reader of a buffer outside tn_launch
+ * (host reads, kernels launched directly) calls it first. EM_OK (also for NULL), or the error
+ * set (out of device memory included). */
 em_status tn_realize(const em_tensor *t);
 
 /* ---- host dtype conversions (convert.c) ---- */
@@ -128,6 +136,12 @@ tn_arg tn_arg_s(em_arg a);
 em_status tn_launch(const char *op, em_device *dev, const char *name, const em_lang_bind *binds,
                     size_t nbinds, unsigned lw, const uint32_t cubes[3], const uint32_t units[3],
                     tn_arg *args, size_t nargs);
+/* The bytes a kernel moves through a view of dtype dt over (rank, shape, stride): the elements
+ * it addresses (a dim of stride 0, broadcast, counts once; none when the view is empty) times the
+ * dtype's size. The model of traffic em_tensor_stats and the profiler report, not a hardware
+ * counter. */
+uint64_t tn_view_bytes(em_scalar dt, int rank, const int64_t *shape, const int64_t *stride);
+
 /* 1-D grid covering n units in cubes of 256 (n must fit in u32). */
 void tn_grid_1d(uint64_t n, uint32_t cubes[3], uint32_t units[3]);
 

@@ -2,7 +2,8 @@
  * two launch arguments (the whole buffer with the view's shape and strides in scalars, then the
  * view's offset in scalars as a u32), chooses grids, and launches through the kernel language's
  * host API on the built-in module. Before a launch, pending (lazy) tensors among the arguments are
- * realized, and pending computations reading a buffer the kernel writes run first (fusion.h). */
+ * realized, and pending computations reading a buffer the kernel writes run first (fusion.h). Each
+ * launch counts the bytes of the views it binds: const ones read, the others written. */
 #include <stdio.h>
 #include <string.h>
 
@@ -68,6 +69,24 @@ tn_arg tn_arg_s(em_arg s)
     return a;
 }
 
+uint64_t tn_view_bytes(em_scalar dt, int rank, const int64_t *shape, const int64_t *stride)
+{
+    uint64_t n = 1;
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] == 0) return 0;
+        if (stride[i] != 0) n *= (uint64_t)shape[i];
+    }
+    return n * em_scalar_size(dt);
+}
+
+/* The bytes bound argument a moves (the view the kernel sees). */
+static uint64_t arg_bytes(const tn_arg *a)
+{
+    const em_tensor *t = a->t;
+    if (a->flat) return tn_view_bytes(t->dtype, t->rank, t->shape, t->stride);
+    return tn_view_bytes(t->dtype, a->rank, a->shape, a->stride);
+}
+
 void tn_grid_1d(uint64_t n, uint32_t cubes[3], uint32_t units[3])
 {
     uint32_t u = 256;
@@ -94,13 +113,16 @@ static em_arg to_em_arg(const tn_arg *a, unsigned lw)
     return em_arg_tensor(t->st->buf, 0, len, (unsigned)a->rank, a->shape, a->stride);
 }
 
-/* Realizes the pending tensors among args and, for each buffer the kernel writes, the pending
- * computations that read it (fusion.c), so that lazy results never see a later write. */
-static em_status settle_args(const char *op, em_kernel *k, const tn_arg *args, size_t nargs)
+/* Realizes the pending tensors among args (allocating deferred buffers) and, for each buffer the
+ * kernel writes, the pending computations that read it (fusion.c), so that lazy results never see
+ * a later write. writes[i] says whether args[i] is a buffer the kernel may write (not const). */
+static em_status settle_args(const char *op, em_kernel *k, const tn_arg *args, size_t nargs,
+                             bool *writes)
 {
     const em_ir_kernel *ir = em_kernel_ir(k);
     size_t n = 0;
     for (size_t i = 0; i < nargs; i++) {
+        writes[i] = false;
         if (!args[i].t) {
             n++;
             continue;
@@ -109,8 +131,8 @@ static em_status settle_args(const char *op, em_kernel *k, const tn_arg *args, s
         if (fu_realize(st) != EM_OK) return em_error_context("%s", op);
         const em_ir_param *p = ir ? em_ir_param_at(ir, n) : NULL;
         const em_ir_memory *m = p && p->kind == EM_PARAM_BUFFER ? em_ir_mem_at(ir, p->id) : NULL;
-        if ((!m || (m->access & EM_WRITE)) && fu_before_write(st) != EM_OK)
-            return em_error_context("%s", op);
+        writes[i] = !m || (m->access & EM_WRITE);
+        if (writes[i] && fu_before_write(st) != EM_OK) return em_error_context("%s", op);
         n += 2;
     }
     return EM_OK;
@@ -128,7 +150,8 @@ em_status tn_launch(const char *op, em_device *dev, const char *name, const em_l
     em_lang_spec spec = {binds, nbinds, lw ? lw : 1, NULL};
     em_kernel *k = em_lang_compile(dev, m, name, &spec);
     if (!k) return em_error_context("%s", op);
-    em_status st = settle_args(op, k, args, nargs);
+    bool writes[12];
+    em_status st = settle_args(op, k, args, nargs, writes);
     if (st != EM_OK) return st;
     for (size_t i = 0; i < nargs; i++) {
         if (!args[i].t) {
@@ -143,7 +166,10 @@ em_status tn_launch(const char *op, em_device *dev, const char *name, const em_l
         em_error_context("launching kernel '%s'", name);
         em_error_context("%s", op);
     } else {
-        fu_count_launch();
+        uint64_t read = 0, written = 0;
+        for (size_t i = 0; i < nargs; i++)
+            if (args[i].t) *(writes[i] ? &written : &read) += arg_bytes(&args[i]);
+        fu_count_launch(name, read, written);
     }
     return st;
 }

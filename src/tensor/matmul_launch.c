@@ -84,10 +84,13 @@ static em_status launch_skinny(const mm_problem *p, const mm_config *c, tn_arg o
      * realized, and those reading the output's buffer run first */
     em_arg ea[13];
     size_t n = 0;
+    uint64_t read = 0; /* the bytes of a, b and the epilogue's tensors (not placeholders) */
     for (int i = 0; i < 5; i++) {
         const em_tensor *t = ts[i].t;
         if (fu_realize(t->st) != EM_OK || (i == 2 && fu_before_write(t->st) != EM_OK))
             return em_error_context("matmul");
+        if (i != 2 && (i != 3 || p->bias) && (i != 4 || p->res))
+            read += tn_view_bytes(t->dtype, ts[i].rank, ts[i].shape, ts[i].stride);
         unsigned lw = i == 1 ? (unsigned)q.v : 1;
         uint64_t len = (uint64_t)(t->st->bytes / em_scalar_size(t->dtype)) / lw;
         ea[n++] = em_arg_tensor(t->st->buf, 0, len ? len : 1, (unsigned)ts[i].rank, ts[i].shape,
@@ -108,7 +111,8 @@ static em_status launch_skinny(const mm_problem *p, const mm_config *c, tn_arg o
     if (st != EM_OK)
         em_error_context("matmul");
     else
-        fu_count_launch();
+        fu_count_launch("matmul_skinny", read,
+                        tn_view_bytes(outa.t->dtype, outa.rank, outa.shape, outa.stride));
     return st;
 }
 

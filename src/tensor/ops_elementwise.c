@@ -3,7 +3,8 @@
  * operands by strides (stride 0 on broadcast dims), merges dims that are contiguous for every
  * operand so that a contiguous op becomes a rank-1 walk, and picks the widest line width that
  * every operand allows. With fusion on (tensor/fusion.h), an op whose output is a fresh buffer
- * (or a donated input's) is recorded instead of launched. */
+ * (or a donated input's) is recorded instead of launched; a fresh output's buffer is deferred
+ * (tn_new_deferred): allocated when the op or its fused tree runs. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -198,7 +199,7 @@ em_tensor *tn_unary(const char *op, const em_tensor *t, int code, double p0, dou
         out->taken = false; /* the result: no longer donated */
         if (!out->scope) tn_scope_track(out);
     } else {
-        out = tn_new(t->st->dev, odt, t->rank, t->shape);
+        out = tn_new_deferred(t->st->dev, odt, t->rank, t->shape);
     }
     if (!out) {
         tn_done(t);
@@ -312,7 +313,7 @@ em_tensor *em_cast(const em_tensor *t, em_scalar dtype)
         tn_done(t);
         return NULL;
     }
-    em_tensor *out = tn_new(t->st->dev, dtype, t->rank, t->shape);
+    em_tensor *out = tn_new_deferred(t->st->dev, dtype, t->rank, t->shape);
     if (out && tn_copy_into("cast", out, t) != EM_OK) {
         em_release(out);
         out = NULL;
@@ -381,7 +382,7 @@ em_scalar em_promote_types(em_scalar a, em_scalar b)
 static em_tensor *promote_cast(const em_tensor *t, em_scalar dtype)
 {
     if (!tn_check_dtype_supported("cast", dtype)) return NULL;
-    em_tensor *out = tn_new(t->st->dev, dtype, t->rank, t->shape);
+    em_tensor *out = tn_new_deferred(t->st->dev, dtype, t->rank, t->shape);
     if (out && tn_copy_into("cast", out, t) != EM_OK) {
         em_release(out);
         out = NULL;
@@ -481,7 +482,7 @@ static em_tensor *binary(const char *op, const em_tensor *a, const em_tensor *b,
         out->taken = false;
         if (!out->scope) tn_scope_track(out);
     } else {
-        out = tn_new(a->st->dev, odt, rank, shape);
+        out = tn_new_deferred(a->st->dev, odt, rank, shape);
     }
     if (!out) goto done;
     em_scalar ct = tn_compute_type(a->dtype);
@@ -561,7 +562,7 @@ static em_tensor *where3(const char *op, const em_tensor *c, const em_tensor *a,
     tmp.rank = r1;
     memcpy(tmp.shape, s1, sizeof s1);
     if (!tn_broadcast(op, c, &tmp, &rank, shape)) return NULL;
-    out = tn_new(a->st->dev, a->dtype, rank, shape);
+    out = tn_new_deferred(a->st->dev, a->dtype, rank, shape);
     if (!out) return NULL;
     em_lang_bind bd[1] = {em_lang_bind_type("T", a->dtype)};
     int64_t strides[4][EM_MAX_RANK];

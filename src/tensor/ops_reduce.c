@@ -134,6 +134,12 @@ static bool rows_plan_for(em_device *dev, em_scalar dt, int64_t rows, int64_t n,
     return true;
 }
 
+/* The bytes a row-wise kernel moves through t (tn_view_bytes of its view). */
+static uint64_t view_bytes(const em_tensor *t)
+{
+    return tn_view_bytes(t->dtype, t->rank, t->shape, t->stride);
+}
+
 /* A flat buffer argument over t's whole storage, in elements of `lanes` scalars. */
 static em_arg rows_buffer(const em_tensor *t, unsigned lanes)
 {
@@ -141,9 +147,11 @@ static em_arg rows_buffer(const em_tensor *t, unsigned lanes)
     return em_arg_tensor(t->st->buf, 0, len ? len : 1, 0, NULL, NULL);
 }
 
-/* Launches a row-wise kernel over the plan's rows. EM_OK or the error set (prefixed with op). */
+/* Launches a row-wise kernel over the plan's rows; it reads `read` bytes and writes `written`
+ * (em_tensor_stats). EM_OK or the error set (prefixed with op). */
 static em_status rows_launch(const char *op, em_device *dev, const char *kernel, const rows_plan *p,
-                             const em_lang_bind *binds, size_t nb, const em_arg *args, size_t na)
+                             const em_lang_bind *binds, size_t nb, const em_arg *args, size_t na,
+                             uint64_t read, uint64_t written)
 {
     const em_lang_module *m = em_lang_builtins();
     if (!m) return em_error_context("%s", op);
@@ -152,7 +160,7 @@ static em_status rows_launch(const char *op, em_device *dev, const char *kernel,
     em_lang_spec spec = {binds, nb, p->lw, NULL};
     em_status st = em_lang_launch(dev, m, kernel, &spec, cubes, units, args, na);
     if (st != EM_OK) em_error_context("%s", op);
-    else fu_count_launch();
+    else fu_count_launch(kernel, read, written);
     return st;
 }
 
@@ -207,7 +215,8 @@ static em_status rows_apply(const char *op, const em_tensor *t, int k, const em_
                     em_arg_u32(p.rows), em_arg_u32(p.nl), em_arg_u32(p.x_rs), em_arg_u32(p.nl),
                     tn_scalar_arg(t->dtype, eps), em_arg_u32((uint32_t)code),
                     em_arg_u32((w ? 1u : 0u) | (bias ? 2u : 0u))};
-    return rows_launch(op, t->st->dev, "tensor_rows", &p, b, nb, a, 15);
+    uint64_t read = view_bytes(t) + (w ? view_bytes(w) : 0) + (bias ? view_bytes(bias) : 0);
+    return rows_launch(op, t->st->dev, "tensor_rows", &p, b, nb, a, 15, read, view_bytes(out));
 }
 
 /* Runs tensor_rows_sum: out (contiguous, one value per row) = scale * the sums over the last k
@@ -232,7 +241,8 @@ static em_status rows_sum(const char *op, const em_tensor *t, int k, em_tensor *
     em_arg a[8] = {rows_buffer(t, p.lw), em_arg_u32((uint32_t)(t->offset / p.lw)),
                    rows_buffer(out, 1), em_arg_u32((uint32_t)out->offset), em_arg_u32(p.rows),
                    em_arg_u32(p.nl), em_arg_u32(p.x_rs), tn_scalar_arg(t->dtype, scale)};
-    return rows_launch(op, t->st->dev, "tensor_rows_sum", &p, b, nb, a, 8);
+    return rows_launch(op, t->st->dev, "tensor_rows_sum", &p, b, nb, a, 8, view_bytes(t),
+                       view_bytes(out));
 }
 
 /* ---- the column path (src/kernels/tensor_cols.ek) -------------------------------------------- */
@@ -352,8 +362,12 @@ static em_status cols_launch(const char *op, em_device *dev, const cols_plan *p,
     uint32_t cubes[3] = {p->tiles, p->slices, 1}, units[3] = {p->tx * p->ty, 1, 1};
     em_lang_spec spec = {b, 6, p->lw, NULL};
     em_status st = em_lang_launch(dev, m, "tensor_cols_sum", &spec, cubes, units, a, 9);
+    /* it reads rows x (nl lines) of x and writes one row of nl lines per slice */
+    uint64_t line_in = (uint64_t)p->lw * em_scalar_size(xt);
+    uint64_t line_out = (uint64_t)p->lw * em_scalar_size(ot);
     if (st != EM_OK) em_error_context("%s", op);
-    else fu_count_launch();
+    else fu_count_launch("tensor_cols_sum", (uint64_t)p->rows * p->nl * line_in,
+                         (uint64_t)p->slices * p->nl * line_out);
     return st;
 }
 

@@ -1,6 +1,7 @@
 /* tensor.c — the tensor type: views on reference-counted storage, accessors, reference counting,
  * donation with em_take (a storage freed while a fused computation is still pending drops it
- * uncomputed: tensor/fusion.h), and the argument checks every op shares (dims, dtypes, devices), which
+ * uncomputed: tensor/fusion.h; a deferred storage gets its buffer only when that computation runs
+ * or a kernel binds it), and the argument checks every op shares (dims, dtypes, devices), which
  * set errors in the house style ("add: shapes f32[2, 3] and f32[4] cannot be broadcast"). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,7 +203,9 @@ bool tn_check_dtype_supported(const char *op, em_scalar dt)
     }
 }
 
-em_tensor *tn_new(em_device *dev, em_scalar dtype, int rank, const int64_t *shape)
+/* A new contiguous tensor; its buffer is allocated now, or when first needed when deferred. */
+static em_tensor *new_tensor(em_device *dev, em_scalar dtype, int rank, const int64_t *shape,
+                             bool deferred)
 {
     if (!dev) {
         em_set_error(EM_ERR_INVALID, "tensor: no device given");
@@ -242,9 +245,12 @@ em_tensor *tn_new(em_device *dev, em_scalar dtype, int rank, const int64_t *shap
     atomic_init(&st->refs, 1);
     st->dev = dev;
     st->bytes = (size_t)n * em_scalar_size(dtype);
-    /* Zero-size tensors still get a small buffer, so that every view has one to name. */
-    st->buf = em_buffer_alloc(dev, st->bytes ? st->bytes : 16);
-    if (!st->buf) {
+    /* Zero-size tensors still get a small buffer, so that every view has one to name. A deferred
+     * one gets its buffer from fu_realize, when its pending computation runs or a kernel binds
+     * it. */
+    bool now = !deferred || !st->bytes;
+    if (now) st->buf = em_buffer_alloc(dev, st->bytes ? st->bytes : 16);
+    if (now && !st->buf) {
         em_error_context("tensor of %lld elements", (long long)n);
         free(st);
         free(t);
@@ -256,6 +262,16 @@ em_tensor *tn_new(em_device *dev, em_scalar dtype, int rank, const int64_t *shap
     for (int i = 0; i < rank; i++) t->shape[i] = shape[i];
     tn_contig_strides(rank, shape, t->stride);
     return tn_scope_track(t);
+}
+
+em_tensor *tn_new(em_device *dev, em_scalar dtype, int rank, const int64_t *shape)
+{
+    return new_tensor(dev, dtype, rank, shape, false);
+}
+
+em_tensor *tn_new_deferred(em_device *dev, em_scalar dtype, int rank, const int64_t *shape)
+{
+    return new_tensor(dev, dtype, rank, shape, fu_enabled()); /* unfused, the op runs at once */
 }
 
 /* ---- checks ---------------------------------------------------------------------------------- */

@@ -1,8 +1,11 @@
 /* test_fusion.c — lazy elementwise fusion (src/tensor/fusion.c, docs/fusion.md): randomized op
  * graphs give the same results fused and one op at a time; a chain of N elementwise ops launches
  * one kernel; a one-block GPT's forward and backward launches fewer kernels fused than unfused
- * (both counts printed, a bound asserted) with the same loss and gradients; and misuse: errors
- * stay at the op, NULL propagates, writes after a lazy read do not leak into the lazy result.
+ * (both counts printed, a bound asserted) with the same loss and gradients, moves fewer bytes and
+ * peaks no higher in device memory; a recorded chain allocates only its result's buffer, when it
+ * runs, and running out of memory then is an error at the sync point; bytes moved are counted
+ * exactly; and misuse: errors stay at the op, NULL propagates, writes after a lazy read do not
+ * leak into the lazy result.
  *
  * Randomized graphs: EMBER_FUSION_GRAPHS graphs on the CPU (default 1000; the sanitizer build's
  * CTest sets 300) and a fortieth of that on the other devices (PoCL and lavapipe compile each
@@ -445,6 +448,7 @@ static void test_chain_is_one_launch(void **state)
     for (int di = 0; di < tu_ndev; di++) {
         em_device *dev = tu_devs[di];
         for (int n = 1; n <= 12; n++) {
+            uint64_t fused_bytes = 0;
             for (int fused = 1; fused >= 0; fused--) {
                 em_fusion_set(fused);
                 em_scope_begin();
@@ -483,6 +487,18 @@ static void test_chain_is_one_launch(void **state)
                     fail_msg("%d ops %s on %s: %llu launches", n, fused ? "fused" : "unfused",
                              em_device_name(dev), (unsigned long long)launches);
                 if (fused) assert_int_equal(s1.fused_ops - s0.fused_ops, n);
+                /* bytes moved: fused, x and b read once and y written once; unfused, every
+                 * intermediate written and read back */
+                uint64_t bytes =
+                    s1.bytes_read - s0.bytes_read + s1.bytes_written - s0.bytes_written;
+                if (fused) {
+                    fused_bytes = bytes;
+                    assert_int_equal(bytes, (96 + 32 + 96) * 4);
+                } else if (n > 1 && fused_bytes >= bytes) {
+                    fail_msg("%d ops on %s: %llu bytes moved fused, %llu unfused", n,
+                             em_device_name(dev), (unsigned long long)fused_bytes,
+                             (unsigned long long)bytes);
+                }
                 assert_true(tu_close_n("chain", got, ref, 96, 1e-5));
                 free(got);
                 em_scope_end(NULL, 0);
@@ -579,8 +595,14 @@ static bool collect_grad(const char *name, em_module_entry *e, void *user)
     return true;
 }
 
-/* A one-block GPT: forward, loss and backward; returns the tensor-layer launches. */
-static uint64_t gpt_step(em_device *dev, bool fused, double *loss, grads *gr)
+/* What one step cost: tensor-layer launches, bytes moved (read + written) and the pool's peak
+ * bytes in use during the step. */
+typedef struct step_cost {
+    uint64_t launches, bytes, peak;
+} step_cost;
+
+/* A one-block GPT: forward, loss and backward; returns what the step cost. */
+static step_cost gpt_step(em_device *dev, bool fused, double *loss, grads *gr)
 {
     em_fusion_set(fused);
     em_gpt_config cfg = {64, 16, 1, 2, 32, 0.0, true, true};
@@ -594,12 +616,18 @@ static uint64_t gpt_step(em_device *dev, bool fused, double *loss, grads *gr)
     em_tensor *tid = em_from_host(dev, EM_I64, EM_SHAPE(2, 16), ids);
     em_tensor *ttg = em_from_host(dev, EM_I64, EM_SHAPE(2, 16), tg);
     assert_int_equal(em_flush(), EM_OK);
+    em_device_pool_reset_peak(dev);
     em_tensor_stats s0 = em_tensor_stats_get();
     em_tensor *l = em_gpt_loss(g, tid, ttg);
     assert_non_null(l);
     assert_int_equal(em_backward(l, NULL), EM_OK);
     assert_int_equal(em_flush(), EM_OK); /* everything pending runs: a fair count */
-    uint64_t launches = em_tensor_stats_get().launches - s0.launches;
+    em_tensor_stats s1 = em_tensor_stats_get();
+    em_pool_stats ps;
+    em_device_pool_stats(dev, &ps);
+    step_cost cost = {s1.launches - s0.launches,
+                      s1.bytes_read - s0.bytes_read + s1.bytes_written - s0.bytes_written,
+                      ps.peak_in_use};
     *loss = em_item(l);
     memset(gr, 0, sizeof *gr);
     em_module_visit(em_gpt_module(g), collect_grad, gr);
@@ -608,7 +636,7 @@ static uint64_t gpt_step(em_device *dev, bool fused, double *loss, grads *gr)
     em_release(ttg);
     em_gpt_free(g);
     em_fusion_set(true);
-    return launches;
+    return cost;
 }
 
 static void test_gpt_block_launches(void **state)
@@ -619,13 +647,21 @@ static void test_gpt_block_launches(void **state)
     grads *gf = calloc(1, sizeof *gf), *gu = calloc(1, sizeof *gu);
     assert_non_null(gf);
     assert_non_null(gu);
-    uint64_t fused = gpt_step(dev, true, &lf, gf);
-    uint64_t unfused = gpt_step(dev, false, &lu, gu);
-    fprintf(stderr, "[fusion] one-block GPT forward + backward on %s: %llu launches fused, %llu unfused\n",
-            em_device_name(dev), (unsigned long long)fused, (unsigned long long)unfused);
+    step_cost f = gpt_step(dev, true, &lf, gf);
+    step_cost u = gpt_step(dev, false, &lu, gu);
+    fprintf(stderr,
+            "[fusion] one-block GPT forward + backward on %s: %llu launches fused, %llu unfused; "
+            "%llu bytes moved fused, %llu unfused; peak %llu bytes in use fused, %llu unfused\n",
+            em_device_name(dev), (unsigned long long)f.launches, (unsigned long long)u.launches,
+            (unsigned long long)f.bytes, (unsigned long long)u.bytes, (unsigned long long)f.peak,
+            (unsigned long long)u.peak);
     /* the bound: fused, at most 70% of the launches (113 of 170 on the CPU when this was written,
      * the row-wise kernels of ops_reduce.c counted in both) */
-    assert_true(fused * 10 <= unfused * 7);
+    assert_true(f.launches * 10 <= u.launches * 7);
+    /* fused, intermediates are neither written nor read back, and those inlined and freed unread
+     * never get a buffer (docs/fusion.md has the figures) */
+    assert_true(f.bytes < u.bytes);
+    assert_true(f.peak <= u.peak);
     double tol = tu_is_cpu(dev) ? 1e-6 : 1e-4;
     assert_true(fabs(lf - lu) <= tol * fabs(lu));
     assert_int_equal(gf->count, gu->count);
@@ -642,6 +678,147 @@ static void test_gpt_block_launches(void **state)
     }
     free(gf);
     free(gu);
+}
+
+/* ---- memory and bytes moved ------------------------------------------------------------------ */
+
+/* A recorded chain whose intermediates are inlined and freed allocates only its result, when it
+ * runs; a pending result dropped unread allocates nothing. Unfused, every op allocates. */
+static void test_deferred_allocation(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        for (int fused = 1; fused >= 0; fused--) {
+            em_fusion_set(fused);
+            em_scope_begin();
+            double v[1000], ref[1000];
+            tu_fill(v, 1000, -1, 1, 31u);
+            em_tensor *x = tu_tensor(dev, EM_F32, EM_SHAPE(1000), v);
+            assert_int_equal(em_flush(), EM_OK);
+            em_pool_stats p0, p1, p2;
+            em_device_pool_stats(dev, &p0);
+            em_device_pool_reset_peak(dev);
+            em_tensor *a = em_exp(x);
+            em_tensor *b = em_add_scalar(a, 1);
+            em_tensor *c = em_mul(b, x);
+            em_release(a);
+            em_release(b);
+            em_release(em_sigmoid(c)); /* dropped unread */
+            em_device_pool_stats(dev, &p1);
+            if (fused) {
+                assert_null(c->st->buf); /* recorded: no buffer yet */
+                assert_int_equal(p1.allocs, p0.allocs);
+            } else {
+                assert_int_equal(p1.allocs - p0.allocs, 4);
+            }
+            assert_int_equal(em_realize(c), EM_OK);
+            assert_non_null(c->st->buf);
+            em_device_pool_stats(dev, &p2);
+            uint64_t in_use = p2.bytes_in_use - p0.bytes_in_use;
+            uint64_t peak = p2.peak_in_use - p0.bytes_in_use;
+            if (fused) {
+                /* one buffer of 4000 bytes (its size class), never more at once */
+                assert_int_equal(p2.allocs - p0.allocs, 1);
+                assert_true(in_use >= 4000 && in_use < 8000);
+                assert_int_equal(peak, in_use);
+            } else {
+                assert_true(peak >= 3 * in_use); /* a, b and c were live together */
+            }
+            for (int i = 0; i < 1000; i++)
+                ref[i] = (float)((float)((float)exp(v[i]) + 1.0f) * (float)v[i]);
+            tu_check("deferred chain", c, EM_SHAPE(1000), ref, 1e-5);
+            em_scope_end(NULL, 0);
+        }
+        em_fusion_set(true);
+    }
+}
+
+/* Out of device memory when a recorded tree runs is an error at the sync point, never a crash:
+ * an f64 tensor of 2^32 - 1 elements (32 GiB) is more than the CPU device may hand out here (its
+ * limit is the machine's memory), so its fill records fine and fails to run. */
+static void test_realize_out_of_memory(void **state)
+{
+    (void)state;
+    em_device *dev = tu_devs[0];
+    const em_caps *caps = em_device_caps(dev);
+    const int64_t n = (int64_t)UINT32_MAX;
+    if (!tu_is_cpu(dev) || !caps->memory_total || caps->memory_total >= (uint64_t)n * 8) {
+        fprintf(stderr, "[fusion] skipping the out-of-memory check (%s has %llu bytes)\n",
+                em_device_name(dev), (unsigned long long)caps->memory_total);
+        return;
+    }
+    em_fusion_set(true);
+    em_tensor *big = em_full(dev, EM_F64, EM_SHAPE(n), 1.0);
+    assert_non_null(big); /* recorded: nothing allocated yet */
+    em_tensor *y = em_mul_scalar(big, 2);
+    assert_non_null(y);
+    em_status st = em_flush();
+    assert_int_equal(st, EM_ERR_NOMEM);
+    assert_non_null(strstr(em_last_error(), "out of memory"));
+    assert_non_null(strstr(em_last_error(), "fused kernel of"));
+    assert_int_equal(em_realize(y), EM_ERR_NOMEM); /* the same error at the next sync point */
+    assert_non_null(strstr(em_last_error(), "out of memory"));
+    em_release(y);
+    em_release(big);
+    assert_int_equal(em_flush(), EM_OK); /* dropped: nothing left pending */
+    em_clear_error();
+    /* unfused, the op itself reports it */
+    em_fusion_set(false);
+    tu_expect_error(em_full(dev, EM_F64, EM_SHAPE(n), 1.0), "out of memory");
+    em_fusion_set(true);
+    em_clear_error();
+}
+
+/* The bytes a launch moves are the views it binds: add of two f32[1000] reads 8000 bytes and
+ * writes 4000, fused or not; a broadcast operand counts once; the profiler's rows agree. */
+static void test_bytes_moved(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        bool profiling = em_profile_enabled();
+        for (int fused = 1; fused >= 0; fused--) {
+            em_fusion_set(fused);
+            em_scope_begin();
+            double v[1000], w[1000];
+            tu_fill(v, 1000, -1, 1, 41u);
+            tu_fill(w, 1000, -1, 1, 42u);
+            em_tensor *a = tu_tensor(dev, EM_F32, EM_SHAPE(1000), v);
+            em_tensor *b = tu_tensor(dev, EM_F32, EM_SHAPE(1000), w);
+            em_tensor *a2 = em_reshape(a, EM_SHAPE(10, 100));
+            em_tensor *row = em_slice(b, 0, 0, 100, 1); /* f32[100], a view of b */
+            assert_non_null(a2);
+            assert_non_null(row);
+            assert_int_equal(em_flush(), EM_OK);
+            em_profile_enable(true);
+            em_profile_reset();
+            em_tensor_stats s0 = em_tensor_stats_get();
+            em_tensor *c = em_add(a, b);
+            assert_int_equal(em_realize(c), EM_OK);
+            em_tensor_stats s1 = em_tensor_stats_get();
+            assert_int_equal(s1.bytes_read - s0.bytes_read, 8000);
+            assert_int_equal(s1.bytes_written - s0.bytes_written, 4000);
+            em_profile_kernel k;
+            assert_true(em_profile_kernel_get(fused ? "fused" : "tensor_binary", &k));
+            assert_int_equal(k.bytes_read, 8000);
+            assert_int_equal(k.bytes_written, 4000);
+            /* f32[10, 100] + f32[100]: the row is read once */
+            em_tensor *d = em_add(a2, row);
+            assert_int_equal(em_realize(d), EM_OK);
+            em_tensor_stats s2 = em_tensor_stats_get();
+            assert_int_equal(s2.bytes_read - s1.bytes_read, 4400);
+            assert_int_equal(s2.bytes_written - s1.bytes_written, 4000);
+            em_profile_counts pc;
+            em_profile_get(&pc);
+            assert_int_equal(pc.bytes_read, 12400);
+            assert_int_equal(pc.bytes_written, 8000);
+            em_profile_enable(profiling);
+            em_profile_reset();
+            em_scope_end(NULL, 0);
+        }
+        em_fusion_set(true);
+    }
 }
 
 /* ---- misuse and hazards ---------------------------------------------------------------------- */
@@ -726,6 +903,9 @@ int main(void)
         cmocka_unit_test(test_chain_is_one_launch),
         cmocka_unit_test(test_errors_and_hazards),
         cmocka_unit_test(test_fusion_off),
+        cmocka_unit_test(test_deferred_allocation),
+        cmocka_unit_test(test_realize_out_of_memory),
+        cmocka_unit_test(test_bytes_moved),
         cmocka_unit_test(test_rowwise_reads_pending),
         cmocka_unit_test(test_gpt_block_launches),
         cmocka_unit_test(test_random_graphs),
