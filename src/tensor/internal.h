@@ -121,6 +121,9 @@ typedef struct tn_arg {
     int64_t stride[EM_MAX_RANK];
     int64_t offset;     /* in elements */
     bool flat;          /* pass as a rank-less array over the whole storage from offset */
+    unsigned lanes;     /* scalars per element as the kernel declares it: 0 for the launch's line
+                         * width (a tensor of lines), 1 for a tensor of scalars in a launch
+                         * whose other tensors are lines */
     em_arg scalar;      /* a scalar argument when t is NULL */
 } tn_arg;
 
@@ -142,6 +145,9 @@ em_status tn_launch(const char *op, em_device *dev, const char *name, const em_l
  * counter. */
 uint64_t tn_view_bytes(em_scalar dt, int rank, const int64_t *shape, const int64_t *stride);
 
+/* The cube size for reducing n elements in one cube: a power of two in 32..256 (the smallest
+ * covering n, or 256); *log (when not NULL) receives its base-2 log. */
+unsigned tn_cube_for(int64_t n, unsigned *log);
 /* 1-D grid covering n units in cubes of 256 (n must fit in u32). */
 void tn_grid_1d(uint64_t n, uint32_t cubes[3], uint32_t units[3]);
 

@@ -97,12 +97,24 @@ void tn_grid_1d(uint64_t n, uint32_t cubes[3], uint32_t units[3])
     cubes[1] = cubes[2] = 1;
 }
 
+unsigned tn_cube_for(int64_t n, unsigned *log)
+{
+    unsigned c = 32, l = 5;
+    while (c < 256 && (int64_t)c < n) {
+        c *= 2;
+        l++;
+    }
+    if (log) *log = l;
+    return c;
+}
+
 /* The buffer argument of a tensor: the whole storage, viewed with the tensor's shape and strides
  * (its offset travels as the separate scalar argument that follows it in every tensor kernel). */
 static em_arg to_em_arg(const tn_arg *a, unsigned lw)
 {
     const em_tensor *t = a->t;
     size_t esz = em_scalar_size(t->dtype);
+    if (a->lanes) lw = a->lanes;
     uint64_t len = (uint64_t)(t->st->bytes / esz) / lw;
     if (len == 0) len = 1;
     if (a->flat) return em_arg_tensor(t->st->buf, 0, len, 0, NULL, NULL);

@@ -78,42 +78,17 @@ static em_status launch_skinny(const mm_problem *p, const mm_config *c, tn_arg o
     tn_arg ts[5] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
                     tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset), outa, bias_arg(p),
                     res_arg(p)};
-    /* b is a tensor of lines and the rest of scalars, so each buffer's length is stated in its
-     * own elements (tn_launch divides every one by the line width); launched directly, so the
-     * pending (fused) computations are settled here as tn_launch settles them: the operands
-     * realized, and those reading the output's buffer run first */
-    em_arg ea[13];
-    size_t n = 0;
-    uint64_t read = 0; /* the bytes of a, b and the epilogue's tensors (not placeholders) */
-    for (int i = 0; i < 5; i++) {
-        const em_tensor *t = ts[i].t;
-        if (fu_realize(t->st) != EM_OK || (i == 2 && fu_before_write(t->st) != EM_OK))
-            return em_error_context("matmul");
-        if (i != 2 && (i != 3 || p->bias) && (i != 4 || p->res))
-            read += tn_view_bytes(t->dtype, ts[i].rank, ts[i].shape, ts[i].stride);
-        unsigned lw = i == 1 ? (unsigned)q.v : 1;
-        uint64_t len = (uint64_t)(t->st->bytes / em_scalar_size(t->dtype)) / lw;
-        ea[n++] = em_arg_tensor(t->st->buf, 0, len ? len : 1, (unsigned)ts[i].rank, ts[i].shape,
-                                ts[i].stride);
-        ea[n++] = em_arg_u32((uint32_t)ts[i].offset);
-    }
-    ea[n++] = em_arg_u32(kchunk);
-    ea[n++] = em_arg_u32((uint32_t)split);
-    ea[n++] = em_arg_u32(q.fold ? 1u : 0u);
+    /* b is a tensor of lines (the launch's width, q.v) and the rest tensors of scalars */
+    for (int i = 0; i < 5; i++)
+        if (i != 1) ts[i].lanes = 1;
+    tn_arg args[8] = {ts[0], ts[1], ts[2], ts[3], ts[4], tn_arg_s(em_arg_u32(kchunk)),
+                      tn_arg_s(em_arg_u32((uint32_t)split)), tn_arg_s(em_arg_u32(q.fold ? 1u : 0u))};
     int64_t zb = q.fold ? 1 : p->batch;
     uint32_t cubes[3] = {(uint32_t)((p->N + q.nout - 1) / q.nout),
                          (uint32_t)((q.rows + c->bm - 1) / c->bm), (uint32_t)(zb * split)};
     uint32_t units[3] = {(uint32_t)(c->tn * c->tm * c->bn), 1, 1};
-    const em_lang_module *m = em_lang_builtins();
-    if (!m) return em_error_context("matmul");
-    em_lang_spec spec = {bd, nb, (unsigned)q.v, NULL};
-    em_status st = em_lang_launch(p->dev, m, "matmul_skinny", &spec, cubes, units, ea, n);
-    if (st != EM_OK)
-        em_error_context("matmul");
-    else
-        fu_count_launch("matmul_skinny", read,
-                        tn_view_bytes(outa.t->dtype, outa.rank, outa.shape, outa.stride));
-    return st;
+    return tn_launch("matmul", p->dev, "matmul_skinny", bd, nb, (unsigned)q.v, cubes, units, args,
+                     8);
 }
 
 em_status mm_launch(const mm_problem *p, const mm_config *c)

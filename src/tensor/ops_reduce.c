@@ -405,18 +405,6 @@ static em_status cols_sum(const char *op, const em_tensor *t, const bool *red, e
     return st;
 }
 
-/* Cube size for reducing n elements: a power of two in 32..256. */
-static unsigned cube_for(int64_t n, unsigned *log)
-{
-    unsigned c = 32, l = 5;
-    while (c < 256 && (int64_t)c < n) {
-        c *= 2;
-        l++;
-    }
-    *log = l;
-    return c;
-}
-
 /* Splits t's dims into kept (first) and reduced (last). Fills perm; returns the number reduced,
  * or -1 with the error set. `all` when dims is empty. */
 static int split_dims(const char *op, const em_tensor *t, const int *dims, int ndims, int *perm, bool *red)
@@ -554,7 +542,7 @@ static em_tensor *reduce(const char *op, const em_tensor *t, const int *dims, in
         }
     }
     unsigned log;
-    unsigned cube = cube_for(n_inner, &log);
+    unsigned cube = tn_cube_for(n_inner, &log);
     static const int kind[] = {0, 1, 2, 3, 2, 3, 0, 0, 0, 2, 3, 2};
     em_lang_bind b[10] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("U", odt),
                          em_lang_bind_type("C", ct), em_lang_bind_type("M", tn_math_type(t->st->dev, ct)), em_lang_bind_int("R", R), em_lang_bind_int("K", k),
@@ -655,7 +643,7 @@ static em_tensor *softmax(const char *op, const em_tensor *t, int dim, bool log_
         dim_last(out, d, osh, os);
     }
     unsigned log;
-    unsigned cube = cube_for(xsh[R - 1], &log);
+    unsigned cube = tn_cube_for(xsh[R - 1], &log);
     em_scalar ct = tn_compute_type(t->dtype);
     em_lang_bind b[7] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("C", ct),
                          em_lang_bind_type("M", tn_math_type(t->st->dev, ct)),
@@ -761,7 +749,7 @@ static em_tensor *norm(const char *op, const em_tensor *t, int nnorm, const em_t
     int64_t n = 1;
     for (int i = t->rank - nnorm; i < t->rank; i++) n *= t->shape[i];
     unsigned log;
-    unsigned cube = cube_for(n, &log);
+    unsigned cube = tn_cube_for(n, &log);
     em_lang_bind b[9] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("C", tn_compute_type(t->dtype)),
                          em_lang_bind_int("R", t->rank), em_lang_bind_int("K", nnorm),
                          em_lang_bind_bool("RMS", rms), em_lang_bind_bool("HAS_W", wc != NULL),

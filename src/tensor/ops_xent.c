@@ -10,14 +10,6 @@
 #include "ember/tensor_grad.h"
 #include "tensor/internal.h"
 
-/* The cube for a row of n (the same choice as the other row kernels: 32 to 256 units). */
-static unsigned xent_cube(int64_t n)
-{
-    unsigned c = 32;
-    while (c < 256 && (int64_t)c < n) c *= 2;
-    return c;
-}
-
 /* The checked classes as i32 (-1 where ignored), on logits' device; *valid counts the rest. */
 static em_tensor *checked_targets(const char *op, const em_tensor *targets, int64_t n_class,
                                   int64_t ignore_index, int64_t *valid)
@@ -93,7 +85,7 @@ em_tensor *em_cross_entropy_rows(const em_tensor *logits, const em_tensor *targe
     out = tn_new(logits->st->dev, logits->dtype, 1, &N);
     if (!out || N == 0) goto done;
     em_scalar ct = tn_compute_type(logits->dtype);
-    unsigned cube = xent_cube(C);
+    unsigned cube = tn_cube_for(C, NULL);
     em_lang_bind bind[5] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
                             em_lang_bind_type("M", tn_math_type(logits->st->dev, ct)),
                             em_lang_bind_bool("SMOOTH", label_smoothing > 0),
@@ -145,7 +137,7 @@ em_tensor *em_cross_entropy_rows_backward(const em_tensor *grad_out, const em_te
         return NULL;
     }
     em_scalar ct = tn_compute_type(logits->dtype);
-    unsigned cube = xent_cube(C);
+    unsigned cube = tn_cube_for(C, NULL);
     em_lang_bind bind[4] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
                             em_lang_bind_type("M", tn_math_type(logits->st->dev, ct)),
                             em_lang_bind_int("CUBE", cube)};
