@@ -231,6 +231,17 @@ em_tensor *em_rms_norm(const em_tensor *t, int nnorm, const em_tensor *weight, d
  * of rows not ignored (the divisor of a mean). em_cross_entropy (nn.h) runs on it. */
 em_tensor *em_cross_entropy_rows(const em_tensor *logits, const em_tensor *targets,
                                  int64_t ignore_index, double label_smoothing, int64_t *valid);
+/* Fused scaled-dot-product attention: out = softmax(q k^T * scale + mask) v for q [B, H, Tq, D],
+ * k and v [B, H, Tk, D] (float, one dtype and device, any strides, D from 1 to 256), a result
+ * [B, H, Tq, D] of q's dtype. With causal, query i sees the keys j <= i + Tk - Tq (the last query
+ * is aligned with the last key, as PyTorch's is_causal when Tq == Tk) and Tq <= Tk is required.
+ * The softmax statistics are kept in f32 (f64 for f64); neither the scores nor the probabilities
+ * are stored: for its gradient (tensor_grad.h) the op keeps q, k, v, out and one log-sum-exp per
+ * query row. docs/attention.md says how. */
+em_tensor *em_attention(const em_tensor *q, const em_tensor *k, const em_tensor *v, bool causal,
+                        double scale);
+/* The largest head size D em_attention takes. */
+#define EM_ATTENTION_MAX_HEAD_DIM 256
 
 /* ---- layout ---------------------------------------------------------------------------------- */
 

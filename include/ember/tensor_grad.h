@@ -1,6 +1,7 @@
 /* ember/tensor_grad.h — tensor ops that compute the gradients of other tensor ops, for the
  * autodiff layer's backward rules (and anyone writing a backward by hand): the input and weight
- * gradients of conv2d and the input gradients of the 2-D pools.
+ * gradients of conv2d, the input gradients of the 2-D pools, of the fused classifier and of the
+ * fused attention.
  *
  * Same conventions as tensor.h: each returns a new contiguous tensor (the caller owns it) of
  * grad_out's dtype, or NULL with the error set; inputs are borrowed; a NULL input gives NULL.
@@ -50,6 +51,20 @@ em_tensor *em_embedding_backward(const em_tensor *grad, const em_tensor *ids,
  * recomputed), no probabilities kept. */
 em_tensor *em_cross_entropy_rows_backward(const em_tensor *grad_out, const em_tensor *logits,
                                           const em_tensor *classes, double label_smoothing);
+
+/* The gradients of out = em_attention(q, k, v, causal, scale): from grad_out (d loss / d out, of
+ * q's shape and dtype), out itself and lse, the log-sum-exp of each scaled, masked score row that
+ * em_attention records ([B, H, Tq], f32, f64 for f64), writes new contiguous tensors into *dq
+ * (q's shape), *dk and *dv (k's shape); any of the three may be NULL to skip it. The
+ * probabilities are recomputed from q, k and lse: tile by tile in a pass per key block for dk and
+ * dv and a pass per query block for dq (each gradient element summed by one unit), or, where the
+ * forward runs on matrix units (f16/bf16, D 64 or 128 on CUDA), as one [Tq, Tk] block per call
+ * through tensor-core matmuls, freed on return. Deterministic either way. EM_OK, or the error
+ * status with the message set (then every requested result is NULL). */
+em_status em_attention_backward(const em_tensor *grad_out, const em_tensor *q, const em_tensor *k,
+                                const em_tensor *v, const em_tensor *out, const em_tensor *lse,
+                                bool causal, double scale, em_tensor **dq, em_tensor **dk,
+                                em_tensor **dv);
 
 #ifdef __cplusplus
 }

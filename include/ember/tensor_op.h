@@ -69,6 +69,9 @@ typedef enum em_tensor_op {
     /* the fused classifier: in[0] = logits [N, C], in[1] = the checked i32 classes [N] (-1:
      * ignored); f[0] = label smoothing (em_cross_entropy_rows) */
     EM_TOP_CROSS_ENTROPY,
+    /* fused attention: in[0..3) = q, k, v, in[3] = the log-sum-exp of each query row (f32, f64
+     * for f64; not differentiable); f[0] = scale, flag = causal (em_attention) */
+    EM_TOP_ATTENTION,
     EM_TOP_COUNT
 } em_tensor_op;
 

@@ -1,12 +1,14 @@
-/* rules_conv.c — backward rules of conv2d, the 2-D pools and the fused classifier: thin wrappers
- * over the gradient ops of include/ember/tensor_grad.h (gather-style kernels, deterministic on
- * every device).
+/* rules_conv.c — backward rules of conv2d, the 2-D pools, the fused classifier and the fused
+ * attention: thin wrappers over the gradient ops of include/ember/tensor_grad.h (gather-style
+ * kernels, deterministic on every device).
  *   conv2d:     dx = conv2d_backward_input(g, w), dw = conv2d_backward_weight(g, x),
  *               dbias = sum of g over N, H, W;
  *   max_pool2d: dx = max_pool2d_backward(g, x) (the window's first maximum gets its gradient);
  *   avg_pool2d: dx = avg_pool2d_backward(g, x's shape) (needs nothing saved);
  *   cross_entropy_rows: dlogits = cross_entropy_rows_backward(g, logits, classes) (the classes
- *               get no gradient). */
+ *               get no gradient);
+ *   attention:  dq, dk, dv = attention_backward(g, q, k, v, out, lse) (lse, the recorded
+ *               log-sum-exp of each query row, gets no gradient). */
 #include "autodiff/internal.h"
 #include "ember/tensor_grad.h"
 
@@ -67,10 +69,22 @@ static em_status cross_entropy_backward(const ad_ctx *c, const em_tensor *g, em_
     return finish(c, gin, 1);
 }
 
+/* in = q, k, v, lse; f[0] = scale, flag = causal; out is saved. */
+static em_status attention_backward(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
+{
+    gin[0] = gin[1] = gin[2] = gin[3] = NULL;
+    em_status st = em_attention_backward(g, c->in[0], c->in[1], c->in[2], c->out, c->in[3],
+                                         c->p->flag, c->p->f[0], c->needs[0] ? &gin[0] : NULL,
+                                         c->needs[1] || c->needs[2] ? &gin[1] : NULL,
+                                         c->needs[1] || c->needs[2] ? &gin[2] : NULL);
+    return st != EM_OK ? st : finish(c, gin, 3);
+}
+
 void ad_rules_conv(ad_rule *table)
 {
     table[EM_TOP_CONV2D] = (ad_rule){conv2d_backward, 0x3u, false};
     table[EM_TOP_MAX_POOL2D] = (ad_rule){max_pool2d_backward, 0x1u, false};
     table[EM_TOP_AVG_POOL2D] = (ad_rule){avg_pool2d_backward, 0x0u, false};
     table[EM_TOP_CROSS_ENTROPY] = (ad_rule){cross_entropy_backward, 0x3u, false};
+    table[EM_TOP_ATTENTION] = (ad_rule){attention_backward, 0xfu, true};
 }

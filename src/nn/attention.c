@@ -6,6 +6,11 @@
  * distribution instead of NaN (as Hugging Face's GPT-2); softmax, dropout in training, att v,
  * heads merged back, c_proj, residual dropout.
  *
+ * For more than one query, without a padding mask and without attention dropout (p = 0 or not
+ * training) the scores, mask, softmax and att v are one fused op instead, em_attention
+ * (tensor.h, docs/attention.md), which keeps no [T, Tk] scores or probabilities for the
+ * backward.
+ *
  * The cache path is for inference: the new keys and values are copied into the cache tensors
  * under no-grad (the cache records no gradient), cache->len advances by T, and attention covers
  * positions [0, len + T). */
@@ -209,15 +214,24 @@ em_tensor *em_mha_forward(em_mha *m, const em_tensor *x, const em_tensor *pad_ma
     if (cache && !cache_append(cache, k, v, &k, &v)) goto done;
     int64_t Tk = em_dim(k, 2);
 
-    em_tensor *att =
-        em_mul_scalar(em_take(em_matmul(q, em_transpose(k, 2, 3))), 1.0 / sqrt((double)D));
-    bool none;
-    em_tensor *mask = score_mask(m->base.dev, m->causal, pad_mask, start, T, Tk, &none);
-    if (!mask && !none) goto done;
-    if (mask) att = em_masked_fill(em_take(att), mask, em_scalar_lowest(em_dtype(att)));
-    att = em_softmax(em_take(att), -1);
-    if (train) att = em_dropout(em_take(att), m->p_dropout, true, rng);
-    em_tensor *o = em_matmul(att, v);                                  /* [B, H, T, D] */
+    em_tensor *o; /* [B, H, T, D] */
+    if (T > 1 && !pad_mask && !train && D <= EM_ATTENTION_MAX_HEAD_DIM) {
+        /* the fused op: the same result (no row is fully masked: query t sees the keys up to
+         * start + t = t + Tk - T, the op's causal alignment), no [T, Tk] scores kept. One query
+         * (decoding) keeps the composed path: its scores are one row, and the fused kernels'
+         * cube per 64 queries of a head would leave most of a GPU idle. */
+        o = em_attention(q, k, v, m->causal, 1.0 / sqrt((double)D));
+    } else {
+        em_tensor *att =
+            em_mul_scalar(em_take(em_matmul(q, em_transpose(k, 2, 3))), 1.0 / sqrt((double)D));
+        bool none;
+        em_tensor *mask = score_mask(m->base.dev, m->causal, pad_mask, start, T, Tk, &none);
+        if (!mask && !none) goto done;
+        if (mask) att = em_masked_fill(em_take(att), mask, em_scalar_lowest(em_dtype(att)));
+        att = em_softmax(em_take(att), -1);
+        if (train) att = em_dropout(em_take(att), m->p_dropout, true, rng);
+        o = em_matmul(att, v);
+    }
     o = em_reshape(em_transpose(em_take(o), 1, 2), EM_SHAPE(B, T, C)); /* heads merged */
     y = em_linear_forward(m->c_proj, o);
     if (train) y = em_dropout(em_take(y), m->p_dropout, true, rng);

@@ -104,6 +104,7 @@ const char *em_top_name(em_tensor_op op)
         [EM_TOP_MAX_POOL2D] = "max_pool2d",
         [EM_TOP_AVG_POOL2D] = "avg_pool2d",
         [EM_TOP_CROSS_ENTROPY] = "cross_entropy_rows",
+        [EM_TOP_ATTENTION] = "attention",
     };
     if ((int)op < 0 || (int)op >= EM_TOP_COUNT || !names[op]) return "?";
     return names[op];

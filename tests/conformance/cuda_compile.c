@@ -469,12 +469,61 @@ static void test_matmul_configs_compile(void **state)
     if (failed) fail_msg("%zu CUDA compile failures among the matmul configurations", failed);
 }
 
+/* The attention kernels (src/kernels/tensor_attention.ek) as src/tensor/ops_attention.c binds
+ * them, beyond the defaults (DMAX 64, f32/f16/bf16) that test_builtins_compile covers: the SIMT
+ * kernels for GPT's f16/bf16 at DMAX 128, f32 at the largest DMAX (256) and f64, with the tile
+ * the host picks for 16 KiB of staged rows; and the tensor-core forward for f16 and bf16 at D 64
+ * and 128. */
+static void test_attention_compile(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_NVRTC();
+    const em_lang_module *m = em_lang_builtins();
+    assert_non_null(m);
+    spec_item items[24];
+    size_t n = 0;
+    static const char *const simt[] = {"tensor_attention_fwd", "tensor_attention_bwd_kv",
+                                       "tensor_attention_bwd_q"};
+    static const struct {
+        em_scalar t;
+        int dmax;
+    } cfg[] = {{EM_F16, 128}, {EM_BF16, 128}, {EM_F32, 256}, {EM_F64, 64}};
+    for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+        em_scalar ct = cfg[c].t == EM_F64 ? EM_F64 : EM_F32;
+        int tile = 16384 / (2 * cfg[c].dmax * (int)em_scalar_size(cfg[c].t));
+        tile = tile > 64 ? 64 : tile < 4 ? 4 : tile;
+        for (size_t k = 0; k < 3; k++) {
+            em_lang_bind b[] = {
+                em_lang_bind_type("T", cfg[c].t), em_lang_bind_type("C", ct),
+                em_lang_bind_type("M", ct),       em_lang_bind_int("DMAX", cfg[c].dmax),
+                em_lang_bind_int("TILE", tile),   em_lang_bind_int("CUBE", 64)};
+            items[n++] = item(simt[k], 1, sizeof(b) / sizeof(b[0]), b);
+        }
+    }
+    em_lang_bind d[] = {em_lang_bind_type("T", EM_F64), em_lang_bind_type("C", EM_F64)};
+    items[n++] = item("tensor_attention_delta", 1, 2, d);
+    for (int t = 0; t < 2; t++)
+        for (int dd = 64; dd <= 128; dd += 64) {
+            em_scalar ty = t ? EM_BF16 : EM_F16;
+            em_lang_bind b[] = {em_lang_bind_type("T", ty), em_lang_bind_type("S", ty),
+                                em_lang_bind_type("M", EM_F32), em_lang_bind_int("D", dd),
+                                em_lang_bind_int("PLANE", 32)};
+            items[n++] = item("tensor_attention_fwd_mma", 1, sizeof(b) / sizeof(b[0]), b);
+        }
+    size_t compiled = 0, failed = 0, unspec = 0;
+    compile_items(m, items, n, true, &compiled, &failed, &unspec);
+    printf("attention kernels: %zu specializations compiled for sm_80 and sm_90, %zu failed\n",
+           compiled / 2, failed);
+    if (failed) fail_msg("%zu CUDA compile failures among the attention kernels", failed);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builtins_compile),
         cmocka_unit_test(test_corpus_compiles),
         cmocka_unit_test(test_matmul_configs_compile),
+        cmocka_unit_test(test_attention_compile),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     return failed ? 1 : g_skipped ? 77 : 0;

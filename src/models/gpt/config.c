@@ -127,7 +127,9 @@ bool em_gpt_config_from_json(const char *json, em_gpt_config *out)
         em_set_error(EM_ERR_CORRUPT, "GPT config: not a JSON object");
         return false;
     }
-    em_gpt_config c = {0, 0, 0, 0, 0, 0.0, true, true};
+    em_gpt_config c;
+    memset(&c, 0, sizeof c); /* padding too, so that equal configs are equal bytes */
+    c.bias = c.tied = true;
     static const char *const k_vocab[] = {"vocab_size", NULL};
     static const char *const k_block[] = {"block_size", "n_positions", "n_ctx", NULL};
     static const char *const k_layer[] = {"n_layer", "num_hidden_layers", NULL};

@@ -1,0 +1,393 @@
+/* ops_attention.c — fused scaled-dot-product attention (issue #13): em_attention and its gradient
+ * em_attention_backward, through src/kernels/tensor_attention.ek. The forward keeps no scores or
+ * probabilities: it writes the output and one log-sum-exp per query row (f32, f64 for f64 inputs),
+ * which the op records as a fourth, non-differentiable input so that the backward can recompute
+ * the probabilities (tile by tile in the SIMT kernels; as one [Tq, Tk] block through tensor-core
+ * matmuls where the forward runs on matrix units). The kernels read [B, H, T, D] views with any
+ * strides whose last dim is contiguous (as GPT's heads are: views of the fused qkv projection), so
+ * nothing is copied then; other views are made contiguous first. docs/attention.md says more. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember/tensor_grad.h"
+#include "tensor/internal.h"
+
+enum {
+    ATTN_MAX_D = EM_ATTENTION_MAX_HEAD_DIM, /* the largest head size the kernels take */
+    ATTN_CUBE = 64,                         /* units (rows) per cube */
+    ATTN_SHARED = 16384 /* bytes of shared memory the staged tiles of one kernel may take */
+};
+
+/* The comptime size of the per-unit row arrays for head size d: 64, 128 or 256. */
+static unsigned attn_dmax(int64_t d)
+{
+    return d <= 64 ? 64 : d <= 128 ? 128 : 256;
+}
+
+/* Rows of the other side staged at once: two tiles of TILE x DMAX elements in ATTN_SHARED. */
+static unsigned attn_tile(em_scalar dt, unsigned dmax)
+{
+    unsigned t = ATTN_SHARED / (2 * dmax * (unsigned)em_scalar_size(dt));
+    return t > 64 ? 64 : t < 4 ? 4 : t;
+}
+
+/* Checks q [B, H, Tq, D], k and v [B, H, Tk, D]: float, one dtype and device, D <= ATTN_MAX_D,
+ * Tk >= 1, Tq <= Tk when causal, sizes that fit the kernels' u32 indexing. */
+static bool check_qkv(const char *op, const em_tensor *q, const em_tensor *k, const em_tensor *v,
+                      bool causal, double scale)
+{
+    char a[96], b[96], c[96];
+    em_describe(q, a, sizeof a);
+    em_describe(k, b, sizeof b);
+    em_describe(v, c, sizeof c);
+    if (q->rank != 4 || k->rank != 4 || v->rank != 4 || !em_scalar_is_float(q->dtype) ||
+        k->dtype != q->dtype || v->dtype != q->dtype) {
+        em_set_error(EM_ERR_INVALID,
+                     "%s: q %s, k %s and v %s do not match (expected float tensors of one dtype, "
+                     "q [B, H, Tq, D], k and v [B, H, Tk, D])",
+                     op, a, b, c);
+        return false;
+    }
+    bool same = k->shape[0] == q->shape[0] && k->shape[1] == q->shape[1] &&
+                k->shape[3] == q->shape[3] && v->shape[0] == q->shape[0] &&
+                v->shape[1] == q->shape[1] && v->shape[2] == k->shape[2] &&
+                v->shape[3] == q->shape[3];
+    if (!same) {
+        em_set_error(EM_ERR_INVALID,
+                     "%s: q %s, k %s and v %s do not match (expected q [B, H, Tq, D], k and v "
+                     "[B, H, Tk, D])",
+                     op, a, b, c);
+        return false;
+    }
+    if (!tn_same_device(op, q, k) || !tn_same_device(op, q, v)) return false;
+    int64_t D = q->shape[3], Tq = q->shape[2], Tk = k->shape[2];
+    if (D < 1 || D > ATTN_MAX_D) {
+        em_set_error(EM_ERR_INVALID, "%s: head size %lld of q %s is outside 1..%d", op,
+                     (long long)D, a, ATTN_MAX_D);
+        return false;
+    }
+    if (Tk < 1) {
+        em_set_error(EM_ERR_INVALID, "%s: k %s has no keys (q %s)", op, b, a);
+        return false;
+    }
+    if (causal && Tq > Tk) {
+        em_set_error(EM_ERR_INVALID,
+                     "%s: causal attention needs no more queries than keys, got q %s and k %s", op,
+                     a, b);
+        return false;
+    }
+    if (!isfinite(scale)) {
+        em_set_error(EM_ERR_INVALID, "%s: scale must be finite, got %g", op, scale);
+        return false;
+    }
+    int64_t bh = q->shape[0] * q->shape[1], big = Tq > Tk ? Tq : Tk;
+    if (bh > 65535 || big * bh * D > (int64_t)INT32_MAX) {
+        em_set_error(EM_ERR_INVALID, "%s: q %s and k %s are too large for one launch", op, a, b);
+        return false;
+    }
+    return true;
+}
+
+/* t itself (a new reference) when the kernels can read it: its last dim contiguous (or of size
+ * 1) and every element index of its storage within u32; else a contiguous copy. NULL on error. */
+static em_tensor *attn_view(const em_tensor *t)
+{
+    size_t elems = t->st->bytes / em_scalar_size(t->dtype);
+    if ((t->stride[3] == 1 || t->shape[3] == 1) && elems <= UINT32_MAX) {
+        em_tensor *v = tn_view(t, t->rank, t->shape, t->stride, t->offset);
+        if (v && tn_realize(v) != EM_OK) {
+            em_release(v);
+            return NULL;
+        }
+        return v;
+    }
+    return tn_contig(t);
+}
+
+/* The bindings every attention kernel takes (the delta kernel only the first two). */
+static size_t attn_binds(em_device *dev, em_scalar dt, int64_t D, em_lang_bind *bind)
+{
+    em_scalar ct = tn_compute_type(dt);
+    unsigned dmax = attn_dmax(D);
+    bind[0] = em_lang_bind_type("T", dt);
+    bind[1] = em_lang_bind_type("C", ct);
+    bind[2] = em_lang_bind_type("M", tn_math_type(dev, ct));
+    bind[3] = em_lang_bind_int("DMAX", dmax);
+    bind[4] = em_lang_bind_int("TILE", attn_tile(dt, dmax));
+    bind[5] = em_lang_bind_int("CUBE", ATTN_CUBE);
+    return 6;
+}
+
+/* The grid of a kernel with a unit per row of n rows in each of bh heads. */
+static void attn_grid(int64_t n, int64_t bh, uint32_t cubes[3], uint32_t units[3])
+{
+    cubes[0] = (uint32_t)((n + ATTN_CUBE - 1) / ATTN_CUBE);
+    cubes[1] = (uint32_t)bh;
+    cubes[2] = 1;
+    units[0] = ATTN_CUBE;
+    units[1] = units[2] = 1;
+}
+
+/* Whether the forward runs the matrix-op kernel (tensor_attention_fwd_mma): f16/bf16 with D 64
+ * or 128 on CUDA (WMMA); EMBER_ATTENTION=mma forces it wherever the dtype and D allow and the
+ * device has matrix ops or planes of one unit (the CPU and PoCL run the fragments as loops: tests),
+ * EMBER_ATTENTION=simt forbids it. */
+static bool attn_use_mma(em_device *dev, em_scalar dt, int64_t D)
+{
+    if ((dt != EM_F16 && dt != EM_BF16) || (D != 64 && D != 128)) return false;
+    const char *env = getenv("EMBER_ATTENTION");
+    const em_caps *c = em_device_caps(dev);
+    if (!c || (env && !strcmp(env, "simt"))) return false;
+    /* fragments run as loops only where a plane is one unit */
+    if (env && !strcmp(env, "mma")) return c->matrix || c->plane_dim <= 1;
+    return c->matrix && !strcmp(c->target, "cuda");
+}
+
+/* Forward into out (contiguous, q's shape) and lse ([B, H, Tq] in the compute type). */
+static em_status attn_forward(const char *op, const em_tensor *q, const em_tensor *k,
+                              const em_tensor *v, bool causal, double scale, em_tensor *out,
+                              em_tensor *lse)
+{
+    em_device *dev = q->st->dev;
+    int64_t Tq = q->shape[2], D = q->shape[3], bh = q->shape[0] * q->shape[1];
+    em_tensor *qc = attn_view(q), *kc = qc ? attn_view(k) : NULL, *vc = kc ? attn_view(v) : NULL;
+    em_status st = em_last_status();
+    if (vc && attn_use_mma(dev, q->dtype, D)) {
+        const em_caps *caps = em_device_caps(dev);
+        unsigned plane = caps && caps->plane_dim ? caps->plane_dim : 1;
+        em_lang_bind bind[5] = {em_lang_bind_type("T", q->dtype), em_lang_bind_type("S", q->dtype),
+                                em_lang_bind_type("M", tn_math_type(dev, EM_F32)),
+                                em_lang_bind_int("D", (int64_t)D),
+                                em_lang_bind_int("PLANE", plane)};
+        tn_arg args[7] = {tn_arg_t(qc),
+                          tn_arg_t(kc),
+                          tn_arg_t(vc),
+                          tn_arg_t(out),
+                          tn_arg_flat(lse),
+                          tn_arg_s(em_arg_u32(causal)),
+                          tn_arg_s(tn_scalar_arg(EM_F32, scale))};
+        uint32_t cubes[3] = {(uint32_t)((Tq + 63) / 64), (uint32_t)bh, 1};
+        uint32_t units[3] = {4 * plane, 1, 1};
+        st = tn_launch(op, dev, "tensor_attention_fwd_mma", bind, 5, 1, cubes, units, args, 7);
+    } else if (vc) {
+        em_lang_bind bind[6];
+        size_t nb = attn_binds(dev, q->dtype, D, bind);
+        em_scalar ct = tn_compute_type(q->dtype);
+        tn_arg args[7] = {tn_arg_t(qc),
+                          tn_arg_t(kc),
+                          tn_arg_t(vc),
+                          tn_arg_t(out),
+                          tn_arg_flat(lse),
+                          tn_arg_s(em_arg_u32(causal)),
+                          tn_arg_s(tn_scalar_arg(ct, scale))};
+        uint32_t cubes[3], units[3];
+        attn_grid(Tq, bh, cubes, units);
+        st = tn_launch(op, dev, "tensor_attention_fwd", bind, nb, 1, cubes, units, args, 7);
+    }
+    em_release(qc);
+    em_release(kc);
+    em_release(vc);
+    return st;
+}
+
+em_tensor *em_attention(const em_tensor *q, const em_tensor *k, const em_tensor *v, bool causal,
+                        double scale)
+{
+    const char *op = "attention";
+    em_tensor *out = NULL, *lse = NULL;
+    if (!q || !k || !v) goto done;
+    if (!check_qkv(op, q, k, v, causal, scale)) goto done;
+    out = tn_new(q->st->dev, q->dtype, 4, q->shape);
+    lse = out ? tn_new(q->st->dev, tn_compute_type(q->dtype), 3, q->shape) : NULL;
+    if (!lse) {
+        em_release(out);
+        out = NULL;
+        goto done;
+    }
+    if (em_numel(out) == 0) goto done;
+    if (attn_forward(op, q, k, v, causal, scale, out, lse) != EM_OK) {
+        em_release(out);
+        out = NULL;
+    }
+done:
+    if (out) {
+        em_top_params p = {0};
+        p.f[0] = scale;
+        p.flag = causal;
+        const em_tensor *in[4] = {q, k, v, lse};
+        tn_record(EM_TOP_ATTENTION, &p, in, 4, out);
+    }
+    em_release(lse);
+    tn_done(q);
+    tn_done(k);
+    tn_done(v);
+    return out;
+}
+
+/* Checks the backward's extra inputs against q (already checked with k and v). */
+static bool check_backward(const char *op, const em_tensor *g, const em_tensor *q,
+                           const em_tensor *out, const em_tensor *lse)
+{
+    char a[96], b[96], c[96], e[96];
+    bool ok = g->rank == 4 && out->rank == 4 && lse->rank == 3 && g->dtype == q->dtype &&
+              out->dtype == q->dtype && lse->dtype == tn_compute_type(q->dtype);
+    for (int i = 0; ok && i < 4; i++)
+        ok = g->shape[i] == q->shape[i] && out->shape[i] == q->shape[i] &&
+             (i == 3 || lse->shape[i] == q->shape[i]);
+    if (!ok) {
+        em_set_error(EM_ERR_INVALID,
+                     "%s: grad %s, out %s and lse %s do not match q %s (expected the grad and out "
+                     "of q's shape and dtype, lse [B, H, Tq] in f32, f64 for f64)",
+                     op, em_describe(g, a, sizeof a), em_describe(out, b, sizeof b),
+                     em_describe(lse, c, sizeof c), em_describe(q, e, sizeof e));
+        return false;
+    }
+    return tn_same_device(op, q, g) && tn_same_device(op, q, out) && tn_same_device(op, q, lse);
+}
+
+/* The backward through the matrix units (where the forward uses them): the probabilities of the
+ * whole [Tq, Tk] block are recomputed from q, k and lse with public ops (matmuls on the tensor
+ * cores, the elementwise steps fused) and dropped at the end, so only this layer's backward holds
+ * them, for a moment: p = exp(q k^T scale - lse) (0 where masked), dv = p^T do,
+ * ds = p (do v^T - delta) scale with delta = rowsum(do o), dq = ds k, dk = ds^T q. */
+static em_status attn_backward_matmul(const char *op, const em_tensor *g, const em_tensor *q,
+                                      const em_tensor *k, const em_tensor *v, const em_tensor *out,
+                                      const em_tensor *lse, bool causal, double scale,
+                                      em_tensor **dq, em_tensor **dk, em_tensor **dv)
+{
+    em_device *dev = q->st->dev;
+    int64_t Tq = q->shape[2], Tk = k->shape[2];
+    em_scalar dt = q->dtype, ct = lse->dtype;
+    em_tensor *res[3] = {NULL, NULL, NULL};
+    em_scope_begin();
+    em_tensor *s = em_matmul(q, em_transpose(k, 2, 3)); /* [B, H, Tq, Tk] */
+    em_tensor *x = em_sub(em_mul_scalar(em_cast(s, ct), scale), em_unsqueeze(lse, -1));
+    em_tensor *p = em_exp(x);
+    if (causal && p) { /* key j is hidden from query i when j > i + Tk - Tq */
+        em_tensor *rows =
+            em_reshape(em_arange(dev, EM_I64, (double)(Tk - Tq), (double)Tk, 1), EM_SHAPE(Tq, 1));
+        p = em_masked_fill(p, em_gt(em_arange(dev, EM_I64, 0, (double)Tk, 1), rows), 0);
+    }
+    em_tensor *pt = em_cast(p, dt);
+    em_tensor *delta = em_sum(em_mul(em_cast(g, ct), em_cast(out, ct)), (const int[]){3}, 1, true);
+    em_tensor *dp = em_cast(em_matmul(g, em_transpose(v, 2, 3)), ct);
+    em_tensor *ds = em_cast(em_mul_scalar(em_mul(p, em_sub(dp, delta)), scale), dt);
+    if (dq) res[0] = em_matmul(ds, k);
+    if (dk) res[1] = em_matmul(em_transpose(ds, 2, 3), q);
+    if (dv) res[2] = em_matmul(em_transpose(pt, 2, 3), g);
+    bool ok = (!dq || res[0]) && (!dk || res[1]) && (!dv || res[2]);
+    em_scope_end(res, 3);
+    if (!ok) {
+        for (int i = 0; i < 3; i++) em_release(res[i]);
+        return em_error_context("%s", op);
+    }
+    if (dq) *dq = res[0];
+    if (dk) *dk = res[1];
+    if (dv) *dv = res[2];
+    return EM_OK;
+}
+
+em_status em_attention_backward(const em_tensor *grad_out, const em_tensor *q, const em_tensor *k,
+                                const em_tensor *v, const em_tensor *out, const em_tensor *lse,
+                                bool causal, double scale, em_tensor **dq, em_tensor **dk,
+                                em_tensor **dv)
+{
+    const char *op = "attention backward";
+    if (dq) *dq = NULL;
+    if (dk) *dk = NULL;
+    if (dv) *dv = NULL;
+    if (!grad_out || !q || !k || !v || !out || !lse) {
+        if (em_last_status() == EM_OK) em_set_error(EM_ERR_INVALID, "%s: NULL input", op);
+        return em_last_status();
+    }
+    if (!check_qkv(op, q, k, v, causal, scale) || !check_backward(op, grad_out, q, out, lse))
+        return em_last_status();
+    em_device *dev = q->st->dev;
+    em_scalar dt = q->dtype, ct = tn_compute_type(dt);
+    if (attn_use_mma(dev, dt, q->shape[3]) && q->shape[2] > 0 && q->shape[0] * q->shape[1] > 0)
+        return attn_backward_matmul(op, grad_out, q, k, v, out, lse, causal, scale, dq, dk, dv);
+    int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], Tk = k->shape[2], D = q->shape[3];
+    int64_t bh = B * H;
+    em_tensor *gq = dq ? tn_new(dev, dt, 4, q->shape) : NULL;
+    em_tensor *gk = dk || dv ? tn_new(dev, dt, 4, k->shape) : NULL;
+    em_tensor *gv = dk || dv ? tn_new(dev, dt, 4, v->shape) : NULL;
+    int64_t sshape[4] = {B, H, Tq, 2};
+    em_tensor *stats = tn_new(dev, ct, 4, sshape); /* lse and delta of each query row */
+    em_tensor *qc = NULL, *kc = NULL, *vc = NULL, *gc = NULL, *oc = NULL, *lc = NULL;
+    em_status st;
+    if ((dq && !gq) || ((dk || dv) && (!gk || !gv)) || !stats) goto fail;
+    if (bh * Tq == 0) goto zero; /* no queries: every gradient is zero */
+    qc = attn_view(q);
+    kc = qc ? attn_view(k) : NULL;
+    vc = kc ? attn_view(v) : NULL;
+    gc = vc ? attn_view(grad_out) : NULL;
+    oc = gc ? attn_view(out) : NULL;
+    lc = oc ? tn_contig(lse) : NULL;
+    if (!lc) goto fail;
+    em_lang_bind bind[6];
+    size_t nb = attn_binds(dev, dt, D, bind);
+    uint32_t cubes[3], units[3];
+    {
+        tn_arg args[4] = {tn_arg_t(gc), tn_arg_t(oc), tn_arg_flat(lc), tn_arg_flat(stats)};
+        tn_grid_1d((uint64_t)(bh * Tq), cubes, units);
+        st = tn_launch(op, dev, "tensor_attention_delta", bind, 2, 1, cubes, units, args, 4);
+        if (st != EM_OK) goto fail;
+    }
+    tn_arg flag = tn_arg_s(em_arg_u32(causal)), sc = tn_arg_s(tn_scalar_arg(ct, scale));
+    if (gk) {
+        tn_arg args[9] = {tn_arg_t(qc),
+                          tn_arg_t(kc),
+                          tn_arg_t(vc),
+                          tn_arg_t(gc),
+                          tn_arg_flat(stats),
+                          tn_arg_t(gk),
+                          tn_arg_t(gv),
+                          flag,
+                          sc};
+        attn_grid(Tk, bh, cubes, units);
+        st = tn_launch(op, dev, "tensor_attention_bwd_kv", bind, nb, 1, cubes, units, args, 9);
+        if (st != EM_OK) goto fail;
+    }
+    if (gq) {
+        tn_arg args[8] = {tn_arg_t(qc),       tn_arg_t(kc), tn_arg_t(vc), tn_arg_t(gc),
+                          tn_arg_flat(stats), tn_arg_t(gq), flag,         sc};
+        attn_grid(Tq, bh, cubes, units);
+        st = tn_launch(op, dev, "tensor_attention_bwd_q", bind, nb, 1, cubes, units, args, 8);
+        if (st != EM_OK) goto fail;
+    }
+    goto finish;
+zero:
+    if ((gk && tn_fill(gk, 0) != EM_OK) || (gv && tn_fill(gv, 0) != EM_OK)) goto fail;
+finish:
+    em_release(qc);
+    em_release(kc);
+    em_release(vc);
+    em_release(gc);
+    em_release(oc);
+    em_release(lc);
+    em_release(stats);
+    if (dq) *dq = gq;
+    if (dk)
+        *dk = gk;
+    else
+        em_release(gk);
+    if (dv)
+        *dv = gv;
+    else
+        em_release(gv);
+    return EM_OK;
+fail:
+    em_release(qc);
+    em_release(kc);
+    em_release(vc);
+    em_release(gc);
+    em_release(oc);
+    em_release(lc);
+    em_release(stats);
+    em_release(gq);
+    em_release(gk);
+    em_release(gv);
+    return em_last_status() != EM_OK ? em_last_status()
+                                     : em_set_error(EM_ERR_INTERNAL, "%s: failed", op);
+}
