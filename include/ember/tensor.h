@@ -242,6 +242,12 @@ em_tensor *em_attention(const em_tensor *q, const em_tensor *k, const em_tensor 
                         double scale);
 /* The largest head size D em_attention takes. */
 #define EM_ATTENTION_MAX_HEAD_DIM 256
+/* Whether em_attention runs its matrix-op (tensor-core) kernels for q's device, dtype and head
+ * size: f16/bf16 at D 64 or 128 on CUDA, or wherever EMBER_ATTENTION=mma forces them (not with
+ * EMBER_ATTENTION=simt). Elsewhere the op's SIMT kernels serve every case correctly but run
+ * slower than matmuls plus a softmax, so layers (nn.h's em_mha) compose the ops there.
+ * EMBER_ATTENTION=fused makes it true for every q (layers then always take the op: tests). */
+bool em_attention_fast(const em_tensor *q);
 
 /* ---- layout ---------------------------------------------------------------------------------- */
 

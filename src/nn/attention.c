@@ -7,7 +7,8 @@
  * heads merged back, c_proj, residual dropout.
  *
  * For more than one query, without a padding mask and without attention dropout (p = 0 or not
- * training) the scores, mask, softmax and att v are one fused op instead, em_attention
+ * training), where em_attention runs its matrix-op kernels (em_attention_fast: f16/bf16 at head
+ * size 64 or 128 on CUDA) the scores, mask, softmax and att v are that one fused op instead
  * (tensor.h, docs/attention.md), which keeps no [T, Tk] scores or probabilities for the
  * backward.
  *
@@ -215,11 +216,13 @@ em_tensor *em_mha_forward(em_mha *m, const em_tensor *x, const em_tensor *pad_ma
     int64_t Tk = em_dim(k, 2);
 
     em_tensor *o; /* [B, H, T, D] */
-    if (T > 1 && !pad_mask && !train && D <= EM_ATTENTION_MAX_HEAD_DIM) {
+    if (T > 1 && !pad_mask && !train && em_attention_fast(q)) {
         /* the fused op: the same result (no row is fully masked: query t sees the keys up to
          * start + t = t + Tk - T, the op's causal alignment), no [T, Tk] scores kept. One query
          * (decoding) keeps the composed path: its scores are one row, and the fused kernels'
-         * cube per 64 queries of a head would leave most of a GPU idle. */
+         * cube per 64 queries of a head would leave most of a GPU idle. Without the op's
+         * matrix-op kernels (em_attention_fast) matmuls and a softmax are faster: on the CPU
+         * the SIMT kernels made the tiny preset's training step about 25% slower. */
         o = em_attention(q, k, v, m->causal, 1.0 / sqrt((double)D));
     } else {
         em_tensor *att =

@@ -144,6 +144,13 @@ static bool attn_use_mma(em_device *dev, em_scalar dt, int64_t D)
     return c->matrix && !strcmp(c->target, "cuda");
 }
 
+bool em_attention_fast(const em_tensor *q)
+{
+    const char *env = getenv("EMBER_ATTENTION");
+    if (q && env && !strcmp(env, "fused")) return true; /* tests: layers always take the op */
+    return q && q->rank == 4 && attn_use_mma(q->st->dev, q->dtype, q->shape[3]);
+}
+
 /* Forward into out (contiguous, q's shape) and lse ([B, H, Tq] in the compute type). */
 static em_status attn_forward(const char *op, const em_tensor *q, const em_tensor *k,
                               const em_tensor *v, bool causal, double scale, em_tensor *out,
