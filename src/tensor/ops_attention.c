@@ -160,27 +160,9 @@ static em_status attn_forward(const char *op, const em_tensor *q, const em_tenso
     int64_t Tq = q->shape[2], D = q->shape[3], bh = q->shape[0] * q->shape[1];
     em_tensor *qc = attn_view(q), *kc = qc ? attn_view(k) : NULL, *vc = kc ? attn_view(v) : NULL;
     em_status st = em_last_status();
-    if (vc && attn_use_mma(dev, q->dtype, D)) {
-        const em_caps *caps = em_device_caps(dev);
-        unsigned plane = caps && caps->plane_dim ? caps->plane_dim : 1;
-        em_lang_bind bind[5] = {em_lang_bind_type("T", q->dtype), em_lang_bind_type("S", q->dtype),
-                                em_lang_bind_type("M", tn_math_type(dev, EM_F32)),
-                                em_lang_bind_int("D", (int64_t)D),
-                                em_lang_bind_int("PLANE", plane)};
-        tn_arg args[7] = {tn_arg_t(qc),
-                          tn_arg_t(kc),
-                          tn_arg_t(vc),
-                          tn_arg_t(out),
-                          tn_arg_flat(lse),
-                          tn_arg_s(em_arg_u32(causal)),
-                          tn_arg_s(tn_scalar_arg(EM_F32, scale))};
-        uint32_t cubes[3] = {(uint32_t)((Tq + 63) / 64), (uint32_t)bh, 1};
-        uint32_t units[3] = {4 * plane, 1, 1};
-        st = tn_launch(op, dev, "tensor_attention_fwd_mma", bind, 5, 1, cubes, units, args, 7);
-    } else if (vc) {
-        em_lang_bind bind[6];
-        size_t nb = attn_binds(dev, q->dtype, D, bind);
-        em_scalar ct = tn_compute_type(q->dtype);
+    if (vc) {
+        bool mma = attn_use_mma(dev, q->dtype, D);
+        em_scalar ct = mma ? EM_F32 : tn_compute_type(q->dtype); /* the scale's type */
         tn_arg args[7] = {tn_arg_t(qc),
                           tn_arg_t(kc),
                           tn_arg_t(vc),
@@ -188,9 +170,26 @@ static em_status attn_forward(const char *op, const em_tensor *q, const em_tenso
                           tn_arg_flat(lse),
                           tn_arg_s(em_arg_u32(causal)),
                           tn_arg_s(tn_scalar_arg(ct, scale))};
+        em_lang_bind bind[6];
+        size_t nb;
         uint32_t cubes[3], units[3];
-        attn_grid(Tq, bh, cubes, units);
-        st = tn_launch(op, dev, "tensor_attention_fwd", bind, nb, 1, cubes, units, args, 7);
+        if (mma) {
+            const em_caps *caps = em_device_caps(dev);
+            unsigned plane = caps && caps->plane_dim ? caps->plane_dim : 1;
+            bind[0] = em_lang_bind_type("T", q->dtype);
+            bind[1] = em_lang_bind_type("S", q->dtype);
+            bind[2] = em_lang_bind_type("M", tn_math_type(dev, EM_F32));
+            bind[3] = em_lang_bind_int("D", (int64_t)D);
+            bind[4] = em_lang_bind_int("PLANE", plane);
+            nb = 5;
+            cubes[0] = (uint32_t)((Tq + 63) / 64), cubes[1] = (uint32_t)bh, cubes[2] = 1;
+            units[0] = 4 * plane, units[1] = units[2] = 1;
+        } else {
+            nb = attn_binds(dev, q->dtype, D, bind);
+            attn_grid(Tq, bh, cubes, units);
+        }
+        st = tn_launch(op, dev, mma ? "tensor_attention_fwd_mma" : "tensor_attention_fwd", bind, nb,
+                       1, cubes, units, args, 7);
     }
     em_release(qc);
     em_release(kc);

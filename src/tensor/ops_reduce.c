@@ -513,26 +513,15 @@ static em_tensor *reduce(const char *op, const em_tensor *t, const int *dims, in
         xsh[0] = osh[0] = xs[0] = os[0] = 1;
         k = 1;
     }
-    /* sum and mean of floats over the last k dims: the row-wise fast path when they fit */
+    /* sum and mean of floats over the last k dims: the row-wise fast path when they fit; over
+     * leading dims, the kept ones contiguous: the column path */
     bool tail = k >= 1 && t->rank >= 1;
     for (int i = 0; i < t->rank; i++) tail = tail && red[i] == (i >= t->rank - k);
-    if (tail && fl && (code == R_SUM || code == R_MEAN)) {
+    if (fl && (code == R_SUM || code == R_MEAN)) {
         bool taken;
         double scale = code == R_MEAN ? 1.0 / (double)n_inner : 1.0;
-        em_status st = rows_sum(op, t, k, out, scale, &taken);
-        if (taken) {
-            if (st != EM_OK) {
-                em_release(out);
-                out = NULL;
-            }
-            goto done;
-        }
-    }
-    /* sum and mean of floats over leading dims, the kept ones contiguous: the column path */
-    if (!tail && fl && (code == R_SUM || code == R_MEAN)) {
-        bool taken;
-        double scale = code == R_MEAN ? 1.0 / (double)n_inner : 1.0;
-        em_status st = cols_sum(op, t, red, out, scale, &taken);
+        em_status st = tail ? rows_sum(op, t, k, out, scale, &taken)
+                            : cols_sum(op, t, red, out, scale, &taken);
         if (taken) {
             if (st != EM_OK) {
                 em_release(out);
