@@ -57,6 +57,7 @@ struct fu_node {
     em_scalar dtype;               /* output dtype (the root's U) */
     bool inplace;                  /* some leaf reads st itself (an op on a donated buffer): it
                                     * may only be inlined into a node that fills st too */
+    int inlined;                   /* consumers it has been inlined into */
     int nops, ncompute, nleaves, nparams;
     fu_op ops[FU_MAX_OPS];
     fu_leaf leaves[FU_MAX_LEAVES];
@@ -274,6 +275,27 @@ static int inline_node(fu_node *nd, const fu_node *p, const em_tensor *t)
     return map[p->nops - 1];
 }
 
+/* Whether inlining pending node p into one more consumer would cost more than realizing it once
+ * and reading it back: on the CPU, where these kernels are bound by arithmetic rather than
+ * memory, when p was already inlined into another consumer and holds a transcendental op (exp,
+ * log, tanh, erf, the GELUs, ...), which every consumer would compute again. On GPUs recomputing
+ * is nearly free and saves a round trip through memory. */
+static bool costly_to_share(const fu_node *p, const tn_storage *st)
+{
+    if (p->inlined == 0) return false;
+    const em_caps *c = em_device_caps(st->dev);
+    if (!c || strcmp(c->target, "c") != 0) return false;
+    for (int j = 0; j < p->nops; j++) {
+        const fu_op *o = &p->ops[j];
+        if (o->kind != FU_UNARY) continue;
+        if ((o->code >= TN_U_EXP && o->code <= TN_U_EXPM1) ||
+            (o->code >= TN_U_SIN && o->code <= TN_U_SIGMOID) ||
+            (o->code >= TN_U_GELU && o->code <= TN_U_SOFTPLUS) || o->code == TN_U_POWS)
+            return true;
+    }
+    return false;
+}
+
 /* The operand op of input t (expanded to nd's shape by stride), inlining t's pending node when
  * it is a whole contiguous view and fits, else realizing it. `later` inputs still to come (each
  * needs room for one leaf). -1 with the error set when realizing failed, -2 when the node is full. */
@@ -294,10 +316,14 @@ static int add_input(fu_node *nd, const em_tensor *t, const int64_t *stride, int
                     nd->ncompute + p->ncompute + 1 <= FU_MAX_COMPUTE &&
                     nd->nparams + p->nparams + 2 <= FU_MAX_PARAMS &&
                     nd->nleaves + p->nleaves + later + 1 + nd->nparams + p->nparams + 2 <= FU_MAX_SCALARS;
-        bool cheap = n == tn_numel(nd->rank, nd->shape) || p->ncompute <= FU_BCAST_OPS;
+        bool cheap = (n == tn_numel(nd->rank, nd->shape) || p->ncompute <= FU_BCAST_OPS) &&
+                     !costly_to_share(p, st);
         if (whole && fits && cheap) {
             int r = inline_node(nd, p, t);
-            if (r >= 0) return r;
+            if (r >= 0) {
+                p->inlined++;
+                return r;
+            }
         }
         if (fu_realize(st) != EM_OK) return -1;
     }
