@@ -298,9 +298,11 @@ em_status em_optimizer_state_load(em_optimizer *o, em_optim_state_lookup fn, voi
 /* ---- gradients: clipping and scaling -----------------------------------------------------------
  */
 
-/* Replaces p's gradient with f(gradient); f's result is scope-owned. */
+/* Replaces each parameter's gradient g with f(g, a) (f's result is scope-owned), or, where
+ * `inplace` is given and runs (*ran set), updates g in place instead. */
 static em_status map_grads(em_optimizer *o, const char *what,
-                           em_tensor *(*f)(const em_tensor *g, double a), double a)
+                           em_tensor *(*f)(const em_tensor *g, double a),
+                           em_status (*inplace)(em_tensor *g, double a, bool *ran), double a)
 {
     if (!o) return em_set_error(EM_ERR_INVALID, "%s: NULL optimizer", what);
     em_status st = EM_OK;
@@ -308,9 +310,13 @@ static em_status map_grads(em_optimizer *o, const char *what,
     for (int i = 0; i < o->n && st == EM_OK; i++) {
         em_tensor *g = em_grad(o->ps[i].t);
         if (!g) continue;
+        bool ran = false;
         em_scope_begin();
-        em_tensor *ng = f(g, a);
-        st = ng ? em_set_grad(o->ps[i].t, ng) : em_last_status();
+        if (inplace) st = inplace(g, a, &ran);
+        if (st == EM_OK && !ran) {
+            em_tensor *ng = f(g, a);
+            st = ng ? em_set_grad(o->ps[i].t, ng) : em_last_status();
+        }
         em_scope_end(NULL, 0);
         if (st != EM_OK) em_error_context("%s: parameter %s", what, o->ps[i].name);
     }
@@ -326,31 +332,14 @@ static em_tensor *clamp_sym(const em_tensor *g, double c)
 em_status em_clip_grad_value(em_optimizer *o, double clip)
 {
     if (!(clip >= 0)) return em_set_error(EM_ERR_INVALID, "clip_grad_value: clip %g < 0", clip);
-    return map_grads(o, "clip_grad_value", clamp_sym, clip);
+    return map_grads(o, "clip_grad_value", clamp_sym, NULL, clip);
 }
 
 /* Multiplies every gradient by s: in place in one launch each (op_scale_grad), or, for a
  * gradient that is strided or shares its buffer, as a new gradient (em_mul_scalar). */
 static em_status scale_grads(em_optimizer *o, const char *what, double s)
 {
-    if (!o) return em_set_error(EM_ERR_INVALID, "%s: NULL optimizer", what);
-    em_status st = EM_OK;
-    em_no_grad_begin();
-    for (int i = 0; i < o->n && st == EM_OK; i++) {
-        em_tensor *g = em_grad(o->ps[i].t);
-        if (!g) continue;
-        bool ran = false;
-        em_scope_begin();
-        st = op_scale_grad(g, s, &ran);
-        if (st == EM_OK && !ran) {
-            em_tensor *ng = em_mul_scalar(g, s);
-            st = ng ? em_set_grad(o->ps[i].t, ng) : em_last_status();
-        }
-        em_scope_end(NULL, 0);
-        if (st != EM_OK) em_error_context("%s: parameter %s", what, o->ps[i].name);
-    }
-    em_no_grad_end();
-    return st;
+    return map_grads(o, what, em_mul_scalar, op_scale_grad, s);
 }
 
 em_status em_scale_grads(em_optimizer *o, double s)

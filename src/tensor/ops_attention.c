@@ -366,24 +366,15 @@ em_status em_attention_backward(const em_tensor *grad_out, const em_tensor *q, c
 zero:
     if ((gk && tn_fill(gk, 0) != EM_OK) || (gv && tn_fill(gv, 0) != EM_OK)) goto fail;
 finish:
-    em_release(qc);
-    em_release(kc);
-    em_release(vc);
-    em_release(gc);
-    em_release(oc);
-    em_release(lc);
-    em_release(stats);
-    if (dq) *dq = gq;
-    if (dk)
-        *dk = gk;
-    else
-        em_release(gk);
-    if (dv)
-        *dv = gv;
-    else
-        em_release(gv);
-    return EM_OK;
+    st = EM_OK;
+    if (dq) *dq = gq, gq = NULL;
+    if (dk) *dk = gk, gk = NULL;
+    if (dv) *dv = gv, gv = NULL;
+    goto release;
 fail:
+    st = em_last_status() != EM_OK ? em_last_status()
+                                   : em_set_error(EM_ERR_INTERNAL, "%s: failed", op);
+release: /* the temporaries, and the gradients not handed out */
     em_release(qc);
     em_release(kc);
     em_release(vc);
@@ -394,6 +385,5 @@ fail:
     em_release(gq);
     em_release(gk);
     em_release(gv);
-    return em_last_status() != EM_OK ? em_last_status()
-                                     : em_set_error(EM_ERR_INTERNAL, "%s: failed", op);
+    return st;
 }
