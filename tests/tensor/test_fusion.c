@@ -737,6 +737,46 @@ static void test_deferred_allocation(void **state)
 /* Out of device memory when a recorded tree runs is an error at the sync point, never a crash:
  * an f64 tensor of 2^32 - 1 elements (32 GiB) is more than the CPU device may hand out here (its
  * limit is the machine's memory), so its fill records fine and fails to run. */
+/* A pending value read by three consumers (each realized in turn): a cheap one (neg) is inlined
+ * into each, 3 launches covering 6 ops, everywhere; a transcendental one (exp) on the CPU is
+ * inlined into its first consumer only and then realized once, 4 launches covering 5 ops (docs/
+ * fusion.md: recomputing it would cost more than reading it back there); other devices inline it
+ * into each. Values are checked against the host either way. */
+static void test_shared_transcendental(void **state)
+{
+    (void)state;
+    em_fusion_set(true);
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        for (int costly = 0; costly < 2; costly++) {
+            em_scope_begin();
+            double v[300], ref[3][300];
+            tu_fill(v, 300, -1, 1, 77u + (uint32_t)costly);
+            em_tensor *x = tu_tensor(dev, EM_F32, EM_SHAPE(300), v);
+            assert_int_equal(em_flush(), EM_OK);
+            em_tensor_stats s0 = em_tensor_stats_get();
+            em_tensor *e = costly ? em_exp(x) : em_neg(x);
+            em_tensor *y[3] = {em_add_scalar(e, 1), NULL, NULL};
+            assert_int_equal(em_realize(y[0]), EM_OK);
+            y[1] = em_mul_scalar(e, 2);
+            assert_int_equal(em_realize(y[1]), EM_OK);
+            y[2] = em_add_scalar(e, 3);
+            assert_int_equal(em_realize(y[2]), EM_OK);
+            em_tensor_stats s1 = em_tensor_stats_get();
+            bool once = costly && tu_is_cpu(dev);
+            assert_int_equal(s1.fused_launches - s0.fused_launches, once ? 4 : 3);
+            assert_int_equal(s1.fused_ops - s0.fused_ops, once ? 5 : 6);
+            for (int i = 0; i < 300; i++) {
+                double ev = tu_round(EM_F32, costly ? exp(tu_round(EM_F32, v[i])) : -v[i]);
+                ref[0][i] = ev + 1, ref[1][i] = ev * 2, ref[2][i] = ev + 3;
+            }
+            for (int j = 0; j < 3; j++)
+                tu_check("shared consumer", y[j], EM_SHAPE(300), ref[j], tu_tol_on(dev, EM_F32));
+            em_scope_end(NULL, 0);
+        }
+    }
+}
+
 static void test_realize_out_of_memory(void **state)
 {
     (void)state;
@@ -904,6 +944,7 @@ int main(void)
         cmocka_unit_test(test_errors_and_hazards),
         cmocka_unit_test(test_fusion_off),
         cmocka_unit_test(test_deferred_allocation),
+        cmocka_unit_test(test_shared_transcendental),
         cmocka_unit_test(test_realize_out_of_memory),
         cmocka_unit_test(test_bytes_moved),
         cmocka_unit_test(test_rowwise_reads_pending),
