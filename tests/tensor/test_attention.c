@@ -265,6 +265,37 @@ static void test_mma_path(void **state)
     unsetenv("EMBER_ATTENTION");
 }
 
+/* em_attention_fast: false on the CPU by default (layers compose the ops there), true where
+ * EMBER_ATTENTION=mma forces the matrix-op kernels (f16/bf16 at D 64/128 only) and for every q
+ * with EMBER_ATTENTION=fused; simt forbids the matrix-op kernels. */
+static void test_fast_predicate(void **state)
+{
+    (void)state;
+    em_device *cpu = NULL;
+    for (int di = 0; di < tu_ndev; di++)
+        if (tu_is_cpu(tu_devs[di])) cpu = tu_devs[di];
+    if (!cpu) skip();
+    em_scope_begin();
+    em_tensor *h64 = em_zeros(cpu, EM_BF16, EM_SHAPE(1, 2, 8, 64));
+    em_tensor *h40 = em_zeros(cpu, EM_BF16, EM_SHAPE(1, 2, 8, 40));
+    em_tensor *f64 = em_zeros(cpu, EM_F32, EM_SHAPE(1, 2, 8, 64));
+    unsetenv("EMBER_ATTENTION");
+    assert_false(em_attention_fast(h64));
+    assert_false(em_attention_fast(f64));
+    setenv("EMBER_ATTENTION", "mma", 1);
+    assert_true(em_attention_fast(h64));
+    assert_false(em_attention_fast(h40));
+    assert_false(em_attention_fast(f64));
+    setenv("EMBER_ATTENTION", "simt", 1);
+    assert_false(em_attention_fast(h64));
+    setenv("EMBER_ATTENTION", "fused", 1);
+    assert_true(em_attention_fast(f64));
+    assert_true(em_attention_fast(h40));
+    assert_false(em_attention_fast(NULL));
+    unsetenv("EMBER_ATTENTION");
+    em_scope_end(NULL, 0);
+}
+
 /* One long sequence on the CPU. */
 static void test_long_cpu(void **state)
 {
@@ -323,6 +354,7 @@ int main(void)
         cmocka_unit_test(test_lengths_f32), cmocka_unit_test(test_fewer_queries),
         cmocka_unit_test(test_dtypes),      cmocka_unit_test(test_mma_path),
         cmocka_unit_test(test_long_cpu),    cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_fast_predicate),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }
