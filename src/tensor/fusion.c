@@ -21,49 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensor/fusion.h"
-
-#define FU_MAX_OPS 24     /* ops and leaves in one node */
-#define FU_MAX_COMPUTE 16 /* ops (not leaves) in one node: a longer chain is realized */
-#define FU_MAX_LEAVES 8   /* input buffers of one fused kernel */
-#define FU_MAX_PARAMS 16  /* scalar parameters of ops in one node */
-#define FU_MAX_SCALARS 16 /* scalar arguments of one kernel (offsets and parameters): Vulkan passes
-                           * them as 8-byte push constants, and many devices have only 128 bytes */
-#define FU_BCAST_OPS 4    /* a broadcast pending input is recomputed per element: only short ones */
-
-typedef struct fu_op {
-    uint8_t kind;     /* FU_LEAF .. FU_WHERE */
-    uint8_t code;     /* the kernel's OP */
-    em_scalar C, M;   /* compute and math types */
-    em_scalar U;      /* the value's dtype (a leaf's dtype; an op's result dtype) */
-    int8_t a, b, c;   /* operand ops (-1: none); a leaf's index in leaves[] for FU_LEAF */
-    int8_t p;         /* first scalar parameter in params[] (-1: none) */
-    int8_t np;        /* how many it uses (0..2) */
-    const char *name; /* the op's name (a literal) */
-} fu_op;
-
-typedef struct fu_leaf {
-    tn_storage *st;               /* the buffer read (retained; counted in st->readers) */
-    em_scalar dtype;              /* its element type as read */
-    int64_t stride[EM_MAX_RANK];  /* strides over the node's output shape (0: broadcast) */
-    int64_t offset;               /* first element */
-} fu_leaf;
-
-struct fu_node {
-    tn_storage *st;                /* the storage it fills (which owns the node) */
-    struct fu_node *prev, *next;   /* the pending list */
-    int rank;                      /* output shape */
-    int64_t shape[EM_MAX_RANK];
-    em_scalar dtype;               /* output dtype (the root's U) */
-    bool inplace;                  /* some leaf reads st itself (an op on a donated buffer): it
-                                    * may only be inlined into a node that fills st too */
-    int inlined;                   /* consumers it has been inlined into */
-    int nops, ncompute, nleaves, nparams;
-    fu_op ops[FU_MAX_OPS];
-    fu_leaf leaves[FU_MAX_LEAVES];
-    em_arg params[FU_MAX_PARAMS];
-};
-typedef struct fu_node fu_node;
+#include "tensor/fusion_internal.h"
 
 /* A generated kernel: the module holding kernel "fused", with a number for debug output. */
 typedef struct fu_kernel {
@@ -71,9 +29,9 @@ typedef struct fu_kernel {
     int id;
 } fu_kernel;
 
-static pthread_mutex_t g_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
-static fu_node *g_pending;        /* every pending node (guarded by g_lock) */
-static em_map g_cache;            /* signature -> fu_kernel (guarded by g_lock) */
+pthread_mutex_t fu_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static fu_node *g_pending;        /* every pending node (guarded by fu_lock) */
+static em_map g_cache;            /* signature -> fu_kernel (guarded by fu_lock) */
 static int g_nkernels;
 static atomic_int g_mode = -1;    /* -1: not read yet; 0 off; 1 on */
 static atomic_int g_debug = -1;
@@ -96,7 +54,7 @@ bool fu_enabled(void)
     return m == 1;
 }
 
-static bool debug_on(void)
+bool fu_debug_on(void)
 {
     int d = atomic_load(&g_debug);
     if (d < 0) {
@@ -165,14 +123,14 @@ static void free_node(fu_node *n)
 
 void fu_drop(tn_storage *st)
 {
-    pthread_mutex_lock(&g_lock);
+    pthread_mutex_lock(&fu_lock);
     fu_node *n = st->pending;
     st->pending = NULL;
     if (n) {
         unlink_node(n);
         free_node(n);
     }
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_unlock(&fu_lock);
 }
 
 /* The leaf op reading (st, dtype, stride, offset), added unless the node has it. -2 when full. */
@@ -360,12 +318,12 @@ int fu_record(const fu_desc *d, const em_tensor *const *in, int nin, int64_t (*s
     memcpy(nd->shape, out->shape, sizeof nd->shape);
     nd->dtype = out->dtype;
     nd->st = ost;
-    pthread_mutex_lock(&g_lock);
+    pthread_mutex_lock(&fu_lock);
     int child[3] = {-1, -1, -1};
     for (int k = 0; k < nin; k++) {
         child[k] = add_input(nd, in[k], strides[k], nin - 1 - k);
         if (child[k] < 0) {
-            pthread_mutex_unlock(&g_lock);
+            pthread_mutex_unlock(&fu_lock);
             free(nd);
             if (child[k] == -2) return 0; /* no room: run it now */
             em_error_context("%s", d->name);
@@ -407,7 +365,7 @@ int fu_record(const fu_desc *d, const em_tensor *const *in, int nin, int64_t (*s
     if (g_pending) g_pending->prev = nd;
     g_pending = nd;
     atomic_fetch_add(&g_recorded, 1);
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_unlock(&fu_lock);
     return 1;
 }
 
@@ -419,18 +377,17 @@ typedef struct {
 } fu_builtin_src;
 extern const fu_builtin_src em_builtin_kernel_sources[]; /* generated: the embedded src/kernels */
 
-static const char *elementwise_source(void)
+const char *fu_builtin_source(const char *stem)
 {
     for (size_t i = 0; em_builtin_kernel_sources[i].name; i++)
-        if (!strcmp(em_builtin_kernel_sources[i].name, "tensor_elementwise"))
-            return em_builtin_kernel_sources[i].source;
+        if (!strcmp(em_builtin_kernel_sources[i].name, stem)) return em_builtin_kernel_sources[i].source;
     return NULL;
 }
 
 static const char *ty(em_scalar s) { return em_scalar_name(s); }
 
 /* The signature of nd's tree: what its generated source depends on. */
-static void signature(const fu_node *nd, em_strbuf *sb)
+void fu_signature(const fu_node *nd, em_strbuf *sb)
 {
     for (int j = 0; j < nd->nops; j++) {
         const fu_op *o = &nd->ops[j];
@@ -440,37 +397,48 @@ static void signature(const fu_node *nd, em_strbuf *sb)
 }
 
 /* The line(U) value of op j from line(C) result r (as the unfused kernels store it). */
-static void emit_store(em_strbuf *sb, const fu_op *o, int j)
+static void emit_store(em_strbuf *sb, const fu_op *o, int j, const char *ind)
 {
     if (o->U == EM_BOOL)
-        em_sb_printf(sb, "        line(bool) v%d = r%d != %s(0);\n", j, j, ty(o->C));
+        em_sb_printf(sb, "%sline(bool) v%d = r%d != %s(0);\n", ind, j, j, ty(o->C));
     else
-        em_sb_printf(sb, "        line(%s) v%d = line(%s)(r%d);\n", ty(o->U), j, ty(o->U), j);
+        em_sb_printf(sb, "%sline(%s) v%d = line(%s)(r%d);\n", ind, ty(o->U), j, ty(o->U), j);
 }
 
-/* The kernel-language source of nd's fused kernel "fused". */
-static void generate(const fu_node *nd, em_strbuf *sb)
+void fu_gen_params(const fu_node *nd, em_strbuf *sb)
 {
-    em_sb_append(sb, "/* generated by src/tensor/fusion.c */\nkernel void fused(comptime u32 R = 1");
     for (int i = 0; i < nd->nleaves; i++)
         em_sb_printf(sb, ", const tensor(line(%s), R) x%d, u32 x%d_off", ty(nd->leaves[i].dtype), i, i);
-    em_sb_printf(sb, ", tensor(line(%s), R) out, u32 out_off", ty(nd->dtype));
+}
+
+void fu_gen_params_scalars(const fu_node *nd, em_strbuf *sb)
+{
     for (int j = 0; j < nd->nops; j++) {
         const fu_op *o = &nd->ops[j];
         for (int i = 0; i < o->np; i++) em_sb_printf(sb, ", %s s%d", ty(o->C), o->p + i);
     }
-    em_sb_append(sb, ")\n{\n    if (ABSOLUTE_POS < len(out)) {\n        u32 rem = ABSOLUTE_POS;\n");
-    for (int i = 0; i < nd->nleaves; i++) em_sb_printf(sb, "        u32 i%d = x%d_off;\n", i, i);
-    em_sb_append(sb, "        u32 io = out_off;\n"
-                     "        comptime for (u32 k in range(R)) {\n"
-                     "            comptime u32 d = R - 1 - k;\n"
-                     "            u32 s = shape(out, d);\n"
-                     "            comptime if (k == 0) { s = s / LINE_WIDTH; }\n"
-                     "            u32 c = rem % s;\n"
-                     "            rem = rem / s;\n"
-                     "            comptime if (k == 0) { c = c * LINE_WIDTH; }\n");
-    for (int i = 0; i < nd->nleaves; i++) em_sb_printf(sb, "            i%d += c * stride(x%d, d);\n", i, i);
-    em_sb_append(sb, "            io += c * stride(out, d);\n        }\n");
+}
+
+void fu_gen_index(const fu_node *nd, em_strbuf *sb, const char *flat, const char *shaped, const char *ind)
+{
+    em_sb_printf(sb, "%su32 rem = (%s) / LINE_WIDTH;\n", ind, flat);
+    for (int i = 0; i < nd->nleaves; i++) em_sb_printf(sb, "%su32 i%d = x%d_off;\n", ind, i, i);
+    em_sb_printf(sb,
+                 "%scomptime for (u32 k in range(R)) {\n"
+                 "%s    comptime u32 d = R - 1 - k;\n"
+                 "%s    u32 s = shape(%s, d);\n"
+                 "%s    comptime if (k == 0) { s = s / LINE_WIDTH; }\n"
+                 "%s    u32 c = rem %% s;\n"
+                 "%s    rem = rem / s;\n"
+                 "%s    comptime if (k == 0) { c = c * LINE_WIDTH; }\n",
+                 ind, ind, ind, shaped, ind, ind, ind, ind);
+    for (int i = 0; i < nd->nleaves; i++)
+        em_sb_printf(sb, "%s    i%d += c * stride(x%d, d);\n", ind, i, i);
+    em_sb_printf(sb, "%s}\n", ind);
+}
+
+void fu_gen_ops(const fu_node *nd, em_strbuf *sb, const char *ind)
+{
     for (int j = 0; j < nd->nops; j++) {
         const fu_op *o = &nd->ops[j];
         const char *C = ty(o->C), *M = ty(o->M);
@@ -479,43 +447,57 @@ static void generate(const fu_node *nd, em_strbuf *sb)
         else snprintf(p0, sizeof p0, "%s(0)", C);
         if (o->np > 1) snprintf(p1, sizeof p1, "s%d", o->p + 1);
         else snprintf(p1, sizeof p1, "%s(0)", C);
+        em_sb_append(sb, ind);
         switch (o->kind) {
         case FU_LEAF:
-            em_sb_printf(sb, "        line(%s) v%d = x%d[i%d / LINE_WIDTH];\n", ty(o->U), j, o->a, o->a);
+            em_sb_printf(sb, "line(%s) v%d = x%d[i%d / LINE_WIDTH];\n", ty(o->U), j, o->a, o->a);
             break;
         case FU_UNARY:
-            em_sb_printf(sb, "        line(%s) r%d = tn_unary_op(line(%s)(v%d), %s, %s, %s(0), %d);\n", C,
-                         j, C, o->a, p0, p1, M, o->code);
-            emit_store(sb, o, j);
+            em_sb_printf(sb, "line(%s) r%d = tn_unary_op(line(%s)(v%d), %s, %s, %s(0), %d);\n", C, j, C,
+                         o->a, p0, p1, M, o->code);
+            emit_store(sb, o, j, ind);
             break;
         case FU_FILL:
-            em_sb_printf(sb, "        line(%s) r%d = tn_unary_op(line(%s)(%s), %s, %s, %s(0), %d);\n", C,
-                         j, C, p0, p0, p1, M, o->code);
-            emit_store(sb, o, j);
+            em_sb_printf(sb, "line(%s) r%d = tn_unary_op(line(%s)(%s), %s, %s, %s(0), %d);\n", C, j, C, p0,
+                         p0, p1, M, o->code);
+            emit_store(sb, o, j, ind);
             break;
         case FU_UPRED:
-            em_sb_printf(sb, "        line(bool) v%d = tn_unary_pred(line(%s)(v%d), %s, %d);\n", j, C,
-                         o->a, p0, o->code);
+            em_sb_printf(sb, "line(bool) v%d = tn_unary_pred(line(%s)(v%d), %s, %d);\n", j, C, o->a, p0,
+                         o->code);
             break;
         case FU_BINARY:
-            em_sb_printf(sb, "        line(%s) r%d = tn_binary_op(line(%s)(v%d), line(%s)(v%d), %s(0), %d);\n",
-                         C, j, C, o->a, C, o->b, M, o->code);
-            emit_store(sb, o, j);
+            em_sb_printf(sb, "line(%s) r%d = tn_binary_op(line(%s)(v%d), line(%s)(v%d), %s(0), %d);\n", C,
+                         j, C, o->a, C, o->b, M, o->code);
+            emit_store(sb, o, j, ind);
             break;
         case FU_BPRED:
-            em_sb_printf(sb, "        line(bool) v%d = tn_binary_pred(line(%s)(v%d), line(%s)(v%d), %d);\n",
-                         j, C, o->a, C, o->b, o->code);
+            em_sb_printf(sb, "line(bool) v%d = tn_binary_pred(line(%s)(v%d), line(%s)(v%d), %d);\n", j, C,
+                         o->a, C, o->b, o->code);
             break;
         default: /* FU_WHERE */
-            em_sb_printf(sb, "        line(%s) v%d = select(v%d, v%d, v%d);\n", ty(o->U), j, o->a, o->b, o->c);
+            em_sb_printf(sb, "line(%s) v%d = select(v%d, v%d, v%d);\n", ty(o->U), j, o->a, o->b, o->c);
             break;
         }
     }
-    em_sb_printf(sb, "        out[io / LINE_WIDTH] = v%d;\n    }\n}\n", nd->nops - 1);
+}
+
+/* The kernel-language source of nd's fused kernel "fused": the output's flat index walks the
+ * leaves (the output is contiguous, so its index is the flat one). */
+static void generate(const fu_node *nd, em_strbuf *sb)
+{
+    em_sb_append(sb, "/* generated by src/tensor/fusion.c */\nkernel void fused(comptime u32 R = 1");
+    fu_gen_params(nd, sb);
+    em_sb_printf(sb, ", tensor(line(%s), R) out, u32 out_off", ty(nd->dtype));
+    fu_gen_params_scalars(nd, sb);
+    em_sb_append(sb, ")\n{\n    if (ABSOLUTE_POS < len(out)) {\n");
+    fu_gen_index(nd, sb, "ABSOLUTE_POS * LINE_WIDTH", "out", "        ");
+    fu_gen_ops(nd, sb, "        ");
+    em_sb_printf(sb, "        out[out_off / LINE_WIDTH + ABSOLUTE_POS] = v%d;\n    }\n}\n", nd->nops - 1);
 }
 
 /* "exp, add, mul" into sb. */
-static void op_list(const fu_node *nd, em_strbuf *sb)
+void fu_op_list(const fu_node *nd, em_strbuf *sb)
 {
     bool first = true;
     for (int j = 0; j < nd->nops; j++) {
@@ -530,14 +512,14 @@ static fu_kernel *kernel_for(const fu_node *nd)
 {
     em_strbuf key;
     em_sb_init(&key);
-    signature(nd, &key);
+    fu_signature(nd, &key);
     fu_kernel *k = key.oom ? NULL : em_map_gets(&g_cache, key.data);
     if (k || key.oom) {
         if (!k) em_set_error(EM_ERR_NOMEM, "out of host memory");
         em_sb_free(&key);
         return k;
     }
-    const char *ew = elementwise_source();
+    const char *ew = fu_builtin_source("tensor_elementwise");
     em_strbuf src;
     em_sb_init(&src);
     generate(nd, &src);
@@ -561,7 +543,7 @@ static fu_kernel *kernel_for(const fu_node *nd)
     }
     if (!k) em_lang_module_free(m);
     if (k) atomic_fetch_add(&g_compiles, 1);
-    if (k && debug_on()) fprintf(stderr, "ember fusion: kernel #%d generated:\n%s", k->id, src.data);
+    if (k && fu_debug_on()) fprintf(stderr, "ember fusion: kernel #%d generated:\n%s", k->id, src.data);
     em_sb_free(&src);
     em_sb_free(&key);
     return k;
@@ -571,7 +553,7 @@ static fu_kernel *kernel_for(const fu_node *nd)
 
 /* Allocates st's buffer if it has none yet (a deferred storage: tn_new_deferred). Called with the
  * lock held. EM_OK, or the error set (out of device memory). */
-static em_status ensure_buffer(tn_storage *st)
+em_status fu_ensure_buffer(tn_storage *st)
 {
     if (st->buf) return EM_OK;
     st->buf = em_buffer_alloc(st->dev, st->bytes ? st->bytes : 16);
@@ -607,7 +589,7 @@ static em_status launch_node(fu_node *nd)
     uint64_t read = 0;
     uint64_t written = (uint64_t)tn_numel(nd->rank, nd->shape) * em_scalar_size(nd->dtype);
     for (int i = 0; i < nd->nleaves; i++) {
-        if (ensure_buffer(nd->leaves[i].st) != EM_OK) return em_last_status(); /* never deferred */
+        if (fu_ensure_buffer(nd->leaves[i].st) != EM_OK) return em_last_status(); /* never deferred */
         read += tn_view_bytes(dts[i], nd->rank, nd->shape, nd->leaves[i].stride);
     }
     em_arg args[2 * FU_WALK_MAX + FU_MAX_PARAMS];
@@ -623,10 +605,10 @@ static em_status launch_node(fu_node *nd)
     em_lang_spec spec = {b, 1, lw, NULL};
     uint32_t cubes[3], units[3];
     tn_grid_1d((uint64_t)tn_numel(nd->rank, nd->shape) / lw, cubes, units);
-    if (debug_on()) {
+    if (fu_debug_on()) {
         em_strbuf sb;
         em_sb_init(&sb);
-        op_list(nd, &sb);
+        fu_op_list(nd, &sb);
         char d[128];
         tn_describe_shape(nd->dtype, nd->rank, nd->shape, d, sizeof d);
         fprintf(stderr, "ember fusion: kernel #%d: %d ops (%s) over %s, %d inputs, line width %u\n", k->id,
@@ -645,10 +627,10 @@ static em_status launch_node(fu_node *nd)
 em_status fu_realize(tn_storage *st)
 {
     if (!st || (!st->pending && st->buf)) return EM_OK;
-    pthread_mutex_lock(&g_lock);
+    pthread_mutex_lock(&fu_lock);
     fu_node *nd = st->pending;
     /* the buffer is allocated when the tree runs (its leaves alive), not when it was recorded */
-    em_status s = ensure_buffer(st);
+    em_status s = fu_ensure_buffer(st);
     if (s != EM_OK && !nd) em_error_context("tensor of %zu bytes", st->bytes);
     if (nd) {
         if (s == EM_OK) s = launch_node(nd);
@@ -659,7 +641,7 @@ em_status fu_realize(tn_storage *st)
         } else {
             em_strbuf sb;
             em_sb_init(&sb);
-            op_list(nd, &sb);
+            fu_op_list(nd, &sb);
             char d[128];
             tn_describe_shape(nd->dtype, nd->rank, nd->shape, d, sizeof d);
             em_error_context("fused kernel of %s (%s; EMBER_FUSION=0 runs the ops one by one)",
@@ -667,7 +649,7 @@ em_status fu_realize(tn_storage *st)
             em_sb_free(&sb);
         }
     }
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_unlock(&fu_lock);
     return s;
 }
 
@@ -686,7 +668,7 @@ em_status em_realize(const em_tensor *t)
 em_status fu_before_write(tn_storage *st)
 {
     if (atomic_load(&st->readers) == 0) return EM_OK;
-    pthread_mutex_lock(&g_lock);
+    pthread_mutex_lock(&fu_lock);
     em_status s = EM_OK;
     bool again = true;
     while (again && s == EM_OK) {
@@ -701,15 +683,15 @@ em_status fu_before_write(tn_storage *st)
             }
         }
     }
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_unlock(&fu_lock);
     return s;
 }
 
 em_status em_flush(void)
 {
-    pthread_mutex_lock(&g_lock);
+    pthread_mutex_lock(&fu_lock);
     em_status s = EM_OK;
     while (g_pending && s == EM_OK) s = fu_realize(g_pending->st);
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_unlock(&fu_lock);
     return s;
 }

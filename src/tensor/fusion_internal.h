@@ -1,0 +1,88 @@
+/* fusion_internal.h — what the files of the fusion layer share (fusion.c records and realizes
+ * elementwise trees; fusion_reduce.c fuses a pending tree into the loads of a reduction): the
+ * node layout, the lock, and the pieces of kernel generation. Not for the rest of the tensor
+ * layer, which sees fusion.h only. */
+#ifndef EM_TENSOR_FUSION_INTERNAL_H
+#define EM_TENSOR_FUSION_INTERNAL_H
+
+#include <pthread.h>
+
+#include "base/strbuf.h"
+#include "tensor/fusion.h"
+
+#define FU_MAX_OPS 24     /* ops and leaves in one node */
+#define FU_MAX_COMPUTE 16 /* ops (not leaves) in one node: a longer chain is realized */
+#define FU_MAX_LEAVES 8   /* input buffers of one fused kernel */
+#define FU_MAX_PARAMS 16  /* scalar parameters of ops in one node */
+#define FU_MAX_SCALARS 16 /* scalar arguments of one kernel (offsets and parameters): Vulkan passes
+                           * them as 8-byte push constants, and many devices have only 128 bytes */
+#define FU_BCAST_OPS 4    /* a broadcast pending input is recomputed per element: only short ones */
+
+typedef struct fu_op {
+    uint8_t kind;     /* FU_LEAF .. FU_WHERE */
+    uint8_t code;     /* the kernel's OP */
+    em_scalar C, M;   /* compute and math types */
+    em_scalar U;      /* the value's dtype (a leaf's dtype; an op's result dtype) */
+    int8_t a, b, c;   /* operand ops (-1: none); a leaf's index in leaves[] for FU_LEAF */
+    int8_t p;         /* first scalar parameter in params[] (-1: none) */
+    int8_t np;        /* how many it uses (0..2) */
+    const char *name; /* the op's name (a literal) */
+} fu_op;
+
+typedef struct fu_leaf {
+    tn_storage *st;               /* the buffer read (retained; counted in st->readers) */
+    em_scalar dtype;              /* its element type as read */
+    int64_t stride[EM_MAX_RANK];  /* strides over the node's output shape (0: broadcast) */
+    int64_t offset;               /* first element */
+} fu_leaf;
+
+struct fu_node {
+    tn_storage *st;                /* the storage it fills (which owns the node) */
+    struct fu_node *prev, *next;   /* the pending list */
+    int rank;                      /* output shape */
+    int64_t shape[EM_MAX_RANK];
+    em_scalar dtype;               /* output dtype (the root's U) */
+    bool inplace;                  /* some leaf reads st itself (an op on a donated buffer): it
+                                    * may only be inlined into a node that fills st too */
+    int inlined;                   /* consumers it has been inlined into */
+    int nops, ncompute, nleaves, nparams;
+    fu_op ops[FU_MAX_OPS];
+    fu_leaf leaves[FU_MAX_LEAVES];
+    em_arg params[FU_MAX_PARAMS];
+};
+typedef struct fu_node fu_node;
+
+/* Guards the pending list, every node and the kernel caches (recursive). */
+extern pthread_mutex_t fu_lock;
+
+/* Whether EMBER_FUSION_DEBUG is set (read once). */
+bool fu_debug_on(void);
+/* The embedded source of src/kernels/<stem>.ek, or NULL. */
+const char *fu_builtin_source(const char *stem);
+/* Allocates st's buffer if it has none yet (a deferred storage). Called with the lock held.
+ * EM_OK, or the error set (out of device memory). */
+em_status fu_ensure_buffer(tn_storage *st);
+/* Counts one fused launch covering n ops (em_tensor_stats). */
+void fu_count_fused(int nops);
+/* Counts one generated source (em_tensor_stats' fused_compiles). */
+void fu_count_compile(void);
+/* "exp, add, mul" into sb: the ops of nd. */
+void fu_op_list(const fu_node *nd, em_strbuf *sb);
+/* The signature of nd's tree: what a source generated from it depends on. */
+void fu_signature(const fu_node *nd, em_strbuf *sb);
+
+/* Kernel generation, in pieces other generators reuse (the leaves are kernel parameters x<i>,
+ * x<i>_off of type tensor(line(dtype), R), each carrying the walk's shape; scalars s<j>):
+ *  - fu_gen_params: ", const tensor(line(L), R) x0, u32 x0_off, ..." then ", C s0, ...";
+ *  - fu_gen_index: the statements that set u32 i<k> (leaf k's element index) for the output
+ *    element whose flat (row-major) index is the u32 expression `flat`, a multiple of
+ *    LINE_WIDTH, walking the shape of the rank-R tensor parameter `shaped`;
+ *  - fu_gen_ops: the statements computing every op, the root's value in v<nops - 1>, a
+ *    line(U) of the node's dtype U. `ind` is the indentation. */
+void fu_gen_params(const fu_node *nd, em_strbuf *sb);
+void fu_gen_params_scalars(const fu_node *nd, em_strbuf *sb);
+void fu_gen_index(const fu_node *nd, em_strbuf *sb, const char *flat, const char *shaped,
+                  const char *ind);
+void fu_gen_ops(const fu_node *nd, em_strbuf *sb, const char *ind);
+
+#endif
