@@ -75,6 +75,14 @@ void fu_count_launch(const char *kernel, uint64_t read, uint64_t written)
     if (em_profile_enabled()) em_profile_add_bytes(kernel, read, written);
 }
 
+void fu_count_fused(int nops)
+{
+    atomic_fetch_add(&g_fused_launches, 1);
+    atomic_fetch_add(&g_fused_ops, (uint64_t)nops);
+}
+
+void fu_count_compile(void) { atomic_fetch_add(&g_compiles, 1); }
+
 em_tensor_stats em_tensor_stats_get(void)
 {
     em_tensor_stats s = {
@@ -233,6 +241,19 @@ static int inline_node(fu_node *nd, const fu_node *p, const em_tensor *t)
     return map[p->nops - 1];
 }
 
+bool fu_node_transcendental(const fu_node *p)
+{
+    for (int j = 0; j < p->nops; j++) {
+        const fu_op *o = &p->ops[j];
+        if (o->kind != FU_UNARY) continue;
+        if ((o->code >= TN_U_EXP && o->code <= TN_U_EXPM1) ||
+            (o->code >= TN_U_SIN && o->code <= TN_U_SIGMOID) ||
+            (o->code >= TN_U_GELU && o->code <= TN_U_SOFTPLUS) || o->code == TN_U_POWS)
+            return true;
+    }
+    return false;
+}
+
 /* Whether inlining pending node p into one more consumer would cost more than realizing it once
  * and reading it back: on the CPU, where these kernels are bound by arithmetic rather than
  * memory, when p was already inlined into another consumer and holds a transcendental op (exp,
@@ -243,15 +264,7 @@ static bool costly_to_share(const fu_node *p, const tn_storage *st)
     if (p->inlined == 0) return false;
     const em_caps *c = em_device_caps(st->dev);
     if (!c || strcmp(c->target, "c") != 0) return false;
-    for (int j = 0; j < p->nops; j++) {
-        const fu_op *o = &p->ops[j];
-        if (o->kind != FU_UNARY) continue;
-        if ((o->code >= TN_U_EXP && o->code <= TN_U_EXPM1) ||
-            (o->code >= TN_U_SIN && o->code <= TN_U_SIGMOID) ||
-            (o->code >= TN_U_GELU && o->code <= TN_U_SOFTPLUS) || o->code == TN_U_POWS)
-            return true;
-    }
-    return false;
+    return fu_node_transcendental(p);
 }
 
 /* The operand op of input t (expanded to nd's shape by stride), inlining t's pending node when
@@ -400,40 +413,40 @@ void fu_signature(const fu_node *nd, em_strbuf *sb)
 static void emit_store(em_strbuf *sb, const fu_op *o, int j, const char *ind)
 {
     if (o->U == EM_BOOL)
-        em_sb_printf(sb, "%sline(bool) v%d = r%d != %s(0);\n", ind, j, j, ty(o->C));
+        em_sb_printf(sb, "%sline(bool) fv%d = fr%d != %s(0);\n", ind, j, j, ty(o->C));
     else
-        em_sb_printf(sb, "%sline(%s) v%d = line(%s)(r%d);\n", ind, ty(o->U), j, ty(o->U), j);
+        em_sb_printf(sb, "%sline(%s) fv%d = line(%s)(fr%d);\n", ind, ty(o->U), j, ty(o->U), j);
 }
 
 void fu_gen_params(const fu_node *nd, em_strbuf *sb)
 {
     for (int i = 0; i < nd->nleaves; i++)
-        em_sb_printf(sb, ", const tensor(line(%s), R) x%d, u32 x%d_off", ty(nd->leaves[i].dtype), i, i);
+        em_sb_printf(sb, ", const tensor(line(%s), R) fx%d, u32 fx%d_off", ty(nd->leaves[i].dtype), i, i);
 }
 
 void fu_gen_params_scalars(const fu_node *nd, em_strbuf *sb)
 {
     for (int j = 0; j < nd->nops; j++) {
         const fu_op *o = &nd->ops[j];
-        for (int i = 0; i < o->np; i++) em_sb_printf(sb, ", %s s%d", ty(o->C), o->p + i);
+        for (int i = 0; i < o->np; i++) em_sb_printf(sb, ", %s fs%d", ty(o->C), o->p + i);
     }
 }
 
 void fu_gen_index(const fu_node *nd, em_strbuf *sb, const char *flat, const char *shaped, const char *ind)
 {
-    em_sb_printf(sb, "%su32 rem = (%s) / LINE_WIDTH;\n", ind, flat);
-    for (int i = 0; i < nd->nleaves; i++) em_sb_printf(sb, "%su32 i%d = x%d_off;\n", ind, i, i);
+    em_sb_printf(sb, "%su32 frem = (%s) / LINE_WIDTH;\n", ind, flat);
+    for (int i = 0; i < nd->nleaves; i++) em_sb_printf(sb, "%su32 fi%d = fx%d_off;\n", ind, i, i);
     em_sb_printf(sb,
-                 "%scomptime for (u32 k in range(R)) {\n"
-                 "%s    comptime u32 d = R - 1 - k;\n"
-                 "%s    u32 s = shape(%s, d);\n"
-                 "%s    comptime if (k == 0) { s = s / LINE_WIDTH; }\n"
-                 "%s    u32 c = rem %% s;\n"
-                 "%s    rem = rem / s;\n"
-                 "%s    comptime if (k == 0) { c = c * LINE_WIDTH; }\n",
+                 "%scomptime for (u32 fk in range(R)) {\n"
+                 "%s    comptime u32 fd = R - 1 - fk;\n"
+                 "%s    u32 fsz = shape(%s, fd);\n"
+                 "%s    comptime if (fk == 0) { fsz = fsz / LINE_WIDTH; }\n"
+                 "%s    u32 fc = frem %% fsz;\n"
+                 "%s    frem = frem / fsz;\n"
+                 "%s    comptime if (fk == 0) { fc = fc * LINE_WIDTH; }\n",
                  ind, ind, ind, shaped, ind, ind, ind, ind);
     for (int i = 0; i < nd->nleaves; i++)
-        em_sb_printf(sb, "%s    i%d += c * stride(x%d, d);\n", ind, i, i);
+        em_sb_printf(sb, "%s    fi%d += fc * stride(fx%d, fd);\n", ind, i, i);
     em_sb_printf(sb, "%s}\n", ind);
 }
 
@@ -443,40 +456,40 @@ void fu_gen_ops(const fu_node *nd, em_strbuf *sb, const char *ind)
         const fu_op *o = &nd->ops[j];
         const char *C = ty(o->C), *M = ty(o->M);
         char p0[32], p1[32]; /* the parameters, or zeros of type C for those the op ignores */
-        if (o->np > 0) snprintf(p0, sizeof p0, "s%d", o->p);
+        if (o->np > 0) snprintf(p0, sizeof p0, "fs%d", o->p);
         else snprintf(p0, sizeof p0, "%s(0)", C);
-        if (o->np > 1) snprintf(p1, sizeof p1, "s%d", o->p + 1);
+        if (o->np > 1) snprintf(p1, sizeof p1, "fs%d", o->p + 1);
         else snprintf(p1, sizeof p1, "%s(0)", C);
         em_sb_append(sb, ind);
         switch (o->kind) {
         case FU_LEAF:
-            em_sb_printf(sb, "line(%s) v%d = x%d[i%d / LINE_WIDTH];\n", ty(o->U), j, o->a, o->a);
+            em_sb_printf(sb, "line(%s) fv%d = fx%d[fi%d / LINE_WIDTH];\n", ty(o->U), j, o->a, o->a);
             break;
         case FU_UNARY:
-            em_sb_printf(sb, "line(%s) r%d = tn_unary_op(line(%s)(v%d), %s, %s, %s(0), %d);\n", C, j, C,
+            em_sb_printf(sb, "line(%s) fr%d = tn_unary_op(line(%s)(fv%d), %s, %s, %s(0), %d);\n", C, j, C,
                          o->a, p0, p1, M, o->code);
             emit_store(sb, o, j, ind);
             break;
         case FU_FILL:
-            em_sb_printf(sb, "line(%s) r%d = tn_unary_op(line(%s)(%s), %s, %s, %s(0), %d);\n", C, j, C, p0,
+            em_sb_printf(sb, "line(%s) fr%d = tn_unary_op(line(%s)(%s), %s, %s, %s(0), %d);\n", C, j, C, p0,
                          p0, p1, M, o->code);
             emit_store(sb, o, j, ind);
             break;
         case FU_UPRED:
-            em_sb_printf(sb, "line(bool) v%d = tn_unary_pred(line(%s)(v%d), %s, %d);\n", j, C, o->a, p0,
+            em_sb_printf(sb, "line(bool) fv%d = tn_unary_pred(line(%s)(fv%d), %s, %d);\n", j, C, o->a, p0,
                          o->code);
             break;
         case FU_BINARY:
-            em_sb_printf(sb, "line(%s) r%d = tn_binary_op(line(%s)(v%d), line(%s)(v%d), %s(0), %d);\n", C,
+            em_sb_printf(sb, "line(%s) fr%d = tn_binary_op(line(%s)(fv%d), line(%s)(fv%d), %s(0), %d);\n", C,
                          j, C, o->a, C, o->b, M, o->code);
             emit_store(sb, o, j, ind);
             break;
         case FU_BPRED:
-            em_sb_printf(sb, "line(bool) v%d = tn_binary_pred(line(%s)(v%d), line(%s)(v%d), %d);\n", j, C,
+            em_sb_printf(sb, "line(bool) fv%d = tn_binary_pred(line(%s)(fv%d), line(%s)(fv%d), %d);\n", j, C,
                          o->a, C, o->b, o->code);
             break;
         default: /* FU_WHERE */
-            em_sb_printf(sb, "line(%s) v%d = select(v%d, v%d, v%d);\n", ty(o->U), j, o->a, o->b, o->c);
+            em_sb_printf(sb, "line(%s) fv%d = select(fv%d, fv%d, fv%d);\n", ty(o->U), j, o->a, o->b, o->c);
             break;
         }
     }
@@ -493,7 +506,7 @@ static void generate(const fu_node *nd, em_strbuf *sb)
     em_sb_append(sb, ")\n{\n    if (ABSOLUTE_POS < len(out)) {\n");
     fu_gen_index(nd, sb, "ABSOLUTE_POS * LINE_WIDTH", "out", "        ");
     fu_gen_ops(nd, sb, "        ");
-    em_sb_printf(sb, "        out[out_off / LINE_WIDTH + ABSOLUTE_POS] = v%d;\n    }\n}\n", nd->nops - 1);
+    em_sb_printf(sb, "        out[out_off / LINE_WIDTH + ABSOLUTE_POS] = fv%d;\n    }\n}\n", nd->nops - 1);
 }
 
 /* "exp, add, mul" into sb. */
@@ -542,7 +555,7 @@ static fu_kernel *kernel_for(const fu_node *nd)
         }
     }
     if (!k) em_lang_module_free(m);
-    if (k) atomic_fetch_add(&g_compiles, 1);
+    if (k) fu_count_compile();
     if (k && fu_debug_on()) fprintf(stderr, "ember fusion: kernel #%d generated:\n%s", k->id, src.data);
     em_sb_free(&src);
     em_sb_free(&key);
@@ -560,8 +573,7 @@ em_status fu_ensure_buffer(tn_storage *st)
     return st->buf ? EM_OK : em_last_status();
 }
 
-/* The buffer argument of one operand viewed over the walk. */
-static em_arg operand_arg(tn_storage *st, em_scalar dt, unsigned lw, const fu_walk *w, int k)
+em_arg fu_operand_arg(tn_storage *st, em_scalar dt, unsigned lw, const fu_walk *w, int k)
 {
     uint64_t len = (uint64_t)(st->bytes / em_scalar_size(dt)) / lw;
     return em_arg_tensor(st->buf, 0, len ? len : 1, (unsigned)w->rank, w->shape, w->stride[k]);
@@ -595,10 +607,10 @@ static em_status launch_node(fu_node *nd)
     em_arg args[2 * FU_WALK_MAX + FU_MAX_PARAMS];
     size_t na = 0;
     for (int i = 0; i < nd->nleaves; i++) {
-        args[na++] = operand_arg(nd->leaves[i].st, dts[i], lw, &w, i);
+        args[na++] = fu_operand_arg(nd->leaves[i].st, dts[i], lw, &w, i);
         args[na++] = em_arg_u32((uint32_t)offs[i]);
     }
-    args[na++] = operand_arg(nd->st, nd->dtype, lw, &w, n - 1);
+    args[na++] = fu_operand_arg(nd->st, nd->dtype, lw, &w, n - 1);
     args[na++] = em_arg_u32(0);
     for (int i = 0; i < nd->nparams; i++) args[na++] = nd->params[i];
     em_lang_bind b[1] = {em_lang_bind_int("R", w.rank)};
@@ -618,8 +630,7 @@ static em_status launch_node(fu_node *nd)
     em_status st = em_lang_launch(nd->st->dev, k->m, "fused", &spec, cubes, units, args, na);
     if (st == EM_OK) {
         fu_count_launch("fused", read, written);
-        atomic_fetch_add(&g_fused_launches, 1);
-        atomic_fetch_add(&g_fused_ops, (uint64_t)nd->ncompute);
+        fu_count_fused(nd->ncompute);
     }
     return st;
 }

@@ -71,4 +71,27 @@ void fu_drop(tn_storage *st);
  * `kernel` (its kernel name) while the profiler is on. */
 void fu_count_launch(const char *kernel, uint64_t read, uint64_t written);
 
+/* A pending input computed in a reduction kernel's loads instead of being realized (its
+ * prologue; fusion_reduce.c). */
+typedef struct fu_prologue {
+    struct fu_node *nd; /* the input's pending node; the fusion lock is held while set */
+    fu_walk w;          /* its leaves and its (contiguous) output, walked */
+    unsigned max_lw;    /* the widest line width its leaves allow: the kernel's must divide it */
+} fu_prologue;
+
+/* True when t is a whole contiguous view of a pending tree that a reduction kernel reading it
+ * `passes` times, with `scalars` scalar arguments of its own, can compute in its loads; then the
+ * fusion lock is held until fu_prologue_end. False (nothing held) when t is realized, or a view
+ * the tree cannot be read through, or the kernel would exceed FU_MAX_SCALARS, or on the CPU a
+ * tree with a transcendental op that several passes would compute again. */
+bool fu_prologue_begin(const em_tensor *t, int passes, int scalars, fu_prologue *pr);
+/* Launches `kernel` of src/kernels/<file>.ek instantiated with pr's tree in place of its input
+ * x (fusion_reduce.c says how): spec as for the plain kernel (R is added; its line width must
+ * divide pr->max_lw), rest: the plain kernel's arguments after x. read/written: the bytes of
+ * its other operands (the leaves' are added). EM_OK or the error set. */
+em_status fu_prologue_launch(fu_prologue *pr, const char *file, const char *kernel, const em_lang_spec *spec,
+                             const uint32_t cubes[3], const uint32_t units[3], const em_arg *rest, size_t nrest,
+                             uint64_t read, uint64_t written);
+void fu_prologue_end(fu_prologue *pr);
+
 #endif

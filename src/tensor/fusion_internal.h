@@ -62,6 +62,11 @@ const char *fu_builtin_source(const char *stem);
 /* Allocates st's buffer if it has none yet (a deferred storage). Called with the lock held.
  * EM_OK, or the error set (out of device memory). */
 em_status fu_ensure_buffer(tn_storage *st);
+/* Whether nd holds a transcendental op (exp, log, tanh, erf, sigmoid, the GELUs, SiLU, softplus,
+ * pow): costly to compute twice on the CPU. */
+bool fu_node_transcendental(const fu_node *nd);
+/* The buffer argument of operand k of walk w, st read as dt in lines of lw. */
+em_arg fu_operand_arg(tn_storage *st, em_scalar dt, unsigned lw, const fu_walk *w, int k);
 /* Counts one fused launch covering n ops (em_tensor_stats). */
 void fu_count_fused(int nops);
 /* Counts one generated source (em_tensor_stats' fused_compiles). */

@@ -63,9 +63,11 @@ static bool rows_geometry(const em_tensor *t, int k, int64_t *rows, int64_t *n, 
 /* The widest line width that the device takes for dt (em_line_lanes: 16 bytes, 32 for 2-byte
  * types on GPUs, 4 lanes on the CPU), then halves, that divides n and every offset or stride in
  * al[0..na): a row's lines must start on a line boundary. */
-static unsigned rows_width(const em_caps *c, em_scalar dt, int64_t n, const int64_t *al, int na)
+static unsigned rows_width(const em_caps *c, em_scalar dt, int64_t n, const int64_t *al, int na,
+                           unsigned cap)
 {
     unsigned lw = em_line_lanes(c, (unsigned)em_scalar_size(dt));
+    while (lw > cap && lw > 1) lw /= 2;
     for (; lw > 1; lw /= 2) {
         bool ok = n % lw == 0;
         for (int i = 0; i < na; i++) ok = ok && al[i] % lw == 0;
@@ -98,7 +100,7 @@ static unsigned rows_quantize(int64_t need)
  *     CPU (whose one unit per row would sum them serially): the general kernels.
  *   - Sizes beyond the kernel's u32 indices: the general kernels (which report them). */
 static bool rows_plan_for(em_device *dev, em_scalar dt, int64_t rows, int64_t n, int64_t x_rs,
-                          const int64_t *al, int na, rows_plan *p)
+                          const int64_t *al, int na, unsigned cap, rows_plan *p)
 {
     const em_caps *c = em_device_caps(dev);
     if (!c || rows < 1 || n < 1) return false;
@@ -107,7 +109,7 @@ static bool rows_plan_for(em_device *dev, em_scalar dt, int64_t rows, int64_t n,
     /* the CPU's one unit per row accumulates serially: past 2^16 elements the general kernels'
      * cube-wide pairwise tree keeps f32 sums accurate (a row of 2^24 + 37 ones sums exactly) */
     if (cpu && n > 65536) return false;
-    p->lw = rows_width(c, dt, n, al, na);
+    p->lw = rows_width(c, dt, n, al, na, cap);
     int64_t nl = n / p->lw;
     if (rows > UINT32_MAX || n > UINT32_MAX || x_rs / p->lw > UINT32_MAX) return false;
     p->rows = (uint32_t)rows;
@@ -147,30 +149,50 @@ static em_arg rows_buffer(const em_tensor *t, unsigned lanes)
     return em_arg_tensor(t->st->buf, 0, len ? len : 1, 0, NULL, NULL);
 }
 
-/* Launches a row-wise kernel over the plan's rows; it reads `read` bytes and writes `written`
- * (em_tensor_stats). EM_OK or the error set (prefixed with op). */
-static em_status rows_launch(const char *op, em_device *dev, const char *kernel, const rows_plan *p,
-                             const em_lang_bind *binds, size_t nb, const em_arg *args, size_t na,
-                             uint64_t read, uint64_t written)
+/* Launches a row-wise kernel over the plan's rows: args[0] is its input x, read from t's buffer,
+ * or with pr (a pending t fused into its loads, fusion_reduce.c) computed from pr's leaves.
+ * `read` counts the bytes of its other inputs, `written` those of its output (em_tensor_stats).
+ * EM_OK or the error set (prefixed with op). */
+static em_status rows_launch(const char *op, const em_tensor *t, fu_prologue *pr, const char *kernel,
+                             const rows_plan *p, const em_lang_bind *binds, size_t nb, const em_arg *args,
+                             size_t na, uint64_t read, uint64_t written)
 {
-    const em_lang_module *m = em_lang_builtins();
-    if (!m) return em_error_context("%s", op);
     unsigned per = p->cube / p->g;
     uint32_t cubes[3] = {(p->rows + per - 1) / per, 1, 1}, units[3] = {p->cube, 1, 1};
     em_lang_spec spec = {binds, nb, p->lw, NULL};
-    em_status st = em_lang_launch(dev, m, kernel, &spec, cubes, units, args, na);
+    em_status st;
+    if (pr) {
+        st = fu_prologue_launch(pr, "tensor_rowwise", kernel, &spec, cubes, units, args + 1, na - 1, read,
+                                written);
+    } else {
+        const em_lang_module *m = em_lang_builtins();
+        if (!m) return em_error_context("%s", op);
+        st = em_lang_launch(t->st->dev, m, kernel, &spec, cubes, units, args, na);
+        if (st == EM_OK) fu_count_launch(kernel, read + tn_view_bytes(t->dtype, t->rank, t->shape, t->stride), written);
+    }
     if (st != EM_OK) em_error_context("%s", op);
-    else fu_count_launch(kernel, read, written);
     return st;
 }
 
-/* The row-wise kernels bind buffers themselves, outside tn_launch: their inputs' pending fused
- * computations run first, and so do those reading out's buffer, which the kernel writes. */
-static em_status realize_rows(const char *op, const em_tensor *t, const em_tensor *w,
-                              const em_tensor *bias, const em_tensor *out)
+/* Whether t's pending tree (if any) is computed in the loads of a row-wise kernel writing out
+ * with `scalars` scalar arguments (fu_prologue_begin; on the CPU, whose kernels walk a row once
+ * per pass, `passes`): then *pr holds it (and the fusion lock) and *cap is the widest line width
+ * its leaves allow; else t is realized and *cap is unbounded. EM_OK or the error set. */
+static em_status rows_input(const char *op, const em_tensor *t, const em_tensor *out, int passes, int scalars,
+                            fu_prologue *pr, bool *fused, unsigned *cap)
 {
-    if (tn_realize(t) != EM_OK || tn_realize(w) != EM_OK || tn_realize(bias) != EM_OK ||
-        em_realize(out) != EM_OK)
+    *fused = out->st != t->st && fu_prologue_begin(t, passes, scalars, pr);
+    *cap = *fused ? pr->max_lw : 64;
+    if (!*fused && tn_realize(t) != EM_OK) return em_error_context("%s", op);
+    return EM_OK;
+}
+
+/* The row-wise kernels bind buffers themselves, outside tn_launch: their weight and bias's
+ * pending fused computations run first (the input's, unless fused: rows_input), and so do those
+ * reading out's buffer, which the kernel writes. */
+static em_status realize_rows(const char *op, const em_tensor *w, const em_tensor *bias, const em_tensor *out)
+{
+    if (tn_realize(w) != EM_OK || tn_realize(bias) != EM_OK || em_realize(out) != EM_OK)
         return em_error_context("%s", op);
     return EM_OK;
 }
@@ -195,28 +217,36 @@ static em_status rows_apply(const char *op, const em_tensor *t, int k, const em_
     int64_t rows, n, rs;
     *taken = false;
     if (!rows_geometry(t, k, &rows, &n, &rs)) return EM_OK;
-    if (realize_rows(op, t, w, bias, out) != EM_OK) {
-        *taken = true;
+    fu_prologue pr;
+    bool fused = false;
+    unsigned cap;
+    *taken = true;
+    if (realize_rows(op, w, bias, out) != EM_OK ||
+        rows_input(op, t, out, 3, 11, &pr, &fused, &cap) != EM_OK)
         return em_last_status();
-    }
     int64_t al[5] = {t->offset, rs, out->offset, w ? w->offset : 0, bias ? bias->offset : 0};
     rows_plan p;
-    if (!rows_plan_for(t->st->dev, t->dtype, rows, n, rs, al, 5, &p)) return EM_OK;
-    *taken = true;
+    if (!rows_plan_for(t->st->dev, t->dtype, rows, n, rs, al, 5, cap, &p)) {
+        *taken = false;
+        if (fused) fu_prologue_end(&pr);
+        return EM_OK;
+    }
     em_scalar ct = tn_compute_type(t->dtype);
     em_lang_bind b[6] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("C", ct),
                          em_lang_bind_type("M", tn_math_type(t->st->dev, ct))};
     size_t nb = 3 + rows_binds(&p, b + 3);
-    const em_tensor *wt = w ? w : t, *bt = bias ? bias : t;
-    em_arg a[15] = {rows_buffer(t, p.lw), em_arg_u32((uint32_t)(t->offset / p.lw)),
+    const em_tensor *wt = w ? w : out, *bt = bias ? bias : out;
+    em_arg a[15] = {fused ? em_arg_u32(0) : rows_buffer(t, p.lw), em_arg_u32((uint32_t)(t->offset / p.lw)),
                     rows_buffer(wt, p.lw), em_arg_u32((uint32_t)(wt->offset / p.lw)),
                     rows_buffer(bt, p.lw), em_arg_u32((uint32_t)(bt->offset / p.lw)),
                     rows_buffer(out, p.lw), em_arg_u32((uint32_t)(out->offset / p.lw)),
                     em_arg_u32(p.rows), em_arg_u32(p.nl), em_arg_u32(p.x_rs), em_arg_u32(p.nl),
                     tn_scalar_arg(t->dtype, eps), em_arg_u32((uint32_t)code),
                     em_arg_u32((w ? 1u : 0u) | (bias ? 2u : 0u))};
-    uint64_t read = view_bytes(t) + (w ? view_bytes(w) : 0) + (bias ? view_bytes(bias) : 0);
-    return rows_launch(op, t->st->dev, "tensor_rows", &p, b, nb, a, 15, read, view_bytes(out));
+    uint64_t read = (w ? view_bytes(w) : 0) + (bias ? view_bytes(bias) : 0);
+    em_status st = rows_launch(op, t, fused ? &pr : NULL, "tensor_rows", &p, b, nb, a, 15, read, view_bytes(out));
+    if (fused) fu_prologue_end(&pr);
+    return st;
 }
 
 /* Runs tensor_rows_sum: out (contiguous, one value per row) = scale * the sums over the last k
@@ -227,22 +257,28 @@ static em_status rows_sum(const char *op, const em_tensor *t, int k, em_tensor *
     int64_t rows, n, rs;
     *taken = false;
     if (!rows_geometry(t, k, &rows, &n, &rs)) return EM_OK;
-    if (realize_rows(op, t, NULL, NULL, out) != EM_OK) {
-        *taken = true;
+    fu_prologue pr;
+    bool fused = false;
+    unsigned cap;
+    *taken = true;
+    if (realize_rows(op, NULL, NULL, out) != EM_OK || rows_input(op, t, out, 1, 6, &pr, &fused, &cap) != EM_OK)
         return em_last_status();
-    }
     int64_t al[2] = {t->offset, rs};
     rows_plan p;
-    if (!rows_plan_for(t->st->dev, t->dtype, rows, n, rs, al, 2, &p)) return EM_OK;
-    *taken = true;
+    if (!rows_plan_for(t->st->dev, t->dtype, rows, n, rs, al, 2, cap, &p)) {
+        *taken = false;
+        if (fused) fu_prologue_end(&pr);
+        return EM_OK;
+    }
     em_lang_bind b[5] = {em_lang_bind_type("T", t->dtype),
                          em_lang_bind_type("C", tn_compute_type(t->dtype))};
     size_t nb = 2 + rows_binds(&p, b + 2);
-    em_arg a[8] = {rows_buffer(t, p.lw), em_arg_u32((uint32_t)(t->offset / p.lw)),
+    em_arg a[8] = {fused ? em_arg_u32(0) : rows_buffer(t, p.lw), em_arg_u32((uint32_t)(t->offset / p.lw)),
                    rows_buffer(out, 1), em_arg_u32((uint32_t)out->offset), em_arg_u32(p.rows),
                    em_arg_u32(p.nl), em_arg_u32(p.x_rs), tn_scalar_arg(t->dtype, scale)};
-    return rows_launch(op, t->st->dev, "tensor_rows_sum", &p, b, nb, a, 8, view_bytes(t),
-                       view_bytes(out));
+    em_status st = rows_launch(op, t, fused ? &pr : NULL, "tensor_rows_sum", &p, b, nb, a, 8, 0, view_bytes(out));
+    if (fused) fu_prologue_end(&pr);
+    return st;
 }
 
 /* ---- the column path (src/kernels/tensor_cols.ek) -------------------------------------------- */
@@ -306,7 +342,7 @@ static bool cols_plan_for(em_device *dev, em_scalar dt, int64_t rows, int64_t n,
     const em_caps *c = em_device_caps(dev);
     if (!c || rows < 1 || n < 1) return false;
     bool cpu = !strcmp(c->target, "c");
-    p->lw = rows_width(c, dt, n, al, na);
+    p->lw = rows_width(c, dt, n, al, na, 64);
     int64_t nl = n / p->lw;
     /* the kernel's line indices: the last row's start plus a row, and x_rs * (TY * 4) steps */
     if (rows >= INT32_MAX || nl > UINT32_MAX || x_rs / p->lw > UINT32_MAX / 1024 ||
@@ -387,7 +423,7 @@ static em_status cols_sum(const char *op, const em_tensor *t, const bool *red, e
         t->offset / p.lw + (int64_t)p.rows * p.x_rs + p.nl > (int64_t)UINT32_MAX)
         return EM_OK;
     *taken = true;
-    if (realize_rows(op, t, NULL, NULL, out) != EM_OK) return em_last_status();
+    if (tn_realize(t) != EM_OK || realize_rows(op, NULL, NULL, out) != EM_OK) return em_error_context("%s", op);
     uint32_t x_off = (uint32_t)(t->offset / p.lw);
     if (p.slices == 1)
         return cols_launch(op, dev, &p, t->dtype, t, x_off, t->dtype, out, 0, scale);

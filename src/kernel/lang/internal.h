@@ -17,7 +17,7 @@
 
 #define LANG_MAX_NEST 96            /* nesting of statements in the parser */
 #define LANG_MAX_HEIGHT 256         /* height of one expression tree */
-#define LANG_MAX_ARGS 16            /* arguments of one call */
+#define LANG_MAX_ARGS 48            /* arguments of one call (a fused prologue passes its leaves) */
 #define LANG_MAX_GENERICS 32        /* generic parameters of one function */
 #define LANG_MAX_PARAMS 64          /* parameters of one function */
 #define LANG_MAX_INLINE 48          /* helper calls inlined inside one another */
