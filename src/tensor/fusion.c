@@ -390,6 +390,19 @@ typedef struct {
 } fu_builtin_src;
 extern const fu_builtin_src em_builtin_kernel_sources[]; /* generated: the embedded src/kernels */
 
+size_t fu_builtin_count(void)
+{
+    size_t n = 0;
+    while (em_builtin_kernel_sources[n].name) n++;
+    return n;
+}
+
+void fu_builtin_at(size_t i, const char **stem, const char **source)
+{
+    *stem = em_builtin_kernel_sources[i].name;
+    *source = em_builtin_kernel_sources[i].source;
+}
+
 const char *fu_builtin_source(const char *stem)
 {
     for (size_t i = 0; em_builtin_kernel_sources[i].name; i++)

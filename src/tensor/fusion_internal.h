@@ -57,6 +57,10 @@ extern pthread_mutex_t fu_lock;
 
 /* Whether EMBER_FUSION_DEBUG is set (read once). */
 bool fu_debug_on(void);
+/* The embedded sources of src/kernels (generated into the library): how many, and the i-th's
+ * file stem and text. */
+size_t fu_builtin_count(void);
+void fu_builtin_at(size_t i, const char **stem, const char **source);
 /* The embedded source of src/kernels/<stem>.ek, or NULL. */
 const char *fu_builtin_source(const char *stem);
 /* Allocates st's buffer if it has none yet (a deferred storage). Called with the lock held.

@@ -186,10 +186,10 @@ static pro_kernel *module_for(const fu_node *nd, const char *file, const char *k
         em_sb_free(&key);
         return k;
     }
-    const char *ew = fu_builtin_source("tensor_elementwise"), *base = fu_builtin_source(file);
+    const char *base = fu_builtin_source(file);
     em_strbuf src;
     em_sb_init(&src);
-    if (!ew || !base) {
+    if (!base) {
         em_set_error(EM_ERR_INTERNAL, "the kernels of %s are missing", file);
     } else {
         gen_load(nd, &src);
@@ -198,11 +198,20 @@ static pro_kernel *module_for(const fu_node *nd, const char *file, const char *k
         else if (src.oom)
             em_set_error(EM_ERR_NOMEM, "out of host memory");
         else {
-            char fname[96];
-            snprintf(fname, sizeof fname, "%s.ek", file);
-            const char *names[3] = {"tensor_elementwise.ek", fname, "fused_prologue.ek"};
-            const char *srcs[3] = {ew, base, src.data};
-            em_lang_module *m = em_lang_module_from_strings(names, srcs, 3, NULL);
+            /* the instantiated kernel calls helpers of any built-in file: load them all */
+            size_t nb = fu_builtin_count();
+            const char **names = calloc(nb + 1, sizeof *names), **srcs = calloc(nb + 1, sizeof *srcs);
+            em_lang_module *m = NULL;
+            if (names && srcs) {
+                for (size_t i = 0; i < nb; i++) fu_builtin_at(i, &names[i], &srcs[i]);
+                names[nb] = "fused_prologue.ek";
+                srcs[nb] = src.data;
+                m = em_lang_module_from_strings(names, srcs, nb + 1, NULL);
+            } else {
+                em_set_error(EM_ERR_NOMEM, "out of host memory");
+            }
+            free(names);
+            free(srcs);
             k = m ? calloc(1, sizeof *k) : NULL;
             if (k) {
                 k->m = m;

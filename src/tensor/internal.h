@@ -139,6 +139,14 @@ tn_arg tn_arg_s(em_arg a);
 em_status tn_launch(const char *op, em_device *dev, const char *name, const em_lang_bind *binds,
                     size_t nbinds, unsigned lw, const uint32_t cubes[3], const uint32_t units[3],
                     tn_arg *args, size_t nargs);
+/* tn_launch for a kernel whose input args[0] is a pending tensor computed in its loads (pr, from
+ * fu_prologue_begin; the kernel is `name` of src/kernels/<file>.ek instantiated by
+ * fusion_reduce.c): args[0]'s buffer is not bound (its offset is), writes[i] says whether the
+ * kernel writes args[i] (the plain kernel's IR is not compiled to find out). */
+struct fu_prologue;
+em_status tn_launch_prologue(const char *op, struct fu_prologue *pr, const char *file, const char *name,
+                             const em_lang_bind *binds, size_t nbinds, unsigned lw, const uint32_t cubes[3],
+                             const uint32_t units[3], tn_arg *args, size_t nargs, const bool *writes);
 /* The bytes a kernel moves through a view of dtype dt over (rank, shape, stride): the elements
  * it addresses (a dim of stride 0, broadcast, counts once; none when the view is empty) times the
  * dtype's size. The model of traffic em_tensor_stats and the profiler report, not a hardware

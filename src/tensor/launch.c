@@ -185,3 +185,30 @@ em_status tn_launch(const char *op, em_device *dev, const char *name, const em_l
     }
     return st;
 }
+
+em_status tn_launch_prologue(const char *op, fu_prologue *pr, const char *file, const char *name,
+                             const em_lang_bind *binds, size_t nbinds, unsigned lw, const uint32_t cubes[3],
+                             const uint32_t units[3], tn_arg *args, size_t nargs, const bool *writes)
+{
+    em_arg ea[24];
+    size_t n = 0;
+    uint64_t read = 0, written = 0;
+    if (nargs > 12) return em_set_error(EM_ERR_INTERNAL, "%s: too many arguments", op);
+    ea[n++] = em_arg_u32((uint32_t)args[0].offset); /* the input's offset: its buffer is replaced */
+    for (size_t i = 1; i < nargs; i++) {
+        if (!args[i].t) {
+            ea[n++] = args[i].scalar;
+            continue;
+        }
+        tn_storage *st = args[i].t->st;
+        if (fu_realize(st) != EM_OK || (writes[i] && fu_before_write(st) != EM_OK))
+            return em_error_context("%s", op);
+        ea[n++] = to_em_arg(&args[i], lw ? lw : 1);
+        ea[n++] = em_arg_u32((uint32_t)args[i].offset);
+        *(writes[i] ? &written : &read) += arg_bytes(&args[i]);
+    }
+    em_lang_spec spec = {binds, nbinds, lw ? lw : 1, NULL};
+    em_status st = fu_prologue_launch(pr, file, name, &spec, cubes, units, ea, n, read, written);
+    if (st != EM_OK) em_error_context("%s", op);
+    return st;
+}

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "ember/tensor_grad.h"
+#include "tensor/fusion.h"
 #include "tensor/internal.h"
 
 /* The checked classes as i32 (-1 where ignored), on logits' device; *valid counts the rest. */
@@ -51,6 +52,31 @@ done:
     return out;
 }
 
+/* Launches tensor_xent or tensor_xent_backward (args[0] the logits, the last tensor argument the
+ * one it writes), reading the rows `passes` times: a pending logits tensor (a cast of matmul
+ * results, say) is computed in the kernel's loads when it can be (fu_prologue_begin), else
+ * realized by tn_launch. */
+static em_status xent_launch(const char *op, const char *kernel, int passes, const em_lang_bind *bind,
+                             size_t nb, const uint32_t cubes[3], const uint32_t units[3], tn_arg *args,
+                             size_t nargs)
+{
+    bool writes[8] = {false}; /* the scalars of the kernel: one per argument (a tensor's offset) */
+    for (size_t i = nargs; i-- > 0;)
+        if (args[i].t) {
+            writes[i] = true;
+            break;
+        }
+    fu_prologue pr;
+    const em_tensor *x = args[0].t;
+    if (fu_prologue_begin(x, passes, (int)nargs, &pr)) {
+        em_status st = tn_launch_prologue(op, &pr, "tensor_xent", kernel, bind, nb, 1, cubes, units, args,
+                                          nargs, writes);
+        fu_prologue_end(&pr);
+        return st;
+    }
+    return tn_launch(op, x->st->dev, kernel, bind, nb, 1, cubes, units, args, nargs);
+}
+
 em_tensor *em_cross_entropy_rows(const em_tensor *logits, const em_tensor *targets,
                                  int64_t ignore_index, double label_smoothing, int64_t *valid)
 {
@@ -90,11 +116,12 @@ em_tensor *em_cross_entropy_rows(const em_tensor *logits, const em_tensor *targe
                             em_lang_bind_type("M", tn_math_type(logits->st->dev, ct)),
                             em_lang_bind_bool("SMOOTH", label_smoothing > 0),
                             em_lang_bind_int("CUBE", cube)};
-    tn_arg args[4] = {tn_arg_t(logits), tn_arg_t(cls), tn_arg_t(out),
+    tn_arg args[7] = {tn_arg_flat(logits), tn_arg_s(em_arg_u32((uint32_t)C)),
+                      tn_arg_s(em_arg_u32((uint32_t)logits->stride[1])),
+                      tn_arg_s(em_arg_u32((uint32_t)logits->stride[0])), tn_arg_t(cls), tn_arg_t(out),
                       tn_arg_s(tn_scalar_arg(logits->dtype, label_smoothing))};
     uint32_t cubes[3] = {(uint32_t)N, 1, 1}, units[3] = {cube, 1, 1};
-    if (tn_launch(op, logits->st->dev, "tensor_xent", bind, 5, 1, cubes, units, args, 4) !=
-        EM_OK) {
+    if (xent_launch(op, "tensor_xent", 1, bind, 5, cubes, units, args, 7) != EM_OK) {
         em_release(out);
         out = NULL;
     }
@@ -141,11 +168,12 @@ em_tensor *em_cross_entropy_rows_backward(const em_tensor *grad_out, const em_te
     em_lang_bind bind[4] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
                             em_lang_bind_type("M", tn_math_type(logits->st->dev, ct)),
                             em_lang_bind_int("CUBE", cube)};
-    tn_arg args[5] = {tn_arg_t(logits), tn_arg_t(classes), tn_arg_t(g), tn_arg_t(dx),
-                      tn_arg_s(tn_scalar_arg(logits->dtype, label_smoothing))};
+    tn_arg args[8] = {tn_arg_flat(logits), tn_arg_s(em_arg_u32((uint32_t)C)),
+                      tn_arg_s(em_arg_u32((uint32_t)logits->stride[1])),
+                      tn_arg_s(em_arg_u32((uint32_t)logits->stride[0])), tn_arg_t(classes), tn_arg_t(g),
+                      tn_arg_t(dx), tn_arg_s(tn_scalar_arg(logits->dtype, label_smoothing))};
     uint32_t cubes[3] = {(uint32_t)N, 1, 1}, units[3] = {cube, 1, 1};
-    em_status st =
-        tn_launch(op, logits->st->dev, "tensor_xent_backward", bind, 4, 1, cubes, units, args, 5);
+    em_status st = xent_launch(op, "tensor_xent_backward", 2, bind, 4, cubes, units, args, 8);
     em_release(g);
     if (st != EM_OK) {
         em_release(dx);

@@ -9,6 +9,8 @@
  * of the leaves. */
 #include "tensor_util.h"
 
+#include "ember/tensor_grad.h"
+
 /* The row-wise ops under test. */
 enum { OP_SOFTMAX, OP_LOG_SOFTMAX, OP_LAYER_NORM, OP_LAYER_NORM_PLAIN, OP_RMS_NORM, OP_SUM, OP_MEAN,
        OP_SUM2, OP_COUNT };
@@ -218,12 +220,78 @@ static void test_not_fused(void **state)
     }
 }
 
+/* Cross-entropy and its gradient on pending logits: f32 logits cast from bf16 (as the GPT's
+ * classifier feeds them) and a scaled, shifted chain; each is one launch reading the leaves, with
+ * the values of the unfused ops. */
+static void test_xent_prologue(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        for (int c = 0; c < 2; c++) {
+            em_scalar src = c == 0 ? EM_BF16 : EM_F32;
+            if (!tu_has(dev, src)) continue;
+            int64_t N = 13, C = 257;
+            double *lv = malloc((size_t)(N * C) * sizeof(double)), gv[13], res[2][13 + 13 * 257];
+            int64_t tg[13];
+            int32_t z32[13];
+            assert_non_null(lv);
+            tu_fill(lv, (size_t)(N * C), -4, 4, 77u);
+            tu_fill(gv, 13, 0.5, 1.5, 78u);
+            for (int i = 0; i < 13; i++) tg[i] = (i * 37) % C;
+            tg[5] = -100; /* ignored */
+            for (int i = 0; i < 13; i++) z32[i] = tg[i] < 0 ? -1 : (int32_t)tg[i];
+            uint64_t launches[2][2];
+            for (int fused = 1; fused >= 0; fused--) {
+                em_fusion_set(fused);
+                em_scope_begin();
+                em_tensor *raw = tu_tensor(dev, src, EM_SHAPE(N, C), lv);
+                em_tensor *t = em_from_host(dev, EM_I64, EM_SHAPE(N), tg);
+                em_tensor *g = tu_tensor(dev, EM_F32, EM_SHAPE(N), gv);
+                assert_int_equal(em_flush(), EM_OK);
+                em_tensor *x = c == 0 ? em_cast(raw, EM_F32) : em_add_scalar(em_take(em_mul_scalar(raw, 0.5)), 1);
+                em_tensor_stats s0 = em_tensor_stats_get();
+                em_tensor *l = em_cross_entropy_rows(x, t, -100, 0.0, NULL);
+                assert_non_null(l);
+                em_tensor_stats s1 = em_tensor_stats_get();
+                em_tensor *z = em_from_host(dev, EM_I32, EM_SHAPE(N), z32);
+                assert_int_equal(em_flush(), EM_OK);
+                em_tensor_stats s2 = em_tensor_stats_get();
+                em_tensor *dx = em_cross_entropy_rows_backward(g, x, z, 0.0);
+                assert_non_null(dx);
+                em_tensor_stats s3 = em_tensor_stats_get();
+                launches[fused][0] = s1.launches - s0.launches;
+                launches[fused][1] = s3.launches - s2.launches;
+                double *lo = tu_read(l), *d = tu_read(dx);
+                memcpy(res[fused], lo, 13 * sizeof(double));
+                memcpy(res[fused] + 13, d, (size_t)(N * C) * sizeof(double));
+                free(lo);
+                free(d);
+                em_scope_end(NULL, 0);
+            }
+            em_fusion_set(true);
+            char what[96];
+            snprintf(what, sizeof what, "cross-entropy of pending logits (%s) on %s", c == 0 ? "cast" : "chain",
+                     em_device_name(dev));
+            assert_true(tu_close_n(what, res[1], res[0], 13 + 13 * 257, tu_is_cpu(dev) ? 0 : 1e-5));
+            /* fused: the forward and the backward each one launch; unfused: the same kernels
+             * after the ops that ran before */
+            if (launches[1][0] != 1 || launches[1][1] != 1 || launches[0][0] != 1 || launches[0][1] != 1)
+                fail_msg("%s: launches fused %llu + %llu, unfused %llu + %llu; want 1 + 1 each", what,
+                         (unsigned long long)launches[1][0], (unsigned long long)launches[1][1],
+                         (unsigned long long)launches[0][0], (unsigned long long)launches[0][1]);
+            free(lv);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows_prologue_values),
         cmocka_unit_test(test_input_stays_pending),
         cmocka_unit_test(test_not_fused),
+        cmocka_unit_test(test_xent_prologue),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }
