@@ -8,8 +8,13 @@
  *
  *   {"workload":"gpt2_train","impl":"ember","device":"cuda:0","gpu":"NVIDIA H200","dtype":"bf16",
  *    "batch":16,"seq":1024,"layers":12,"dim":768,"params":...,"ms_per_step":...,
- *    "tokens_per_s":...,"model_tflops":...,"peak_mem_gib":...,"loss":...}
+ *    "tokens_per_s":...,"model_tflops":...,"peak_mem_gib":...,"loss":...,"fusion":true,
+ *    "launches_per_step":...,"fused_launches_per_step":...,"gib_read_per_step":...,
+ *    "gib_written_per_step":...}
  *
+ * The last five are ember's own: whether fusion was on (EMBER_FUSION=0 turns it off) and, per
+ * timed step, the tensor layer's launches (fused ones among them) and bytes read and written
+ * (em_tensor_stats: the bound views, a model of the traffic; docs/fusion.md).
  * model_tflops counts 6 * params + 6 * layers * dim * seq FLOPs per token, as the reference
  * (and llm.c) does; peak_mem_gib is the device pool's high-water mark over the whole run (the
  * reference resets its counter after the warm-up; ember's steps are alike, so the peak is that of
@@ -203,11 +208,14 @@ static int run(const train_opts *o, const char *dir)
     if (st == EM_OK) st = em_device_sync(dev);
     bool profiling = em_profile_enabled();
     if (st == EM_OK && profiling) em_profile_reset(); /* the report covers the timed steps only */
+    em_tensor_stats s0 = em_tensor_stats_get();
     double t0 = bu_now_s();
     for (int64_t i = 0; st == EM_OK && i < o->steps; i++) st = em_trainer_step(t, &m);
     if (st == EM_OK) st = em_flush(); /* pending fused work runs before the clock reads */
     if (st == EM_OK) st = em_device_sync(dev);
     double dt = (bu_now_s() - t0) / (double)o->steps;
+    em_tensor_stats s1 = em_tensor_stats_get();
+    double per = (double)o->steps, gib = (double)(1ull << 30);
     int rc = 0;
     if (st != EM_OK) {
         fprintf(stderr, "ember bench train-gpt2: %s\n", em_last_error());
@@ -226,11 +234,16 @@ static int run(const train_opts *o, const char *dir)
         printf("{\"workload\":\"gpt2_train\",\"impl\":\"ember\",\"device\":\"%s\",\"gpu\":\"%s\","
                "\"dtype\":\"%s\",\"batch\":%lld,\"seq\":%lld,\"layers\":%lld,\"dim\":%lld,"
                "\"params\":%lld,\"ms_per_step\":%.2f,\"tokens_per_s\":%.0f,"
-               "\"model_tflops\":%.1f,\"peak_mem_gib\":%.2f,\"loss\":%.4f}\n",
+               "\"model_tflops\":%.1f,\"peak_mem_gib\":%.2f,\"loss\":%.4f,\"fusion\":%s,"
+               "\"launches_per_step\":%.0f,\"fused_launches_per_step\":%.0f,"
+               "\"gib_read_per_step\":%.2f,\"gib_written_per_step\":%.2f}\n",
                info.device, info.device_desc, info.bf16 ? "bf16" : "fp32", (long long)o->batch,
                (long long)o->seq, (long long)c.model.n_layer, (long long)c.model.n_embd,
                (long long)info.num_params, dt * 1e3, tokens / dt, flops * tokens / dt / 1e12,
-               (double)ps.peak_in_use / (double)(1ull << 30), m.loss);
+               (double)ps.peak_in_use / (double)(1ull << 30), m.loss, em_fusion_enabled() ? "true" : "false",
+               (double)(s1.launches - s0.launches) / per, (double)(s1.fused_launches - s0.fused_launches) / per,
+               (double)(s1.bytes_read - s0.bytes_read) / per / gib,
+               (double)(s1.bytes_written - s0.bytes_written) / per / gib);
         fflush(stdout);
     }
     em_trainer_free(t);
