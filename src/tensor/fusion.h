@@ -83,7 +83,8 @@ typedef struct fu_prologue {
  * `passes` times, with `scalars` scalar arguments of its own, can compute in its loads; then the
  * fusion lock is held until fu_prologue_end. False (nothing held) when t is realized, or a view
  * the tree cannot be read through, or the kernel would exceed FU_MAX_SCALARS, or on the CPU a
- * tree with a transcendental op that several passes would compute again. */
+ * tree of more than one op (fu_prologue_force_cpu aside) or a transcendental op that several
+ * passes would compute again. */
 bool fu_prologue_begin(const em_tensor *t, int passes, int scalars, fu_prologue *pr);
 /* Launches `kernel` of src/kernels/<file>.ek instantiated with pr's tree in place of its input
  * x (fusion_reduce.c says how): spec as for the plain kernel (R is added; its line width must
@@ -93,5 +94,7 @@ em_status fu_prologue_launch(fu_prologue *pr, const char *file, const char *kern
                              const uint32_t cubes[3], const uint32_t units[3], const em_arg *rest, size_t nrest,
                              uint64_t read, uint64_t written);
 void fu_prologue_end(fu_prologue *pr);
+/* On the CPU a prologue is taken only for a single op (a cast); tests force every tree there. */
+void fu_prologue_force_cpu(bool on);
 
 #endif

@@ -32,6 +32,10 @@ typedef struct pro_kernel {
     char name[64]; /* "fused_<kernel>" */
 } pro_kernel;
 
+static atomic_bool g_force_cpu; /* fu_prologue_force_cpu */
+
+void fu_prologue_force_cpu(bool on) { atomic_store(&g_force_cpu, on); }
+
 static const char X_PARAM[] = "const tensor(line(T)) x, ";
 static const char X_CALL[] = ", x, ";
 
@@ -44,10 +48,14 @@ bool fu_prologue_begin(const em_tensor *t, int passes, int scalars, fu_prologue 
     bool ok = nd && nd->nleaves >= 1 && t->dtype == nd->dtype && t->offset == 0 && em_is_contiguous(t) &&
               tn_numel(t->rank, t->shape) == tn_numel(nd->rank, nd->shape) &&
               nd->nleaves + nd->nparams + scalars <= FU_MAX_SCALARS;
-    /* on the CPU (bound by arithmetic), a kernel that walks the row several times would compute
-     * a transcendental op once per pass: realize it once instead */
+    /* on the CPU, whose kernels are bound by arithmetic (and whose row kernels walk a row once
+     * per pass), recomputing a tree in the loads costs more than reading it back from the cache:
+     * only single ops (a cast) are computed there, unless a test forces every tree; and never a
+     * transcendental op that several passes would compute again */
     const em_caps *c = em_device_caps(t->st->dev);
-    if (ok && passes > 1 && c && !strcmp(c->target, "c") && fu_node_transcendental(nd)) ok = false;
+    bool cpu = c && !strcmp(c->target, "c");
+    if (ok && cpu && !atomic_load(&g_force_cpu) && nd->ncompute > 1) ok = false;
+    if (ok && cpu && passes > 1 && fu_node_transcendental(nd)) ok = false;
     if (!ok) {
         pthread_mutex_unlock(&fu_lock);
         return false;
@@ -276,7 +284,7 @@ em_status fu_prologue_launch(fu_prologue *pr, const char *file, const char *kern
     }
     em_status st = em_lang_launch(nd->st->dev, k->m, k->name, &sp, cubes, units, args, na);
     if (st == EM_OK) {
-        fu_count_launch(kernel, read, written);
+        fu_count_launch(k->name, read, written);
         fu_count_fused(nd->ncompute + 1);
         nd->inlined++;
     } else {

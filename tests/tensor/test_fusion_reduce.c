@@ -5,11 +5,12 @@
  * launch where the row-wise kernels run (the CPU and devices with plane ops), for every float
  * dtype, odd row lengths, broadcast and transposed leaves; the input stays pending and right; the
  * cases that must not fuse (a slice of the pending value, a transcendental tree walked three
- * times on the CPU, too many scalars for one kernel) realize it and stay right; bytes are those
- * of the leaves. */
+ * times on the CPU, too many scalars for one kernel, a tree of several ops on the CPU unless
+ * forced as the other tests do) realize it and stay right; bytes are those of the leaves. */
 #include "tensor_util.h"
 
 #include "ember/tensor_grad.h"
+#include "tensor/fusion.h"
 
 /* The row-wise ops under test. */
 enum { OP_SOFTMAX, OP_LOG_SOFTMAX, OP_LAYER_NORM, OP_LAYER_NORM_PLAIN, OP_RMS_NORM, OP_SUM, OP_MEAN,
@@ -174,13 +175,17 @@ static void test_not_fused(void **state)
             xs[k] = tu_tensor(dev, EM_F32, EM_SHAPE(8, 16), xv);
         }
         assert_int_equal(em_flush(), EM_OK);
-        for (int c = 0; c < 4; c++) {
+        for (int c = 0; c < 6; c++) {
             double ref[128];
+            /* 4 and 5: the CPU's default rule (only single ops computed in its loads) */
+            fu_prologue_force_cpu(c < 4);
             em_fusion_set(false);
             em_tensor *pu = c == 0   ? em_narrow(em_take(em_add_scalar(x, 1)), 0, 2, 4)
                             : c == 1 ? em_exp(x)
                             : c == 2 ? em_exp(x)
-                                     : em_add(xs[0], xs[1]);
+                            : c == 3 ? em_add(xs[0], xs[1])
+                            : c == 4 ? em_add_scalar(em_take(em_mul_scalar(x, 2)), 1)
+                                     : em_cast(x, EM_F64);
             for (int k = 2; c == 3 && k < 6; k++) pu = em_add(em_take(pu), xs[k]);
             int last = -1;
             em_tensor *yu = c == 2 ? em_sum(pu, &last, 1, false) : em_softmax(pu, -1);
@@ -194,7 +199,9 @@ static void test_not_fused(void **state)
             em_tensor *p = c == 0   ? em_narrow(em_take(em_add_scalar(x, 1)), 0, 2, 4)
                            : c == 1 ? em_exp(x)
                            : c == 2 ? em_exp(x)
-                                    : em_add(xs[0], xs[1]);
+                           : c == 3 ? em_add(xs[0], xs[1])
+                           : c == 4 ? em_add_scalar(em_take(em_mul_scalar(x, 2)), 1)
+                                    : em_cast(x, EM_F64);
             for (int k = 2; c == 3 && k < 6; k++) p = em_add(em_take(p), xs[k]);
             em_tensor_stats s0 = em_tensor_stats_get();
             em_tensor *y = c == 2 ? em_sum(p, &last, 1, false) : em_softmax(p, -1);
@@ -203,8 +210,10 @@ static void test_not_fused(void **state)
             /* 0: a slice is realized (2 launches); 1: exp walked 3 times by the CPU's softmax is
              * realized there (2), computed in the loads elsewhere (1); 2: the CPU's sum walks
              * the row once: exp computed in its loads (1); 3: 6 leaves (6 offsets) exceed the
-             * scalars one row kernel takes with its own 11 (2) */
-            uint64_t want = c == 0 || c == 3 ? 2 : c == 1 ? (tu_is_cpu(dev) ? 2 : 1) : 1;
+             * scalars one row kernel takes with its own 11 (2); 4: the CPU, not forced, realizes
+             * a tree of 2 ops (2), other devices compute it (1); 5: a single cast is computed in
+             * the loads everywhere (1) */
+            uint64_t want = c == 0 || c == 3 ? 2 : (c == 1 || c == 4) ? (tu_is_cpu(dev) ? 2 : 1) : 1;
             if (s1.launches - s0.launches != want)
                 fail_msg("case %d on %s: %llu launches, want %llu", c, em_device_name(dev),
                          (unsigned long long)(s1.launches - s0.launches), (unsigned long long)want);
@@ -216,6 +225,7 @@ static void test_not_fused(void **state)
             em_release(y);
             em_release(p);
         }
+        fu_prologue_force_cpu(true);
         em_scope_end(NULL, 0);
     }
 }
@@ -293,5 +303,6 @@ int main(void)
         cmocka_unit_test(test_not_fused),
         cmocka_unit_test(test_xent_prologue),
     };
+    fu_prologue_force_cpu(true); /* every tree computed in the loads on the CPU too */
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }
