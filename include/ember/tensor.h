@@ -225,7 +225,8 @@ em_tensor *em_rms_norm(const em_tensor *t, int nnorm, const em_tensor *weight, d
  * in targets [N] (i32/i64), out[r] = lse(logits[r]) - logits[r, class] with
  * lse = log(sum(exp(logits[r]))), mixed with lse - mean(logits[r]) by label_smoothing ls in
  * [0, 1): (1 - ls) nll + ls smooth; 0 for a row whose target is ignore_index. A result [N] of
- * logits' dtype, computed in f32 for f16/bf16, one read of the logits and no probabilities kept;
+ * logits' dtype, except f32 for f16/bf16 logits (computed in f32, as under PyTorch's autocast),
+ * one read of the logits and no probabilities kept;
  * its gradient is one more pass (tensor_grad.h). The targets are read back and checked: one out of
  * [0, C) that is not ignore_index is an error naming it. *valid (may be NULL) receives the number
  * of rows not ignored (the divisor of a mean). em_cross_entropy (nn.h) runs on it. */

@@ -47,8 +47,9 @@ em_tensor *em_embedding_backward(const em_tensor *grad, const em_tensor *ids,
 /* d loss / d logits of em_cross_entropy_rows(logits, targets, ignore_index, label_smoothing), of
  * logits' shape [N, C]: grad_out[r] (softmax(logits[r]) - (1 - ls) onehot(class) - ls / C), zeros
  * for an ignored row. classes is the checked i32 [N] that op records (-1 where ignored), not the
- * targets given to it; grad_out is [N] of logits' dtype. One pass over each row (its log-sum-exp
- * recomputed), no probabilities kept. */
+ * targets given to it; grad_out is [N] of the loss's dtype (f32 for f16/bf16 logits) or of the
+ * logits'. The result, of the logits' dtype, is computed in f32 for f16/bf16 and rounded once. One
+ * pass over each row (its log-sum-exp recomputed), no probabilities kept. */
 em_tensor *em_cross_entropy_rows_backward(const em_tensor *grad_out, const em_tensor *logits,
                                           const em_tensor *classes, double label_smoothing);
 

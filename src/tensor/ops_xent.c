@@ -1,7 +1,9 @@
 /* ops_xent.c — the fused classifier (issue #13): cross-entropy of each row of logits [N, C]
  * against a class per row, and its gradient, through src/kernels/tensor_xent.ek. The forward
  * keeps no probabilities (one [N] result); the gradient recomputes each row's log-sum-exp and
- * writes softmax - onehot in one pass. The classes are read back and checked on the host (as the
+ * writes softmax - onehot in one pass. For f16/bf16 logits the loss is f32 (the compute type,
+ * as PyTorch's autocast computes cross-entropy) and the gradient is computed in f32 and rounded
+ * once to the logits' dtype, so a model need not cast its logits to f32 first. The classes are read back and checked on the host (as the
  * indexing ops check theirs), mapped to an i32 class per row with -1 for ignore_index; that
  * tensor is what the op records as its second input, so the backward reads it as it is. */
 #include <math.h>
@@ -108,20 +110,20 @@ em_tensor *em_cross_entropy_rows(const em_tensor *logits, const em_tensor *targe
     }
     cls = checked_targets(op, targets, C, ignore_index, valid);
     if (!cls) goto done;
-    out = tn_new(logits->st->dev, logits->dtype, 1, &N);
-    if (!out || N == 0) goto done;
     em_scalar ct = tn_compute_type(logits->dtype);
+    out = tn_new(logits->st->dev, ct, 1, &N); /* the loss in f32 for f16/bf16 logits */
+    if (!out || N == 0) goto done;
     unsigned cube = tn_cube_for(C, NULL);
-    em_lang_bind bind[5] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
+    em_lang_bind bind[6] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
                             em_lang_bind_type("M", tn_math_type(logits->st->dev, ct)),
-                            em_lang_bind_bool("SMOOTH", label_smoothing > 0),
+                            em_lang_bind_type("O", ct), em_lang_bind_bool("SMOOTH", label_smoothing > 0),
                             em_lang_bind_int("CUBE", cube)};
     tn_arg args[7] = {tn_arg_flat(logits), tn_arg_s(em_arg_u32((uint32_t)C)),
                       tn_arg_s(em_arg_u32((uint32_t)logits->stride[1])),
                       tn_arg_s(em_arg_u32((uint32_t)logits->stride[0])), tn_arg_t(cls), tn_arg_t(out),
                       tn_arg_s(tn_scalar_arg(logits->dtype, label_smoothing))};
     uint32_t cubes[3] = {(uint32_t)N, 1, 1}, units[3] = {cube, 1, 1};
-    if (xent_launch(op, "tensor_xent", 1, bind, 5, cubes, units, args, 7) != EM_OK) {
+    if (xent_launch(op, "tensor_xent", 1, bind, 6, cubes, units, args, 7) != EM_OK) {
         em_release(out);
         out = NULL;
     }
@@ -146,10 +148,11 @@ em_tensor *em_cross_entropy_rows_backward(const em_tensor *grad_out, const em_te
     char a[96], b[96], c[96];
     if (logits->rank != 2 || classes->rank != 1 || classes->dtype != EM_I32 ||
         grad_out->rank != 1 || grad_out->shape[0] != logits->shape[0] ||
-        classes->shape[0] != logits->shape[0] || grad_out->dtype != logits->dtype) {
+        classes->shape[0] != logits->shape[0] || !em_scalar_is_float(logits->dtype) ||
+        (grad_out->dtype != logits->dtype && grad_out->dtype != tn_compute_type(logits->dtype))) {
         em_set_error(EM_ERR_INVALID,
-                     "%s: grad %s, logits %s and classes %s do not match (expected [N], float "
-                     "[N, C] of the grad's dtype, i32 [N])",
+                     "%s: grad %s, logits %s and classes %s do not match (expected a grad [N] of the "
+                     "loss's dtype or the logits', float logits [N, C], i32 classes [N])",
                      op, em_describe(grad_out, a, sizeof a), em_describe(logits, b, sizeof b),
                      em_describe(classes, c, sizeof c));
         return NULL;
@@ -165,15 +168,15 @@ em_tensor *em_cross_entropy_rows_backward(const em_tensor *grad_out, const em_te
     }
     em_scalar ct = tn_compute_type(logits->dtype);
     unsigned cube = tn_cube_for(C, NULL);
-    em_lang_bind bind[4] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
+    em_lang_bind bind[5] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
                             em_lang_bind_type("M", tn_math_type(logits->st->dev, ct)),
-                            em_lang_bind_int("CUBE", cube)};
+                            em_lang_bind_type("O", g->dtype), em_lang_bind_int("CUBE", cube)};
     tn_arg args[8] = {tn_arg_flat(logits), tn_arg_s(em_arg_u32((uint32_t)C)),
                       tn_arg_s(em_arg_u32((uint32_t)logits->stride[1])),
                       tn_arg_s(em_arg_u32((uint32_t)logits->stride[0])), tn_arg_t(classes), tn_arg_t(g),
                       tn_arg_t(dx), tn_arg_s(tn_scalar_arg(logits->dtype, label_smoothing))};
     uint32_t cubes[3] = {(uint32_t)N, 1, 1}, units[3] = {cube, 1, 1};
-    em_status st = xent_launch(op, "tensor_xent_backward", 2, bind, 4, cubes, units, args, 8);
+    em_status st = xent_launch(op, "tensor_xent_backward", 2, bind, 5, cubes, units, args, 8);
     em_release(g);
     if (st != EM_OK) {
         em_release(dx);

@@ -195,6 +195,49 @@ static void test_misuse(void **state)
     em_scope_end(NULL, 0);
 }
 
+/* f16/bf16 logits: the loss is f32, and the gradient is the f32 computation rounded once to the
+ * logits' dtype — what casting the logits to f32 first, then the gradient back, gives (bitwise on
+ * the CPU), without the f32 copy. */
+static void test_half_logits(void **state)
+{
+    (void)state;
+    static const em_scalar half[] = {EM_BF16, EM_F16};
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        for (size_t hi = 0; hi < 2; hi++) {
+            em_scalar dt = half[hi];
+            if (!tu_has(dev, dt)) continue;
+            em_scope_begin();
+            int64_t rows = 7, n = 301, t[7];
+            double x[7 * 301];
+            tu_fill(x, (size_t)(rows * n), -5, 5, 300u + (uint32_t)hi);
+            for (int64_t r = 0; r < rows; r++) t[r] = r == 3 ? IGNORE : (r * 53) % n;
+            em_tensor *tt = em_from_host(dev, EM_I64, EM_SHAPE(rows), t);
+            double *res[2][2];
+            for (int wide = 0; wide < 2; wide++) {
+                em_tensor *lg = tu_tensor(dev, dt, EM_SHAPE(rows, n), x);
+                assert_int_equal(em_set_requires_grad(lg, true), EM_OK);
+                em_tensor *in = wide ? em_cast(lg, EM_F32) : lg;
+                em_tensor *loss = em_cross_entropy_rows(in, tt, IGNORE, 0.05, NULL);
+                assert_non_null(loss);
+                assert_int_equal(em_dtype(loss), EM_F32);
+                assert_int_equal(em_backward(em_sum(loss, NULL, 0, false), NULL), EM_OK);
+                assert_int_equal(em_dtype(em_grad(lg)), dt);
+                res[wide][0] = tu_read(loss);
+                res[wide][1] = tu_read(em_grad(lg));
+            }
+            char what[64];
+            snprintf(what, sizeof what, "%s logits on %s", em_scalar_name(dt), em_device_name(dev));
+            double tol = tu_is_cpu(dev) ? 0 : 1e-6;
+            assert_true(tu_close_n(what, res[0][0], res[1][0], (size_t)rows, tol));
+            assert_true(tu_close_n(what, res[0][1], res[1][1], (size_t)(rows * n), tu_is_cpu(dev) ? 0 : 1e-2));
+            for (int w = 0; w < 2; w++)
+                for (int k = 0; k < 2; k++) free(res[w][k]);
+            em_scope_end(NULL, 0);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -202,6 +245,7 @@ int main(void)
         cmocka_unit_test(test_dtypes_views_smoothing),
         cmocka_unit_test(test_extreme_logits),
         cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_half_logits),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }

@@ -263,14 +263,18 @@ static em_tensor *hidden(em_gpt *g, const em_tensor *ids, em_gpt_cache *cache)
     return x;
 }
 
+/* The logits of hidden states x in the model's dtype (em_gpt_loss's cross-entropy reads bf16
+ * logits itself, computing in f32). */
+static em_tensor *head_logits(em_gpt *g, const em_tensor *x)
+{
+    if (g->lm_head) return em_linear_forward(g->lm_head, x);
+    return em_matmul(x, em_transpose(g->wte->weight, 0, 1));
+}
+
 em_tensor *gpt_head(em_gpt *g, const em_tensor *x)
 {
     em_scope_begin();
-    em_tensor *logits;
-    if (g->lm_head)
-        logits = em_linear_forward(g->lm_head, x);
-    else
-        logits = em_matmul(x, em_transpose(g->wte->weight, 0, 1));
+    em_tensor *logits = head_logits(g, x);
     if (logits && em_dtype(logits) != EM_F32) logits = em_cast(em_take(logits), EM_F32);
     if (logits) em_keep(logits);
     em_scope_end(NULL, 0);
@@ -304,8 +308,15 @@ em_tensor *em_gpt_loss(em_gpt *g, const em_tensor *ids, const em_tensor *targets
                      em_describe(ids, a, sizeof a), em_describe(targets, b, sizeof b));
         return NULL;
     }
-    em_tensor *logits = em_gpt_forward(g, ids, NULL);
-    if (!logits) return NULL;
+    /* the logits stay in the model's dtype: the fused classifier reads bf16 logits, computes in
+     * f32, returns an f32 loss and writes the gradient in bf16 (no f32 copy of [B T, V]) */
+    em_tensor *x = hidden(g, ids, NULL);
+    em_tensor *logits = x ? head_logits(g, x) : NULL;
+    em_release(x);
+    if (!logits) {
+        em_error_context("em_gpt_loss");
+        return NULL;
+    }
     em_scope_begin();
     int64_t V = g->cfg.vocab_size;
     em_tensor *loss =
