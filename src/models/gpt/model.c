@@ -311,7 +311,10 @@ em_tensor *em_gpt_loss(em_gpt *g, const em_tensor *ids, const em_tensor *targets
     /* the logits stay in the model's dtype: the fused classifier reads bf16 logits, computes in
      * f32, returns an f32 loss and writes the gradient in bf16 (no f32 copy of [B T, V]) */
     em_tensor *x = hidden(g, ids, NULL);
+    em_scope_begin();
     em_tensor *logits = x ? head_logits(g, x) : NULL;
+    if (logits) em_keep(logits);
+    em_scope_end(NULL, 0);
     em_release(x);
     if (!logits) {
         em_error_context("em_gpt_loss");
