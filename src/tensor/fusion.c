@@ -126,6 +126,7 @@ static void free_node(fu_node *n)
         atomic_fetch_sub(&n->leaves[i].st->readers, 1);
         tn_storage_release(n->leaves[i].st);
     }
+    if (n->mm) fu_mm_free(n); /* a pending matmul's own data (fusion_matmul.c) */
     free(n);
 }
 
@@ -139,6 +140,14 @@ void fu_drop(tn_storage *st)
         free_node(n);
     }
     pthread_mutex_unlock(&fu_lock);
+}
+
+void fu_link(fu_node *nd)
+{
+    nd->st->pending = nd;
+    nd->next = g_pending;
+    if (g_pending) g_pending->prev = nd;
+    g_pending = nd;
 }
 
 /* The leaf op reading (st, dtype, stride, offset), added unless the node has it. -2 when full. */
@@ -274,7 +283,7 @@ static int add_input(fu_node *nd, const em_tensor *t, const int64_t *stride, int
 {
     tn_storage *st = t->st;
     fu_node *p = st->pending;
-    if (p && p->inplace && st != nd->st) {
+    if (p && (p->inplace || p->mm) && st != nd->st) { /* a pending matmul is never inlined */
         if (fu_realize(st) != EM_OK) return -1;
         p = NULL;
     }
@@ -324,6 +333,15 @@ int fu_record(const fu_desc *d, const em_tensor *const *in, int nin, int64_t (*s
                                  memcmp(in[k]->shape, out->shape, sizeof(int64_t) * (size_t)out->rank)))
             return 0;
         if (in[k]->st->dev != ost->dev) return 0;
+    }
+    if (ost->pending && ost->pending->mm) {
+        /* the donated result of a pending matmul: its epilogue absorbs the op, or it runs now and
+         * the op reads its buffer (fusion_matmul.c) */
+        pthread_mutex_lock(&fu_lock);
+        int r = ost->pending && ost->pending->mm ? fu_mm_absorb(ost->pending, d, in, nin, out) : 0;
+        if (r > 0) atomic_fetch_add(&g_recorded, 1);
+        pthread_mutex_unlock(&fu_lock);
+        if (r != 0) return r;
     }
     fu_node *nd = calloc(1, sizeof *nd);
     if (!nd) return 0; /* run it now */
@@ -657,11 +675,13 @@ em_status fu_realize(tn_storage *st)
     em_status s = fu_ensure_buffer(st);
     if (s != EM_OK && !nd) em_error_context("tensor of %zu bytes", st->bytes);
     if (nd) {
-        if (s == EM_OK) s = launch_node(nd);
+        if (s == EM_OK) s = nd->mm ? fu_mm_launch(nd) : launch_node(nd);
         if (s == EM_OK) {
             st->pending = NULL;
             unlink_node(nd);
             free_node(nd);
+        } else if (nd->mm) {
+            fu_mm_error(nd); /* names the matmul and its epilogue */
         } else {
             em_strbuf sb;
             em_sb_init(&sb);

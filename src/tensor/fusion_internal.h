@@ -1,5 +1,6 @@
 /* fusion_internal.h — what the files of the fusion layer share (fusion.c records and realizes
- * elementwise trees; fusion_reduce.c fuses a pending tree into the loads of a reduction): the
+ * elementwise trees; fusion_reduce.c fuses a pending tree into the loads of a reduction;
+ * fusion_matmul.c keeps a matmul pending and grows its epilogue): the
  * node layout, the lock, and the pieces of kernel generation. Not for the rest of the tensor
  * layer, which sees fusion.h only. */
 #ifndef EM_TENSOR_FUSION_INTERNAL_H
@@ -46,6 +47,8 @@ struct fu_node {
                                     * may only be inlined into a node that fills st too */
     int inlined;                   /* consumers it has been inlined into */
     int nops, ncompute, nleaves, nparams;
+    struct fu_matmul *mm; /* a pending matmul instead of a tree (fusion_matmul.c; its
+                           * operands are the leaves, nops is 0), or NULL */
     fu_op ops[FU_MAX_OPS];
     fu_leaf leaves[FU_MAX_LEAVES];
     em_arg params[FU_MAX_PARAMS];
@@ -93,5 +96,25 @@ void fu_gen_params_scalars(const fu_node *nd, em_strbuf *sb);
 void fu_gen_index(const fu_node *nd, em_strbuf *sb, const char *flat, const char *shaped,
                   const char *ind);
 void fu_gen_ops(const fu_node *nd, em_strbuf *sb, const char *ind);
+
+/* Links nd (filling nd->st, its leaves held) into the pending list as st's pending node. Called
+ * with the lock held. (fusion.c) */
+void fu_link(fu_node *nd);
+
+/* Pending matmuls (fusion_matmul.c), called with the lock held:
+ *  - fu_mm_absorb: out (the donated result of pending matmul nd: one of in[] is out itself)
+ *    receives op d of in[0..nin); extends nd's epilogue and returns 1 when d fits it, else runs
+ *    the matmul and returns 0 (the op is then recorded on the realized buffer), -1 with the error
+ *    set when that failed;
+ *  - fu_mm_launch: runs nd's matmul with its epilogue into nd->st (its buffer allocated); EM_OK
+ *    or the error set;
+ *  - fu_mm_error: adds the context of a failed realization to the error ("matmul f32[M, K] x
+ *    f32[K, N] + bias, gelu_tanh (...)");
+ *  - fu_mm_free: frees nd->mm (the leaves are free_node's). */
+int fu_mm_absorb(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int nin,
+                 const em_tensor *out);
+em_status fu_mm_launch(fu_node *nd);
+void fu_mm_error(const fu_node *nd);
+void fu_mm_free(fu_node *nd);
 
 #endif

@@ -45,7 +45,7 @@ bool fu_prologue_begin(const em_tensor *t, int passes, int scalars, fu_prologue 
     if (!t || !fu_enabled()) return false;
     pthread_mutex_lock(&fu_lock);
     fu_node *nd = t->st->pending;
-    bool ok = nd && nd->nleaves >= 1 && t->dtype == nd->dtype && t->offset == 0 && em_is_contiguous(t) &&
+    bool ok = nd && !nd->mm && nd->nleaves >= 1 && t->dtype == nd->dtype && t->offset == 0 && em_is_contiguous(t) &&
               tn_numel(t->rank, t->shape) == tn_numel(nd->rank, nd->shape) &&
               nd->nleaves + nd->nparams + scalars <= FU_MAX_SCALARS;
     /* on the CPU, whose kernels are bound by arithmetic (and whose row kernels walk a row once

@@ -80,6 +80,22 @@ typedef struct mm_problem {
     bool tf32;                /* f32 may run on tensor cores as tf32 */
 } mm_problem;
 
+/* ops_matmul.c */
+/* Checks epilogue ep (NULL: none) against p, whose result has rank rr and shape rsh, and fills
+ * p's epilogue fields (bias, residual, act, tf32). false with the error set (naming the shapes). */
+bool mm_setup_epilogue(mm_problem *p, const em_matmul_epilogue *ep, int rr, const int64_t *rsh);
+/* Runs p (its result's buffer allocated): the configuration mm_choose picks (autotuning
+ * included), launched. EM_OK or the error set. */
+em_status mm_execute(const mm_problem *p);
+
+/* fusion_matmul.c */
+/* With fusion on, records checked problem p (p->out a fresh result without a buffer yet, of rank
+ * rr and shape rsh) as the pending matmul that fills p->out's storage, instead of launching it;
+ * later in-place elementwise ops on the result may extend its epilogue (docs/fusion.md). 1 when
+ * recorded, 0 when it must run now (fusion off, out of host memory), -1 with the error set (an
+ * operand that is itself a pending matmul failed to run). */
+int fu_mm_record(const mm_problem *p, int rr, const int64_t *rsh);
+
 /* matmul_config.c */
 /* Whether c can run p on p's device (dtype, shared memory, cube size, grid). */
 bool mm_config_valid(const mm_problem *p, const mm_config *c);

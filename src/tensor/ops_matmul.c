@@ -3,16 +3,22 @@
  * residual). This file checks the operands and builds the problem in the kernels' rank-R
  * geometry: operands are read through their strides (a transposed weight needs no copy), batch
  * dims broadcast by stride 0. Which kernel and configuration runs is matmul_tune.c's choice
- * (matmul_config.c has the heuristics); matmul_launch.c launches it. */
+ * (matmul_config.c has the heuristics); matmul_launch.c launches it. With fusion on, a result is
+ * not launched at the call but recorded as a pending matmul (fusion_matmul.c): the checks run
+ * here, the launch when the result is needed, with the epilogue in-place elementwise ops on the
+ * result added meanwhile (docs/fusion.md, "Matmul epilogues"). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "tensor/fusion.h"
 #include "tensor/matmul_internal.h"
 
-/* Checks a and b and fills p's operand geometry and result (p->out is NULL when the result is
- * empty or K == 0, handled by the caller with *trivial). false with the error set. */
+/* Checks a and b and fills p's operand geometry and result (an empty result or K == 0 is the
+ * caller's, *zero_fill set for the latter). With `defer`, a result that will need a launch is
+ * created without a buffer (tn_new_deferred: fusion may record the matmul). false with the error
+ * set. */
 static bool mm_setup(mm_problem *p, const em_tensor *a, const em_tensor *b, em_tensor **out,
-                     bool *zero_fill, int *rr_out, int64_t *rsh)
+                     bool *zero_fill, int *rr_out, int64_t *rsh, bool defer)
 {
     char sa[128], sb[128];
     memset(p, 0, sizeof *p);
@@ -86,7 +92,8 @@ static bool mm_setup(mm_problem *p, const em_tensor *a, const em_tensor *b, em_t
     p->M = M, p->N = N, p->K = K, p->a = a, p->b = b;
     p->batch = tn_numel(br, p->osh);
     tn_contig_strides(p->R, p->osh, p->ost);
-    *out = tn_new(p->dev, a->dtype, rr, rsh);
+    defer = defer && M * N * p->batch != 0 && K != 0 && p->batch <= 65535;
+    *out = defer ? tn_new_deferred(p->dev, a->dtype, rr, rsh) : tn_new(p->dev, a->dtype, rr, rsh);
     if (!*out) return false;
     p->out = *out;
     if (M * N * p->batch == 0) return true;
@@ -102,9 +109,7 @@ static bool mm_setup(mm_problem *p, const em_tensor *a, const em_tensor *b, em_t
     return true;
 }
 
-/* Checks the epilogue against the problem and fills p's epilogue fields. */
-static bool mm_setup_epilogue(mm_problem *p, const em_matmul_epilogue *ep, int rr,
-                              const int64_t *rsh)
+bool mm_setup_epilogue(mm_problem *p, const em_matmul_epilogue *ep, int rr, const int64_t *rsh)
 {
     char s1[128], s2[128];
     if (!ep) return true;
@@ -162,7 +167,14 @@ static bool mm_setup_epilogue(mm_problem *p, const em_matmul_epilogue *ep, int r
     return true;
 }
 
-/* The product with the epilogue; inputs borrowed (never consumed). */
+em_status mm_execute(const mm_problem *p)
+{
+    mm_config c = mm_choose(p);
+    return mm_launch(p, &c);
+}
+
+/* The product with the epilogue; inputs borrowed (never consumed). With fusion on, a result that
+ * needs a launch is recorded as a pending matmul instead (fusion_matmul.c). */
 static em_tensor *mm_run(const em_tensor *a, const em_tensor *b, const em_matmul_epilogue *ep)
 {
     mm_problem p;
@@ -170,11 +182,16 @@ static em_tensor *mm_run(const em_tensor *a, const em_tensor *b, const em_matmul
     bool zero_fill;
     int rr = 0;
     int64_t rsh[EM_MAX_RANK];
-    if (!mm_setup(&p, a, b, &out, &zero_fill, &rr, rsh)) goto fail;
+    if (!mm_setup(&p, a, b, &out, &zero_fill, &rr, rsh, fu_enabled())) goto fail;
     if (!mm_setup_epilogue(&p, ep, rr, rsh)) goto fail;
     const char *tf = getenv("EMBER_ALLOW_TF32");
     if (tf && !strcmp(tf, "1")) p.tf32 = true;
     if (p.M * p.N * p.batch == 0) return out;
+    if (!out->st->buf) { /* deferred by mm_setup: record it, or allocate and run it now */
+        int r = fu_mm_record(&p, rr, rsh);
+        if (r > 0) return out;
+        if (r < 0 || tn_realize(out) != EM_OK) goto fail;
+    }
     mm_config c;
     if (zero_fill) {
         /* K == 0: the product is zero; the epilogue still applies (through the SIMT kernel) */

@@ -295,6 +295,52 @@ static void test_xent_prologue(void **state)
     }
 }
 
+/* A pending matmul (fusion_matmul.c) is not a tree: a reduction reading it runs it first (two
+ * launches), with the values of the ops one by one. */
+static void test_pending_matmul_input(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        double av[6 * 40], bv[40 * 24], res[2][6 * 24 + 6];
+        tu_fill(av, 240, -1, 1, 41u);
+        tu_fill(bv, 960, -1, 1, 42u);
+        int64_t tg[6] = {0, 5, 23, 7, 1, 11};
+        uint64_t launches[2][2];
+        for (int fused = 1; fused >= 0; fused--) {
+            em_fusion_set(fused);
+            em_scope_begin();
+            em_tensor *a = tu_tensor(dev, EM_F32, EM_SHAPE(6, 40), av);
+            em_tensor *b = tu_tensor(dev, EM_F32, EM_SHAPE(40, 24), bv);
+            em_tensor *t = em_from_host(dev, EM_I64, EM_SHAPE(6), tg);
+            assert_int_equal(em_flush(), EM_OK);
+            em_tensor_stats s0 = em_tensor_stats_get();
+            em_tensor *y = em_softmax(em_matmul(a, b), -1);
+            em_tensor_stats s1 = em_tensor_stats_get();
+            em_tensor *l = em_cross_entropy_rows(em_matmul(a, b), t, -100, 0.0, NULL);
+            em_tensor_stats s2 = em_tensor_stats_get();
+            assert_non_null(y);
+            assert_non_null(l);
+            launches[fused][0] = s1.launches - s0.launches;
+            launches[fused][1] = s2.launches - s1.launches;
+            double *vy = tu_read(y), *vl = tu_read(l);
+            memcpy(res[fused], vy, sizeof(double) * 144);
+            memcpy(res[fused] + 144, vl, sizeof(double) * 6);
+            free(vy);
+            free(vl);
+            em_scope_end(NULL, 0);
+        }
+        em_fusion_set(true);
+        char what[64];
+        snprintf(what, sizeof what, "reductions of a pending matmul on %s", em_device_name(dev));
+        assert_true(tu_close_n(what, res[1], res[0], 150, tu_is_cpu(dev) ? 0 : 1e-5));
+        for (int k = 0; k < 2; k++)
+            if (launches[1][k] != 2 || launches[0][k] != 2)
+                fail_msg("%s: %llu launches fused, %llu unfused (op %d); want 2", what,
+                         (unsigned long long)launches[1][k], (unsigned long long)launches[0][k], k);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -302,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_input_stays_pending),
         cmocka_unit_test(test_not_fused),
         cmocka_unit_test(test_xent_prologue),
+        cmocka_unit_test(test_pending_matmul_input),
     };
     fu_prologue_force_cpu(true); /* every tree computed in the loads on the CPU too */
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);

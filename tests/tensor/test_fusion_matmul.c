@@ -1,0 +1,406 @@
+/* test_fusion_matmul.c — pending matmuls and the epilogues they absorb (src/tensor/fusion_matmul.c,
+ * docs/fusion.md "Matmul epilogues"), on every device present (or $EMBER_TEST_DEVICE):
+ *  - each absorbed pattern (bias; GELU, GELU-tanh, ReLU on integers; residual; bias + act; bias +
+ *    act + residual; a broadcast residual; a result reshaped before the ops, as em_linear_forward
+ *    does) gives the unfused result (em_fusion_set(false)) within rounding and launches one
+ *    kernel fused, against one per op unfused; odd sizes, batched and transposed operands;
+ *  - what is not absorbed stays correct: a result read twice (the matmul runs once), an op that
+ *    broadcasts the result up, an op that is no epilogue (mul, float ReLU), a cast, a write into
+ *    an operand after the matmul was recorded, a result freed unread (no launch), em_flush;
+ *  - autodiff: Linear + GELU-tanh + residual gives identical gradients fused and unfused;
+ *  - running out of memory when the matmul runs is an error at the sync point naming it.
+ * Autotuning is off (EMBER_AUTOTUNE=off) so that launch counts are the kernels' own. */
+#include "tensor_util.h"
+
+#include "ember/autodiff.h"
+#include "ember/nn.h"
+
+enum { P_BIAS, P_GELU, P_GELU_TANH, P_RELU, P_RES, P_BIAS_ACT, P_LINEAR, P_RES_BCAST, P_RESHAPE,
+       P_COUNT };
+static const char *const p_names[] = {"bias", "gelu", "gelu_tanh", "relu", "residual", "bias+gelu",
+                                      "bias+gelu_tanh+residual", "broadcast residual", "reshaped"};
+static const int p_ops[] = {1, 1, 1, 1, 1, 2, 3, 1, 3}; /* elementwise ops after the matmul */
+
+typedef struct geom {
+    int64_t batch, M, K, N; /* batch 0: plain matrices */
+    bool bt;                /* b given as the transpose of an [N, K] tensor */
+} geom;
+
+/* Builds pattern p on dev (fused or not), reads it back; *launches gets the kernels it took. */
+static double *run_pattern(em_device *dev, em_scalar dt, int p, geom g, bool fused, uint64_t *launches,
+                           size_t *n)
+{
+    em_fusion_set(fused);
+    em_scope_begin();
+    int64_t B = g.batch ? g.batch : 1;
+    size_t na = (size_t)(B * g.M * g.K), nb = (size_t)(g.K * g.N), nr = (size_t)(B * g.M * g.N);
+    double *va = malloc(na * 8), *vb = malloc(nb * 8), *vbias = malloc((size_t)g.N * 8),
+           *vr = malloc(nr * 8), *vc = malloc((size_t)(B * g.M) * 8);
+    tu_fill(va, na, -1, 1, 3);
+    tu_fill(vb, nb, -1, 1, 5);
+    tu_fill(vbias, (size_t)g.N, -1, 1, 7);
+    tu_fill(vr, nr, -2, 2, 11);
+    tu_fill(vc, (size_t)(B * g.M), -1, 1, 13);
+    if (!em_scalar_is_float(dt)) {
+        for (size_t i = 0; i < na; i++) va[i] = floor(va[i] * 5);
+        for (size_t i = 0; i < nb; i++) vb[i] = floor(vb[i] * 5);
+        for (size_t i = 0; i < (size_t)g.N; i++) vbias[i] = floor(vbias[i] * 5);
+    }
+    em_tensor *a = g.batch ? tu_tensor(dev, dt, EM_SHAPE(g.batch, g.M, g.K), va)
+                           : tu_tensor(dev, dt, EM_SHAPE(g.M, g.K), va);
+    em_tensor *b = g.bt ? em_transpose(tu_tensor(dev, dt, EM_SHAPE(g.N, g.K), vb), 0, 1)
+                        : tu_tensor(dev, dt, EM_SHAPE(g.K, g.N), vb);
+    em_tensor *bias = tu_tensor(dev, dt, EM_SHAPE(g.N), vbias);
+    em_tensor *res = g.batch ? tu_tensor(dev, dt, EM_SHAPE(g.batch, g.M, g.N), vr)
+                             : tu_tensor(dev, dt, EM_SHAPE(g.M, g.N), vr);
+    em_tensor *col = g.batch ? tu_tensor(dev, dt, EM_SHAPE(1, g.M, 1), vc)
+                             : tu_tensor(dev, dt, EM_SHAPE(g.M, 1), vc);
+    assert_int_equal(em_flush(), EM_OK);
+    em_tensor_stats s0 = em_tensor_stats_get();
+    em_tensor *y = em_matmul(a, b);
+    switch (p) {
+    case P_BIAS: y = em_add(em_take(y), bias); break;
+    case P_GELU: y = em_gelu(em_take(y)); break;
+    case P_GELU_TANH: y = em_gelu_tanh(em_take(y)); break;
+    case P_RELU: y = em_relu(em_take(y)); break;
+    case P_RES: y = em_add(res, em_take(y)); break;
+    case P_BIAS_ACT: y = em_gelu(em_take(em_add(em_take(y), bias))); break;
+    case P_LINEAR:
+        y = em_add(em_take(em_gelu_tanh(em_take(em_add(bias, em_take(y))))), res);
+        break;
+    case P_RES_BCAST: y = em_add(em_take(y), col); break;
+    default: { /* P_RESHAPE: [3 m, N] seen as [3, m, N], as em_linear_forward reshapes */
+        y = em_reshape(em_take(y), EM_SHAPE(3, g.M / 3, g.N));
+        y = em_add(em_take(y), bias);
+        y = em_gelu_tanh(em_take(y));
+        em_tensor *r3 = em_reshape(res, EM_SHAPE(3, g.M / 3, g.N));
+        y = em_add(r3, em_take(y));
+        break;
+    }
+    }
+    if (!y) fprintf(stderr, "%s: %s\n", p_names[p], em_last_error());
+    assert_non_null(y);
+    double *got = tu_read(y);
+    *launches = em_tensor_stats_get().launches - s0.launches;
+    *n = (size_t)em_numel(y);
+    em_scope_end(NULL, 0);
+    free(va), free(vb), free(vbias), free(vr), free(vc);
+    em_fusion_set(true);
+    return got;
+}
+
+static double tol_of(em_scalar dt)
+{
+    return dt == EM_F16 ? 4e-3 : dt == EM_BF16 ? 3e-2 : dt == EM_F32 ? 2e-5 : 0;
+}
+
+static void check_pattern(em_device *dev, em_scalar dt, int p, geom g)
+{
+    if (p == P_RESHAPE && g.batch) return; /* a is 2-D there: the batch folds into M */
+    uint64_t lf, lu;
+    size_t nf, nu;
+    geom g2 = g;
+    if (p == P_RESHAPE) g2.M = g.M * 3, g2.batch = 0; /* [3 M, K] x [K, N] -> [3, M, N] */
+    double *f = run_pattern(dev, dt, p, g2, true, &lf, &nf);
+    double *u = run_pattern(dev, dt, p, g2, false, &lu, &nu);
+    char what[160];
+    snprintf(what, sizeof what, "%s %s [%lld] %lldx%lldx%lld%s on %s", p_names[p], em_scalar_name(dt),
+             (long long)g.batch, (long long)g.M, (long long)g.K, (long long)g.N, g.bt ? " (b^T)" : "",
+             em_device_name(dev));
+    assert_int_equal(nf, nu);
+    if (!tu_close_n(what, f, u, nf, tol_of(dt))) fail_msg("%s: fused differs from unfused", what);
+    /* fused: one launch (a float ReLU is not absorbed: the matmul and the ReLU); unfused: one per
+     * op (the reshape is a view) */
+    uint64_t want = p == P_RELU && em_scalar_is_float(dt) ? 2 : 1;
+    if (lf != want || lu != (uint64_t)(1 + p_ops[p]))
+        fail_msg("%s: %llu launches fused (want %llu), %llu unfused (want %d)", what,
+                 (unsigned long long)lf, (unsigned long long)want, (unsigned long long)lu, 1 + p_ops[p]);
+    free(f);
+    free(u);
+}
+
+static void test_absorbed_patterns(void **state)
+{
+    (void)state;
+    const geom gs[] = {{0, 7, 33, 257, false}, {0, 1, 7, 33, true}, {3, 33, 1, 7, false},
+                       {2, 7, 33, 33, true}, {0, 257, 7, 1, false}};
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        bool cpu = tu_is_cpu(dev);
+        /* LLVM-based devices compile each specialization for about a second: fewer there */
+        int ngeom = cpu ? 5 : 2;
+        for (int gi = 0; gi < ngeom; gi++)
+            for (int p = 0; p < P_COUNT; p++) check_pattern(dev, EM_F32, p, gs[gi]);
+        const em_scalar dts[] = {EM_F16, EM_BF16};
+        for (int i = 0; i < 2; i++) {
+            if (!tu_has(dev, dts[i])) continue;
+            check_pattern(dev, dts[i], P_LINEAR, gs[0]);
+            if (cpu) check_pattern(dev, dts[i], P_RESHAPE, gs[1]);
+        }
+        check_pattern(dev, EM_I32, P_RELU, gs[0]); /* integer ReLU is absorbed: same math */
+        check_pattern(dev, EM_I32, P_BIAS, gs[2]);
+    }
+}
+
+/* ---- what is not absorbed -------------------------------------------------------------------- */
+
+static em_tensor *mat(em_device *dev, em_shape s, uint32_t seed)
+{
+    double v[4096];
+    size_t n = 1;
+    for (int i = 0; i < s.rank; i++) n *= (size_t)s.d[i];
+    assert_true(n <= 4096);
+    tu_fill(v, n, -1, 1, seed);
+    return tu_tensor(dev, EM_F32, s, v);
+}
+
+/* Launches since s0. */
+static uint64_t since(em_tensor_stats s0) { return em_tensor_stats_get().launches - s0.launches; }
+
+/* The values of t, compared with those of an unfused run of the same function. */
+typedef em_tensor *(*build_fn)(em_device *dev, uint64_t *launches);
+
+static void compare(em_device *dev, const char *name, build_fn f, uint64_t want_fused)
+{
+    double *v[2];
+    uint64_t l[2];
+    size_t n[2];
+    for (int fused = 1; fused >= 0; fused--) {
+        em_fusion_set(fused);
+        em_scope_begin();
+        em_tensor *t = f(dev, &l[fused]);
+        if (!t) fprintf(stderr, "%s: %s\n", name, em_last_error());
+        assert_non_null(t);
+        v[fused] = tu_read(t);
+        n[fused] = (size_t)em_numel(t);
+        em_scope_end(NULL, 0);
+        em_fusion_set(true);
+    }
+    assert_int_equal(n[0], n[1]);
+    if (!tu_close_n(name, v[1], v[0], n[0], 2e-5)) fail_msg("%s on %s", name, em_device_name(dev));
+    if (l[1] != want_fused)
+        fail_msg("%s on %s: %llu launches fused, want %llu", name, em_device_name(dev),
+                 (unsigned long long)l[1], (unsigned long long)want_fused);
+    free(v[0]);
+    free(v[1]);
+}
+
+/* y read by two consumers, not donated: the matmul runs once, before them (3 launches: it, the
+ * fused kernel of z, and z2's own, which em_flush runs too; 4 if the matmul ran twice). */
+static em_tensor *read_twice(em_device *dev, uint64_t *launches)
+{
+    em_tensor *a = mat(dev, EM_SHAPE(7, 33), 1), *b = mat(dev, EM_SHAPE(33, 9), 2);
+    em_tensor *bias = mat(dev, EM_SHAPE(9), 3);
+    em_flush();
+    em_tensor_stats s0 = em_tensor_stats_get();
+    em_tensor *y = em_matmul(a, b);
+    em_tensor *z1 = em_add(y, bias);
+    em_tensor *z2 = em_mul_scalar(y, 2);
+    em_tensor *z = em_add(em_take(z1), z2);
+    em_flush();
+    *launches = since(s0);
+    return z;
+}
+
+/* y + t where t broadcasts y up ([7, 9] + [2, 7, 9]): a fresh output, the matmul runs first. */
+static em_tensor *broadcast_up(em_device *dev, uint64_t *launches)
+{
+    em_tensor *a = mat(dev, EM_SHAPE(7, 33), 1), *b = mat(dev, EM_SHAPE(33, 9), 2);
+    em_tensor *t = mat(dev, EM_SHAPE(2, 7, 9), 4);
+    em_flush();
+    em_tensor_stats s0 = em_tensor_stats_get();
+    em_tensor *y = em_add(em_take(em_matmul(a, b)), t);
+    em_flush();
+    *launches = since(s0);
+    return y;
+}
+
+/* mul is no epilogue; a float ReLU keeps NaN where the epilogue's would not: both run after the
+ * matmul, which absorbed the bias before them. */
+static em_tensor *not_epilogue(em_device *dev, uint64_t *launches)
+{
+    em_tensor *a = mat(dev, EM_SHAPE(7, 33), 1), *b = mat(dev, EM_SHAPE(33, 9), 2);
+    em_tensor *bias = mat(dev, EM_SHAPE(9), 3), *t = mat(dev, EM_SHAPE(7, 9), 5);
+    em_flush();
+    em_tensor_stats s0 = em_tensor_stats_get();
+    em_tensor *y = em_add(em_take(em_matmul(a, b)), bias);
+    y = em_relu(em_take(em_mul(em_take(y), t)));
+    em_flush();
+    *launches = since(s0);
+    return y;
+}
+
+/* A cast changes the dtype: the matmul runs, the cast reads it. */
+static em_tensor *cast_after(em_device *dev, uint64_t *launches)
+{
+    em_tensor *a = mat(dev, EM_SHAPE(7, 33), 1), *b = mat(dev, EM_SHAPE(33, 9), 2);
+    em_flush();
+    em_tensor_stats s0 = em_tensor_stats_get();
+    em_tensor *y = em_cast(em_take(em_matmul(a, b)), EM_F64);
+    em_flush();
+    *launches = since(s0);
+    return y;
+}
+
+/* A write into an operand after the matmul was recorded: the matmul sees the old values (it
+ * runs before the write: 2 launches, the matmul and the copy). */
+static em_tensor *write_operand(em_device *dev, uint64_t *launches)
+{
+    em_tensor *a = mat(dev, EM_SHAPE(7, 33), 1), *b = mat(dev, EM_SHAPE(33, 9), 2);
+    em_tensor *a2 = mat(dev, EM_SHAPE(7, 33), 6);
+    em_flush();
+    em_tensor_stats s0 = em_tensor_stats_get();
+    em_tensor *y = em_matmul(a, b);
+    assert_int_equal(em_copy_(a, a2), EM_OK);
+    em_tensor *z = em_add(em_take(y), em_narrow(a, 1, 0, 9)); /* a's new values */
+    em_flush();
+    *launches = since(s0);
+    return z;
+}
+
+static void test_not_absorbed(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        compare(dev, "read twice", read_twice, 3);
+        compare(dev, "broadcast up", broadcast_up, 2);
+        compare(dev, "mul, relu", not_epilogue, 2);
+        compare(dev, "cast", cast_after, 2);
+        compare(dev, "write to an operand", write_operand, 3);
+    }
+}
+
+/* A result freed unread never runs; em_flush runs a pending one (with its absorbed epilogue)
+ * and a host read after it launches nothing more; fused_ops counts the absorbed ops. */
+static void test_drop_and_flush(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        em_scope_begin();
+        em_tensor *a = mat(dev, EM_SHAPE(7, 33), 1), *b = mat(dev, EM_SHAPE(33, 9), 2);
+        em_tensor *bias = mat(dev, EM_SHAPE(9), 3);
+        assert_int_equal(em_flush(), EM_OK);
+        em_tensor_stats s0 = em_tensor_stats_get();
+        em_tensor *y = em_gelu(em_take(em_add(em_take(em_matmul(a, b)), bias)));
+        em_release(y);
+        assert_int_equal(em_flush(), EM_OK);
+        assert_int_equal(since(s0), 0);
+        y = em_gelu(em_take(em_add(em_take(em_matmul(a, b)), bias)));
+        assert_int_equal(since(s0), 0);
+        assert_int_equal(em_flush(), EM_OK);
+        em_tensor_stats s1 = em_tensor_stats_get();
+        assert_int_equal(s1.launches - s0.launches, 1);
+        assert_int_equal(s1.fused_ops - s0.fused_ops, 2);
+        assert_int_equal(s1.fused_launches - s0.fused_launches, 1);
+        double *v = tu_read(y);
+        assert_int_equal(since(s0), 1);
+        free(v);
+        em_scope_end(NULL, 0);
+    }
+}
+
+/* ---- autodiff -------------------------------------------------------------------------------- */
+
+/* Linear + GELU-tanh + residual, summed; the gradients of x, weight and bias. */
+static void linear_grads(em_device *dev, bool fused, double **g)
+{
+    em_fusion_set(fused);
+    em_rng rng = em_rng_new(17);
+    em_linear *l = em_linear_new(dev, EM_F32, 16, 16, true, true, &rng);
+    assert_non_null(l);
+    em_tensor *x = mat(dev, EM_SHAPE(2, 5, 16), 9);
+    em_set_requires_grad(x, true);
+    em_tensor *h = em_linear_forward(l, x);
+    em_tensor *y = em_add(x, em_take(em_gelu_tanh(em_take(h))));
+    em_tensor *loss = em_sum(em_take(em_mul(y, y)), NULL, 0, false);
+    assert_non_null(loss);
+    assert_int_equal(em_backward(loss, NULL), EM_OK);
+    g[0] = tu_read(em_grad(x));
+    g[1] = tu_read(em_grad(l->weight));
+    g[2] = tu_read(em_grad(l->bias));
+    em_release(loss);
+    em_release(y);
+    em_release(x);
+    em_module_free(&l->base);
+    em_fusion_set(true);
+}
+
+static void test_autodiff(void **state)
+{
+    (void)state;
+    em_autodiff_init();
+    for (int di = 0; di < tu_ndev; di++) {
+        double *gf[3], *gu[3];
+        linear_grads(tu_devs[di], true, gf);
+        linear_grads(tu_devs[di], false, gu);
+        const size_t n[3] = {160, 256, 16};
+        for (int i = 0; i < 3; i++) {
+            if (!tu_close_n("grad", gf[i], gu[i], n[i], tu_is_cpu(tu_devs[di]) ? 1e-6 : 1e-5))
+                fail_msg("gradient %d differs fused and unfused on %s", i, em_device_name(tu_devs[di]));
+            free(gf[i]);
+            free(gu[i]);
+        }
+    }
+}
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+/* A 32 GiB result (65535^2 f64: the most elements a tensor holds is 2^32 - 1): the matmul is recorded (nothing allocated), and running it is out of memory
+ * at the sync point, naming the matmul and its epilogue; the node stays pending until freed. */
+static void test_realize_out_of_memory(void **state)
+{
+    (void)state;
+    em_device *dev = tu_devs[0];
+    const em_caps *caps = em_device_caps(dev);
+    const int64_t n = 65535;
+    if (!tu_is_cpu(dev) || !caps->memory_total || caps->memory_total >= (uint64_t)(n * n * 8)) {
+        fprintf(stderr, "[fusion_matmul] skipping the out-of-memory check\n");
+        return;
+    }
+    em_fusion_set(true);
+    em_tensor *a = em_ones(dev, EM_F64, EM_SHAPE(n, 1)), *b = em_ones(dev, EM_F64, EM_SHAPE(1, n));
+    em_tensor *bias = em_ones(dev, EM_F64, EM_SHAPE(n));
+    assert_int_equal(em_flush(), EM_OK);
+    em_tensor *y = em_add(em_take(em_matmul(a, b)), bias);
+    assert_non_null(y); /* recorded */
+    assert_int_equal(em_flush(), EM_ERR_NOMEM);
+    assert_non_null(strstr(em_last_error(), "out of memory"));
+    assert_non_null(strstr(em_last_error(), "matmul f64[65535, 1] x f64[1, 65535] + bias"));
+    assert_int_equal(em_realize(y), EM_ERR_NOMEM); /* again at the next sync point */
+    em_release(y);
+    assert_int_equal(em_flush(), EM_OK); /* dropped */
+    em_release(a);
+    em_release(b);
+    em_release(bias);
+    em_clear_error();
+}
+
+/* Fusion off: the matmul launches at the call. */
+static void test_fusion_off(void **state)
+{
+    (void)state;
+    em_device *dev = tu_devs[0];
+    em_fusion_set(false);
+    em_scope_begin();
+    em_tensor *a = mat(dev, EM_SHAPE(7, 33), 1), *b = mat(dev, EM_SHAPE(33, 9), 2);
+    em_tensor_stats s0 = em_tensor_stats_get();
+    em_tensor *y = em_matmul(a, b);
+    assert_non_null(y);
+    assert_int_equal(since(s0), 1);
+    em_scope_end(NULL, 0);
+    em_fusion_set(true);
+}
+
+int main(void)
+{
+    setenv("EMBER_AUTOTUNE", "off", 1);
+    unsetenv("EMBER_MATMUL_CONFIG");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_absorbed_patterns), cmocka_unit_test(test_not_absorbed),
+        cmocka_unit_test(test_drop_and_flush),    cmocka_unit_test(test_autodiff),
+        cmocka_unit_test(test_realize_out_of_memory), cmocka_unit_test(test_fusion_off),
+    };
+    return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
+}
