@@ -2,8 +2,9 @@
  * em_attention_backward, through src/kernels/tensor_attention.ek. The forward keeps no scores or
  * probabilities: it writes the output and one log-sum-exp per query row (f32, f64 for f64 inputs),
  * which the op records as a fourth, non-differentiable input so that the backward can recompute
- * the probabilities (tile by tile in the SIMT kernels; as one [Tq, Tk] block through tensor-core
- * matmuls where the forward runs on matrix units). The kernels read [B, H, T, D] views with any
+ * the probabilities tile by tile (in the SIMT kernels, or on the matrix units where the forward
+ * runs there; EMBER_ATTENTION_BWD=matmul recomputes them instead as one [Tq, Tk] block through
+ * tensor-core matmuls, for comparison). The kernels read [B, H, T, D] views with any
  * strides whose last dim is contiguous (as GPT's heads are: views of the fused qkv projection), so
  * nothing is copied then; other views are made contiguous first. docs/attention.md says more. */
 #include <math.h>
@@ -231,6 +232,54 @@ done:
     return out;
 }
 
+/* Whether every row of the [B, H, T, D] view t starts on a multiple of v elements, so that the
+ * matrix-op backward may copy its tiles in chunks of v (device buffers start aligned). */
+static bool attn_rows_aligned(const em_tensor *t, int64_t v)
+{
+    return t->stride[3] == 1 && t->shape[3] % v == 0 && t->offset % v == 0 &&
+           t->stride[0] % v == 0 && t->stride[1] % v == 0 && t->stride[2] % v == 0;
+}
+
+/* The matrix-op backward (tensor_attention_bwd_kv_mma for dk and dv, tensor_attention_bwd_q_mma
+ * for dq, after tensor_attention_delta has filled stats): the bindings and the grid of a cube of
+ * 4 planes per 64 keys (kv) or 64 queries (q). Copies the tiles 16 bytes at a time where q, k, v
+ * and dout allow it. */
+static em_status attn_backward_mma(const char *op, em_tensor *const views[4], em_tensor *stats,
+                                   bool causal, double scale, em_tensor *gq, em_tensor *gk,
+                                   em_tensor *gv)
+{
+    const em_tensor *q = views[0], *k = views[1];
+    em_device *dev = q->st->dev;
+    const em_caps *caps = em_device_caps(dev);
+    unsigned plane = caps && caps->plane_dim ? caps->plane_dim : 1;
+    bool vec = true;
+    for (int i = 0; i < 4; i++) vec = vec && attn_rows_aligned(views[i], 8);
+    em_lang_bind bind[6] = {em_lang_bind_type("T", q->dtype),
+                            em_lang_bind_type("S", q->dtype),
+                            em_lang_bind_type("M", tn_math_type(dev, EM_F32)),
+                            em_lang_bind_int("D", q->shape[3]),
+                            em_lang_bind_int("PLANE", plane),
+                            em_lang_bind_int("V", vec ? 8 : 1)};
+    int64_t bh = q->shape[0] * q->shape[1];
+    uint32_t cubes[3] = {0, (uint32_t)bh, 1}, units[3] = {4 * plane, 1, 1};
+    tn_arg flag = tn_arg_s(em_arg_u32(causal)), sc = tn_arg_s(em_arg_f32((float)scale));
+    tn_arg in[5] = {tn_arg_t(views[0]), tn_arg_t(views[1]), tn_arg_t(views[2]), tn_arg_t(views[3]),
+                    tn_arg_flat(stats)};
+    if (gk) {
+        tn_arg args[9] = {in[0], in[1], in[2], in[3], in[4], tn_arg_t(gk), tn_arg_t(gv), flag, sc};
+        cubes[0] = (uint32_t)((k->shape[2] + 63) / 64);
+        em_status st =
+            tn_launch(op, dev, "tensor_attention_bwd_kv_mma", bind, 6, 1, cubes, units, args, 9);
+        if (st != EM_OK) return st;
+    }
+    if (gq) {
+        tn_arg args[8] = {in[0], in[1], in[2], in[3], in[4], tn_arg_t(gq), flag, sc};
+        cubes[0] = (uint32_t)((q->shape[2] + 63) / 64);
+        return tn_launch(op, dev, "tensor_attention_bwd_q_mma", bind, 6, 1, cubes, units, args, 8);
+    }
+    return EM_OK;
+}
+
 /* Checks the backward's extra inputs against q (already checked with k and v). */
 static bool check_backward(const char *op, const em_tensor *g, const em_tensor *q,
                            const em_tensor *out, const em_tensor *lse)
@@ -252,10 +301,11 @@ static bool check_backward(const char *op, const em_tensor *g, const em_tensor *
     return tn_same_device(op, q, g) && tn_same_device(op, q, out) && tn_same_device(op, q, lse);
 }
 
-/* The backward through the matrix units (where the forward uses them): the probabilities of the
- * whole [Tq, Tk] block are recomputed from q, k and lse with public ops (matmuls on the tensor
- * cores, the elementwise steps fused) and dropped at the end, so only this layer's backward holds
- * them, for a moment: p = exp(q k^T scale - lse) (0 where masked), dv = p^T do,
+/* The backward through public ops (EMBER_ATTENTION_BWD=matmul where the forward uses the matrix
+ * units; kept to measure the tiled kernels against): the probabilities of the whole [Tq, Tk]
+ * block are recomputed from q, k and lse with public ops (matmuls on the tensor cores, the
+ * elementwise steps fused) and dropped at the end, so only this layer's backward holds them, for
+ * a moment: p = exp(q k^T scale - lse) (0 where masked), dv = p^T do,
  * ds = p (do v^T - delta) scale with delta = rowsum(do o), dq = ds k, dk = ds^T q. */
 static em_status attn_backward_matmul(const char *op, const em_tensor *g, const em_tensor *q,
                                       const em_tensor *k, const em_tensor *v, const em_tensor *out,
@@ -311,7 +361,9 @@ em_status em_attention_backward(const em_tensor *grad_out, const em_tensor *q, c
         return em_last_status();
     em_device *dev = q->st->dev;
     em_scalar dt = q->dtype, ct = tn_compute_type(dt);
-    if (attn_use_mma(dev, dt, q->shape[3]) && q->shape[2] > 0 && q->shape[0] * q->shape[1] > 0)
+    bool mma = attn_use_mma(dev, dt, q->shape[3]);
+    const char *bwd = getenv("EMBER_ATTENTION_BWD");
+    if (mma && bwd && !strcmp(bwd, "matmul") && q->shape[2] > 0 && q->shape[0] * q->shape[1] > 0)
         return attn_backward_matmul(op, grad_out, q, k, v, out, lse, causal, scale, dq, dk, dv);
     int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], Tk = k->shape[2], D = q->shape[3];
     int64_t bh = B * H;
@@ -339,6 +391,11 @@ em_status em_attention_backward(const em_tensor *grad_out, const em_tensor *q, c
         tn_grid_1d((uint64_t)(bh * Tq), cubes, units);
         st = tn_launch(op, dev, "tensor_attention_delta", bind, 2, 1, cubes, units, args, 4);
         if (st != EM_OK) goto fail;
+    }
+    if (mma) {
+        em_tensor *views[4] = {qc, kc, vc, gc};
+        if (attn_backward_mma(op, views, stats, causal, scale, gq, gk, gv) != EM_OK) goto fail;
+        goto finish;
     }
     tn_arg flag = tn_arg_s(em_arg_u32(causal)), sc = tn_arg_s(tn_scalar_arg(ct, scale));
     if (gk) {

@@ -472,15 +472,16 @@ static void test_matmul_configs_compile(void **state)
 /* The attention kernels (src/kernels/tensor_attention.ek) as src/tensor/ops_attention.c binds
  * them, beyond the defaults (DMAX 64, f32/f16/bf16) that test_builtins_compile covers: the SIMT
  * kernels for GPT's f16/bf16 at DMAX 128, f32 at the largest DMAX (256) and f64, with the tile
- * the host picks for 16 KiB of staged rows; and the tensor-core forward for f16 and bf16 at D 64
- * and 128. */
+ * the host picks for 16 KiB of staged rows; the tensor-core forward and the tiled tensor-core
+ * backward (dk/dv and dq passes) for f16 and bf16 at D 64 and 128, the backward with 16-byte
+ * copies (V 8, aligned rows) and, for f16 at D 64, element by element (V 1). */
 static void test_attention_compile(void **state)
 {
     (void)state;
     SKIP_WITHOUT_NVRTC();
     const em_lang_module *m = em_lang_builtins();
     assert_non_null(m);
-    spec_item items[24];
+    spec_item items[32];
     size_t n = 0;
     static const char *const simt[] = {"tensor_attention_fwd", "tensor_attention_bwd_kv",
                                        "tensor_attention_bwd_q"};
@@ -509,6 +510,15 @@ static void test_attention_compile(void **state)
                                 em_lang_bind_type("M", EM_F32), em_lang_bind_int("D", dd),
                                 em_lang_bind_int("PLANE", 32)};
             items[n++] = item("tensor_attention_fwd_mma", 1, sizeof(b) / sizeof(b[0]), b);
+            int nvec = !t && dd == 64 ? 2 : 1; /* V 8; also V 1 for f16 at D 64 */
+            for (int vi = 0; vi < nvec; vi++) {
+                int vec = vi ? 1 : 8;
+                em_lang_bind g[] = {em_lang_bind_type("T", ty),     em_lang_bind_type("S", ty),
+                                    em_lang_bind_type("M", EM_F32), em_lang_bind_int("D", dd),
+                                    em_lang_bind_int("PLANE", 32), em_lang_bind_int("V", vec)};
+                items[n++] = item("tensor_attention_bwd_kv_mma", 1, sizeof(g) / sizeof(g[0]), g);
+                items[n++] = item("tensor_attention_bwd_q_mma", 1, sizeof(g) / sizeof(g[0]), g);
+            }
         }
     size_t compiled = 0, failed = 0, unspec = 0;
     compile_items(m, items, n, true, &compiled, &failed, &unspec);

@@ -17,6 +17,8 @@ typedef struct acase {
     bool causal;
     bool strided; /* q built as [B, Tq, H, D] viewed transposed (the last dim contiguous, read as
                      it is), v as [B, H, D, Tk] viewed transposed (copied first) */
+    bool padded;  /* k built as [B, H, Tk, D + 1] narrowed to D (read in place, its rows not
+                     aligned to 8 elements) */
 } acase;
 
 /* out, dq, dk, dv of naive attention for contiguous q [BH, Tq, D], k, v [BH, Tk, D] and the
@@ -84,10 +86,10 @@ static double grad_tol(em_device *dev, em_scalar dt)
 static void run_case(em_device *dev, em_scalar dt, acase c, uint32_t seed)
 {
     char what[200];
-    snprintf(what, sizeof what, "attention %s %s B %lld H %lld Tq %lld Tk %lld D %lld%s%s",
+    snprintf(what, sizeof what, "attention %s %s B %lld H %lld Tq %lld Tk %lld D %lld%s%s%s",
              em_device_name(dev), em_scalar_name(dt), (long long)c.B, (long long)c.H,
              (long long)c.Tq, (long long)c.Tk, (long long)c.D, c.causal ? " causal" : "",
-             c.strided ? " strided q, v" : "");
+             c.strided ? " strided q, v" : "", c.padded ? " padded k" : "");
     em_scope_begin();
     int64_t BH = c.B * c.H, nq = BH * c.Tq * c.D, nk = BH * c.Tk * c.D;
     double *q = malloc((size_t)nq * sizeof *q), *k = malloc((size_t)nk * sizeof *k);
@@ -123,7 +125,19 @@ static void run_case(em_device *dev, em_scalar dt, acase c, uint32_t seed)
     } else {
         qt = tu_tensor(dev, dt, EM_SHAPE(c.B, c.H, c.Tq, c.D), q);
     }
-    em_tensor *kt = tu_tensor(dev, dt, EM_SHAPE(c.B, c.H, c.Tk, c.D), k);
+    em_tensor *kt;
+    if (c.padded) {
+        double *st = malloc((size_t)(BH * c.Tk * (c.D + 1)) * sizeof *st);
+        assert_non_null(st);
+        for (int64_t r = 0; r < BH * c.Tk; r++) {
+            for (int64_t e = 0; e < c.D; e++) st[r * (c.D + 1) + e] = k[r * c.D + e];
+            st[r * (c.D + 1) + c.D] = 1e4; /* never read */
+        }
+        kt = em_narrow(tu_tensor(dev, dt, EM_SHAPE(c.B, c.H, c.Tk, c.D + 1), st), 3, 0, c.D);
+        free(st);
+    } else {
+        kt = tu_tensor(dev, dt, EM_SHAPE(c.B, c.H, c.Tk, c.D), k);
+    }
     em_tensor *vt;
     if (c.strided) { /* stored [B, H, D, Tk] */
         double *st = malloc((size_t)nk * sizeof *st);
@@ -188,7 +202,7 @@ static void test_lengths_f32(void **state)
                 for (size_t xi = 0; xi < sizeof dims / sizeof dims[0]; xi++) {
                     int64_t T = lens[li], D = dims[xi];
                     if (!cpu && (T > 33 || D == 64)) continue;
-                    acase c = {2, 3, T, T, D, ci == 1, li == 2};
+                    acase c = {2, 3, T, T, D, ci == 1, li == 2, false};
                     run_case(dev, EM_F32, c, (uint32_t)(li * 10 + ci * 3 + xi + 1));
                 }
     }
@@ -199,9 +213,9 @@ static void test_fewer_queries(void **state)
 {
     (void)state;
     static const acase cases[] = {
-        {1, 2, 5, 33, 64, true, false},  {2, 1, 1, 64, 40, true, false},
-        {1, 3, 7, 20, 80, false, false}, {2, 2, 64, 200, 64, true, true},
-        {1, 2, 3, 9, 1, true, false},    {1, 1, 17, 70, 256, true, false},
+        {1, 2, 5, 33, 64, true, false, false},  {2, 1, 1, 64, 40, true, false, false},
+        {1, 3, 7, 20, 80, false, false, false}, {2, 2, 64, 200, 64, true, true, false},
+        {1, 2, 3, 9, 1, true, false, false},    {1, 1, 17, 70, 256, true, false, false},
     };
     for (int di = 0; di < tu_ndev; di++) {
         bool cpu = tu_is_cpu(tu_devs[di]);
@@ -222,10 +236,10 @@ static void test_dtypes(void **state)
         bool cpu = tu_is_cpu(dev);
         for (size_t ti = 0; ti < 3; ti++) {
             if (!tu_has(dev, dts[ti])) continue;
-            acase a = {2, 2, 33, 33, 64, true, true};
-            acase b = {1, 3, 7, 19, 64, true, false};
-            acase c = {2, 2, 64, 64, 128, false, false};
-            acase d = {1, 2, 200, 200, 40, true, false};
+            acase a = {2, 2, 33, 33, 64, true, true, false};
+            acase b = {1, 3, 7, 19, 64, true, false, false};
+            acase c = {2, 2, 64, 64, 128, false, false, false};
+            acase d = {1, 2, 200, 200, 40, true, false, false};
             run_case(dev, dts[ti], a, (uint32_t)(200 + ti));
             run_case(dev, dts[ti], b, (uint32_t)(210 + ti));
             if (cpu) {
@@ -237,31 +251,64 @@ static void test_dtypes(void **state)
 }
 
 /* The matrix-unit path, forced where only CUDA would pick it (the devices whose planes are one
- * unit run it; the others fall back to SIMT): the tensor_attention_fwd_mma forward and the
- * backward through matmuls, f16 and bf16 with D 64 and 128, lengths around the forward's 64-row
- * and 32-key tiles. */
+ * unit run it; the others fall back to SIMT): the tensor_attention_fwd_mma forward and the tiled
+ * backward (tensor_attention_bwd_kv_mma, _bwd_q_mma), f16 and bf16 with D 64 and 128, lengths
+ * around the kernels' 64-row and 32-row tiles (7, 33, 65, 100, 200), Tq < Tk with the causal
+ * mask, B * H > 1, k's rows not aligned (tiles copied element by element), the profiler's counts
+ * showing that the tiled kernels ran; then once the backward through matmuls
+ * (EMBER_ATTENTION_BWD=matmul). */
 static void test_mma_path(void **state)
 {
     (void)state;
-    /* f16 at D 64, bf16 at D 128 (each specialization is a long compile on the CPU) */
+    /* each specialization is a long compile on the CPU: few dtype x D x alignment triples */
     static const struct {
         em_scalar dt;
         acase c;
     } cases[] = {
-        {EM_F16, {2, 2, 33, 33, 64, true, true}},
-        {EM_F16, {1, 2, 7, 19, 64, true, false}},
-        {EM_F16, {1, 1, 1, 40, 64, true, false}},
-        {EM_BF16, {1, 2, 100, 100, 128, false, false}},
-        {EM_BF16, {2, 1, 65, 130, 128, true, false}},
+        {EM_F16, {2, 2, 33, 33, 64, true, true, false}},
+        {EM_F16, {1, 2, 7, 19, 64, true, false, false}},
+        {EM_F16, {1, 1, 1, 40, 64, true, false, false}},
+        {EM_BF16, {1, 2, 100, 100, 128, false, false, false}},
+        {EM_BF16, {2, 1, 65, 130, 128, true, false, false}},
+        {EM_F16, {1, 1, 200, 200, 64, true, false, false}},
+        {EM_F16, {2, 3, 7, 7, 128, false, false, false}},
+        {EM_BF16, {1, 2, 33, 70, 128, true, false, false}},
+        {EM_BF16, {2, 2, 200, 200, 64, false, false, false}},
+        {EM_F16, {1, 2, 33, 45, 64, true, false, true}},
     };
+    size_t n = sizeof cases / sizeof cases[0];
+    em_profile_kernel kv, dq;
     setenv("EMBER_ATTENTION", "mma", 1);
+    unsetenv("EMBER_ATTENTION_BWD");
+    em_profile_enable(true);
     for (int di = 0; di < tu_ndev; di++) {
         em_device *dev = tu_devs[di];
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-            if (!tu_has(dev, cases[i].dt) || (!tu_is_cpu(dev) && i >= 2)) continue;
+        bool cpu = tu_is_cpu(dev);
+        em_profile_reset();
+        for (size_t i = 0; i < n; i++) {
+            if (!tu_has(dev, cases[i].dt) || (!cpu && i >= 2)) continue;
             run_case(dev, cases[i].dt, cases[i].c, (uint32_t)(400 + i));
         }
+        if (cpu) { /* every case's backward ran the tiled kernels, once each */
+            assert_true(em_profile_kernel_get("tensor_attention_bwd_kv_mma", &kv));
+            assert_true(em_profile_kernel_get("tensor_attention_bwd_q_mma", &dq));
+            assert_int_equal(kv.launches, n);
+            assert_int_equal(dq.launches, n);
+            assert_false(em_profile_kernel_get("tensor_attention_bwd_kv", &kv));
+        }
     }
+    /* the backward through public ops, kept for comparison: no tiled kernel runs */
+    setenv("EMBER_ATTENTION_BWD", "matmul", 1);
+    for (int di = 0; di < tu_ndev; di++) {
+        if (!tu_is_cpu(tu_devs[di])) continue;
+        em_profile_reset();
+        run_case(tu_devs[di], EM_F16, cases[1].c, 450);
+        assert_false(em_profile_kernel_get("tensor_attention_bwd_kv_mma", &kv));
+        assert_false(em_profile_kernel_get("tensor_attention_bwd_q_mma", &dq));
+    }
+    em_profile_enable(false);
+    em_profile_reset();
+    unsetenv("EMBER_ATTENTION_BWD");
     unsetenv("EMBER_ATTENTION");
 }
 
@@ -302,7 +349,7 @@ static void test_long_cpu(void **state)
     (void)state;
     for (int di = 0; di < tu_ndev; di++)
         if (tu_is_cpu(tu_devs[di])) {
-            acase c = {1, 2, 1024, 1024, 64, true, false};
+            acase c = {1, 2, 1024, 1024, 64, true, false, false};
             run_case(tu_devs[di], EM_F32, c, 300);
         }
 }
