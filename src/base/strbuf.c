@@ -70,6 +70,19 @@ void em_sb_appendc(em_strbuf *sb, char c)
     em_sb_appendn(sb, &c, 1);
 }
 
+void em_sb_append_int(em_strbuf *sb, long long v)
+{
+    char buf[24];
+    char *p = buf + sizeof buf;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *--p = '-';
+    em_sb_appendn(sb, p, (size_t)(buf + sizeof buf - p));
+}
+
 void em_sb_vprintf(em_strbuf *sb, const char *fmt, va_list ap)
 {
     if (sb->oom) return;

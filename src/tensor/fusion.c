@@ -433,10 +433,14 @@ static const char *ty(em_scalar s) { return em_scalar_name(s); }
 /* The signature of nd's tree: what its generated source depends on. */
 void fu_signature(const fu_node *nd, em_strbuf *sb)
 {
+    /* built at every realization: integers appended without printf */
     for (int j = 0; j < nd->nops; j++) {
         const fu_op *o = &nd->ops[j];
-        em_sb_printf(sb, "%d.%d.%d.%d.%d.%d.%d.%d.%d.%d;", o->kind, o->code, (int)o->C, (int)o->M,
-                     (int)o->U, o->a, o->b, o->c, o->p, o->np);
+        const int f[10] = {o->kind, o->code, (int)o->C, (int)o->M, (int)o->U, o->a, o->b, o->c, o->p, o->np};
+        for (int i = 0; i < 10; i++) {
+            em_sb_append_int(sb, f[i]);
+            em_sb_appendc(sb, i < 9 ? '.' : ';');
+        }
     }
 }
 

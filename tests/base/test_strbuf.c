@@ -12,6 +12,27 @@
 
 #include "base/base.h"
 
+/* em_sb_append_int prints what "%lld" prints, the extremes included. */
+static void test_append_int(void **state)
+{
+    (void)state;
+    static const long long v[] = {0, 7, -7, 10, -10, 123456789, 4294967296LL, 9223372036854775807LL,
+                                  -9223372036854775807LL - 1};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        em_strbuf a, b;
+        em_sb_init(&a);
+        em_sb_init(&b);
+        em_sb_append(&a, "x");
+        em_sb_append(&b, "x");
+        em_sb_append_int(&a, v[i]);
+        em_sb_printf(&b, "%lld", v[i]);
+        assert_string_equal(a.data, b.data);
+        assert_int_equal(a.len, b.len);
+        em_sb_free(&a);
+        em_sb_free(&b);
+    }
+}
+
 static void test_empty(void **state)
 {
     em_strbuf sb;
@@ -122,7 +143,8 @@ static void test_oom_flag(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_empty),  cmocka_unit_test(test_growth),
+        cmocka_unit_test(test_empty),  cmocka_unit_test(test_append_int),
+        cmocka_unit_test(test_growth),
         cmocka_unit_test(test_printf), cmocka_unit_test(test_appendn_and_indent),
         cmocka_unit_test(test_take),   cmocka_unit_test(test_oom_flag),
     };

@@ -428,35 +428,50 @@ em_status em_lang_check(const em_lang_module *m, em_lang_diags *diags)
     return EM_ERR_INVALID;
 }
 
-/* The cache key of a specialization: the kernel and every input of lowering. */
+/* The cache key of a specialization: the kernel and every input of lowering. Built at every
+ * launch, so without printf (a float binding aside). */
 static void spec_key(const char *kernel, const em_lang_spec *spec, em_strbuf *sb)
 {
-    em_sb_printf(sb, "%s|w%u", kernel, spec->line_width ? spec->line_width : 1);
+    em_sb_append(sb, kernel);
+    em_sb_append(sb, "|w");
+    em_sb_append_int(sb, spec->line_width ? spec->line_width : 1);
     for (size_t i = 0; i < spec->nbinds; i++) {
         const em_lang_bind *b = &spec->binds[i];
-        em_sb_printf(sb, "|%s=%u:", b->name ? b->name : "", b->kind);
+        em_sb_appendc(sb, '|');
+        em_sb_append(sb, b->name ? b->name : "");
+        em_sb_appendc(sb, '=');
+        em_sb_append_int(sb, b->kind);
+        em_sb_appendc(sb, ':');
         switch (b->kind) {
         case EM_BIND_TYPE:
-            em_sb_printf(sb, "%d", (int)b->type);
+            em_sb_append_int(sb, (int)b->type);
             break;
         case EM_BIND_INT:
-            em_sb_printf(sb, "%lld", (long long)b->i);
+            em_sb_append_int(sb, (long long)b->i);
             break;
         case EM_BIND_FLOAT:
             em_sb_printf(sb, "%a", b->f);
             break;
         case EM_BIND_BOOL:
-            em_sb_printf(sb, "%d", b->b);
+            em_sb_append_int(sb, b->b);
             break;
         default:
-            em_sb_printf(sb, "%s", b->text ? b->text : "");
+            em_sb_append(sb, b->text ? b->text : "");
             break;
         }
     }
     const em_caps *c = spec->caps;
-    if (c)
-        em_sb_printf(sb, "|t=%s:%d%d%d%d:%llu", c->target, c->plane_ops, c->matrix,
-                     c->float_atomic_add, c->print, (unsigned long long)c->max_shared);
+    if (c) {
+        em_sb_append(sb, "|t=");
+        em_sb_append(sb, c->target);
+        em_sb_appendc(sb, ':');
+        em_sb_append_int(sb, c->plane_ops);
+        em_sb_append_int(sb, c->matrix);
+        em_sb_append_int(sb, c->float_atomic_add);
+        em_sb_append_int(sb, c->print);
+        em_sb_appendc(sb, ':');
+        em_sb_append_int(sb, (long long)c->max_shared);
+    }
 }
 
 /* The specialization for `spec` and its IR hash, lowered and hashed once per distinct binding;
