@@ -614,12 +614,10 @@ em_arg fu_operand_arg(tn_storage *st, em_scalar dt, unsigned lw, const fu_walk *
     return em_arg_tensor(st->buf, 0, len ? len : 1, (unsigned)w->rank, w->shape, w->stride[k]);
 }
 
-/* Launches nd's fused kernel (the caller holds the lock). EM_OK or the error set. */
-static em_status launch_node(fu_node *nd)
+unsigned fu_node_walk(const fu_node *nd, fu_walk *w, em_scalar *dts, int64_t *offs)
 {
     int n = nd->nleaves + 1;
-    int64_t strides[FU_WALK_MAX][EM_MAX_RANK], offs[FU_WALK_MAX];
-    em_scalar dts[FU_WALK_MAX];
+    int64_t strides[FU_WALK_MAX][EM_MAX_RANK];
     for (int i = 0; i < nd->nleaves; i++) {
         memcpy(strides[i], nd->leaves[i].stride, sizeof strides[i]);
         offs[i] = nd->leaves[i].offset;
@@ -628,9 +626,18 @@ static em_status launch_node(fu_node *nd)
     tn_contig_strides(nd->rank, nd->shape, strides[n - 1]);
     offs[n - 1] = 0;
     dts[n - 1] = nd->dtype;
+    fu_walk_build(w, nd->rank, nd->shape, n, strides);
+    return fu_walk_width(w, nd->st->dev, dts, n, offs);
+}
+
+/* Launches nd's fused kernel (the caller holds the lock). EM_OK or the error set. */
+static em_status launch_node(fu_node *nd)
+{
+    int n = nd->nleaves + 1;
+    int64_t offs[FU_WALK_MAX];
+    em_scalar dts[FU_WALK_MAX];
     fu_walk w;
-    fu_walk_build(&w, nd->rank, nd->shape, n, strides);
-    unsigned lw = fu_walk_width(&w, nd->st->dev, dts, n, offs);
+    unsigned lw = fu_node_walk(nd, &w, dts, offs);
     fu_kernel *k = kernel_for(nd);
     if (!k) return EM_ERR_INVALID;
     uint64_t read = 0;

@@ -72,6 +72,9 @@ em_status fu_ensure_buffer(tn_storage *st);
 /* Whether nd holds a transcendental op (exp, log, tanh, erf, sigmoid, the GELUs, SiLU, softplus,
  * pow): costly to compute twice on the CPU. */
 bool fu_node_transcendental(const fu_node *nd);
+/* The walk over nd's leaves and its contiguous output (the output last), their dtypes and
+ * offsets (arrays of FU_WALK_MAX); returns the widest line width they allow. */
+unsigned fu_node_walk(const fu_node *nd, fu_walk *w, em_scalar *dts, int64_t *offs);
 /* The buffer argument of operand k of walk w, st read as dt in lines of lw. */
 em_arg fu_operand_arg(tn_storage *st, em_scalar dt, unsigned lw, const fu_walk *w, int k);
 /* Counts one fused launch covering n ops (em_tensor_stats). */

@@ -60,19 +60,9 @@ bool fu_prologue_begin(const em_tensor *t, int passes, int scalars, fu_prologue 
         pthread_mutex_unlock(&fu_lock);
         return false;
     }
-    int n = nd->nleaves + 1;
-    int64_t strides[FU_WALK_MAX][EM_MAX_RANK], offs[FU_WALK_MAX];
+    int64_t offs[FU_WALK_MAX];
     em_scalar dts[FU_WALK_MAX];
-    for (int i = 0; i < nd->nleaves; i++) {
-        memcpy(strides[i], nd->leaves[i].stride, sizeof strides[i]);
-        offs[i] = nd->leaves[i].offset;
-        dts[i] = nd->leaves[i].dtype;
-    }
-    tn_contig_strides(nd->rank, nd->shape, strides[n - 1]);
-    offs[n - 1] = 0;
-    dts[n - 1] = nd->dtype;
-    fu_walk_build(&pr->w, nd->rank, nd->shape, n, strides);
-    pr->max_lw = fu_walk_width(&pr->w, t->st->dev, dts, n, offs);
+    pr->max_lw = fu_node_walk(nd, &pr->w, dts, offs);
     pr->nd = nd;
     return true;
 }
