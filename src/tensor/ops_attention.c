@@ -152,6 +152,8 @@ bool em_attention_fast(const em_tensor *q)
     return q && q->rank == 4 && attn_use_mma(q->st->dev, q->dtype, q->shape[3]);
 }
 
+static bool attn_rows_aligned(const em_tensor *t, int64_t v);
+
 /* Forward into out (contiguous, q's shape) and lse ([B, H, Tq] in the compute type). */
 static em_status attn_forward(const char *op, const em_tensor *q, const em_tensor *k,
                               const em_tensor *v, bool causal, double scale, em_tensor *out,
@@ -182,7 +184,10 @@ static em_status attn_forward(const char *op, const em_tensor *q, const em_tenso
             bind[2] = em_lang_bind_type("M", tn_math_type(dev, EM_F32));
             bind[3] = em_lang_bind_int("D", (int64_t)D);
             bind[4] = em_lang_bind_int("PLANE", plane);
-            nb = 5;
+            bool vec = attn_rows_aligned(qc, 8) && attn_rows_aligned(kc, 8) &&
+                       attn_rows_aligned(vc, 8); /* 16-byte tile copies */
+            bind[5] = em_lang_bind_int("V", vec ? 8 : 1);
+            nb = 6;
             cubes[0] = (uint32_t)((Tq + 63) / 64), cubes[1] = (uint32_t)bh, cubes[2] = 1;
             units[0] = 4 * plane, units[1] = units[2] = 1;
         } else {
