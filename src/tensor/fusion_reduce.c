@@ -176,7 +176,8 @@ static pro_kernel *module_for(const fu_node *nd, const char *file, const char *k
 {
     em_strbuf key;
     em_sb_init(&key);
-    em_sb_printf(&key, "%s|", kernel);
+    em_sb_append(&key, kernel); /* built at every launch: no printf, as fu_signature */
+    em_sb_appendc(&key, '|');
     fu_signature(nd, &key);
     pro_kernel *k = key.oom ? NULL : em_map_gets(&g_cache, key.data);
     if (k || key.oom) {
