@@ -117,6 +117,14 @@ static void test_train_json(void **state)
     double loss = number(o, "loss"), vocab_ln = log(256.0); /* tiny: a vocabulary of 256 */
     if (!(fabs(loss - vocab_ln) < 1.5)) fail_msg("loss %g, expected near ln 256 = %g", loss, vocab_ln);
     double params = number(o, "params");
+    /* ember's own fields: fusion on unless EMBER_FUSION=0, launches and bytes per step */
+    const char *fu = getenv("EMBER_FUSION");
+    bool fused = !(fu && !strcmp(fu, "0"));
+    cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "fusion");
+    assert_true(cJSON_IsBool(f) && cJSON_IsTrue(f) == fused);
+    double launches = number(o, "launches_per_step"), flaunches = number(o, "fused_launches_per_step");
+    assert_true(launches > 0 && flaunches <= launches && (flaunches > 0) == fused);
+    assert_true(number(o, "gib_read_per_step") > 0 && number(o, "gib_written_per_step") > 0);
     cJSON_Delete(o);
     o = bench_json("bench train-gpt2 --device cpu --preset tiny --batch 1 --seq 16 --steps 1 "
                    "--warmup 1 --layers 2 --dim 64 --heads 2 --fp32");

@@ -236,7 +236,7 @@ static int run(const train_opts *o, const char *dir)
                "\"params\":%lld,\"ms_per_step\":%.2f,\"tokens_per_s\":%.0f,"
                "\"model_tflops\":%.1f,\"peak_mem_gib\":%.2f,\"loss\":%.4f,\"fusion\":%s,"
                "\"launches_per_step\":%.0f,\"fused_launches_per_step\":%.0f,"
-               "\"gib_read_per_step\":%.2f,\"gib_written_per_step\":%.2f}\n",
+               "\"gib_read_per_step\":%.4f,\"gib_written_per_step\":%.4f}\n",
                info.device, info.device_desc, info.bf16 ? "bf16" : "fp32", (long long)o->batch,
                (long long)o->seq, (long long)c.model.n_layer, (long long)c.model.n_embd,
                (long long)info.num_params, dt * 1e3, tokens / dt, flops * tokens / dt / 1e12,
