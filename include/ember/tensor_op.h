@@ -104,6 +104,11 @@ typedef struct em_op_recorder {
     /* Optional: false while the recorder records nothing on this thread (autodiff's no-grad), so
      * that ops may then reuse donated buffers and fuse as if no input were annotated. */
     bool (*active)(void);
+    /* Optional: whether recording op keeps the value of its input i (its backward reads it, or a
+     * recipe replays the op from it). When it does not, the op may take over a donated input's
+     * pending computation instead of reading its result (a matmul's epilogue absorbing an add
+     * while gradients are recorded). Absent: every input is taken as kept. */
+    bool (*keeps_input)(em_tensor_op op, int i);
 } em_op_recorder;
 
 /* Installs the recorder (one per process; NULL uninstalls). */

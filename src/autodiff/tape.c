@@ -223,7 +223,17 @@ static bool active(void)
     return em_grad_enabled();
 }
 
-static const em_op_recorder g_recorder = {record, release_annotation, check_write, active};
+/* Whether recording op keeps input i's value: its rule reads it, or (under the recompute policy)
+ * the op's recipe replays it from its inputs. */
+static bool keeps_input(em_tensor_op op, int i)
+{
+    const ad_rule *r = ad_rule_for(op);
+    if (i < 0 || i >= 32 || ((r->save_inputs >> i) & 1u)) return true;
+    return r->backward && em_recompute_policy_get() == EM_RECOMPUTE_ELEMENTWISE && ad_recomputable(op);
+}
+
+static const em_op_recorder g_recorder = {record, release_annotation, check_write, active,
+                                          keeps_input};
 static pthread_once_t g_init_once = PTHREAD_ONCE_INIT;
 
 static void install(void)

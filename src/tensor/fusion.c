@@ -343,6 +343,23 @@ int fu_record(const fu_desc *d, const em_tensor *const *in, int nin, int64_t (*s
         pthread_mutex_unlock(&fu_lock);
         if (r != 0) return r;
     }
+    for (int k = 0; k < nin && d->movable; k++) {
+        /* a donated input that is the whole result of a pending matmul, which nothing else holds
+         * and no recorder keeps: the matmul may write this op's output instead (its epilogue
+         * absorbing the op), as with a donated buffer, while gradients are recorded */
+        const em_tensor *t = in[k];
+        tn_storage *s = t->st;
+        if (!((d->movable >> k) & 1u) || !t->taken || s == ost || !s->pending || !s->pending->mm ||
+            atomic_load(&t->refs) != 1 || atomic_load(&s->refs) != 1 ||
+            atomic_load(&s->readers) != 0 || t->offset != 0 || !em_is_contiguous(t) ||
+            t->dtype != out->dtype || s->bytes != ost->bytes || ost->buf || ost->pending)
+            continue;
+        pthread_mutex_lock(&fu_lock);
+        int r = s->pending && s->pending->mm ? fu_mm_take(s->pending, d, in, nin, k, out) : 0;
+        if (r > 0) atomic_fetch_add(&g_recorded, 1);
+        pthread_mutex_unlock(&fu_lock);
+        if (r != 0) return r;
+    }
     fu_node *nd = calloc(1, sizeof *nd);
     if (!nd) return 0; /* run it now */
     nd->rank = out->rank;

@@ -30,6 +30,9 @@ typedef struct fu_desc {
     int code;         /* the kernel's OP */
     em_scalar C, M;   /* compute and math types (unary and binary ops) */
     em_arg p[2];      /* scalar parameters of unary ops, as the kernel takes them (type C) */
+    unsigned movable; /* bit k: no recorder keeps input k's value, so a donated input k that is
+                       * the whole result of a pending matmul may become this op's output, its
+                       * epilogue absorbing the op (fusion_matmul.c, fu_mm_take) */
 } fu_desc;
 
 /* A walk over `shape` shared by n operands (n <= FU_WALK_MAX) with their strides: size-1 dims

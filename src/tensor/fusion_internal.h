@@ -109,6 +109,10 @@ void fu_link(fu_node *nd);
  *    receives op d of in[0..nin); extends nd's epilogue and returns 1 when d fits it, else runs
  *    the matmul and returns 0 (the op is then recorded on the realized buffer), -1 with the error
  *    set when that failed;
+ *  - fu_mm_take: in[self] is the whole, donated, otherwise unheld result of pending matmul nd,
+ *    and out a fresh deferred storage: when op d fits nd's epilogue, nd moves to out's storage
+ *    (in[self]'s is left empty, never to be read) and absorbs d, returning 1; else nothing
+ *    changes and it returns 0 (-1 with the error set when an operand failed to run);
  *  - fu_mm_launch: runs nd's matmul with its epilogue into nd->st (its buffer allocated); EM_OK
  *    or the error set;
  *  - fu_mm_error: adds the context of a failed realization to the error ("matmul f32[M, K] x
@@ -116,6 +120,8 @@ void fu_link(fu_node *nd);
  *  - fu_mm_free: frees nd->mm (the leaves are free_node's). */
 int fu_mm_absorb(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int nin,
                  const em_tensor *out);
+int fu_mm_take(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int nin, int self,
+               const em_tensor *out);
 em_status fu_mm_launch(fu_node *nd);
 void fu_mm_error(const fu_node *nd);
 void fu_mm_free(fu_node *nd);

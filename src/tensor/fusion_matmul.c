@@ -186,37 +186,40 @@ static bool restride(int rank, const int64_t *shape, const int64_t *stride, int 
     return true;
 }
 
-int fu_mm_absorb(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int nin,
-                 const em_tensor *out)
+/* What op d of in[0..nin) on in[self] (a whole view of m's result, seen as `out`) is to m's
+ * epilogue: 1 its bias, 2 its activation (*act), 3 its residual (*rst: the other operand's
+ * strides over m's result), 0 none of them. No side effects. */
+static int classify(const fu_node *nd, const fu_desc *d, const em_tensor *const *in, int nin,
+                    int self, const em_tensor *out, int *act, int64_t *rst)
 {
-    fu_matmul *m = nd->mm;
-    int self = -1;
-    for (int k = nin - 1; k >= 0; k--)
-        if (in[k]->st == nd->st) self = k;
+    const fu_matmul *m = nd->mm;
     const em_tensor *o = nin == 2 && self >= 0 ? in[1 - self] : NULL;
-    int kind = 0; /* 1 bias, 2 act, 3 residual */
-    int act = -1;
-    if (self >= 0 && out->dtype == nd->dtype) {
-        if (nin == 1 && !m->act && !m->has_res && (act = act_of(m, d)) > 0) {
-            kind = 2;
-        } else if (o && d->kind == FU_BINARY && d->code == 0 /* add */ && d->C == m->p.ct &&
-                   o->st != nd->st && o->dtype == nd->dtype && o->st->dev == nd->st->dev) {
-            if (!m->has_bias && !m->act && !m->has_res && is_row(m, o, out))
-                kind = 1;
-            else if (!m->has_res)
-                kind = 3; /* fu_record saw o broadcast to out's shape */
-        }
+    int kind = 0;
+    if (self < 0 || out->dtype != nd->dtype) return 0;
+    if (nin == 1 && !m->act && !m->has_res && (*act = act_of(m, d)) > 0) {
+        kind = 2;
+    } else if (o && d->kind == FU_BINARY && d->code == 0 /* add */ && d->C == m->p.ct &&
+               o->st != nd->st && o->st != in[self]->st && o->dtype == nd->dtype &&
+               o->st->dev == nd->st->dev) {
+        if (!m->has_bias && !m->act && !m->has_res && is_row(m, o, out))
+            kind = 1;
+        else if (!m->has_res)
+            kind = 3; /* fu_record saw o broadcast to out's shape */
     }
-    int64_t ost[EM_MAX_RANK], rst[EM_MAX_RANK]; /* a residual over out's shape, then m's result's */
-    if (kind == 3) {
+    if (kind == 3) { /* a residual over out's shape, then m's result's */
+        int64_t ost[EM_MAX_RANK];
         tn_expand_geom(o, out->rank, out->shape, ost);
         if (!restride(out->rank, out->shape, ost, m->rr, m->rsh, rst)) kind = 0;
     }
-    if (kind == 0) { /* not an epilogue: the matmul runs, the op reads its result */
-        if (fu_realize(nd->st) == EM_OK) return 0;
-        em_error_context("%s", d->name);
-        return -1;
-    }
+    return kind;
+}
+
+/* Extends nd's epilogue by what classify found (kind > 0). 1, or -1 with the error set. */
+static int absorb(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int nin, int self,
+                  int kind, int act, const int64_t *rst)
+{
+    fu_matmul *m = nd->mm;
+    const em_tensor *o = nin == 2 ? in[1 - self] : NULL;
     if (o && settle_operand(o) != EM_OK) {
         em_error_context("%s", d->name);
         return -1;
@@ -239,6 +242,43 @@ int fu_mm_absorb(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int 
     if (o) hold(nd, o);
     m->absorbed++;
     return 1;
+}
+
+int fu_mm_absorb(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int nin,
+                 const em_tensor *out)
+{
+    int self = -1, act = -1;
+    for (int k = nin - 1; k >= 0; k--)
+        if (in[k]->st == nd->st) self = k;
+    int64_t rst[EM_MAX_RANK];
+    int kind = classify(nd, d, in, nin, self, out, &act, rst);
+    if (kind == 0) { /* not an epilogue: the matmul runs, the op reads its result */
+        if (fu_realize(nd->st) == EM_OK) return 0;
+        em_error_context("%s", d->name);
+        return -1;
+    }
+    return absorb(nd, d, in, nin, self, kind, act, rst);
+}
+
+int fu_mm_take(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int nin, int self,
+               const em_tensor *out)
+{
+    int act = -1;
+    int64_t rst[EM_MAX_RANK];
+    int kind = classify(nd, d, in, nin, self, out, &act, rst);
+    if (kind == 0) return 0;
+    const em_tensor *o = nin == 2 ? in[1 - self] : NULL;
+    if (o && settle_operand(o) != EM_OK) { /* before the move: a failure changes nothing */
+        em_error_context("%s", d->name);
+        return -1;
+    }
+    /* the node now fills out's storage; in[self]'s is left deferred and empty (its only holder
+     * was donated to this op and is released when it returns) */
+    nd->st->pending = NULL;
+    nd->st = out->st;
+    nd->mm->out.st = out->st;
+    out->st->pending = nd;
+    return absorb(nd, d, in, nin, self, kind, act, rst);
 }
 
 /* "matmul f32[7, 33] x f32[33, 257] + bias, gelu_tanh, residual" into sb. */

@@ -51,6 +51,9 @@ em_top_params tn_params_k(int64_t k);
 /* True when a recorder is installed and some of in[0..n) carries an annotation: the op will be
  * recorded, so it must not write its result into an input's buffer. */
 bool tn_recording(const em_tensor *const *in, int n);
+/* Whether the installed, active recorder keeps input i's value when it records op (true when it
+ * cannot say; false with no recorder or while it records nothing). */
+bool tn_record_keeps_input(em_tensor_op op, int i);
 /* Called as an annotated tensor is freed (releases the annotation through the recorder). */
 void tn_release_annotation(em_tensor *t);
 /* Asks the recorder whether an in-place write into t is allowed (EM_OK when not annotated). */

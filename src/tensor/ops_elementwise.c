@@ -146,7 +146,7 @@ static em_status unary_into(const char *op, const em_tensor *t, em_tensor *out, 
         sc[1].value.i = (int64_t)p1;
     }
     fu_desc d = {op, code == TN_U_FILL ? FU_FILL : is_predicate(code) ? FU_UPRED : FU_UNARY, code, ct,
-                 b[4].type, {sc[0], sc[1]}};
+                 b[4].type, {sc[0], sc[1]}, 0};
     int rec = fu_record(&d, &t, code == TN_U_FILL ? 0 : 1, strides, out);
     if (rec) return rec > 0 ? EM_OK : em_last_status();
     const em_tensor *ts[2] = {t, out};
@@ -493,7 +493,10 @@ static em_tensor *binary(const char *op, const em_tensor *a, const em_tensor *b,
     tn_expand_geom(a, rank, shape, strides[0]);
     tn_expand_geom(b, rank, shape, strides[1]);
     memcpy(strides[2], out->stride, sizeof strides[2]);
-    fu_desc fd = {op, code >= B_EQ ? FU_BPRED : FU_BINARY, code, ct, bd[4].type, {{0}, {0}}};
+    fu_desc fd = {op, code >= B_EQ ? FU_BPRED : FU_BINARY, code, ct, bd[4].type, {{0}, {0}}, 0};
+    if (code == B_ADD) /* an add's inputs are not kept by autodiff: a matmul may take it over */
+        for (int k = 0; k < 2; k++)
+            if (!rec || !tn_record_keeps_input(EM_TOP_ADD, k)) fd.movable |= 1u << k;
     int fr = fu_record(&fd, ins, 2, strides, out);
     em_status st = fr > 0 ? EM_OK : fr < 0 ? em_last_status() : EM_OK;
     if (fr == 0) {
@@ -571,7 +574,7 @@ static em_tensor *where3(const char *op, const em_tensor *c, const em_tensor *a,
     tn_expand_geom(b, rank, shape, strides[2]);
     memcpy(strides[3], out->stride, sizeof strides[3]);
     const em_tensor *ts[4] = {c, a, b, out};
-    fu_desc fd = {op, FU_WHERE, 0, a->dtype, a->dtype, {{0}, {0}}};
+    fu_desc fd = {op, FU_WHERE, 0, a->dtype, a->dtype, {{0}, {0}}, 0};
     int fr = fu_record(&fd, ts, 3, strides, out);
     if (fr < 0 || (fr == 0 && run_walk(op, "tensor_where", bd, 1, ts, 4, rank, shape, strides, NULL, 0) != EM_OK)) {
         em_release(out);

@@ -119,6 +119,13 @@ bool tn_recording(const em_tensor *const *in, int n)
     return false;
 }
 
+bool tn_record_keeps_input(em_tensor_op op, int i)
+{
+    const em_op_recorder *r = atomic_load_explicit(&g_recorder, memory_order_acquire);
+    if (!r || (r->active && !r->active())) return false;
+    return !r->keeps_input || r->keeps_input(op, i);
+}
+
 void tn_record(em_tensor_op op, const em_top_params *p, const em_tensor *const *in, int nin,
                em_tensor *out)
 {

@@ -7,7 +7,9 @@
  *  - what is not absorbed stays correct: a result read twice (the matmul runs once), an op that
  *    broadcasts the result up, an op that is no epilogue (mul, float ReLU), a cast, a write into
  *    an operand after the matmul was recorded, a result freed unread (no launch), em_flush;
- *  - autodiff: Linear + GELU-tanh + residual gives identical gradients fused and unfused;
+ *  - autodiff: Linear + GELU-tanh + residual, Linear + residual and a kept product give identical
+ *    gradients fused and unfused; while recording, adds move into the epilogue (an add's rule
+ *    keeps no input) but not the GELU, nor anything under the recompute policy;
  *  - running out of memory when the matmul runs is an error at the sync point naming it.
  * Autotuning is off (EMBER_AUTOTUNE=off) so that launch counts are the kernels' own. */
 #include "tensor_util.h"
@@ -303,18 +305,41 @@ static void test_drop_and_flush(void **state)
 
 /* ---- autodiff -------------------------------------------------------------------------------- */
 
-/* Linear + GELU-tanh + residual, summed; the gradients of x, weight and bias. */
-static void linear_grads(em_device *dev, bool fused, double **g)
+/* The graphs of the autodiff tests, on a Linear of 16 -> 16 over x [2, 5, 16]:
+ *  - G_GELU: x + gelu_tanh(linear(x)): under recording the bias moves into the matmul (an add
+ *    keeps no input), the GELU does not (its rule reads its input, which must exist);
+ *  - G_RESIDUAL: x + linear(x): bias and residual both in the matmul;
+ *  - G_KEPT: the matmul's result also read later (not donated): nothing absorbed. */
+enum { G_GELU, G_RESIDUAL, G_KEPT };
+
+/* Builds graph gr on dev under recording (fused or not, recompute policy rp), sums y * y and runs
+ * backward; g[0..2] get the gradients of x, weight and bias; returns the forward's launches (up
+ * to y realized). */
+static uint64_t linear_grads(em_device *dev, int gr, bool fused, em_recompute_policy rp, double **g)
 {
     em_fusion_set(fused);
+    em_set_recompute_policy(rp);
     em_rng rng = em_rng_new(17);
     em_linear *l = em_linear_new(dev, EM_F32, 16, 16, true, true, &rng);
     assert_non_null(l);
     em_tensor *x = mat(dev, EM_SHAPE(2, 5, 16), 9);
     em_set_requires_grad(x, true);
-    em_tensor *h = em_linear_forward(l, x);
-    em_tensor *y = em_add(x, em_take(em_gelu_tanh(em_take(h))));
+    assert_int_equal(em_flush(), EM_OK);
+    uint64_t l0 = em_tensor_stats_get().launches;
+    em_tensor *y = NULL, *kept = NULL;
+    if (gr == G_KEPT) {
+        kept = em_matmul(em_reshape(x, EM_SHAPE(10, 16)), l->weight);
+        y = em_reshape(em_take(em_add(em_take(em_add(kept, l->bias)), em_reshape(x, EM_SHAPE(10, 16)))),
+                       EM_SHAPE(2, 5, 16));
+    } else {
+        em_tensor *h = em_linear_forward(l, x);
+        y = gr == G_GELU ? em_add(x, em_take(em_gelu_tanh(em_take(h)))) : em_add(x, em_take(h));
+    }
+    assert_non_null(y);
+    assert_int_equal(em_flush(), EM_OK);
+    uint64_t launches = em_tensor_stats_get().launches - l0;
     em_tensor *loss = em_sum(em_take(em_mul(y, y)), NULL, 0, false);
+    if (kept) loss = em_add(em_take(loss), em_take(em_sum(em_take(em_mul(kept, kept)), NULL, 0, false)));
     assert_non_null(loss);
     assert_int_equal(em_backward(loss, NULL), EM_OK);
     g[0] = tu_read(em_grad(x));
@@ -322,25 +347,46 @@ static void linear_grads(em_device *dev, bool fused, double **g)
     g[2] = tu_read(em_grad(l->bias));
     em_release(loss);
     em_release(y);
+    em_release(kept);
     em_release(x);
     em_module_free(&l->base);
     em_fusion_set(true);
+    em_set_recompute_policy(EM_RECOMPUTE_NONE);
+    return launches;
 }
 
+/* Gradients are those of the ops one by one, and the epilogue absorbs what autodiff lets it
+ * (launches of the forward fused / unfused: G_GELU 2 / 4, G_RESIDUAL 1 / 3, G_KEPT 2 / 3; under
+ * the recompute policy an add's recipe keeps its inputs: G_RESIDUAL at least 2, nothing moved). */
 static void test_autodiff(void **state)
 {
     (void)state;
     em_autodiff_init();
+    static const char *const names[] = {"gelu", "residual", "kept"};
+    static const uint64_t want[3][2] = {{2, 4}, {1, 3}, {2, 3}};
     for (int di = 0; di < tu_ndev; di++) {
-        double *gf[3], *gu[3];
-        linear_grads(tu_devs[di], true, gf);
-        linear_grads(tu_devs[di], false, gu);
-        const size_t n[3] = {160, 256, 16};
-        for (int i = 0; i < 3; i++) {
-            if (!tu_close_n("grad", gf[i], gu[i], n[i], tu_is_cpu(tu_devs[di]) ? 1e-6 : 1e-5))
-                fail_msg("gradient %d differs fused and unfused on %s", i, em_device_name(tu_devs[di]));
-            free(gf[i]);
-            free(gu[i]);
+        for (int gr = 0; gr < 3; gr++) {
+            for (int rp = 0; rp < 2; rp++) {
+                if (rp && gr != G_RESIDUAL) continue;
+                em_recompute_policy pol = rp ? EM_RECOMPUTE_ELEMENTWISE : EM_RECOMPUTE_NONE;
+                double *gf[3], *gu[3];
+                uint64_t lf = linear_grads(tu_devs[di], gr, true, pol, gf);
+                uint64_t lu = linear_grads(tu_devs[di], gr, false, pol, gu);
+                uint64_t wf = want[gr][0];
+                if ((rp ? lf < 2 : lf != wf) || lu != want[gr][1])
+                    fail_msg("%s%s on %s: %llu launches fused (want %llu), %llu unfused (want %llu)",
+                             names[gr], rp ? " (recompute)" : "", em_device_name(tu_devs[di]),
+                             (unsigned long long)lf, (unsigned long long)wf,
+                             (unsigned long long)lu, (unsigned long long)want[gr][1]);
+                const size_t n[3] = {160, 256, 16};
+                for (int i = 0; i < 3; i++) {
+                    if (!tu_close_n("grad", gf[i], gu[i], n[i], tu_is_cpu(tu_devs[di]) ? 1e-6 : 1e-5))
+                        fail_msg("%s%s: gradient %d differs fused and unfused on %s", names[gr],
+                                 rp ? " (recompute)" : "", i, em_device_name(tu_devs[di]));
+                    free(gf[i]);
+                    free(gu[i]);
+                }
+            }
         }
     }
 }
