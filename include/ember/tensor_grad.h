@@ -49,7 +49,9 @@ em_tensor *em_embedding_backward(const em_tensor *grad, const em_tensor *ids,
  * for an ignored row. classes is the checked i32 [N] that op records (-1 where ignored), not the
  * targets given to it; grad_out is [N] of the loss's dtype (f32 for f16/bf16 logits) or of the
  * logits'. The result, of the logits' dtype, is computed in f32 for f16/bf16 and rounded once. One
- * pass over each row (its log-sum-exp recomputed), no probabilities kept. */
+ * pass over each row (its log-sum-exp recomputed), no probabilities kept. logits may be donated
+ * (em_take; the other inputs are borrowed): when that is the only reference to a realized,
+ * contiguous buffer, the gradient is written over the logits and returned in that tensor. */
 em_tensor *em_cross_entropy_rows_backward(const em_tensor *grad_out, const em_tensor *logits,
                                           const em_tensor *classes, double label_smoothing);
 

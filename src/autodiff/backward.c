@@ -106,7 +106,18 @@ static em_status rule_error(const ad_node *n, em_status st)
 }
 
 /* Runs n's rule on its accumulated gradient and passes the results to its inputs. */
-static em_status step(ad_node *n)
+em_tensor *ad_take_input(const ad_ctx *c, int i)
+{
+    if (i < 0 || i >= c->nin || !((c->takeable >> i) & 1u) || !c->owned || !c->owned[i])
+        return NULL;
+    em_tensor *t = c->owned[i];
+    c->owned[i] = NULL;
+    return em_take(t);
+}
+
+/* Runs n's rule; with `last` (the graph is not retained) a saved input the rule may take over is
+ * released by the node first, so the rule's reference can be the only one. */
+static em_status step(ad_node *n, bool last)
 {
     em_tensor *g = n->acc;
     n->acc = NULL;
@@ -127,16 +138,29 @@ static em_status step(ad_node *n)
     c.out_dtype = n->out_dtype;
     em_tensor *gin[EM_TOP_MAX_INPUTS] = {NULL};
     em_status st = EM_OK;
-    for (int i = 0; i < n->nin && st == EM_OK; i++)
-        if (n->saved_in[i] && !(c.in[i] = ad_saved_get(n->saved_in[i])))
+    em_tensor *owned[EM_TOP_MAX_INPUTS] = {NULL};
+    c.owned = owned;
+    unsigned takes = ad_rule_take_inputs(n->op);
+    for (int i = 0; i < n->nin && st == EM_OK; i++) {
+        ad_saved *sv = n->saved_in[i];
+        if (sv && !(owned[i] = ad_saved_get(sv))) {
             st = rule_error(n, em_last_status());
+            break;
+        }
+        c.in[i] = owned[i];
+        if (sv && last && ((takes >> i) & 1u) && sv->t && atomic_load(&sv->refs) == 1) {
+            ad_saved_release(sv); /* the rule's reference is now the tape's only one */
+            n->saved_in[i] = NULL;
+            c.takeable |= 1u << i;
+        }
+    }
     if (st == EM_OK && n->saved_out && !(c.out = ad_saved_get(n->saved_out)))
         st = rule_error(n, em_last_status());
     if (st == EM_OK) {
         st = r->backward(&c, g, gin);
         if (st != EM_OK) st = rule_error(n, st);
     }
-    for (int i = 0; i < n->nin; i++) em_release((em_tensor *)c.in[i]);
+    for (int i = 0; i < n->nin; i++) em_release(owned[i]); /* those not taken */
     em_release((em_tensor *)c.out);
     em_release(g);
     for (int i = 0; i < n->nin; i++) {
@@ -238,7 +262,7 @@ static em_status run_backward(em_tensor *root, const em_tensor *grad_root, bool 
     rn->acc = g0;
     for (int64_t i = norder - 1; i >= 0; i--) {
         ad_node *n = order[i];
-        if (st == EM_OK) st = step(n);
+        if (st == EM_OK) st = step(n, !retain);
         em_release(n->acc); /* only after an error */
         n->acc = NULL;
         if (!retain) ad_node_free_state(n);

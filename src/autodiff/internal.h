@@ -22,7 +22,15 @@ typedef struct ad_ctx {
     bool needs[EM_TOP_MAX_INPUTS];          /* which inputs want a gradient */
     em_shape out_shape;                    /* always */
     em_scalar out_dtype;                   /* always */
+    em_tensor **owned;                     /* the step's references to in[] (ad_take_input) */
+    unsigned takeable;                     /* bit i: in[i] is held by nothing else (below) */
 } ad_ctx;
+
+/* Saved input i as a donated reference (em_take) the rule's op may write its result into, when
+ * the rule asked for it (ad_rule_take_inputs), the graph is not retained and nothing else holds
+ * that tensor: the tape let go of it before the rule ran. NULL otherwise (use c->in[i]). After a
+ * take, c->in[i] must not be used. */
+em_tensor *ad_take_input(const ad_ctx *c, int i);
 
 /* A backward rule: from g = d loss / d out (out's shape, out's dtype) computes d loss / d in[i]
  * for every i with c->needs[i], as a new reference in gin[i] (NULL = a zero gradient). A gradient
@@ -36,6 +44,9 @@ typedef struct ad_rule {
     unsigned save_inputs;   /* bit i: the rule reads c->in[i] */
     bool save_output;       /* the rule reads c->out */
 } ad_rule;
+
+/* Bit i: op's rule may take saved input i over (ad_take_input): cross-entropy's logits. */
+unsigned ad_rule_take_inputs(em_tensor_op op);
 
 /* The rule of an op (rules.c assembles the table from rules_*.c). Never NULL; .backward may be. */
 const ad_rule *ad_rule_for(em_tensor_op op);

@@ -65,7 +65,11 @@ static em_status avg_pool2d_backward(const ad_ctx *c, const em_tensor *g, em_ten
 static em_status cross_entropy_backward(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
 {
     gin[0] = gin[1] = NULL;
-    if (c->needs[0]) gin[0] = em_cross_entropy_rows_backward(g, c->in[0], c->in[1], c->p->f[0]);
+    if (!c->needs[0]) return finish(c, gin, 1);
+    /* the logits, when the tape held the last reference: their gradient overwrites them (the
+     * classifier's [N, vocab] block exists once, not twice, at the peak of a GPT's backward) */
+    em_tensor *logits = ad_take_input(c, 0);
+    gin[0] = em_cross_entropy_rows_backward(g, logits ? logits : c->in[0], c->in[1], c->p->f[0]);
     return finish(c, gin, 1);
 }
 
@@ -78,6 +82,11 @@ static em_status attention_backward(const ad_ctx *c, const em_tensor *g, em_tens
                                          c->needs[1] || c->needs[2] ? &gin[1] : NULL,
                                          c->needs[1] || c->needs[2] ? &gin[2] : NULL);
     return st != EM_OK ? st : finish(c, gin, 3);
+}
+
+unsigned ad_rule_take_inputs(em_tensor_op op)
+{
+    return op == EM_TOP_CROSS_ENTROPY ? 0x1u : 0;
 }
 
 void ad_rules_conv(ad_rule *table)

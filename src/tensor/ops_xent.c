@@ -144,7 +144,8 @@ em_tensor *em_cross_entropy_rows_backward(const em_tensor *grad_out, const em_te
                                           const em_tensor *classes, double label_smoothing)
 {
     const char *op = "cross_entropy_rows backward";
-    if (!grad_out || !logits || !classes) return NULL;
+    em_tensor *dx = NULL;
+    if (!grad_out || !logits || !classes) goto done;
     char a[96], b[96], c[96];
     if (logits->rank != 2 || classes->rank != 1 || classes->dtype != EM_I32 ||
         grad_out->rank != 1 || grad_out->shape[0] != logits->shape[0] ||
@@ -155,17 +156,25 @@ em_tensor *em_cross_entropy_rows_backward(const em_tensor *grad_out, const em_te
                      "loss's dtype or the logits', float logits [N, C], i32 classes [N])",
                      op, em_describe(grad_out, a, sizeof a), em_describe(logits, b, sizeof b),
                      em_describe(classes, c, sizeof c));
-        return NULL;
+        goto done;
     }
-    if (!tn_same_device(op, grad_out, logits) || !tn_same_device(op, logits, classes)) return NULL;
+    if (!tn_same_device(op, grad_out, logits) || !tn_same_device(op, logits, classes)) goto done;
     int64_t N = logits->shape[0], C = logits->shape[1];
-    em_tensor *dx = tn_new(logits->st->dev, logits->dtype, 2, logits->shape);
-    if (!dx || N == 0 || C == 0) return dx;
-    em_tensor *g = tn_contig(grad_out);
-    if (!g) {
-        em_release(dx);
-        return NULL;
+    /* donated, realized, contiguous logits: the gradient overwrites them. The kernel reads each
+     * row whole (its statistics, then a barrier) before a unit writes, and each element is then
+     * read and written by the same unit, so the rows are safe in place. */
+    if (tn_reusable(logits) && logits->st->buf && !logits->st->pending &&
+        logits->stride[1] == 1 && logits->stride[0] == C) {
+        dx = (em_tensor *)logits;
+        dx->taken = false;
+        if (!dx->scope) tn_scope_track(dx);
+        logits = dx;
+    } else {
+        dx = tn_new(logits->st->dev, logits->dtype, 2, logits->shape);
     }
+    if (!dx || N == 0 || C == 0) goto done;
+    em_tensor *g = tn_contig(grad_out);
+    if (!g) goto fail;
     em_scalar ct = tn_compute_type(logits->dtype);
     unsigned cube = tn_cube_for(C, NULL);
     em_lang_bind bind[5] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
@@ -178,9 +187,11 @@ em_tensor *em_cross_entropy_rows_backward(const em_tensor *grad_out, const em_te
     uint32_t cubes[3] = {(uint32_t)N, 1, 1}, units[3] = {cube, 1, 1};
     em_status st = xent_launch(op, "tensor_xent_backward", 2, bind, 5, cubes, units, args, 8);
     em_release(g);
-    if (st != EM_OK) {
-        em_release(dx);
-        return NULL;
-    }
+    if (st == EM_OK) goto done;
+fail:
+    em_release(dx);
+    dx = NULL;
+done:
+    if (logits != dx) tn_done(logits);
     return dx;
 }

@@ -3,7 +3,8 @@
  * float64 references computed from the values the device holds, for class counts from 1 to past
  * GPT-2's 50257 (rows shorter and longer than a cube), every float dtype, ignored rows, label
  * smoothing, logits read through a transposed or narrowed view, a non-uniform gradient of the
- * losses, very large and -inf logits; and the misuse cases (a class out of range, shapes that do
+ * losses, very large and -inf logits; the gradient written over donated logits (directly and
+ * through the tape); and the misuse cases (a class out of range, shapes that do
  * not match, a smoothing outside [0, 1), integer logits), each an error naming what is wrong. */
 #include "ember/autodiff.h"
 #include "ember/tensor_grad.h"
@@ -238,6 +239,82 @@ static void test_half_logits(void **state)
     }
 }
 
+/* The gradient written over donated logits: the same values as into a new tensor, the logits
+ * tensor returned; logits that are shared (another view) or only borrowed are left intact. Through
+ * autodiff the tape hands the logits over when it held the last reference (em_backward, not
+ * em_backward_retain): the same gradients, and the backward's peak lower by the [N, C] block. */
+static void test_gradient_in_place(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        em_scope_begin();
+        enum { R = 9, N = 1000, K = 16 };
+        static double x[R * N], xk[R * K], wv[K * N];
+        int32_t c[R];
+        tu_fill(x, R * N, -4, 4, 41);
+        tu_fill(xk, R * K, -1, 1, 42);
+        tu_fill(wv, K * N, -1, 1, 43);
+        for (int r = 0; r < R; r++) c[r] = r == 4 ? -1 : (r * 97) % N;
+        em_tensor *cls = em_from_host(dev, EM_I32, EM_SHAPE(R), c);
+        em_tensor *g = em_full(dev, EM_F32, EM_SHAPE(R), 0.5);
+        em_tensor *lg = tu_tensor(dev, EM_F32, EM_SHAPE(R, N), x);
+        em_tensor *ref = em_cross_entropy_rows_backward(g, lg, cls, 0.1); /* borrowed */
+        assert_non_null(ref);
+        assert_ptr_not_equal(ref, lg);
+        double *vref = tu_read(ref), *vlg = tu_read(lg);
+        assert_true(tu_close_n("borrowed logits unchanged", vlg, x, R * N, 0));
+        em_tensor *mine = tu_tensor(dev, EM_F32, EM_SHAPE(R, N), x);
+        em_tensor *got = em_cross_entropy_rows_backward(g, em_take(mine), cls, 0.1);
+        assert_ptr_equal(got, mine); /* written over the logits */
+        double *vgot = tu_read(got);
+        assert_true(tu_close_n("in place", vgot, vref, R * N, 0));
+        em_tensor *shared = tu_tensor(dev, EM_F32, EM_SHAPE(R, N), x);
+        em_tensor *other = em_reshape(shared, EM_SHAPE(R * N)); /* a second view of its buffer */
+        em_tensor *got2 = em_cross_entropy_rows_backward(g, em_take(shared), cls, 0.1);
+        assert_non_null(got2);
+        double *vother = tu_read(other), *vgot2 = tu_read(got2);
+        assert_true(tu_close_n("shared logits unchanged", vother, x, R * N, 0));
+        assert_true(tu_close_n("shared logits' gradient", vgot2, vref, R * N, 0));
+        free(vref), free(vlg), free(vgot), free(vother), free(vgot2);
+
+        /* through autodiff: logits = x w, their buffer the gradient's when the tape lets go */
+        double *gx[2];
+        uint64_t peak[2];
+        for (int retain = 0; retain < 2; retain++) {
+            em_scope_begin();
+            em_tensor *xt = tu_tensor(dev, EM_F32, EM_SHAPE(R, K), xk);
+            em_tensor *wt = tu_tensor(dev, EM_F32, EM_SHAPE(K, N), wv);
+            assert_int_equal(em_set_requires_grad(xt, true), EM_OK);
+            em_tensor *tt = em_from_host(dev, EM_I32, EM_SHAPE(R), c);
+            em_tensor *loss = em_sum(em_take(em_cross_entropy_rows(em_take(em_matmul(xt, wt)), tt,
+                                                                   -1, 0.1, NULL)),
+                                     NULL, 0, false);
+            assert_non_null(loss);
+            assert_int_equal(em_flush(), EM_OK);
+            em_device_pool_reset_peak(dev);
+            uint64_t before = 0;
+            em_pool_stats ps;
+            em_device_pool_stats(dev, &ps);
+            before = ps.bytes_in_use;
+            assert_int_equal(retain ? em_backward_retain(loss, NULL) : em_backward(loss, NULL), EM_OK);
+            assert_int_equal(em_flush(), EM_OK);
+            em_device_pool_stats(dev, &ps);
+            peak[retain] = ps.peak_in_use - before;
+            gx[retain] = tu_read(em_grad(xt));
+            em_scope_end(NULL, 0);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "gradient through the tape on %s", em_device_name(dev));
+        assert_true(tu_close_n(what, gx[0], gx[1], R * K, 0));
+        if (peak[0] + (uint64_t)(R * N) * 4 > peak[1])
+            fail_msg("%s: backward's peak %llu bytes, retained %llu: the logits were not reused",
+                     em_device_name(dev), (unsigned long long)peak[0], (unsigned long long)peak[1]);
+        free(gx[0]), free(gx[1]);
+        em_scope_end(NULL, 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -246,6 +323,7 @@ int main(void)
         cmocka_unit_test(test_extreme_logits),
         cmocka_unit_test(test_misuse),
         cmocka_unit_test(test_half_logits),
+        cmocka_unit_test(test_gradient_in_place),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }
