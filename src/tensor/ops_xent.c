@@ -54,13 +54,31 @@ done:
     return out;
 }
 
-/* Launches tensor_xent or tensor_xent_backward (args[0] the logits, the last tensor argument the
- * one it writes), reading the rows `passes` times: a pending logits tensor (a cast of matmul
- * results, say) is computed in the kernel's loads when it can be (fu_prologue_begin), else
- * realized by tn_launch. */
+/* The logits' line width: 16 bytes' worth of elements (at most what the device takes,
+ * em_line_lanes, and cap), halved until it divides the row length, the row stride and the
+ * offset; 1 unless the rows are contiguous. */
+static unsigned xent_width(const em_tensor *x, unsigned cap)
+{
+    int64_t C = x->shape[1];
+    if (x->stride[1] != 1 && C > 1) return 1;
+    const em_caps *c = em_device_caps(x->st->dev);
+    unsigned esz = (unsigned)em_scalar_size(x->dtype);
+    unsigned lw = c ? em_line_lanes(c, esz) : 1;
+    while (lw > 1 && (lw > cap || lw * esz > 16)) lw /= 2;
+    for (; lw > 1; lw /= 2)
+        if (C % lw == 0 && x->stride[0] % lw == 0 && x->offset % lw == 0) break;
+    return lw;
+}
+
+/* Launches tensor_xent or tensor_xent_backward (args[0] the logits, args[1] its row length and
+ * args[3] its row stride in elements, args[lines] the other tensor of lines (the gradient) or
+ * none for lines = 0, the last tensor argument the one it writes), reading the rows `passes`
+ * times, in lines as wide as the logits allow (xent_width): a pending logits tensor (a cast of
+ * matmul results, say) is computed in the kernel's loads when it can be (fu_prologue_begin),
+ * else realized by tn_launch. */
 static em_status xent_launch(const char *op, const char *kernel, int passes, const em_lang_bind *bind,
                              size_t nb, const uint32_t cubes[3], const uint32_t units[3], tn_arg *args,
-                             size_t nargs)
+                             size_t nargs, size_t lines)
 {
     bool writes[8] = {false}; /* the scalars of the kernel: one per argument (a tensor's offset) */
     for (size_t i = nargs; i-- > 0;)
@@ -70,13 +88,25 @@ static em_status xent_launch(const char *op, const char *kernel, int passes, con
         }
     fu_prologue pr;
     const em_tensor *x = args[0].t;
-    if (fu_prologue_begin(x, passes, (int)nargs, &pr)) {
-        em_status st = tn_launch_prologue(op, &pr, "tensor_xent", kernel, bind, nb, 1, cubes, units, args,
-                                          nargs, writes);
-        fu_prologue_end(&pr);
-        return st;
+    bool fused = fu_prologue_begin(x, passes, (int)nargs, &pr);
+    unsigned lw = xent_width(x, fused ? pr.max_lw : 16);
+    if (lw > 1) { /* lengths and offsets in lines; the other tensors stay tensors of scalars */
+        args[1].scalar = em_arg_u32((uint32_t)(x->shape[1] / lw));
+        args[3].scalar = em_arg_u32((uint32_t)(x->stride[0] / lw));
+        args[0].offset /= lw;
+        for (size_t i = 1; i < nargs; i++)
+            if (args[i].t && i != lines) args[i].lanes = 1;
+        if (lines) args[lines].offset /= lw;
     }
-    return tn_launch(op, x->st->dev, kernel, bind, nb, 1, cubes, units, args, nargs);
+    em_status st;
+    if (fused) {
+        st = tn_launch_prologue(op, &pr, "tensor_xent", kernel, bind, nb, lw, cubes, units, args, nargs,
+                                writes);
+        fu_prologue_end(&pr);
+    } else {
+        st = tn_launch(op, x->st->dev, kernel, bind, nb, lw, cubes, units, args, nargs);
+    }
+    return st;
 }
 
 em_tensor *em_cross_entropy_rows(const em_tensor *logits, const em_tensor *targets,
@@ -123,7 +153,7 @@ em_tensor *em_cross_entropy_rows(const em_tensor *logits, const em_tensor *targe
                       tn_arg_s(em_arg_u32((uint32_t)logits->stride[0])), tn_arg_t(cls), tn_arg_t(out),
                       tn_arg_s(tn_scalar_arg(logits->dtype, label_smoothing))};
     uint32_t cubes[3] = {(uint32_t)N, 1, 1}, units[3] = {cube, 1, 1};
-    if (xent_launch(op, "tensor_xent", 1, bind, 6, cubes, units, args, 7) != EM_OK) {
+    if (xent_launch(op, "tensor_xent", 1, bind, 6, cubes, units, args, 7, 0) != EM_OK) {
         em_release(out);
         out = NULL;
     }
@@ -183,9 +213,9 @@ em_tensor *em_cross_entropy_rows_backward(const em_tensor *grad_out, const em_te
     tn_arg args[8] = {tn_arg_flat(logits), tn_arg_s(em_arg_u32((uint32_t)C)),
                       tn_arg_s(em_arg_u32((uint32_t)logits->stride[1])),
                       tn_arg_s(em_arg_u32((uint32_t)logits->stride[0])), tn_arg_t(classes), tn_arg_t(g),
-                      tn_arg_t(dx), tn_arg_s(tn_scalar_arg(logits->dtype, label_smoothing))};
+                      tn_arg_flat(dx), tn_arg_s(tn_scalar_arg(logits->dtype, label_smoothing))};
     uint32_t cubes[3] = {(uint32_t)N, 1, 1}, units[3] = {cube, 1, 1};
-    em_status st = xent_launch(op, "tensor_xent_backward", 2, bind, 5, cubes, units, args, 8);
+    em_status st = xent_launch(op, "tensor_xent_backward", 2, bind, 5, cubes, units, args, 8, 6);
     em_release(g);
     if (st == EM_OK) goto done;
 fail:
