@@ -50,6 +50,8 @@ typedef struct em_train_config {
     /* device and precision */
     const char *device; /* NULL or "auto": the best present (see em_train_best_device) */
     bool bf16;          /* bf16 compute with f32 master weights */
+    bool recompute;     /* backward recomputes elementwise results and norms instead of keeping
+                         * them (EM_RECOMPUTE_ELEMENTWISE: less memory, a little more time) */
     /* batches */
     int batch;         /* B: sequences per micro-batch */
     int seq;           /* T: tokens per sequence (<= block_size; 0 = block_size) */

@@ -61,8 +61,12 @@ done:
     return out;
 }
 
+/* Adds are kept, not recomputed: a residual stream's add would hold both operands for a result
+ * of the size of one, and an add kept is free to take a pending matmul over (its bias or
+ * residual in the matmul's epilogue: the recorder keeps neither input, docs/fusion.md). */
 bool ad_recomputable(em_tensor_op op)
 {
+    if (op == EM_TOP_ADD) return false;
     return (op >= EM_TOP_NEG && op <= EM_TOP_MASKED_FILL) || op == EM_TOP_SOFTMAX ||
            op == EM_TOP_LOG_SOFTMAX || op == EM_TOP_LAYER_NORM || op == EM_TOP_RMS_NORM;
 }

@@ -324,6 +324,8 @@ static em_status batch_loss(em_trainer *t, em_loader *l, em_gpt *g, bool train, 
 {
     em_status st = em_loader_next(l, t->hx, t->hy);
     if (st != EM_OK) return st;
+    em_recompute_policy policy = em_recompute_policy_get();
+    if (train && t->cfg.recompute) em_set_recompute_policy(EM_RECOMPUTE_ELEMENTWISE);
     em_scope_begin();
     em_shape sh = EM_SHAPE(t->cfg.batch, t->cfg.seq);
     em_tensor *x = em_from_host(t->dev, EM_I32, sh, t->hx);
@@ -339,6 +341,7 @@ static em_status batch_loss(em_trainer *t, em_loader *l, em_gpt *g, bool train, 
         st = scaled ? em_backward(scaled, NULL) : em_last_status();
     }
     em_scope_end(NULL, 0);
+    em_set_recompute_policy(policy);
     return st;
 }
 

@@ -125,6 +125,14 @@ static void test_train_json(void **state)
     double launches = number(o, "launches_per_step"), flaunches = number(o, "fused_launches_per_step");
     assert_true(launches > 0 && flaunches <= launches && (flaunches > 0) == fused);
     assert_true(number(o, "gib_read_per_step") > 0 && number(o, "gib_written_per_step") > 0);
+    assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(o, "recompute")));
+    cJSON_Delete(o);
+    /* recomputing in the backward trains the same model: the same loss after the same steps */
+    o = bench_json("bench train-gpt2 --device cpu --preset tiny --batch 2 --seq 32 --steps 2 "
+                   "--warmup 1 --recompute");
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "recompute")));
+    if (number(o, "loss") != loss)
+        fail_msg("loss %.6g with --recompute, %.6g without", number(o, "loss"), loss);
     cJSON_Delete(o);
     o = bench_json("bench train-gpt2 --device cpu --preset tiny --batch 1 --seq 16 --steps 1 "
                    "--warmup 1 --layers 2 --dim 64 --heads 2 --fp32");

@@ -28,6 +28,7 @@ static void usage(FILE *out)
         "data:     --data PATH  --val-data GLOB  --tokenizer char|gpt2|FILE  --val-fraction F\n"
         "          --no-shuffle (batches in the data's order instead of a random one)\n"
         "device:   --device auto|cpu|cuda:0|vulkan:0|opencl:0 (auto: the best present)  --bf16\n"
+        "          --recompute (backward recomputes elementwise results and norms: less memory)\n"
         "batches:  --batch B (16)  --seq T (block size)  --grad-accum N (1)\n"
         "          --steps N (1000; with --time and no --steps: no step limit)\n"
         "          --time SECONDS (stop, with a checkpoint, after this long; the schedule then\n"
@@ -82,6 +83,7 @@ int em_cli_train(int argc, char **argv)
         {"--no-shuffle", GC_FLAG, &no_shuffle},
         {"--device", GC_STR, &c.device},
         {"--bf16", GC_FLAG, &c.bf16},
+        {"--recompute", GC_FLAG, &c.recompute},
         {"--batch", GC_INT, &c.batch},
         {"--seq", GC_INT, &c.seq},
         {"--grad-accum", GC_INT, &c.grad_accum},
