@@ -127,6 +127,7 @@ static void free_node(fu_node *n)
         tn_storage_release(n->leaves[i].st);
     }
     if (n->mm) fu_mm_free(n); /* a pending matmul's own data (fusion_matmul.c) */
+    if (n->rows) fu_rows_free(n); /* a pending row-wise reduction's (fusion_rows.c) */
     free(n);
 }
 
@@ -360,6 +361,11 @@ int fu_record(const fu_desc *d, const em_tensor *const *in, int nin, int64_t (*s
         pthread_mutex_unlock(&fu_lock);
         if (r != 0) return r;
     }
+    /* the donated result of a pending row-wise reduction: its epilogue absorbs the op, or it runs
+     * now and the op reads its buffer (fusion_rows.c) */
+    int rr = fu_rows_absorb(d, in, nin, strides, out);
+    if (rr > 0) atomic_fetch_add(&g_recorded, 1);
+    if (rr != 0) return rr;
     fu_node *nd = calloc(1, sizeof *nd);
     if (!nd) return 0; /* run it now */
     nd->rank = out->rank;
@@ -703,11 +709,14 @@ em_status fu_realize(tn_storage *st)
     em_status s = fu_ensure_buffer(st);
     if (s != EM_OK && !nd) em_error_context("tensor of %zu bytes", st->bytes);
     if (nd) {
-        if (s == EM_OK) s = nd->mm ? fu_mm_launch(nd) : launch_node(nd);
+        if (s == EM_OK && nd->rows) s = fu_rows_launch(nd); /* fusion_rows.c */
+        else if (s == EM_OK) s = nd->mm ? fu_mm_launch(nd) : launch_node(nd);
         if (s == EM_OK) {
             st->pending = NULL;
             unlink_node(nd);
             free_node(nd);
+        } else if (nd->rows) {
+            fu_rows_error(nd); /* names the reduction and its epilogue */
         } else if (nd->mm) {
             fu_mm_error(nd); /* names the matmul and its epilogue */
         } else {

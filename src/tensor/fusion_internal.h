@@ -1,8 +1,9 @@
 /* fusion_internal.h — what the files of the fusion layer share (fusion.c records and realizes
  * elementwise trees; fusion_reduce.c fuses a pending tree into the loads of a reduction;
- * fusion_matmul.c keeps a matmul pending and grows its epilogue): the
- * node layout, the lock, and the pieces of kernel generation. Not for the rest of the tensor
- * layer, which sees fusion.h only. */
+ * fusion_matmul.c keeps a matmul pending and grows its epilogue; fusion_rows.c does the same for
+ * a row-wise reduction): the node layout, the lock, and the pieces of kernel generation. Not for
+ * the rest of the tensor layer, which sees fusion.h only — except ops_reduce.c, which records
+ * and runs the pending row-wise reductions (fu_rows_call, tn_rows_run). */
 #ifndef EM_TENSOR_FUSION_INTERNAL_H
 #define EM_TENSOR_FUSION_INTERNAL_H
 
@@ -49,6 +50,8 @@ struct fu_node {
     int nops, ncompute, nleaves, nparams;
     struct fu_matmul *mm; /* a pending matmul instead of a tree (fusion_matmul.c; its
                            * operands are the leaves, nops is 0), or NULL */
+    struct fu_rows *rows; /* a pending row-wise reduction instead of a tree (fusion_rows.c; its
+                           * inputs and its epilogue's leaves are the leaves, nops is 0), or NULL */
     fu_op ops[FU_MAX_OPS];
     fu_leaf leaves[FU_MAX_LEAVES];
     em_arg params[FU_MAX_PARAMS];
@@ -125,5 +128,58 @@ int fu_mm_take(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int ni
 em_status fu_mm_launch(fu_node *nd);
 void fu_mm_error(const fu_node *nd);
 void fu_mm_free(fu_node *nd);
+
+/* Pending row-wise reductions (fusion_rows.c; docs/fusion.md, "Reductions with an epilogue").
+ * ops_reduce.c describes the call; the node keeps copies of its views. */
+typedef struct fu_rows_call {
+    const char *op;    /* the op's name (a literal) */
+    int kind;          /* 0: tensor_rows; 1: tensor_rows_sum (sum, mean) */
+    em_tensor x, w, b; /* the input, weight and bias views (copies; their storages are leaves) */
+    bool has_w, has_b;
+    em_tensor out;     /* the result's view: on the node's storage, of the epilogue's dtype */
+    int k;             /* the dims reduced (the last k) */
+    double eps;        /* the norms' eps; the scale of a sum (1, or 1 / n for a mean) */
+    int code;          /* tensor_rows' op: 0 softmax, 1 log_softmax, 2 layer_norm, 3 rms_norm */
+} fu_rows_call;
+
+/* Called with the lock held unless said otherwise:
+ *  - fu_rows_record (takes the lock): records call c, whose result c->out is a fresh storage,
+ *    as a pending node; 1 when recorded, 0 when it must run now (fusion off, no memory), -1
+ *    with the error set when an input could not be realized;
+ *  - fu_rows_absorb (takes the lock): when op d of in[0..nin) into out consumes the donated
+ *    result of a pending row-wise reduction (in place, or a donated input out's shape as a fresh
+ *    out), extends its epilogue and returns 1; returns 0 when no such input, or after running
+ *    the reduction when the op does not fit (then the op reads its buffer); -1 with the error set;
+ *  - fu_rows_launch: runs nd's reduction with its epilogue into nd->st (its buffer allocated);
+ *  - fu_rows_error: adds the context of a failed realization to the error;
+ *  - fu_rows_free: frees nd->rows (the leaves are free_node's). */
+int fu_rows_record(const fu_rows_call *c);
+int fu_rows_absorb(const fu_desc *d, const em_tensor *const *in, int nin, int64_t (*strides)[EM_MAX_RANK],
+                   const em_tensor *out);
+em_status fu_rows_launch(fu_node *nd);
+void fu_rows_error(const fu_node *nd);
+void fu_rows_free(fu_node *nd);
+/* The epilogue node epi's kernel-language pieces (fusion_rows.c): appends to out the helper
+ * fu_store and `text` (an instantiated kernel) with its output parameter's type made epi's dtype,
+ * followed by epi's leaves and scalars, and each store `out[i] = line(T)(v);` (or, for an output
+ * of scalars, `out[i] = T(v);`) made a call of fu_store. false when the text does not have that
+ * shape. */
+bool fu_epi_instantiate(const fu_node *epi, const char *text, em_strbuf *out);
+/* The arguments epi's kernel parameters take (leaves in lines of lw over walk w, offsets,
+ * scalars) into args, the leaves' bytes added to *read; returns how many, SIZE_MAX with the
+ * error set when a leaf's buffer could not be allocated. */
+size_t fu_epi_args(const fu_node *epi, const fu_walk *w, unsigned lw, em_arg *args, uint64_t *read);
+
+/* Launches `kernel` of src/kernels/<file>.ek with pr's tree in its loads (pr may be NULL: x is
+ * args[0]) and epi's epilogue in its stores (epi may be NULL; epi_scalar: the kernel's output is
+ * a tensor of scalars, not lines): args are the plain kernel's, x's first (a placeholder when pr
+ * is set), out's at index out_at. (fusion_reduce.c) */
+em_status fu_reduce_launch(fu_prologue *pr, const fu_node *epi, bool epi_scalar, em_device *dev,
+                           const char *file, const char *kernel, const em_lang_spec *spec, const uint32_t cubes[3],
+                           const uint32_t units[3], const em_arg *args, size_t na, size_t out_at,
+                           uint64_t read, uint64_t written);
+/* Runs call c (ops_reduce.c: the row-wise kernel it would have launched) with epilogue epi (or
+ * NULL) into c->out, whose storage's buffer exists. EM_OK or the error set. */
+em_status tn_rows_run(const fu_rows_call *c, const fu_node *epi);
 
 #endif

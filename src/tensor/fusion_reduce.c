@@ -16,7 +16,11 @@
  * that does not fails to compile, reported at the call; tests/tensor/test_fusion_reduce.c runs
  * every kernel that takes a prologue). The pending storage itself stays pending (the tree is recomputed, as when inlined
  * into an elementwise consumer), so it runs only if something else reads it. Generated modules
- * are cached by kernel and tree signature, under the fusion lock. */
+ * are cached by kernel and tree signature, under the fusion lock.
+ *
+ * The same instantiation takes an epilogue (fusion_rows.c: a pending row-wise reduction whose
+ * result absorbed elementwise ops): its output parameter and stores are substituted in turn
+ * (fu_epi_instantiate), with or without a prologue, so a reduction runs as one launch. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +49,8 @@ bool fu_prologue_begin(const em_tensor *t, int passes, int scalars, fu_prologue 
     if (!t || !fu_enabled()) return false;
     pthread_mutex_lock(&fu_lock);
     fu_node *nd = t->st->pending;
-    bool ok = nd && !nd->mm && nd->nleaves >= 1 && t->dtype == nd->dtype && t->offset == 0 && em_is_contiguous(t) &&
-              tn_numel(t->rank, t->shape) == tn_numel(nd->rank, nd->shape) &&
+    bool ok = nd && !nd->mm && !nd->rows && nd->nleaves >= 1 && t->dtype == nd->dtype && t->offset == 0 &&
+              em_is_contiguous(t) && tn_numel(t->rank, t->shape) == tn_numel(nd->rank, nd->shape) &&
               nd->nleaves + nd->nparams + scalars <= FU_MAX_SCALARS;
     /* on the CPU, whose kernels are bound by arithmetic (and whose row kernels walk a row once
      * per pass), recomputing a tree in the loads costs more than reading it back from the cache:
@@ -131,8 +135,8 @@ static bool kernel_text(const char *src, const char *kernel, const char **start,
     return false;
 }
 
-/* Appends kernel `kernel` of src instantiated as fused_<kernel> (the file comment says how);
- * false when its text does not have the expected shape. */
+/* Appends kernel `kernel` of src instantiated as fused_<kernel> (the file comment says how; nd
+ * NULL: only renamed); false when its text does not have the expected shape. */
 static bool instantiate(const fu_node *nd, const char *src, const char *kernel, em_strbuf *sb)
 {
     const char *s, *e;
@@ -140,6 +144,15 @@ static bool instantiate(const fu_node *nd, const char *src, const char *kernel, 
     char name[96];
     snprintf(name, sizeof name, " void %s(", kernel);
     const char *nm = strstr(s, name);
+    if (!nd) {
+        if (!nm || nm > e) return false;
+        em_sb_appendn(sb, s, (size_t)(nm - s));
+        em_sb_printf(sb, " void fused_%s(", kernel);
+        const char *q = nm + strlen(name);
+        em_sb_appendn(sb, q, (size_t)(e - q));
+        em_sb_append(sb, "\n");
+        return true;
+    }
     const char *xp = strstr(s, X_PARAM);
     const char *again = xp ? strstr(xp + 1, X_PARAM) : NULL;
     if (!nm || !xp || xp > e || (again && again < e)) return false;
@@ -171,14 +184,19 @@ static bool instantiate(const fu_node *nd, const char *src, const char *kernel, 
     return calls > 0;
 }
 
-/* The cached module of kernel `kernel` (in src/kernels/<file>.ek) fused with nd's tree. */
-static pro_kernel *module_for(const fu_node *nd, const char *file, const char *kernel)
+/* The cached module of kernel `kernel` (in src/kernels/<file>.ek) fused with nd's tree in its
+ * loads (nd may be NULL) and epi's in its stores (epi may be NULL). */
+static pro_kernel *module_for(const fu_node *nd, const fu_node *epi, const char *file, const char *kernel)
 {
     em_strbuf key;
     em_sb_init(&key);
     em_sb_append(&key, kernel); /* built at every launch: no printf, as fu_signature */
     em_sb_appendc(&key, '|');
-    fu_signature(nd, &key);
+    if (nd) fu_signature(nd, &key);
+    if (epi) {
+        em_sb_append(&key, "|e");
+        fu_signature(epi, &key);
+    }
     pro_kernel *k = key.oom ? NULL : em_map_gets(&g_cache, key.data);
     if (k || key.oom) {
         if (!k) em_set_error(EM_ERR_NOMEM, "out of host memory");
@@ -191,12 +209,25 @@ static pro_kernel *module_for(const fu_node *nd, const char *file, const char *k
     if (!base) {
         em_set_error(EM_ERR_INTERNAL, "the kernels of %s are missing", file);
     } else {
-        gen_load(nd, &src);
-        if (!instantiate(nd, base, kernel, &src))
+        /* the prologue's helper, then the kernel instantiated with it (kt), then the epilogue's
+         * helper and the kernel's stores substituted (fusion_rows.c) */
+        em_strbuf kt;
+        em_sb_init(&kt);
+        if (nd) gen_load(nd, &src);
+        bool ok = instantiate(nd, base, kernel, &kt) && !kt.oom, oom = kt.oom;
+        if (!ok && !oom)
             em_set_error(EM_ERR_INTERNAL, "%s.ek: kernel %s cannot take a fused prologue", file, kernel);
-        else if (src.oom)
+        if (ok && epi && !fu_epi_instantiate(epi, kt.data, &src)) {
+            em_set_error(EM_ERR_INTERNAL, "%s.ek: kernel %s cannot take a fused epilogue", file, kernel);
+            ok = false;
+        }
+        if (ok && !epi) em_sb_append(&src, kt.data);
+        em_sb_free(&kt);
+        if (oom || (ok && src.oom)) {
             em_set_error(EM_ERR_NOMEM, "out of host memory");
-        else {
+            ok = false;
+        }
+        if (ok) {
             /* the instantiated kernel calls helpers of any built-in file: load them all */
             size_t nb = fu_builtin_count();
             const char **names = calloc(nb + 1, sizeof *names), **srcs = calloc(nb + 1, sizeof *srcs);
@@ -224,7 +255,8 @@ static pro_kernel *module_for(const fu_node *nd, const char *file, const char *k
             if (!k) em_lang_module_free(m);
             if (k) fu_count_compile();
             if (k && fu_debug_on())
-                fprintf(stderr, "ember fusion: prologue kernel #%d generated:\n%s", k->id, src.data);
+                fprintf(stderr, "ember fusion: %s kernel #%d generated:\n%s",
+                        nd && epi ? "prologue + epilogue" : nd ? "prologue" : "epilogue", k->id, src.data);
         }
     }
     em_sb_free(&src);
@@ -232,58 +264,107 @@ static pro_kernel *module_for(const fu_node *nd, const char *file, const char *k
     return k;
 }
 
-em_status fu_prologue_launch(fu_prologue *pr, const char *file, const char *kernel, const em_lang_spec *spec,
-                             const uint32_t cubes[3], const uint32_t units[3], const em_arg *rest, size_t nrest,
-                             uint64_t read, uint64_t written)
+/* "exp, add" or "exp, add; epilogue mul_scalar, cast" into sb. */
+static void describe(const fu_node *nd, const fu_node *epi, em_strbuf *sb)
 {
-    fu_node *nd = pr->nd;
+    if (nd) fu_op_list(nd, sb);
+    if (epi) {
+        em_sb_append(sb, nd ? "; epilogue " : "epilogue ");
+        fu_op_list(epi, sb);
+    }
+}
+
+em_status fu_reduce_launch(fu_prologue *pr, const fu_node *epi, bool epi_scalar, em_device *dev,
+                           const char *file, const char *kernel, const em_lang_spec *spec, const uint32_t cubes[3],
+                           const uint32_t units[3], const em_arg *in, size_t nin, size_t out_at,
+                           uint64_t read, uint64_t written)
+{
+    fu_node *nd = pr ? pr->nd : NULL;
     unsigned lw = spec->line_width ? spec->line_width : 1;
-    if (pr->max_lw % lw != 0) {
+    if (nd && pr->max_lw % lw != 0) {
         em_set_error(EM_ERR_INTERNAL, "%s: line width %u does not divide the fused input's %u", kernel, lw,
                      pr->max_lw);
         return EM_ERR_INTERNAL;
     }
-    pro_kernel *k = module_for(nd, file, kernel);
-    if (!k) return em_last_status();
-    em_arg args[2 * FU_MAX_LEAVES + FU_MAX_PARAMS + 24];
-    if (nrest > 24) return em_set_error(EM_ERR_INTERNAL, "%s: too many arguments", kernel);
-    size_t na = 0;
-    for (int i = 0; i < nd->nleaves; i++) {
-        fu_leaf *l = &nd->leaves[i];
-        if (fu_ensure_buffer(l->st) != EM_OK) return em_last_status();
-        args[na++] = fu_operand_arg(l->st, l->dtype, lw, &pr->w, i);
-        args[na++] = em_arg_u32((uint32_t)l->offset);
-        read += tn_view_bytes(l->dtype, nd->rank, nd->shape, l->stride);
+    fu_walk ew;
+    if (epi) {
+        int64_t offs[FU_WALK_MAX];
+        em_scalar dts[FU_WALK_MAX];
+        unsigned m = fu_node_walk(epi, &ew, dts, offs);
+        if (!epi_scalar && m % lw != 0) {
+            em_set_error(EM_ERR_INTERNAL, "%s: line width %u does not divide the epilogue's %u", kernel, lw, m);
+            return EM_ERR_INTERNAL;
+        }
     }
-    for (int i = 0; i < nd->nparams; i++) args[na++] = nd->params[i];
-    memcpy(args + na, rest, nrest * sizeof *rest);
-    na += nrest;
+    if (nin > 24 || nin < 1) return em_set_error(EM_ERR_INTERNAL, "%s: too many arguments", kernel);
+    pro_kernel *k = module_for(nd, epi, file, kernel);
+    if (!k) return em_last_status();
+    em_arg args[4 * FU_MAX_LEAVES + 2 * FU_MAX_PARAMS + 24];
+    size_t na = 0;
+    if (nd) {
+        for (int i = 0; i < nd->nleaves; i++) {
+            fu_leaf *l = &nd->leaves[i];
+            if (fu_ensure_buffer(l->st) != EM_OK) return em_last_status();
+            args[na++] = fu_operand_arg(l->st, l->dtype, lw, &pr->w, i);
+            args[na++] = em_arg_u32((uint32_t)l->offset);
+            read += tn_view_bytes(l->dtype, nd->rank, nd->shape, l->stride);
+        }
+        for (int i = 0; i < nd->nparams; i++) args[na++] = nd->params[i];
+    } else {
+        args[na++] = in[0];
+    }
+    for (size_t i = 1; i < nin; i++) {
+        args[na++] = in[i];
+        if (epi && i == out_at) {
+            size_t ne = fu_epi_args(epi, &ew, epi_scalar ? 1 : lw, args + na, &read);
+            if (ne == SIZE_MAX) return em_last_status();
+            na += ne;
+        }
+    }
     em_lang_bind binds[16];
-    if (spec->nbinds >= EM_ARRAY_LEN(binds)) return em_set_error(EM_ERR_INTERNAL, "%s: too many bindings", kernel);
+    if (spec->nbinds + 2 > EM_ARRAY_LEN(binds)) return em_set_error(EM_ERR_INTERNAL, "%s: too many bindings", kernel);
     memcpy(binds, spec->binds, spec->nbinds * sizeof *binds);
-    binds[spec->nbinds] = em_lang_bind_int("R", pr->w.rank);
-    em_lang_spec sp = {binds, spec->nbinds + 1, lw, spec->caps};
+    size_t nb = spec->nbinds;
+    if (nd) binds[nb++] = em_lang_bind_int("R", pr->w.rank);
+    if (epi) binds[nb++] = em_lang_bind_int("RE", ew.rank);
+    em_lang_spec sp = {binds, nb, lw, spec->caps};
     if (fu_debug_on()) {
         em_strbuf sb;
         em_sb_init(&sb);
-        fu_op_list(nd, &sb);
+        describe(nd, epi, &sb);
         char d[128];
-        tn_describe_shape(nd->dtype, nd->rank, nd->shape, d, sizeof d);
-        fprintf(stderr, "ember fusion: prologue kernel #%d: %s reading %d ops (%s) over %s, %d inputs, line width %u\n",
-                k->id, kernel, nd->ncompute, sb.data, d, nd->nleaves, lw);
+        const fu_node *shown = nd ? nd : epi;
+        tn_describe_shape(shown->dtype, shown->rank, shown->shape, d, sizeof d);
+        fprintf(stderr, "ember fusion: %s kernel #%d: %s %s %d ops (%s) over %s, line width %u\n",
+                nd && epi ? "prologue + epilogue" : nd ? "prologue" : "epilogue", k->id, kernel,
+                nd ? "reading" : "storing", (nd ? nd->ncompute : 0) + (epi ? epi->ncompute : 0),
+                sb.data ? sb.data : "", d, lw);
         em_sb_free(&sb);
     }
-    em_status st = em_lang_launch(nd->st->dev, k->m, k->name, &sp, cubes, units, args, na);
+    em_status st = em_lang_launch(dev, k->m, k->name, &sp, cubes, units, args, na);
     if (st == EM_OK) {
         fu_count_launch(k->name, read, written);
-        fu_count_fused(nd->ncompute + 1);
-        nd->inlined++;
+        fu_count_fused((nd ? nd->ncompute : 0) + (epi ? epi->ncompute : 0) + 1);
+        if (nd) nd->inlined++;
     } else {
         em_strbuf sb;
         em_sb_init(&sb);
-        fu_op_list(nd, &sb);
-        em_error_context("%s fused with %s (EMBER_FUSION=0 runs the ops one by one)", kernel, sb.data);
+        describe(nd, epi, &sb);
+        em_error_context("%s fused with %s (EMBER_FUSION=0 runs the ops one by one)", kernel,
+                         sb.data ? sb.data : "");
         em_sb_free(&sb);
     }
     return st;
+}
+
+em_status fu_prologue_launch(fu_prologue *pr, const char *file, const char *kernel, const em_lang_spec *spec,
+                             const uint32_t cubes[3], const uint32_t units[3], const em_arg *rest, size_t nrest,
+                             uint64_t read, uint64_t written)
+{
+    em_arg in[25];
+    if (nrest > 23) return em_set_error(EM_ERR_INTERNAL, "%s: too many arguments", kernel);
+    in[0] = em_arg_u32(0); /* x: replaced by the tree's leaves */
+    memcpy(in + 1, rest, nrest * sizeof *rest);
+    return fu_reduce_launch(pr, NULL, false, pr->nd->st->dev, file, kernel, spec, cubes, units, in, nrest + 1, 0,
+                            read, written);
 }

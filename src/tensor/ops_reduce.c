@@ -13,11 +13,15 @@
  * Float sum and mean over leading dims, the kept dims being one contiguous inner block (bias
  * gradients: [B*T, C] over dim 0), take the column path of src/kernels/tensor_cols.ek on every
  * device: consecutive units read consecutive columns of a row, cubes cover tiles of columns and
- * slices of rows, and a second launch sums the slices' partials (cols_plan_for). */
+ * slices of rows, and a second launch sums the slices' partials (cols_plan_for).
+ *
+ * With fusion on, softmax, log_softmax, the norms and the row sums on the row-wise path do not
+ * launch: their result is a pending node (fusion_rows.c) that absorbs the elementwise ops applied
+ * to it, and runs (tn_rows_run) as one launch with them in its stores. */
 #include <math.h>
 #include <string.h>
 
-#include "tensor/fusion.h"
+#include "tensor/fusion_internal.h"
 #include "tensor/internal.h"
 
 enum { R_SUM = 0, R_PROD, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN, R_MEAN, R_VAR, R_STD, R_LSE, R_ALL, R_ANY };
@@ -142,26 +146,37 @@ static uint64_t view_bytes(const em_tensor *t)
     return tn_view_bytes(t->dtype, t->rank, t->shape, t->stride);
 }
 
+/* A flat buffer argument over t's whole storage read as dtype dt, in elements of `lanes`
+ * scalars. */
+static em_arg rows_buffer_as(const em_tensor *t, em_scalar dt, unsigned lanes)
+{
+    uint64_t len = (uint64_t)(t->st->bytes / em_scalar_size(dt)) / lanes;
+    return em_arg_tensor(t->st->buf, 0, len ? len : 1, 0, NULL, NULL);
+}
+
 /* A flat buffer argument over t's whole storage, in elements of `lanes` scalars. */
 static em_arg rows_buffer(const em_tensor *t, unsigned lanes)
 {
-    uint64_t len = (uint64_t)(t->st->bytes / em_scalar_size(t->dtype)) / lanes;
-    return em_arg_tensor(t->st->buf, 0, len ? len : 1, 0, NULL, NULL);
+    return rows_buffer_as(t, t->dtype, lanes);
 }
 
 /* Launches a row-wise kernel over the plan's rows: args[0] is its input x, read from t's buffer,
  * or with pr (a pending t fused into its loads, fusion_reduce.c) computed from pr's leaves.
  * `read` counts the bytes of its other inputs, `written` those of its output (em_tensor_stats).
  * EM_OK or the error set (prefixed with op). */
-static em_status rows_launch(const char *op, const em_tensor *t, fu_prologue *pr, const char *kernel,
-                             const rows_plan *p, const em_lang_bind *binds, size_t nb, const em_arg *args,
-                             size_t na, uint64_t read, uint64_t written)
+static em_status rows_launch(const char *op, const em_tensor *t, fu_prologue *pr, const fu_node *epi,
+                             size_t out_at, const char *kernel, const rows_plan *p, const em_lang_bind *binds,
+                             size_t nb, const em_arg *args, size_t na, uint64_t read, uint64_t written)
 {
     unsigned per = p->cube / p->g;
     uint32_t cubes[3] = {(p->rows + per - 1) / per, 1, 1}, units[3] = {p->cube, 1, 1};
     em_lang_spec spec = {binds, nb, p->lw, NULL};
     em_status st;
-    if (pr) {
+    if (epi) { /* the epilogue in its stores (out is args[out_at]), and the prologue if any */
+        if (!pr) read += tn_view_bytes(t->dtype, t->rank, t->shape, t->stride);
+        st = fu_reduce_launch(pr, epi, out_at == 2, t->st->dev, "tensor_rowwise", kernel, &spec, cubes, units,
+                              args, na, out_at, read, written);
+    } else if (pr) {
         st = fu_prologue_launch(pr, "tensor_rowwise", kernel, &spec, cubes, units, args + 1, na - 1, read,
                                 written);
     } else {
@@ -181,7 +196,7 @@ static em_status rows_launch(const char *op, const em_tensor *t, fu_prologue *pr
 static em_status rows_input(const char *op, const em_tensor *t, const em_tensor *out, int passes, int scalars,
                             fu_prologue *pr, bool *fused, unsigned *cap)
 {
-    *fused = out->st != t->st && fu_prologue_begin(t, passes, scalars, pr);
+    *fused = out->st != t->st && scalars <= FU_MAX_SCALARS && fu_prologue_begin(t, passes, scalars, pr);
     *cap = *fused ? pr->max_lw : 64;
     if (!*fused && tn_realize(t) != EM_OK) return em_error_context("%s", op);
     return EM_OK;
@@ -208,11 +223,12 @@ static size_t rows_binds(const rows_plan *p, em_lang_bind *b)
 
 /* Runs tensor_rows (op 0 softmax, 1 log_softmax, 2 layer_norm, 3 rms_norm) over the last k dims
  * of t into out (contiguous, t's shape); w and bias (or NULL) are contiguous, of the k dims.
- * *taken is false when t's geometry does not fit the fast path (nothing runs; the caller runs
- * the general kernel). EM_OK or the error set. */
-static em_status rows_apply(const char *op, const em_tensor *t, int k, const em_tensor *w,
-                            const em_tensor *bias, em_tensor *out, double eps, int code,
-                            bool *taken)
+ * With epi (a pending node's epilogue: tn_rows_run), out is of epi's dtype and its buffer is not
+ * realized again. *taken is false when t's geometry does not fit the fast path (nothing runs;
+ * the caller runs the general kernel). EM_OK or the error set. */
+static em_status rows_exec(const char *op, const em_tensor *t, int k, const em_tensor *w,
+                           const em_tensor *bias, em_tensor *out, double eps, int code,
+                           const fu_node *epi, bool deferred, bool *taken)
 {
     int64_t rows, n, rs;
     *taken = false;
@@ -221,9 +237,23 @@ static em_status rows_apply(const char *op, const em_tensor *t, int k, const em_
     bool fused = false;
     unsigned cap;
     *taken = true;
-    if (realize_rows(op, w, bias, out) != EM_OK ||
-        rows_input(op, t, out, 3, 11, &pr, &fused, &cap) != EM_OK)
+    int escalars = epi ? epi->nleaves + epi->nparams : 0;
+    /* a missing w or bias is bound to a placeholder of dtype T: x when bound, else out, which
+     * with an epilogue of a narrower dtype may be too small for a line of T (tiny tensors): then
+     * x is realized and bound (the prologue not taken) */
+    if (!(w && bias) && em_scalar_size(out->dtype) < em_scalar_size(t->dtype) &&
+        out->st->bytes < em_scalar_size(t->dtype) * 32)
+        escalars += FU_MAX_SCALARS + 1;
+    if (realize_rows(op, w, bias, deferred ? NULL : out) != EM_OK ||
+        rows_input(op, t, out, 3, 11 + escalars, &pr, &fused, &cap) != EM_OK)
         return em_last_status();
+    if (epi) { /* the epilogue's leaves (and the result) must allow the kernel's line width */
+        fu_walk ew;
+        int64_t offs[FU_WALK_MAX];
+        em_scalar dts[FU_WALK_MAX];
+        unsigned ecap = fu_node_walk(epi, &ew, dts, offs);
+        if (ecap < cap) cap = ecap;
+    }
     int64_t al[5] = {t->offset, rs, out->offset, w ? w->offset : 0, bias ? bias->offset : 0};
     rows_plan p;
     if (!rows_plan_for(t->st->dev, t->dtype, rows, n, rs, al, 5, cap, &p)) {
@@ -235,24 +265,74 @@ static em_status rows_apply(const char *op, const em_tensor *t, int k, const em_
     em_lang_bind b[6] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("C", ct),
                          em_lang_bind_type("M", tn_math_type(t->st->dev, ct))};
     size_t nb = 3 + rows_binds(&p, b + 3);
-    const em_tensor *wt = w ? w : out, *bt = bias ? bias : out;
+    const em_tensor *ph = fused ? out : t; /* the placeholder (above) */
+    const em_tensor *wt = w ? w : ph, *bt = bias ? bias : ph;
     em_arg a[15] = {fused ? em_arg_u32(0) : rows_buffer(t, p.lw), em_arg_u32((uint32_t)(t->offset / p.lw)),
-                    rows_buffer(wt, p.lw), em_arg_u32((uint32_t)(wt->offset / p.lw)),
-                    rows_buffer(bt, p.lw), em_arg_u32((uint32_t)(bt->offset / p.lw)),
+                    rows_buffer_as(wt, t->dtype, p.lw), em_arg_u32((uint32_t)(w ? w->offset / p.lw : 0)),
+                    rows_buffer_as(bt, t->dtype, p.lw), em_arg_u32((uint32_t)(bias ? bias->offset / p.lw : 0)),
                     rows_buffer(out, p.lw), em_arg_u32((uint32_t)(out->offset / p.lw)),
                     em_arg_u32(p.rows), em_arg_u32(p.nl), em_arg_u32(p.x_rs), em_arg_u32(p.nl),
                     tn_scalar_arg(t->dtype, eps), em_arg_u32((uint32_t)code),
                     em_arg_u32((w ? 1u : 0u) | (bias ? 2u : 0u))};
     uint64_t read = (w ? view_bytes(w) : 0) + (bias ? view_bytes(bias) : 0);
-    em_status st = rows_launch(op, t, fused ? &pr : NULL, "tensor_rows", &p, b, nb, a, 15, read, view_bytes(out));
+    em_status st = rows_launch(op, t, fused ? &pr : NULL, epi, 6, "tensor_rows", &p, b, nb, a, 15, read,
+                               view_bytes(out));
     if (fused) fu_prologue_end(&pr);
     return st;
 }
 
+/* With fusion on, records call c as a pending node (fusion_rows.c) when the row-wise path fits
+ * its input at every line width the node may run with (al: the offsets and strides the plan
+ * checks, al[1] filled with the row stride). 1 when recorded, 0 when it must run now, -1 with
+ * the error set. */
+static int rows_record(fu_rows_call *c, int64_t *al, int na)
+{
+    int64_t rows, n, rs;
+    rows_plan p;
+    if (!fu_enabled() || c->out.st == c->x.st || !rows_geometry(&c->x, c->k, &rows, &n, &rs))
+        return 0;
+    al[1] = rs;
+    if (!rows_plan_for(c->x.st->dev, c->x.dtype, rows, n, rs, al, na, 1, &p)) return 0;
+    int r = fu_rows_record(c);
+    if (r < 0) em_error_context("%s", c->op);
+    return r;
+}
+
+/* rows_exec, or with fusion on (the fast path fitting) out recorded as a pending node that
+ * runs rows_exec when realized (fusion_rows.c). out is a fresh tensor of t's shape. */
+static em_status rows_apply(const char *op, const em_tensor *t, int k, const em_tensor *w,
+                            const em_tensor *bias, em_tensor *out, double eps, int code, bool *taken)
+{
+    fu_rows_call c = {.op = op, .kind = 0, .x = *t, .has_w = w != NULL, .has_b = bias != NULL, .out = *out,
+                      .k = k, .eps = eps, .code = code};
+    if (w) c.w = *w;
+    if (bias) c.b = *bias;
+    int64_t al[5] = {t->offset, 0, out->offset, w ? w->offset : 0, bias ? bias->offset : 0};
+    int r = rows_record(&c, al, 5);
+    *taken = r != 0;
+    if (r != 0) return r > 0 ? EM_OK : em_last_status();
+    return rows_exec(op, t, k, w, bias, out, eps, code, NULL, false, taken);
+}
+
+static em_status rows_sum_exec(const char *op, const em_tensor *t, int k, em_tensor *out, double scale,
+                               const fu_node *epi, bool deferred, bool *taken);
+
+em_status tn_rows_run(const fu_rows_call *c, const fu_node *epi)
+{
+    em_tensor out = c->out;
+    bool taken;
+    em_status st = c->kind == 1 ? rows_sum_exec(c->op, &c->x, c->k, &out, c->eps, epi, true, &taken)
+                                : rows_exec(c->op, &c->x, c->k, c->has_w ? &c->w : NULL,
+                                            c->has_b ? &c->b : NULL, &out, c->eps, c->code, epi, true, &taken);
+    if (st == EM_OK && !taken)
+        st = em_set_error(EM_ERR_INTERNAL, "%s: the row-wise kernel no longer fits its input", c->op);
+    return st;
+}
+
 /* Runs tensor_rows_sum: out (contiguous, one value per row) = scale * the sums over the last k
- * dims of t. *taken as for rows_apply. */
-static em_status rows_sum(const char *op, const em_tensor *t, int k, em_tensor *out, double scale,
-                          bool *taken)
+ * dims of t; epi and deferred as for rows_exec. *taken as for rows_exec. */
+static em_status rows_sum_exec(const char *op, const em_tensor *t, int k, em_tensor *out, double scale,
+                               const fu_node *epi, bool deferred, bool *taken)
 {
     int64_t rows, n, rs;
     *taken = false;
@@ -261,7 +341,9 @@ static em_status rows_sum(const char *op, const em_tensor *t, int k, em_tensor *
     bool fused = false;
     unsigned cap;
     *taken = true;
-    if (realize_rows(op, NULL, NULL, out) != EM_OK || rows_input(op, t, out, 1, 6, &pr, &fused, &cap) != EM_OK)
+    int escalars = epi ? epi->nleaves + epi->nparams : 0;
+    if (realize_rows(op, NULL, NULL, deferred ? NULL : out) != EM_OK ||
+        rows_input(op, t, out, 1, 6 + escalars, &pr, &fused, &cap) != EM_OK)
         return em_last_status();
     int64_t al[2] = {t->offset, rs};
     rows_plan p;
@@ -276,9 +358,23 @@ static em_status rows_sum(const char *op, const em_tensor *t, int k, em_tensor *
     em_arg a[8] = {fused ? em_arg_u32(0) : rows_buffer(t, p.lw), em_arg_u32((uint32_t)(t->offset / p.lw)),
                    rows_buffer(out, 1), em_arg_u32((uint32_t)out->offset), em_arg_u32(p.rows),
                    em_arg_u32(p.nl), em_arg_u32(p.x_rs), tn_scalar_arg(t->dtype, scale)};
-    em_status st = rows_launch(op, t, fused ? &pr : NULL, "tensor_rows_sum", &p, b, nb, a, 8, 0, view_bytes(out));
+    em_status st = rows_launch(op, t, fused ? &pr : NULL, epi, 2, "tensor_rows_sum", &p, b, nb, a, 8, 0,
+                               view_bytes(out));
     if (fused) fu_prologue_end(&pr);
     return st;
+}
+
+/* rows_sum_exec, or with fusion on (the fast path fitting) out recorded as a pending node
+ * (fusion_rows.c), as rows_apply does. out is a fresh tensor of one value per row. */
+static em_status rows_sum(const char *op, const em_tensor *t, int k, em_tensor *out, double scale,
+                          bool *taken)
+{
+    fu_rows_call c = {.op = op, .kind = 1, .x = *t, .out = *out, .k = k, .eps = scale};
+    int64_t al[2] = {t->offset, 0};
+    int r = rows_record(&c, al, 2);
+    *taken = r != 0;
+    if (r != 0) return r > 0 ? EM_OK : em_last_status();
+    return rows_sum_exec(op, t, k, out, scale, NULL, false, taken);
 }
 
 /* ---- the column path (src/kernels/tensor_cols.ek) -------------------------------------------- */
@@ -519,7 +615,9 @@ static em_tensor *reduce(const char *op, const em_tensor *t, const int *dims, in
     int64_t n_inner = 1, n_outer = tn_numel(kr, kshape);
     for (int i = 0; i < t->rank; i++)
         if (red[i]) n_inner *= t->shape[i];
-    out = tn_new(t->st->dev, odt, orank, oshape);
+    /* float sums and means may become pending (fusion_rows.c): their result is deferred */
+    out = fl && (code == R_SUM || code == R_MEAN) ? tn_new_deferred(t->st->dev, odt, orank, oshape)
+                                                  : tn_new(t->st->dev, odt, orank, oshape);
     if (!out || n_outer == 0) goto done;
     if (n_inner == 0) {
         double v = code == R_PROD || code == R_ALL ? 1 : code == R_LSE ? -INFINITY : 0;
@@ -648,7 +746,7 @@ static em_tensor *softmax(const char *op, const em_tensor *t, int dim, bool log_
     }
     int d = tn_dim(op, dim, t->rank);
     if (d < 0) goto done;
-    out = tn_new(t->st->dev, t->dtype, t->rank, t->shape);
+    out = tn_new_deferred(t->st->dev, t->dtype, t->rank, t->shape); /* pending: fusion_rows.c */
     if (!out || em_numel(t) == 0) goto done;
     if (t->rank && d == t->rank - 1) {
         bool taken;
@@ -759,7 +857,7 @@ static em_tensor *norm(const char *op, const em_tensor *t, int nnorm, const em_t
         return NULL;
     }
     if (!check_affine(op, "weight", t, nnorm, w) || !check_affine(op, "bias", t, nnorm, bias)) return NULL;
-    out = tn_new(t->st->dev, t->dtype, t->rank, t->shape);
+    out = tn_new_deferred(t->st->dev, t->dtype, t->rank, t->shape); /* pending: fusion_rows.c */
     if (!out || em_numel(t) == 0) return out;
     wc = w ? tn_contig(w) : NULL;
     bc = bias ? tn_contig(bias) : NULL;

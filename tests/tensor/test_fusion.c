@@ -553,6 +553,7 @@ static void test_rowwise_reads_pending(void **state)
                                : op == 1 ? em_layer_norm(p, 1, pw, tb, 1e-5)
                                          : em_sum(p, &last, 1, false);
                 assert_non_null(y);
+                assert_int_equal(em_realize(y), EM_OK); /* a pending reduction (fusion_rows.c) runs */
                 em_tensor_stats s1 = em_tensor_stats_get();
                 /* fused: the row-wise kernel computes the pending chain in its loads (one
                  * launch; tests/tensor/test_fusion_reduce.c) on GPUs; the CPU and the general
