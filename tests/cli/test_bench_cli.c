@@ -126,6 +126,8 @@ static void test_train_json(void **state)
     assert_true(launches > 0 && flaunches <= launches && (flaunches > 0) == fused);
     assert_true(number(o, "gib_read_per_step") > 0 && number(o, "gib_written_per_step") > 0);
     assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(o, "recompute")));
+    /* the warm-up's peak is reported apart from the timed steps' (reset after the warm-up) */
+    assert_true(number(o, "peak_mem_warmup_gib") > 0);
     cJSON_Delete(o);
     /* recomputing in the backward trains the same model: the same loss after the same steps */
     o = bench_json("bench train-gpt2 --device cpu --preset tiny --batch 2 --seq 32 --steps 2 "

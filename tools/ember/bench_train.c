@@ -10,15 +10,15 @@
  *    "batch":16,"seq":1024,"layers":12,"dim":768,"params":...,"ms_per_step":...,
  *    "tokens_per_s":...,"model_tflops":...,"peak_mem_gib":...,"loss":...,"fusion":true,
  *    "launches_per_step":...,"fused_launches_per_step":...,"gib_read_per_step":...,
- *    "gib_written_per_step":...}
+ *    "gib_written_per_step":...,"recompute":false,"peak_mem_warmup_gib":...}
  *
  * The last five are ember's own: whether fusion was on (EMBER_FUSION=0 turns it off) and, per
  * timed step, the tensor layer's launches (fused ones among them) and bytes read and written
  * (em_tensor_stats: the bound views, a model of the traffic; docs/fusion.md).
  * model_tflops counts 6 * params + 6 * layers * dim * seq FLOPs per token, as the reference
- * (and llm.c) does; peak_mem_gib is the device pool's high-water mark over the whole run (the
- * reference resets its counter after the warm-up; ember's steps are alike, so the peak is that of
- * any step). The random tokens are written as one shard in a temporary folder, removed at exit.
+ * (and llm.c) does; peak_mem_gib is the device pool's high-water mark over the timed steps (the
+ * counter is reset after the warm-up, as the reference resets its own), peak_mem_warmup_gib that
+ * of the warm-up (whose first step autotunes the matmuls). The random tokens are written as one shard in a temporary folder, removed at exit.
  * With EMBER_PROFILE=1 the profiler's report of the timed steps (docs/profiling.md) goes to
  * stderr: launches, host and device time per kernel. */
 #include <errno.h>
@@ -215,6 +215,11 @@ static int run(const train_opts *o, const char *dir)
     if (st == EM_OK) st = em_device_sync(dev);
     bool profiling = em_profile_enabled();
     if (st == EM_OK && profiling) em_profile_reset(); /* the report covers the timed steps only */
+    /* the peak of the timed steps, as the reference's (it resets its counter after the warm-up,
+     * whose first step also autotunes the matmuls) */
+    em_pool_stats pw;
+    em_device_pool_stats(dev, &pw);
+    em_device_pool_reset_peak(dev);
     em_tensor_stats s0 = em_tensor_stats_get();
     double t0 = bu_now_s();
     for (int64_t i = 0; st == EM_OK && i < o->steps; i++) st = em_trainer_step(t, &m);
@@ -243,7 +248,8 @@ static int run(const train_opts *o, const char *dir)
                "\"params\":%lld,\"ms_per_step\":%.2f,\"tokens_per_s\":%.0f,"
                "\"model_tflops\":%.1f,\"peak_mem_gib\":%.2f,\"loss\":%.4f,\"fusion\":%s,"
                "\"launches_per_step\":%.0f,\"fused_launches_per_step\":%.0f,"
-               "\"gib_read_per_step\":%.4f,\"gib_written_per_step\":%.4f,\"recompute\":%s}\n",
+               "\"gib_read_per_step\":%.4f,\"gib_written_per_step\":%.4f,\"recompute\":%s,"
+               "\"peak_mem_warmup_gib\":%.2f}\n",
                info.device, info.device_desc, info.bf16 ? "bf16" : "fp32", (long long)o->batch,
                (long long)o->seq, (long long)c.model.n_layer, (long long)c.model.n_embd,
                (long long)info.num_params, dt * 1e3, tokens / dt, flops * tokens / dt / 1e12,
@@ -251,7 +257,7 @@ static int run(const train_opts *o, const char *dir)
                (double)(s1.launches - s0.launches) / per, (double)(s1.fused_launches - s0.fused_launches) / per,
                (double)(s1.bytes_read - s0.bytes_read) / per / gib,
                (double)(s1.bytes_written - s0.bytes_written) / per / gib,
-               o->recompute ? "true" : "false");
+               o->recompute ? "true" : "false", (double)pw.peak_in_use / gib);
         fflush(stdout);
     }
     em_trainer_free(t);
