@@ -151,7 +151,8 @@ void fu_link(fu_node *nd)
     g_pending = nd;
 }
 
-/* The leaf op reading (st, dtype, stride, offset), added unless the node has it. -2 when full. */
+/* The leaf op reading (st, dtype, stride, offset), added unless the node has it (a new leaf's
+ * storage is retained at once: fu_record releases it if the node is dropped). -2 when full. */
 static int add_leaf(fu_node *nd, tn_storage *st, em_scalar dt, const int64_t *stride, int64_t offset)
 {
     for (int j = 0; j < nd->nops; j++) {
@@ -169,7 +170,10 @@ static int add_leaf(fu_node *nd, tn_storage *st, em_scalar dt, const int64_t *st
     l->dtype = dt;
     memcpy(l->stride, stride, sizeof(int64_t) * (size_t)nd->rank);
     l->offset = offset;
-    if (st == nd->st) nd->inplace = true;
+    if (st == nd->st)
+        nd->inplace = true;
+    else
+        tn_storage_retain(st); /* held from now on: realizing a later input may free its owner */
     fu_op *o = &nd->ops[nd->nops];
     memset(o, 0, sizeof *o);
     o->kind = FU_LEAF;
@@ -378,6 +382,8 @@ int fu_record(const fu_desc *d, const em_tensor *const *in, int nin, int64_t (*s
         child[k] = add_input(nd, in[k], strides[k], nin - 1 - k);
         if (child[k] < 0) {
             pthread_mutex_unlock(&fu_lock);
+            for (int i = 0; i < nd->nleaves; i++)
+                if (nd->leaves[i].st != ost) tn_storage_release(nd->leaves[i].st);
             free(nd);
             if (child[k] == -2) return 0; /* no room: run it now */
             em_error_context("%s", d->name);
@@ -403,10 +409,10 @@ int fu_record(const fu_desc *d, const em_tensor *const *in, int nin, int64_t (*s
     }
     nd->nops++;
     nd->ncompute++;
-    /* committed: the leaves are held, and the storage's old pending value (if any) is replaced */
+    /* committed: the leaves (held since added) are read, and the storage's old pending value (if
+     * any) is replaced */
     for (int i = 0; i < nd->nleaves; i++) {
         if (nd->leaves[i].st == ost) continue;
-        tn_storage_retain(nd->leaves[i].st);
         atomic_fetch_add(&nd->leaves[i].st->readers, 1);
     }
     if (ost->pending) {

@@ -748,7 +748,8 @@ static void test_deferred_allocation(void **state)
  * into each, 3 launches covering 6 ops, everywhere; a transcendental one (exp) on the CPU is
  * inlined into its first consumer only and then realized once, 4 launches covering 5 ops (docs/
  * fusion.md: recomputing it would cost more than reading it back there); other devices inline it
- * into each. Values are checked against the host either way. */
+ * into each. Values are checked against the host either way. Then one op reading a pending tanh
+ * twice after its input was freed (the storage an inlined leaf reads must stay held). */
 static void test_shared_transcendental(void **state)
 {
     (void)state;
@@ -781,6 +782,24 @@ static void test_shared_transcendental(void **state)
                 tu_check("shared consumer", y[j], EM_SHAPE(300), ref[j], tu_tol_on(dev, EM_F32));
             em_scope_end(NULL, 0);
         }
+        /* one op reading the same pending tanh twice, its input freed: the first operand inlines
+         * the tree (its leaf, the input's buffer, held from then on), the second realizes it on
+         * the CPU (a shared transcendental), which frees the tree's own hold on that buffer */
+        em_scope_begin();
+        double v[300], ref[300];
+        tu_fill(v, 300, -2, 2, 79u);
+        em_tensor *m = tu_tensor(dev, EM_F32, EM_SHAPE(300), v);
+        assert_int_equal(em_flush(), EM_OK);
+        em_tensor *t = em_tanh(m);
+        em_release(m); /* the tree's leaf is now the only holder of m's buffer */
+        em_tensor *z = em_mul(t, t);
+        assert_non_null(z);
+        for (int i = 0; i < 300; i++) {
+            double tv = tu_round(EM_F32, tanh(tu_round(EM_F32, v[i])));
+            ref[i] = tv * tv;
+        }
+        tu_check("a pending tanh read twice by one op", z, EM_SHAPE(300), ref, tu_tol_on(dev, EM_F32) * 4);
+        em_scope_end(NULL, 0);
     }
 }
 
