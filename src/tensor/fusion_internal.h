@@ -133,7 +133,8 @@ void fu_mm_free(fu_node *nd);
  * ops_reduce.c describes the call; the node keeps copies of its views. */
 typedef struct fu_rows_call {
     const char *op;    /* the op's name (a literal) */
-    int kind;          /* 0: tensor_rows; 1: tensor_rows_sum (sum, mean) */
+    int kind;          /* 0: tensor_rows; 1: tensor_rows_sum (sum, mean); 2: tensor_xent (w holds
+                        * the checked classes, eps the label smoothing) */
     em_tensor x, w, b; /* the input, weight and bias views (copies; their storages are leaves) */
     bool has_w, has_b;
     em_tensor out;     /* the result's view: on the node's storage, of the epilogue's dtype */
@@ -181,5 +182,7 @@ em_status fu_reduce_launch(fu_prologue *pr, const fu_node *epi, bool epi_scalar,
 /* Runs call c (ops_reduce.c: the row-wise kernel it would have launched) with epilogue epi (or
  * NULL) into c->out, whose storage's buffer exists. EM_OK or the error set. */
 em_status tn_rows_run(const fu_rows_call *c, const fu_node *epi);
+/* tn_rows_run for cross-entropy (kind 2; ops_xent.c). */
+em_status tn_xent_run(const fu_rows_call *c, const fu_node *epi);
 
 #endif

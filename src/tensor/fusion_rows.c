@@ -19,6 +19,8 @@
  * read through strides (held by the node's leaves too). Anything else runs the reduction first and
  * is recorded on its buffer as before.
  *
+ * Cross-entropy's per-row loss (ops_xent.c, tensor_xent) is recorded the same way (kind 2).
+ *
  * Realizing calls back into ops_reduce.c (tn_rows_run), which launches the row-wise kernel once:
  * with the input's pending tree in its loads when it takes one (fusion_reduce.c) and with the
  * epilogue in its stores, by substitution in the kernel's own text (fu_epi_instantiate): the
@@ -103,7 +105,7 @@ int fu_rows_record(const fu_rows_call *c)
     copy_view(&r->call.out, &c->out);
     /* tensor_rows: 4 offsets, rows, nl, 2 row strides, eps, op, affine; tensor_rows_sum: 2
      * offsets, rows, nl, the row stride, scale */
-    r->kscalars = c->kind == 1 ? 6 : 11;
+    r->kscalars = c->kind == 1 ? 6 : c->kind == 2 ? 7 : 11;
     nd->st = c->out.st;
     nd->rank = c->out.rank;
     memcpy(nd->shape, c->out.shape, sizeof nd->shape);
@@ -509,23 +511,50 @@ static bool gen_store(const fu_node *e, em_strbuf *sb, bool scalar)
     return ok;
 }
 
+/* The scalar output parameter `tensor(N) out,` of text, N a type parameter's name (T for
+ * tensor_rows_sum, O for tensor_xent): its position, N copied into name (at most 15 chars). */
+static const char *scalar_out_param(const char *text, char *name, size_t *len)
+{
+    static const char HEAD[] = "tensor(", TAIL[] = ") out,";
+    for (const char *p = strstr(text, TAIL); p; p = strstr(p + 1, TAIL)) {
+        const char *q = p;
+        while (q > text && ((q[-1] >= 'A' && q[-1] <= 'Z') || (q[-1] >= 'a' && q[-1] <= 'z') ||
+                            (q[-1] >= '0' && q[-1] <= '9') || q[-1] == '_'))
+            q--;
+        size_t n = (size_t)(p - q);
+        if (n == 0 || n > 15 || q - text < (ptrdiff_t)strlen(HEAD) ||
+            strncmp(q - strlen(HEAD), HEAD, strlen(HEAD)) != 0)
+            continue;
+        memcpy(name, q, n);
+        name[n] = 0;
+        *len = strlen(HEAD) + n + strlen(TAIL);
+        return q - strlen(HEAD);
+    }
+    return NULL;
+}
+
 bool fu_epi_instantiate(const fu_node *e, const char *text, em_strbuf *sb)
 {
-    /* an output of lines (tensor_rows) or of scalars (tensor_rows_sum) */
-    static const char OUT_LINES[] = "tensor(line(T)) out,", OUT_SCALARS[] = "tensor(T) out,";
+    /* an output of lines (tensor_rows) or of scalars (tensor_rows_sum: `tensor(T) out,`,
+     * tensor_xent: `tensor(O) out,`) */
+    static const char OUT_LINES[] = "tensor(line(T)) out,";
     static const char STORE[] = "out[", END[] = ");";
     bool scalar = strstr(text, OUT_LINES) == NULL;
-    const char *OUT_PARAM = scalar ? OUT_SCALARS : OUT_LINES,
-               *CAST = scalar ? "] = T(" : "] = line(T)(";
-    const char *op = strstr(text, OUT_PARAM);
-    if (!op || strstr(op + 1, OUT_PARAM) || !gen_store(e, sb, scalar)) return false;
+    char tname[16] = "T", CAST[32];
+    size_t plen = strlen(OUT_LINES);
+    const char *op = scalar ? scalar_out_param(text, tname, &plen) : strstr(text, OUT_LINES);
+    snprintf(CAST, sizeof CAST, scalar ? "] = %s(" : "] = line(%s)(", tname);
+    if (!op || (scalar ? scalar_out_param(op + plen, tname, &plen) != NULL
+                       : strstr(op + 1, OUT_LINES) != NULL) ||
+        !gen_store(e, sb, scalar))
+        return false;
     em_sb_appendn(sb, text, (size_t)(op - text));
     if (scalar)
         em_sb_printf(sb, "tensor(%s) out, comptime u32 RE = 1, ", em_scalar_name(e->dtype));
     else
         em_sb_printf(sb, "tensor(line(%s)) out, comptime u32 RE = 1, ", em_scalar_name(e->dtype));
     epi_list(e, sb, true, true, scalar);
-    const char *q = op + strlen(OUT_PARAM);
+    const char *q = op + plen;
     int stores = 0;
     for (const char *s; (s = strstr(q, STORE)) != NULL;) {
         /* out[<i>] = line(T)(<v>); -> fu_store(out, <i>, <v>, RE, ...); ("out[" inside another

@@ -319,6 +319,7 @@ static em_status rows_sum_exec(const char *op, const em_tensor *t, int k, em_ten
 
 em_status tn_rows_run(const fu_rows_call *c, const fu_node *epi)
 {
+    if (c->kind == 2) return tn_xent_run(c, epi);
     em_tensor out = c->out;
     bool taken;
     em_status st = c->kind == 1 ? rows_sum_exec(c->op, &c->x, c->k, &out, c->eps, epi, true, &taken)

@@ -11,6 +11,7 @@
 
 #include "ember/tensor_grad.h"
 #include "tensor/fusion.h"
+#include "tensor/fusion_internal.h" /* the per-row loss as a pending reduction (fusion_rows.c) */
 #include "tensor/internal.h"
 
 /* The checked classes as i32 (-1 where ignored), on logits' device; *valid counts the rest. */
@@ -109,6 +110,61 @@ static em_status xent_launch(const char *op, const char *kernel, int passes, con
     return st;
 }
 
+/* A flat buffer argument over t's whole storage, in elements of `lanes` scalars. */
+static em_arg flat_arg(const em_tensor *t, unsigned lanes)
+{
+    uint64_t len = (uint64_t)(t->st->bytes / em_scalar_size(t->dtype)) / lanes;
+    return em_arg_tensor(t->st->buf, 0, len ? len : 1, 0, NULL, NULL);
+}
+
+/* Launches tensor_xent: out[r] (contiguous, one value per row) = the loss of row r of logits x
+ * against classes cls, with epilogue epi (a pending node's, fusion_rows.c) in its store, or
+ * none; out's buffer exists when epi is given. EM_OK or the error set. */
+static em_status xent_forward(const char *op, const em_tensor *x, const em_tensor *cls,
+                              const em_tensor *out, double smoothing, const fu_node *epi)
+{
+    int64_t N = x->shape[0], C = x->shape[1];
+    em_scalar ct = tn_compute_type(x->dtype);
+    unsigned cube = tn_cube_for(C, NULL);
+    em_lang_bind bind[6] = {em_lang_bind_type("T", x->dtype), em_lang_bind_type("C", ct),
+                            em_lang_bind_type("M", tn_math_type(x->st->dev, ct)),
+                            em_lang_bind_type("O", ct), em_lang_bind_bool("SMOOTH", smoothing > 0),
+                            em_lang_bind_int("CUBE", cube)};
+    uint32_t cubes[3] = {(uint32_t)N, 1, 1}, units[3] = {cube, 1, 1};
+    if (!epi) {
+        tn_arg args[7] = {tn_arg_flat(x), tn_arg_s(em_arg_u32((uint32_t)C)),
+                          tn_arg_s(em_arg_u32((uint32_t)x->stride[1])),
+                          tn_arg_s(em_arg_u32((uint32_t)x->stride[0])), tn_arg_t(cls), tn_arg_t(out),
+                          tn_arg_s(tn_scalar_arg(x->dtype, smoothing))};
+        return xent_launch(op, "tensor_xent", 1, bind, 6, cubes, units, args, 7, 0);
+    }
+    /* with an epilogue the arguments are built here, as the row-wise kernels build theirs */
+    fu_prologue pr;
+    int scalars = 7 + epi->nleaves + epi->nparams;
+    bool fused = scalars <= FU_MAX_SCALARS && fu_prologue_begin(x, 1, scalars, &pr);
+    if ((!fused && tn_realize(x) != EM_OK) || tn_realize(cls) != EM_OK) return em_error_context("%s", op);
+    unsigned lw = xent_width(x, fused ? pr.max_lw : 16);
+    em_arg a[10] = {fused ? em_arg_u32(0) : flat_arg(x, lw), em_arg_u32((uint32_t)(x->offset / lw)),
+                    em_arg_u32((uint32_t)(C / lw)), em_arg_u32((uint32_t)x->stride[1]),
+                    em_arg_u32((uint32_t)(x->stride[0] / lw)), flat_arg(cls, 1),
+                    em_arg_u32((uint32_t)cls->offset), flat_arg(out, 1),
+                    em_arg_u32((uint32_t)out->offset), tn_scalar_arg(x->dtype, smoothing)};
+    em_lang_spec spec = {bind, 6, lw, NULL};
+    uint64_t read = tn_view_bytes(cls->dtype, cls->rank, cls->shape, cls->stride) +
+                    (fused ? 0 : tn_view_bytes(x->dtype, x->rank, x->shape, x->stride));
+    uint64_t written = tn_view_bytes(out->dtype, out->rank, out->shape, out->stride);
+    em_status st = fu_reduce_launch(fused ? &pr : NULL, epi, true, x->st->dev, "tensor_xent", "tensor_xent",
+                                    &spec, cubes, units, a, 10, 7, read, written);
+    if (fused) fu_prologue_end(&pr);
+    if (st != EM_OK) em_error_context("%s", op);
+    return st;
+}
+
+em_status tn_xent_run(const fu_rows_call *c, const fu_node *epi)
+{
+    return xent_forward(c->op, &c->x, &c->w, &c->out, c->eps, epi);
+}
+
 em_tensor *em_cross_entropy_rows(const em_tensor *logits, const em_tensor *targets,
                                  int64_t ignore_index, double label_smoothing, int64_t *valid)
 {
@@ -141,19 +197,24 @@ em_tensor *em_cross_entropy_rows(const em_tensor *logits, const em_tensor *targe
     cls = checked_targets(op, targets, C, ignore_index, valid);
     if (!cls) goto done;
     em_scalar ct = tn_compute_type(logits->dtype);
-    out = tn_new(logits->st->dev, ct, 1, &N); /* the loss in f32 for f16/bf16 logits */
+    /* the loss in f32 for f16/bf16 logits; with fusion on a pending reduction whose epilogue
+     * the elementwise ops on its donated result extend (fusion_rows.c), run when read */
+    bool lazy = fu_enabled() && N > 0;
+    out = lazy ? tn_new_deferred(logits->st->dev, ct, 1, &N) : tn_new(logits->st->dev, ct, 1, &N);
     if (!out || N == 0) goto done;
-    unsigned cube = tn_cube_for(C, NULL);
-    em_lang_bind bind[6] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
-                            em_lang_bind_type("M", tn_math_type(logits->st->dev, ct)),
-                            em_lang_bind_type("O", ct), em_lang_bind_bool("SMOOTH", label_smoothing > 0),
-                            em_lang_bind_int("CUBE", cube)};
-    tn_arg args[7] = {tn_arg_flat(logits), tn_arg_s(em_arg_u32((uint32_t)C)),
-                      tn_arg_s(em_arg_u32((uint32_t)logits->stride[1])),
-                      tn_arg_s(em_arg_u32((uint32_t)logits->stride[0])), tn_arg_t(cls), tn_arg_t(out),
-                      tn_arg_s(tn_scalar_arg(logits->dtype, label_smoothing))};
-    uint32_t cubes[3] = {(uint32_t)N, 1, 1}, units[3] = {cube, 1, 1};
-    if (xent_launch(op, "tensor_xent", 1, bind, 6, cubes, units, args, 7, 0) != EM_OK) {
+    if (lazy) {
+        fu_rows_call c = {.op = op, .kind = 2, .x = *logits, .w = *cls, .has_w = true, .out = *out,
+                          .k = 1, .eps = label_smoothing};
+        int r = fu_rows_record(&c);
+        if (r > 0) goto done;
+        if (r < 0) {
+            em_error_context("%s", op);
+            em_release(out);
+            out = NULL;
+            goto done;
+        }
+    }
+    if (xent_forward(op, logits, cls, out, label_smoothing, NULL) != EM_OK) {
         em_release(out);
         out = NULL;
     }

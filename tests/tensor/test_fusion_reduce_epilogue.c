@@ -1,7 +1,8 @@
 /* test_fusion_reduce_epilogue.c — a pending row-wise reduction absorbing the elementwise ops
  * applied to its donated result (src/tensor/fusion_rows.c; docs/fusion.md, "Reductions with an
  * epilogue"): softmax, log_softmax, layer_norm (with and without affine), rms_norm, sum and mean
- * over the last dim (one value per row: an output of scalars), followed
+ * over the last dim (one value per row: an output of scalars), cross-entropy's per-row loss (an
+ * output of scalars in the loss's dtype; on every device, the classifier having one kernel), followed
  * by a scale, the add of a broadcast row, a cast to bf16 or f16, exp, or a 3-op chain, give the
  * results of the ops one by one (bitwise on the CPU, within rounding elsewhere) in one launch
  * where the row-wise kernels run, also with a pending input computed in the loads (prologue +
@@ -14,16 +15,19 @@
 #include "ember/autodiff.h"
 #include "tensor/fusion.h"
 
-enum { OP_SOFTMAX, OP_LOG_SOFTMAX, OP_LAYER_NORM, OP_LAYER_NORM_PLAIN, OP_RMS_NORM, OP_SUM, OP_MEAN, OP_COUNT };
+enum { OP_SOFTMAX, OP_LOG_SOFTMAX, OP_LAYER_NORM, OP_LAYER_NORM_PLAIN, OP_RMS_NORM, OP_SUM, OP_MEAN,
+       OP_XENT, OP_COUNT };
 static const char *op_names[] = {"softmax", "log_softmax", "layer_norm", "layer_norm (no affine)", "rms_norm",
-                                 "sum", "mean (keepdim)"};
+                                 "sum", "mean (keepdim)", "cross_entropy_rows"};
 
 enum { EP_SCALE, EP_ADD_ROW, EP_CAST_BF16, EP_CAST_F16, EP_EXP, EP_CHAIN, EP_COUNT };
 static const char *ep_names[] = {"* 1.7", "+ row", "cast bf16", "cast f16", "exp", "* 2, + row, tanh"};
 
-static em_tensor *apply(int op, em_tensor *p, const em_tensor *w, const em_tensor *b)
+/* op on p (w, b: a row of weights and biases; tg: i64 classes for cross-entropy, one ignored). */
+static em_tensor *apply(int op, em_tensor *p, const em_tensor *w, const em_tensor *b, const em_tensor *tg)
 {
     switch (op) {
+    case OP_XENT: return em_cross_entropy_rows(p, tg, -100, 0.1, NULL);
     case OP_SOFTMAX: return em_softmax(p, -1);
     case OP_LOG_SOFTMAX: return em_log_softmax(p, -1);
     case OP_LAYER_NORM: return em_layer_norm(p, 1, w, b, 1e-5);
@@ -74,17 +78,22 @@ static run_out run(em_device *dev, em_scalar dt, int op, int ep, int64_t rows, i
     tu_fill(xv, total, -3, 3, (uint32_t)(rows * 31 + n));
     tu_fill(bv, (size_t)n, -1, 1, 7u);
     tu_fill(wv, (size_t)n, 0.5, 1.5, 8u);
-    int64_t nrow = op == OP_SUM ? rows : op == OP_MEAN ? 1 : n;
+    int64_t nrow = op == OP_SUM || op == OP_XENT ? rows : op == OP_MEAN ? 1 : n;
     tu_fill(rv, (size_t)nrow, -0.5, 0.5, 9u);
+    int64_t tv[1024];
+    for (int64_t r = 0; r < rows; r++) tv[r] = r == 1 ? -100 : (r * 7 + 3) % n;
+    em_tensor *tg = em_from_host(dev, EM_I64, EM_SHAPE(rows), tv);
+    /* cross-entropy's loss of f16/bf16 logits is f32: the row it adds is too */
+    em_scalar rdt = op == OP_XENT && (dt == EM_F16 || dt == EM_BF16) ? EM_F32 : dt;
     em_tensor *x = pending ? em_transpose(tu_tensor(dev, dt, EM_SHAPE(n, rows), xv), 0, 1)
                            : tu_tensor(dev, dt, EM_SHAPE(rows, n), xv);
     em_tensor *b = tu_tensor(dev, dt, EM_SHAPE(n), bv);
     em_tensor *w = tu_tensor(dev, dt, EM_SHAPE(n), wv);
-    em_tensor *row = tu_tensor(dev, dt, EM_SHAPE(nrow), rv);
+    em_tensor *row = tu_tensor(dev, rdt, EM_SHAPE(nrow), rv);
     assert_int_equal(em_flush(), EM_OK);
     em_tensor *p = pending ? em_add_scalar(em_take(em_mul_scalar(x, 0.5)), 0.25) : x;
     em_tensor_stats s0 = em_tensor_stats_get();
-    em_tensor *y = apply(op, p, w, b);
+    em_tensor *y = apply(op, p, w, b, tg);
     if (!y) fail_msg("%s: %s", op_names[op], em_last_error());
     em_tensor *z = epilogue(ep, y, row);
     if (!z) fail_msg("%s then %s: %s", op_names[op], ep_names[ep], em_last_error());
@@ -135,7 +144,7 @@ static void test_epilogue_values(void **state)
                         double tol = tu_is_cpu(dev) && !pend ? 0 : tu_tol_on(dev, lo) * 4;
                         if (!tu_close_n(what, f.v, u.v, f.n, tol)) fail_msg("%s: fused differs from unfused", what);
                         /* fused: one launch (prologue and epilogue in the row kernel) */
-                        if (rowpath(dev) && (f.launches != 1 || f.fused != 1))
+                        if ((rowpath(dev) || op == OP_XENT) && (f.launches != 1 || f.fused != 1))
                             fail_msg("%s: %llu launches fused (%llu counted fused); want 1, 1", what,
                                      (unsigned long long)f.launches, (unsigned long long)f.fused);
                         free(f.v);
