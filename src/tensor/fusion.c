@@ -315,11 +315,41 @@ static int add_input(fu_node *nd, const em_tensor *t, const int64_t *stride, int
     return add_leaf(nd, st, t->dtype, stride, t->offset);
 }
 
-/* The scalar parameters a unary op reads (p0, then p1). */
-static int unary_params(int code)
+int fu_desc_params(const fu_desc *d)
 {
-    if (code == TN_U_CLAMP) return 2;
-    return code == TN_U_POWS || (code >= TN_U_ADDS && code <= TN_U_DIVS) ? 1 : 0;
+    if (d->kind != FU_UNARY && d->kind != FU_UPRED && d->kind != FU_FILL) return 0;
+    if (d->code == TN_U_CLAMP) return 2;
+    return d->code == TN_U_POWS || (d->code >= TN_U_ADDS && d->code <= TN_U_DIVS) ? 1 : 0;
+}
+
+void fu_push_op(fu_node *nd, const fu_desc *d, em_scalar U, const int *child)
+{
+    fu_op *o = &nd->ops[nd->nops];
+    memset(o, 0, sizeof *o);
+    o->kind = (uint8_t)d->kind;
+    o->code = (uint8_t)d->code;
+    o->C = d->C;
+    o->M = d->M;
+    o->U = U;
+    o->a = (int8_t)child[0];
+    o->b = (int8_t)child[1];
+    o->c = (int8_t)child[2];
+    o->np = (int8_t)fu_desc_params(d);
+    o->p = o->np ? (int8_t)nd->nparams : -1;
+    o->name = d->name;
+    for (int i = 0; i < o->np; i++) nd->params[nd->nparams++] = d->p[i];
+    nd->nops++;
+    nd->ncompute++;
+}
+
+void fu_copy_view(em_tensor *dst, const em_tensor *t)
+{
+    *dst = *t;
+    atomic_init(&dst->refs, 1);
+    dst->scope = NULL;
+    dst->scope_slot = 0;
+    dst->taken = false;
+    dst->annotation = NULL;
 }
 
 int fu_record(const fu_desc *d, const em_tensor *const *in, int nin, int64_t (*strides)[EM_MAX_RANK],
@@ -390,25 +420,7 @@ int fu_record(const fu_desc *d, const em_tensor *const *in, int nin, int64_t (*s
             return -1;
         }
     }
-    fu_op *o = &nd->ops[nd->nops];
-    memset(o, 0, sizeof *o);
-    o->kind = (uint8_t)d->kind;
-    o->code = (uint8_t)d->code;
-    o->C = d->C;
-    o->M = d->M;
-    o->U = out->dtype;
-    o->a = (int8_t)child[0];
-    o->b = (int8_t)child[1];
-    o->c = (int8_t)child[2];
-    o->p = -1;
-    o->name = d->name;
-    if (d->kind == FU_UNARY || d->kind == FU_UPRED || d->kind == FU_FILL) {
-        o->np = (int8_t)unary_params(d->code);
-        o->p = o->np ? (int8_t)nd->nparams : -1;
-        for (int i = 0; i < o->np; i++) nd->params[nd->nparams++] = d->p[i];
-    }
-    nd->nops++;
-    nd->ncompute++;
+    fu_push_op(nd, d, out->dtype, child);
     /* committed: the leaves (held since added) are read, and the storage's old pending value (if
      * any) is replaced */
     for (int i = 0; i < nd->nleaves; i++) {

@@ -103,6 +103,15 @@ void fu_gen_index(const fu_node *nd, em_strbuf *sb, const char *flat, const char
                   const char *ind);
 void fu_gen_ops(const fu_node *nd, em_strbuf *sb, const char *ind);
 
+/* The scalar parameters elementwise op d reads (0..2). (fusion.c) */
+int fu_desc_params(const fu_desc *d);
+/* Appends op d to nd's ops: result dtype U, operands child[0..2] (ops of nd, -1: none), its
+ * scalar parameters copied into nd->params (the caller checked the room). (fusion.c) */
+void fu_push_op(fu_node *nd, const fu_desc *d, em_scalar U, const int *child);
+/* A copy of view t that no scope or recorder knows (a node holds its storage as a leaf).
+ * (fusion.c) */
+void fu_copy_view(em_tensor *dst, const em_tensor *t);
+
 /* Links nd (filling nd->st, its leaves held) into the pending list as st's pending node. Called
  * with the lock held. (fusion.c) */
 void fu_link(fu_node *nd);

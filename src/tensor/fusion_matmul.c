@@ -39,16 +39,6 @@ typedef struct fu_matmul {
     int absorbed; /* elementwise ops absorbed into the epilogue */
 } fu_matmul;
 
-/* A copy of view t that no scope or recorder knows: the node holds its storage as a leaf. */
-static void copy_view(em_tensor *dst, const em_tensor *t)
-{
-    *dst = *t;
-    atomic_init(&dst->refs, 1);
-    dst->scope = NULL;
-    dst->scope_slot = 0;
-    dst->taken = false;
-    dst->annotation = NULL;
-}
 
 /* Runs t's storage's pending matmul, if it has one (the order above). EM_OK or the error set. */
 static em_status settle_operand(const em_tensor *t)
@@ -91,17 +81,17 @@ int fu_mm_record(const mm_problem *p, int rr, const int64_t *rsh)
         }
     }
     m->p = *p;
-    copy_view(&m->a, p->a);
-    copy_view(&m->b, p->b);
-    copy_view(&m->out, p->out);
+    fu_copy_view(&m->a, p->a);
+    fu_copy_view(&m->b, p->b);
+    fu_copy_view(&m->out, p->out);
     m->p.a = &m->a;
     m->p.b = &m->b;
     m->p.out = &m->out;
     m->p.bias = m->p.res = NULL;
     m->has_bias = p->bias != NULL;
     m->has_res = p->res != NULL;
-    if (p->bias) copy_view(&m->bias, p->bias);
-    if (p->res) copy_view(&m->res, p->res);
+    if (p->bias) fu_copy_view(&m->bias, p->bias);
+    if (p->res) fu_copy_view(&m->res, p->res);
     m->act = p->act;
     m->tf32 = p->tf32;
     m->rr = rr;
@@ -225,7 +215,7 @@ static int absorb(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int
         return -1;
     }
     if (kind == 1) { /* as [N] */
-        copy_view(&m->bias, o);
+        fu_copy_view(&m->bias, o);
         m->bias.rank = 1;
         m->bias.shape[0] = m->p.N;
         m->bias.stride[0] = o->stride[o->rank - 1];
@@ -233,7 +223,7 @@ static int absorb(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int
     } else if (kind == 2) {
         m->act = act;
     } else {
-        copy_view(&m->res, o); /* as a view of m's result's shape (strides 0 where broadcast) */
+        fu_copy_view(&m->res, o); /* as a view of m's result's shape (strides 0 where broadcast) */
         m->res.rank = m->rr;
         memcpy(m->res.shape, m->rsh, sizeof(int64_t) * (size_t)m->rr);
         memcpy(m->res.stride, rst, sizeof(int64_t) * (size_t)m->rr);

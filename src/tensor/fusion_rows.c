@@ -47,16 +47,6 @@ typedef struct fu_rows {
     int absorbed;      /* elementwise ops absorbed */
 } fu_rows;
 
-/* A copy of view t that no scope or recorder knows: the node holds its storage as a leaf. */
-static void copy_view(em_tensor *dst, const em_tensor *t)
-{
-    *dst = *t;
-    atomic_init(&dst->refs, 1);
-    dst->scope = NULL;
-    dst->scope_slot = 0;
-    dst->taken = false;
-    dst->annotation = NULL;
-}
 
 /* Runs the pending matmul or reduction of st, if it has one. EM_OK or the error set. */
 static em_status settle(tn_storage *st)
@@ -99,10 +89,10 @@ int fu_rows_record(const fu_rows_call *c)
      * then realizes a transcendental tree instead of recomputing it (fusion.c, costly_to_share) */
     if (c->x.st->pending) c->x.st->pending->inlined++;
     r->call = *c;
-    copy_view(&r->call.x, &c->x);
-    if (c->has_w) copy_view(&r->call.w, &c->w);
-    if (c->has_b) copy_view(&r->call.b, &c->b);
-    copy_view(&r->call.out, &c->out);
+    fu_copy_view(&r->call.x, &c->x);
+    if (c->has_w) fu_copy_view(&r->call.w, &c->w);
+    if (c->has_b) fu_copy_view(&r->call.b, &c->b);
+    fu_copy_view(&r->call.out, &c->out);
     /* tensor_rows: 4 offsets, rows, nl, 2 row strides, eps, op, affine; tensor_rows_sum: 2
      * offsets, rows, nl, the row stride, scale */
     r->kscalars = c->kind == 1 ? 6 : c->kind == 2 ? 7 : 11;
@@ -119,13 +109,6 @@ int fu_rows_record(const fu_rows_call *c)
     fu_link(nd);
     pthread_mutex_unlock(&fu_lock);
     return 1;
-}
-
-/* The scalar parameters a unary op (or predicate, or fill) reads, as fusion.c records them. */
-static int unary_params(int code)
-{
-    if (code == TN_U_CLAMP) return 2;
-    return code == TN_U_POWS || (code >= TN_U_ADDS && code <= TN_U_DIVS) ? 1 : 0;
 }
 
 /* Whether stride (over shape) reads a contiguous tensor of that shape element by element. */
@@ -209,9 +192,7 @@ static bool extend(fu_node *nd, const fu_desc *d, const em_tensor *const *in, in
 {
     fu_rows *r = nd->rows;
     fu_node *e = &r->epi;
-    int np = d->kind == FU_UNARY || d->kind == FU_UPRED || d->kind == FU_FILL
-                 ? unary_params(d->code)
-                 : 0;
+    int np = fu_desc_params(d);
     int nnew = 0;
     for (int k = 0; k < nin; k++) nnew += in[k]->st != nd->st;
     if (e->nops + nnew + 2 > FU_MAX_OPS || e->ncompute + 1 > FU_MAX_COMPUTE ||
@@ -247,25 +228,7 @@ static bool extend(fu_node *nd, const fu_desc *d, const em_tensor *const *in, in
             return false;
         }
     }
-    fu_op *o = &e->ops[e->nops];
-    memset(o, 0, sizeof *o);
-    o->kind = (uint8_t)d->kind;
-    o->code = (uint8_t)d->code;
-    o->C = d->C;
-    o->M = d->M;
-    o->U = out->dtype;
-    o->a = (int8_t)child[0];
-    o->b = (int8_t)child[1];
-    o->c = (int8_t)child[2];
-    o->p = -1;
-    o->name = d->name;
-    if (np) {
-        o->np = (int8_t)np;
-        o->p = (int8_t)e->nparams;
-        for (int i = 0; i < np; i++) e->params[e->nparams++] = d->p[i];
-    }
-    e->nops++;
-    e->ncompute++;
+    fu_push_op(e, d, out->dtype, child);
     e->dtype = out->dtype;
     nd->dtype = out->dtype;
     r->absorbed++;
