@@ -328,8 +328,9 @@ static uint64_t linear_grads(em_device *dev, int gr, bool fused, em_recompute_po
     uint64_t l0 = em_tensor_stats_get().launches;
     em_tensor *y = NULL, *kept = NULL;
     if (gr == G_KEPT) {
-        kept = em_matmul(em_reshape(x, EM_SHAPE(10, 16)), l->weight);
-        y = em_reshape(em_take(em_add(em_take(em_add(kept, l->bias)), em_reshape(x, EM_SHAPE(10, 16)))),
+        kept = em_matmul(em_take(em_reshape(x, EM_SHAPE(10, 16))), l->weight);
+        y = em_reshape(em_take(em_add(em_take(em_add(kept, l->bias)),
+                                      em_take(em_reshape(x, EM_SHAPE(10, 16))))),
                        EM_SHAPE(2, 5, 16));
     } else {
         em_tensor *h = em_linear_forward(l, x);
