@@ -105,7 +105,6 @@ static em_status rule_error(const ad_node *n, em_status st)
     return em_set_error(st, "backward of %s: %s", em_top_name(n->op), msg);
 }
 
-/* Runs n's rule on its accumulated gradient and passes the results to its inputs. */
 em_tensor *ad_take_input(const ad_ctx *c, int i)
 {
     if (i < 0 || i >= c->nin || !((c->takeable >> i) & 1u) || !c->owned || !c->owned[i])
@@ -115,8 +114,9 @@ em_tensor *ad_take_input(const ad_ctx *c, int i)
     return em_take(t);
 }
 
-/* Runs n's rule; with `last` (the graph is not retained) a saved input the rule may take over is
- * released by the node first, so the rule's reference can be the only one. */
+/* Runs n's rule on its accumulated gradient and passes the results to its inputs; with `last`
+ * (the graph is not retained) a saved input the rule may take over is released by the node
+ * first, so the rule's reference can be the only one. */
 static em_status step(ad_node *n, bool last)
 {
     em_tensor *g = n->acc;

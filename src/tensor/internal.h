@@ -135,6 +135,9 @@ tn_arg tn_arg_flat(const em_tensor *t);              /* rank-less array from t's
 tn_arg tn_arg_geom(const em_tensor *t, int rank, const int64_t *shape, const int64_t *stride,
                    int64_t offset);
 tn_arg tn_arg_s(em_arg a);
+/* A flat buffer argument over t's whole storage read as dtype dt, in elements of `lanes` scalars
+ * (for kernels whose arguments are built outside tn_launch). */
+em_arg tn_flat_buffer(const em_tensor *t, em_scalar dt, unsigned lanes);
 
 /* Launches tensor kernel `name` of the built-in module on dev with bindings, line width lw and a
  * 3-D grid. Pending tensors among the arguments are realized first, and pending computations that

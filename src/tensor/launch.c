@@ -110,6 +110,12 @@ unsigned tn_cube_for(int64_t n, unsigned *log)
 
 /* The buffer argument of a tensor: the whole storage, viewed with the tensor's shape and strides
  * (its offset travels as the separate scalar argument that follows it in every tensor kernel). */
+em_arg tn_flat_buffer(const em_tensor *t, em_scalar dt, unsigned lanes)
+{
+    uint64_t len = (uint64_t)(t->st->bytes / em_scalar_size(dt)) / lanes;
+    return em_arg_tensor(t->st->buf, 0, len ? len : 1, 0, NULL, NULL);
+}
+
 static em_arg to_em_arg(const tn_arg *a, unsigned lw)
 {
     const em_tensor *t = a->t;

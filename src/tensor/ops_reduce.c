@@ -146,18 +146,11 @@ static uint64_t view_bytes(const em_tensor *t)
     return tn_view_bytes(t->dtype, t->rank, t->shape, t->stride);
 }
 
-/* A flat buffer argument over t's whole storage read as dtype dt, in elements of `lanes`
- * scalars. */
-static em_arg rows_buffer_as(const em_tensor *t, em_scalar dt, unsigned lanes)
-{
-    uint64_t len = (uint64_t)(t->st->bytes / em_scalar_size(dt)) / lanes;
-    return em_arg_tensor(t->st->buf, 0, len ? len : 1, 0, NULL, NULL);
-}
 
 /* A flat buffer argument over t's whole storage, in elements of `lanes` scalars. */
 static em_arg rows_buffer(const em_tensor *t, unsigned lanes)
 {
-    return rows_buffer_as(t, t->dtype, lanes);
+    return tn_flat_buffer(t, t->dtype, lanes);
 }
 
 /* Launches a row-wise kernel over the plan's rows: args[0] is its input x, read from t's buffer,
@@ -268,8 +261,8 @@ static em_status rows_exec(const char *op, const em_tensor *t, int k, const em_t
     const em_tensor *ph = fused ? out : t; /* the placeholder (above) */
     const em_tensor *wt = w ? w : ph, *bt = bias ? bias : ph;
     em_arg a[15] = {fused ? em_arg_u32(0) : rows_buffer(t, p.lw), em_arg_u32((uint32_t)(t->offset / p.lw)),
-                    rows_buffer_as(wt, t->dtype, p.lw), em_arg_u32((uint32_t)(w ? w->offset / p.lw : 0)),
-                    rows_buffer_as(bt, t->dtype, p.lw), em_arg_u32((uint32_t)(bias ? bias->offset / p.lw : 0)),
+                    tn_flat_buffer(wt, t->dtype, p.lw), em_arg_u32((uint32_t)(w ? w->offset / p.lw : 0)),
+                    tn_flat_buffer(bt, t->dtype, p.lw), em_arg_u32((uint32_t)(bias ? bias->offset / p.lw : 0)),
                     rows_buffer(out, p.lw), em_arg_u32((uint32_t)(out->offset / p.lw)),
                     em_arg_u32(p.rows), em_arg_u32(p.nl), em_arg_u32(p.x_rs), em_arg_u32(p.nl),
                     tn_scalar_arg(t->dtype, eps), em_arg_u32((uint32_t)code),

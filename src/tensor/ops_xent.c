@@ -110,13 +110,6 @@ static em_status xent_launch(const char *op, const char *kernel, int passes, con
     return st;
 }
 
-/* A flat buffer argument over t's whole storage, in elements of `lanes` scalars. */
-static em_arg flat_arg(const em_tensor *t, unsigned lanes)
-{
-    uint64_t len = (uint64_t)(t->st->bytes / em_scalar_size(t->dtype)) / lanes;
-    return em_arg_tensor(t->st->buf, 0, len ? len : 1, 0, NULL, NULL);
-}
-
 /* Launches tensor_xent: out[r] (contiguous, one value per row) = the loss of row r of logits x
  * against classes cls, with epilogue epi (a pending node's, fusion_rows.c) in its store, or
  * none; out's buffer exists when epi is given. EM_OK or the error set. */
@@ -144,10 +137,10 @@ static em_status xent_forward(const char *op, const em_tensor *x, const em_tenso
     bool fused = scalars <= FU_MAX_SCALARS && fu_prologue_begin(x, 1, scalars, &pr);
     if ((!fused && tn_realize(x) != EM_OK) || tn_realize(cls) != EM_OK) return em_error_context("%s", op);
     unsigned lw = xent_width(x, fused ? pr.max_lw : 16);
-    em_arg a[10] = {fused ? em_arg_u32(0) : flat_arg(x, lw), em_arg_u32((uint32_t)(x->offset / lw)),
+    em_arg a[10] = {fused ? em_arg_u32(0) : tn_flat_buffer(x, x->dtype, lw), em_arg_u32((uint32_t)(x->offset / lw)),
                     em_arg_u32((uint32_t)(C / lw)), em_arg_u32((uint32_t)x->stride[1]),
-                    em_arg_u32((uint32_t)(x->stride[0] / lw)), flat_arg(cls, 1),
-                    em_arg_u32((uint32_t)cls->offset), flat_arg(out, 1),
+                    em_arg_u32((uint32_t)(x->stride[0] / lw)), tn_flat_buffer(cls, cls->dtype, 1),
+                    em_arg_u32((uint32_t)cls->offset), tn_flat_buffer(out, out->dtype, 1),
                     em_arg_u32((uint32_t)out->offset), tn_scalar_arg(x->dtype, smoothing)};
     em_lang_spec spec = {bind, 6, lw, NULL};
     uint64_t read = tn_view_bytes(cls->dtype, cls->rank, cls->shape, cls->stride) +
