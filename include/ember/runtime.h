@@ -206,6 +206,43 @@ em_status em_timer_start(em_timer *t, em_device *dev);
 double em_timer_stop(em_timer *t);
 
 
+/* ---- graphs ---------------------------------------------------------------------------------- */
+
+/* A recorded sequence of a device's launches, writes and copies, replayed as a whole (docs/graphs.md).
+ * Between em_graph_begin and em_graph_end every em_launch, em_buffer_write (and fill_zero) and
+ * same-device em_buffer_copy on the device is recorded, not run: launches with their resolved
+ * arguments, writes with a copy of their bytes. em_graph_launch then runs the whole sequence; on
+ * CUDA it becomes one CUDA graph (cuGraphLaunch: one host call for the whole step), elsewhere the
+ * runtime replays the recorded calls through the driver (no argument checks, no tensor-layer work).
+ *
+ * Recording is for one thread at a time on one device. While it lasts, what needs the device's
+ * results fails with EM_ERR_INVALID (em_buffer_read, em_device_sync, em_timer_start, copies between
+ * devices), and the error is kept: em_graph_end then fails with it and no graph is made.
+ *
+ * Memory: a buffer allocated while recording, and one freed while recording, belongs to the graph
+ * until em_graph_free — the replays write and read it, so it never goes back to the pool before
+ * (its em_buffer_free is deferred). Buffers freed while recording are reused by later allocations
+ * of the same recording (the replays run in the same order). Buffers allocated before and used by
+ * the recording (inputs, weights, caches) must be kept alive by the caller while the graph lives;
+ * changing their contents between replays is how inputs change. Free graphs before releasing
+ * their device. */
+typedef struct em_graph em_graph;
+/* Starts recording on dev; EM_ERR_INVALID when it is already recording. */
+em_status em_graph_begin(em_device *dev);
+/* Stops recording: *out receives the graph (free it with em_graph_free). Fails (no graph, error
+ * set) when something failed while recording or the driver could not build its graph; recording
+ * ends either way. */
+em_status em_graph_end(em_device *dev, em_graph **out);
+/* Runs the recorded sequence once more, queued like launches (em_device_sync waits for it). */
+em_status em_graph_launch(em_graph *g);
+void em_graph_free(em_graph *g);
+/* Whether dev is recording a graph. */
+bool em_device_recording(const em_device *dev);
+/* Recorded operations (launches + writes + copies) of a graph; whether it runs as a native
+ * driver graph (CUDA) rather than replayed call by call. */
+size_t em_graph_ops(const em_graph *g);
+bool em_graph_native(const em_graph *g);
+
 /* ---- profiling ------------------------------------------------------------------------------- */
 
 /* The launch profiler (src/runtime/profile.c; docs/profiling.md). While it is on, every em_launch

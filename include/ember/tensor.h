@@ -402,6 +402,17 @@ em_status em_flush(void);
  * the right values. EM_OK for NULL, or the first error (set). */
 em_status em_realize(const em_tensor *t);
 
+/* Runtime graphs of tensor programs (ember/runtime.h em_graph_*, docs/graphs.md): the same calls
+ * with the pending computations handled. em_tensor_graph_begin runs everything pending first (so
+ * none of it is recorded) and starts recording on dev; em_tensor_graph_end runs what the recorded
+ * ops left pending (recording it) and ends the recording; em_tensor_graph_launch runs what is
+ * pending (e.g. writes into the graph's inputs) and then the graph. Run the program once eagerly
+ * before recording it, so that its kernels are compiled and tuned; keep its input, weight and
+ * output tensors alive while the graph lives, and change inputs by writing into them (em_copy_). */
+em_status em_tensor_graph_begin(em_device *dev);
+em_status em_tensor_graph_end(em_device *dev, em_graph **out);
+em_status em_tensor_graph_launch(em_graph *g);
+
 /* Counters of the tensor layer since the start (or em_tensor_stats_reset), for tests and for
  * the bytes a training step moves (docs/fusion.md). */
 typedef struct em_tensor_stats {

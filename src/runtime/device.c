@@ -85,6 +85,8 @@ em_status em_device_sync(em_device *dev)
 {
     if (!dev)
         return em_set_error(EM_ERR_INVALID, "em_device_sync: no device");
+    if (dev->recording)
+        return em_rt_graph_refuse(dev, "a sync (em_device_sync)");
     if (em_rt_profiling())
         em_rt_profile_count(EM_RT_PROF_SYNC, 0);
     if (!dev->drv->sync)
@@ -103,6 +105,8 @@ em_status em_timer_start(em_timer *t, em_device *dev)
         return em_set_error(EM_ERR_INVALID, "em_timer_start: no timer or device");
     t->dev = dev;
     t->event0 = NULL;
+    if (dev->recording)
+        return em_rt_graph_refuse(dev, "a timer (em_timer_start)");
     if (dev->drv->event_record) {
         em_status st = dev->drv->event_record(dev->state, &t->event0);
         if (st != EM_OK)

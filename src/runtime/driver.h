@@ -82,6 +82,16 @@ typedef struct em_driver {
     em_status (*event_record)(void *dev, void **event);
     em_status (*event_elapsed)(void *dev, void *start, void *stop, double *seconds);
     void (*event_destroy)(void *dev, void *event);
+
+    /* Native graphs (NULL where the driver has none; then the runtime replays recorded graphs
+     * call by call). Between graph_begin and graph_end the runtime issues a recorded sequence of
+     * launch, write and copy calls; the driver captures them instead of running them (sources of
+     * writes and launch metadata copied into memory the graph owns) and graph_end returns an
+     * executable graph, or fails with nothing left captured. graph_launch queues one run of it. */
+    em_status (*graph_begin)(void *dev);
+    em_status (*graph_end)(void *dev, void **graph);
+    em_status (*graph_launch)(void *dev, void *graph);
+    void (*graph_free)(void *dev, void *graph);
 } em_driver;
 
 /* The drivers (drivers/NAME.c). registry.c lists the backends and which of these it uses. */

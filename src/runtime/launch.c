@@ -248,7 +248,8 @@ static em_status check_grid(const em_kernel *kern, const uint32_t count[3], cons
 em_status em_launch(em_kernel *kernel, const uint32_t cube_count[3], const uint32_t cube_dim[3],
                     const em_arg *args, size_t nargs)
 {
-    if (em_rt_profiling()) /* the profiler's only cost while it is off */
+    /* the profiler's only cost while it is off; a recorded launch runs later, in its graph */
+    if (em_rt_profiling() && !(kernel && kernel->dev->recording))
         return em_rt_profile_launch(kernel, cube_count, cube_dim, args, nargs);
     return em_rt_launch(kernel, cube_count, cube_dim, args, nargs);
 }
@@ -293,7 +294,11 @@ em_status em_rt_launch(em_kernel *kernel, const uint32_t cube_count[3], const ui
         launch.args = resolved;
         launch.nargs = np;
         em_device *dev = kernel->dev;
-        st = dev->drv->launch(dev->state, kernel->fn, &launch);
+        if (dev->recording)
+            st = em_rt_graph_record_launch(dev->recording, kernel->fn, &launch,
+                                           em_ir_kernel_name(ir));
+        else
+            st = dev->drv->launch(dev->state, kernel->fn, &launch);
         if (st != EM_OK)
             em_error_context("kernel %s on %s", em_ir_kernel_name(ir), dev->name);
     }

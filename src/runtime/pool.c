@@ -138,7 +138,13 @@ em_buffer *em_buffer_alloc(em_device *dev, size_t bytes)
     }
     em_rt_pool *pool = &dev->pool;
     pthread_mutex_lock(&pool->lock);
-    em_buffer *b = take_block(dev, cls, cap);
+    em_graph *g = dev->recording;
+    em_buffer *b = g ? em_rt_graph_take_free(g, cls) : NULL;
+    if (!b) {
+        b = take_block(dev, cls, cap);
+        if (b && g)
+            em_rt_graph_hold(g, b); /* the replays use it: it stays the graph's */
+    }
     if (b) {
         b->size = bytes;
         b->prev = NULL;
@@ -174,6 +180,18 @@ void em_buffer_free(em_buffer *buf)
         buf->next->prev = buf->prev;
     pool->stats.frees++;
     pool->stats.bytes_in_use -= buf->capacity;
+    if (dev->recording)
+        em_rt_graph_put_free(dev->recording, buf); /* reused by this recording only */
+    else if (buf->graph_refs > 0)
+        buf->user_freed = true; /* graph.c returns it when its last graph is freed */
+    else
+        em_rt_pool_release_locked(dev, buf);
+    pthread_mutex_unlock(&pool->lock);
+}
+
+void em_rt_pool_release_locked(em_device *dev, em_buffer *buf)
+{
+    em_rt_pool *pool = &dev->pool;
     if (pool->max_cached && pool->stats.bytes_cached + buf->capacity > pool->max_cached) {
         dev->drv->free(dev->state, buf->mem, buf->capacity);
         free(buf);
@@ -183,7 +201,6 @@ void em_buffer_free(em_buffer *buf)
         pool->free_lists[buf->cls] = buf;
         pool->stats.bytes_cached += buf->capacity;
     }
-    pthread_mutex_unlock(&pool->lock);
 }
 
 void em_device_pool_stats(const em_device *dev, em_pool_stats *out)
@@ -249,6 +266,8 @@ em_status em_buffer_write(em_buffer *buf, size_t offset, const void *src, size_t
         return range_error("em_buffer_write", buf, offset, bytes);
     if (!bytes)
         return EM_OK;
+    if (buf->dev->recording)
+        return em_rt_graph_record_write(buf->dev->recording, buf->mem, offset, src, bytes);
     if (em_rt_profiling())
         em_rt_profile_count(EM_RT_PROF_WRITE, bytes);
     em_status st = buf->dev->drv->write(buf->dev->state, buf->mem, offset, src, bytes);
@@ -263,6 +282,8 @@ em_status em_buffer_read(const em_buffer *buf, size_t offset, void *dst, size_t 
         return range_error("em_buffer_read", buf, offset, bytes);
     if (!bytes)
         return EM_OK;
+    if (buf->dev->recording)
+        return em_rt_graph_refuse(buf->dev, "a read (em_buffer_read)");
     if (em_rt_profiling())
         em_rt_profile_count(EM_RT_PROF_READ, bytes);
     em_status st = buf->dev->drv->read(buf->dev->state, buf->mem, offset, dst, bytes);
@@ -282,6 +303,12 @@ em_status em_buffer_copy(em_buffer *dst, size_t dst_offset, const em_buffer *src
         return range_error("em_buffer_copy (source)", src, src_offset, bytes);
     if (!bytes)
         return EM_OK;
+    if (dst->dev == src->dev && dst->dev->recording)
+        return em_rt_graph_record_copy(dst->dev->recording, dst->mem, dst_offset, src->mem,
+                                       src_offset, bytes);
+    if (src->dev->recording || dst->dev->recording)
+        return em_rt_graph_refuse(src->dev->recording ? src->dev : dst->dev,
+                                  "a copy between devices");
     if (em_rt_profiling())
         em_rt_profile_count(EM_RT_PROF_COPY, bytes);
     if (dst->dev == src->dev) {

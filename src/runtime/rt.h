@@ -25,6 +25,9 @@ struct em_buffer {
     unsigned cls;      /* size class index */
     em_buffer *prev;   /* live list (or free list: next only) */
     em_buffer *next;
+    int graph_refs;    /* graphs that hold it (graph.c): its free waits for them */
+    bool user_freed;   /* em_buffer_free was called while a graph held it */
+    em_graph *last_graph; /* the last graph that took hold of it (no double entries) */
 };
 
 typedef struct em_rt_pool {
@@ -77,6 +80,8 @@ struct em_device {
         size_t len, cap;
     } kernel_list;         /* every kernel, once, for freeing */
     em_map modules;        /* binary path -> em_rt_module * */
+    em_graph *recording;   /* the graph being recorded (graph.c), or NULL; set and read by the
+                            * recording thread, read under the pool lock by alloc and free */
 };
 
 /* Creates a device of `drv` (index i, canonical name) with one reference; NULL (error set). */
@@ -86,6 +91,28 @@ void em_rt_device_destroy(em_device *dev);
 
 /* Host monotonic clock in seconds. */
 double em_rt_now(void);
+
+/* ---- graphs (graph.c) --------------------------------------------------------------------- */
+
+/* Called by the pool with its lock held while dev->recording is set: a block for class cls from
+ * the graph's freed blocks (NULL when none), the graph taking hold of a block, and a free. */
+em_buffer *em_rt_graph_take_free(em_graph *g, unsigned cls);
+void em_rt_graph_hold(em_graph *g, em_buffer *b);
+void em_rt_graph_put_free(em_graph *g, em_buffer *b);
+/* The recording side of launches, writes and copies (launch.c, pool.c): the op is appended to
+ * the recording graph. */
+em_status em_rt_graph_record_launch(em_graph *g, void *fn, const em_drv_launch *launch,
+                                    const char *name);
+em_status em_rt_graph_record_write(em_graph *g, void *mem, size_t offset, const void *src,
+                                   size_t bytes);
+em_status em_rt_graph_record_copy(em_graph *g, void *dst, size_t dst_offset, const void *src,
+                                  size_t src_offset, size_t bytes);
+/* An operation that cannot be recorded (`what`: "a read", "a sync", ...) was asked for while dev
+ * records: sets the error, marks the recording failed, returns EM_ERR_INVALID. */
+em_status em_rt_graph_refuse(em_device *dev, const char *what);
+/* Returns a block whose holders are gone to the pool (the tail of em_buffer_free). Called with
+ * the pool lock held. */
+void em_rt_pool_release_locked(em_device *dev, em_buffer *buf);
 
 /* ---- the profiler (profile.c) -------------------------------------------------------------- */
 

@@ -118,6 +118,9 @@ static mm_config choose(const mm_problem *p, const char **how)
     if (em_autotune_lookup(p->dev, "matmul", key, val, sizeof val) && mm_config_parse(val, &c) &&
         mm_config_valid(p, &c))
         return c;
+    /* timing candidates needs the device to run them: not while a graph records (warm up first) */
+    *how = "heuristic (recording a graph)";
+    if (em_device_recording(p->dev)) return mm_heuristic(p);
     *how = "autotuned now";
     mm_config cand[32];
     int n = mm_candidates(p, mode == EM_AUTOTUNE_FULL, cand, 32);

@@ -196,6 +196,23 @@ static void load_once(void)
         }
         *syms[i].slot = p;
     }
+    struct {
+        void **slot;
+        const char *name;
+    } optional[] = {
+        {(void **)&lib.cu.StreamBeginCapture, "cuStreamBeginCapture_v2"},
+        {(void **)&lib.cu.StreamEndCapture, "cuStreamEndCapture"},
+        {(void **)&lib.cu.GraphInstantiate, "cuGraphInstantiateWithFlags"},
+        {(void **)&lib.cu.GraphLaunch, "cuGraphLaunch"},
+        {(void **)&lib.cu.GraphExecDestroy, "cuGraphExecDestroy"},
+        {(void **)&lib.cu.GraphDestroy, "cuGraphDestroy"},
+    };
+    bool graphs = true;
+    for (size_t i = 0; i < EM_ARRAY_LEN(optional); i++)
+        graphs = graphs && (*optional[i].slot = dlsym(h, optional[i].name)) != NULL;
+    if (!graphs) /* all or none */
+        for (size_t i = 0; i < EM_ARRAY_LEN(optional); i++)
+            *optional[i].slot = NULL;
     lib.loaded = true; /* the library stays loaded for the life of the process */
     CUresult r = lib.cu.Init(0);
     if (r != CUDA_SUCCESS) {
@@ -286,6 +303,23 @@ typedef struct meta_ring {
     size_t at;                       /* the next free byte (inside seg, or at its end) */
 } meta_ring;
 
+/* A native graph under construction or built (see "graphs" below): the captured launches'
+ * metadata lives in chunks of device memory filled once when the capture ends (their host
+ * shadows written meanwhile), and the captured writes copy from pinned blocks the graph owns. */
+typedef struct cap_chunk {
+    CUdeviceptr dev;          /* device memory the kernels read */
+    unsigned char *host;      /* its contents, uploaded at the end of the capture */
+    size_t size, used;
+    struct cap_chunk *next;
+} cap_chunk;
+
+typedef struct cuda_graph {
+    CUgraphExec exec;         /* the instantiated graph (NULL while capturing) */
+    cap_chunk *meta;          /* metadata chunks, newest first */
+    void **pinned;            /* sources of captured writes */
+    size_t npinned, pinned_cap;
+} cuda_graph;
+
 typedef struct cuda_device {
     int index;                  /* device ordinal */
     CUdevice dev;               /* the device */
@@ -301,6 +335,7 @@ typedef struct cuda_device {
     bool pinned_failed;         /* cuMemAllocHost failed once: use pageable copies */
     meta_ring meta;             /* tensor metadata of launches */
     char last_kernel[128];      /* the last kernel launched (named when a fault surfaces) */
+    cuda_graph *capture;        /* the graph being captured (graph_begin .. graph_end), or NULL */
 } cuda_device;
 
 /* Sets an error for a failed call: "cuda:0: WHAT failed: CUDA_ERROR_X (text)". Returns status. */
@@ -630,6 +665,9 @@ static staging_slot *take_slot(cuda_device *d, em_status *st)
     return s;
 }
 
+static em_status write_capture(cuda_device *d, void *mem, size_t offset, const void *src,
+                               size_t bytes);
+
 static em_status cuda_write(void *state, void *mem, size_t offset, const void *src, size_t bytes)
 {
     cuda_device *d = state;
@@ -638,6 +676,11 @@ static em_status cuda_write(void *state, void *mem, size_t offset, const void *s
         return st;
     CUresult r = CUDA_SUCCESS;
     pthread_mutex_lock(&d->lock);
+    if (d->capture) {
+        st = write_capture(d, mem, offset, src, bytes);
+        pthread_mutex_unlock(&d->lock);
+        return st;
+    }
     for (size_t done = 0; done < bytes && st == EM_OK && r == CUDA_SUCCESS;) {
         staging_slot *s = take_slot(d, &st);
         if (st != EM_OK)
@@ -1161,8 +1204,12 @@ static em_status meta_reserve(cuda_device *d, size_t bytes, size_t *off)
 
 /* Queues the upload of L's metadata; *where receives its device address. Called with d->lock
  * held (the caller launches before releasing it). */
+static em_status meta_capture(cuda_device *d, const em_drv_launch *L, CUdeviceptr *where);
+
 static em_status meta_upload(cuda_device *d, const em_drv_launch *L, CUdeviceptr *where)
 {
+    if (d->capture)
+        return meta_capture(d, L, where);
     em_status st = d->meta.dev ? EM_OK : meta_init(d);
     size_t bytes = meta_words(L) * sizeof(uint64_t), off = 0;
     if (st == EM_OK)
@@ -1320,6 +1367,184 @@ static void cuda_event_destroy(void *state, void *event)
         lib.cu.EventDestroy((CUevent)event);
 }
 
+/* ---- graphs ---------------------------------------------------------------------------------- */
+
+/* The runtime (graph.c) issues a recorded sequence between graph_begin and graph_end; the stream
+ * captures it (relaxed mode: the metadata chunks and pinned blocks below may be allocated while
+ * capturing). Launch metadata goes to chunks the graph owns, uploaded once after the capture, so
+ * the graph holds no copy nodes for it; a write's bytes go to a pinned block the graph owns, and
+ * its copy node reads them there at every replay. */
+
+#define CAP_CHUNK_BYTES ((size_t)64 << 10)
+
+static void graph_destroy(cuda_graph *g)
+{
+    if (!g)
+        return;
+    if (g->exec)
+        lib.cu.GraphExecDestroy(g->exec);
+    while (g->meta) {
+        cap_chunk *c = g->meta;
+        g->meta = c->next;
+        if (c->dev)
+            lib.cu.MemFree(c->dev);
+        free(c->host);
+        free(c);
+    }
+    for (size_t i = 0; i < g->npinned; i++)
+        lib.cu.MemFreeHost(g->pinned[i]);
+    free(g->pinned);
+    free(g);
+}
+
+/* Metadata of a captured launch, in the capture's chunks. Called with d->lock held. */
+static em_status meta_capture(cuda_device *d, const em_drv_launch *L, CUdeviceptr *where)
+{
+    cuda_graph *g = d->capture;
+    size_t bytes = meta_words(L) * sizeof(uint64_t);
+    cap_chunk *c = g->meta;
+    if (!c || c->used + bytes > c->size) {
+        size_t size = EM_MAX(bytes, CAP_CHUNK_BYTES);
+        c = calloc(1, sizeof(*c));
+        unsigned char *host = c ? malloc(size) : NULL;
+        if (!host) {
+            free(c);
+            return em_set_error(EM_ERR_NOMEM, "cuda:%d: out of host memory capturing a graph",
+                                d->index);
+        }
+        CUresult r = lib.cu.MemAlloc(&c->dev, size);
+        if (r != CUDA_SUCCESS) {
+            free(host);
+            free(c);
+            return cu_fail(d, r, r == CUDA_ERROR_OUT_OF_MEMORY ? EM_ERR_NOMEM : EM_ERR_DEVICE,
+                           "allocating a graph's launch metadata (cuMemAlloc)");
+        }
+        c->host = host;
+        c->size = size;
+        c->next = g->meta;
+        g->meta = c;
+    }
+    meta_fill(L, (uint64_t *)(void *)(c->host + c->used));
+    *where = c->dev + c->used;
+    c->used += (bytes + META_ALIGN - 1) / META_ALIGN * META_ALIGN;
+    if (c->used > c->size)
+        c->used = c->size;
+    return EM_OK;
+}
+
+/* A captured write: the bytes kept in a pinned block of the graph. Called with d->lock held. */
+static em_status write_capture(cuda_device *d, void *mem, size_t offset, const void *src,
+                               size_t bytes)
+{
+    cuda_graph *g = d->capture;
+    if (g->npinned == g->pinned_cap) {
+        size_t cap = g->pinned_cap ? 2 * g->pinned_cap : 16;
+        void **np = realloc(g->pinned, cap * sizeof(*np));
+        if (!np)
+            return em_set_error(EM_ERR_NOMEM, "cuda:%d: out of host memory capturing a graph",
+                                d->index);
+        g->pinned = np;
+        g->pinned_cap = cap;
+    }
+    void *host = NULL;
+    CUresult r = lib.cu.MemAllocHost(&host, bytes);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(d, r, EM_ERR_NOMEM, "pinned memory for a graph's write (cuMemAllocHost)");
+    g->pinned[g->npinned++] = host;
+    memcpy(host, src, bytes);
+    r = lib.cu.MemcpyHtoDAsync(dptr(mem, offset), host, bytes, d->stream);
+    return r == CUDA_SUCCESS ? EM_OK
+                             : cu_fail(d, r, EM_ERR_DEVICE, "capturing a write (cuMemcpyHtoDAsync)");
+}
+
+static em_status cuda_graph_begin(void *state)
+{
+    cuda_device *d = state;
+    if (!lib.cu.StreamBeginCapture)
+        return em_set_error(EM_ERR_UNSUPPORTED, "cuda:%d: the driver has no CUDA graphs",
+                            d->index);
+    em_status st = bind(d);
+    if (st != EM_OK)
+        return st;
+    cuda_graph *g = calloc(1, sizeof(*g));
+    if (!g)
+        return em_set_error(EM_ERR_NOMEM, "cuda:%d: out of host memory", d->index);
+    pthread_mutex_lock(&d->lock);
+    CUresult r = lib.cu.StreamBeginCapture(d->stream, CU_STREAM_CAPTURE_MODE_RELAXED);
+    if (r == CUDA_SUCCESS)
+        d->capture = g;
+    pthread_mutex_unlock(&d->lock);
+    if (r != CUDA_SUCCESS) {
+        free(g);
+        return cu_fail(d, r, EM_ERR_DEVICE, "cuStreamBeginCapture");
+    }
+    return EM_OK;
+}
+
+static em_status cuda_graph_end(void *state, void **out)
+{
+    cuda_device *d = state;
+    *out = NULL;
+    em_status st = bind(d);
+    if (st != EM_OK)
+        return st;
+    pthread_mutex_lock(&d->lock);
+    cuda_graph *g = d->capture;
+    CUgraph graph = NULL;
+    CUresult r = lib.cu.StreamEndCapture(d->stream, &graph);
+    d->capture = NULL;
+    const char *call = "cuStreamEndCapture";
+    /* the metadata, once, now that the stream runs again */
+    for (cap_chunk *c = g ? g->meta : NULL; r == CUDA_SUCCESS && c; c = c->next) {
+        call = "uploading a graph's launch metadata (cuMemcpyHtoDAsync)";
+        r = lib.cu.MemcpyHtoDAsync(c->dev, c->host, c->used, d->stream);
+    }
+    if (r == CUDA_SUCCESS) {
+        call = "cuStreamSynchronize";
+        r = lib.cu.StreamSynchronize(d->stream);
+    }
+    if (r == CUDA_SUCCESS && g) {
+        call = "cuGraphInstantiateWithFlags";
+        r = lib.cu.GraphInstantiate(&g->exec, graph, 0);
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (graph)
+        lib.cu.GraphDestroy(graph);
+    if (r != CUDA_SUCCESS || !g) {
+        if (g)
+            g->exec = r == CUDA_SUCCESS ? g->exec : NULL;
+        graph_destroy(g);
+        return g ? cu_fail(d, r, EM_ERR_DEVICE, "%s", call)
+                 : em_set_error(EM_ERR_INVALID, "cuda:%d: no capture to end", d->index);
+    }
+    *out = g;
+    return EM_OK;
+}
+
+static em_status cuda_graph_launch(void *state, void *graph)
+{
+    cuda_device *d = state;
+    cuda_graph *g = graph;
+    em_status st = bind(d);
+    if (st != EM_OK)
+        return st;
+    pthread_mutex_lock(&d->lock);
+    snprintf(d->last_kernel, sizeof(d->last_kernel), "a graph");
+    CUresult r = lib.cu.GraphLaunch(g->exec, d->stream);
+    pthread_mutex_unlock(&d->lock);
+    return r == CUDA_SUCCESS ? EM_OK : async_fail(d, r, "cuGraphLaunch");
+}
+
+static void cuda_graph_free(void *state, void *graph)
+{
+    cuda_device *d = state;
+    if (graph && bind(d) == EM_OK) {
+        /* a replay may still be running: its memory goes only once it is done */
+        lib.cu.StreamSynchronize(d->stream);
+        graph_destroy(graph);
+    }
+}
+
 const em_driver em_rt_cuda_driver = {
     .name = "cuda",
     .target = "cuda",
@@ -1343,4 +1568,8 @@ const em_driver em_rt_cuda_driver = {
     .event_record = cuda_event_record,
     .event_elapsed = cuda_event_elapsed,
     .event_destroy = cuda_event_destroy,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
 };

@@ -16,6 +16,8 @@ typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
 
 /* CUresult values this driver looks at (the rest are reported by name). */
 #define CUDA_SUCCESS 0
@@ -59,6 +61,7 @@ typedef struct CUevent_st *CUevent;
 #define CU_STREAM_NON_BLOCKING 0x1
 #define CU_EVENT_DEFAULT 0x0
 #define CU_EVENT_DISABLE_TIMING 0x2
+#define CU_STREAM_CAPTURE_MODE_RELAXED 2
 
 /* The entry points, in a table filled by dlsym. */
 typedef struct cuda_api {
@@ -97,6 +100,13 @@ typedef struct cuda_api {
     CUresult (*EventSynchronize)(CUevent);
     CUresult (*EventElapsedTime)(float *, CUevent, CUevent);  /* _v2 where the driver has it */
     CUresult (*EventDestroy)(CUevent);                        /* cuEventDestroy_v2 */
+    /* graphs (optional: NULL on a driver without them, which then has no native graphs) */
+    CUresult (*StreamBeginCapture)(CUstream, int);            /* cuStreamBeginCapture_v2 */
+    CUresult (*StreamEndCapture)(CUstream, CUgraph *);
+    CUresult (*GraphInstantiate)(CUgraphExec *, CUgraph, unsigned long long); /* WithFlags */
+    CUresult (*GraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*GraphExecDestroy)(CUgraphExec);
+    CUresult (*GraphDestroy)(CUgraph);
 } cuda_api;
 
 #endif

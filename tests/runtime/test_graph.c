@@ -1,0 +1,297 @@
+/* test_graph.c — recorded graphs (src/runtime/graph.c): launches and writes recorded, not run, and
+ * replayed by em_graph_launch (natively on CUDA); what cannot be recorded (reads, syncs, timers)
+ * fails and fails the recording; the pool's rules (buffers freed while recording are reused by
+ * that recording only and return to the pool when the graph is freed). On the CPU by default,
+ * on $EMBER_TEST_DEVICE when set (cuda:0 on the GPU machine: then the graph must be native). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "runtime/rt_util.h"
+
+enum { N = 1000 };
+
+static em_device *dev;
+static char cache_dir[1024];
+static em_kernel *acc;   /* out[i] += x[i] * 2 */
+static em_kernel *scale; /* out[i] = a[i] * 3 + b[i] */
+
+/* out[i] = out[i] + x[i] * 2 for i < len(out) */
+static em_ir_kernel *acc_kernel(void)
+{
+    em_ir_kernel *k = em_ir_kernel_new("graph_acc");
+    em_ir_mem x = em_ir_param_buffer(k, "x", em_ty(EM_F32), EM_READ, 0);
+    em_ir_mem out = em_ir_param_buffer(k, "out", em_ty(EM_F32), EM_READ_WRITE, 0);
+    em_ir_val i = em_ir_builtin(k, EM_ABSOLUTE_POS);
+    em_ir_if_begin(k, em_ir_binary(k, EM_OP_LT, i, em_ir_len(k, out)));
+    em_ir_val two = em_ir_const_float(k, em_ty(EM_F32), 2.0);
+    em_ir_val v = em_ir_binary(k, EM_OP_ADD, em_ir_load(k, out, i),
+                               em_ir_binary(k, EM_OP_MUL, em_ir_load(k, x, i), two));
+    em_ir_store(k, out, i, v);
+    em_ir_end(k);
+    return k;
+}
+
+static em_kernel *compile(em_ir_kernel *k)
+{
+    em_kernel *kern = k ? em_kernel_compile(dev, k) : NULL;
+    if (!kern)
+        fail_msg("compile: %s", em_last_error());
+    em_ir_kernel_free(k);
+    return kern;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    rt_fresh_dir("graph", cache_dir, sizeof(cache_dir));
+    setenv("EMBER_CACHE_DIR", cache_dir, 1);
+    const char *name = getenv("EMBER_TEST_DEVICE");
+    dev = em_device_open(name && *name ? name : "cpu");
+    if (!dev)
+        return -1;
+    acc = compile(acc_kernel());
+    scale = compile(rt_kernel_axpb("graph_scale", 3.0));
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    em_device_close(dev);
+    em_remove_tree(cache_dir);
+    return 0;
+}
+
+static const uint32_t DIM[3] = {128, 1, 1};
+static const uint32_t CUBES[3] = {(N + 127) / 128, 1, 1};
+
+static em_buffer *filled(float v0, float step)
+{
+    float h[N];
+    for (int i = 0; i < N; i++) h[i] = v0 + step * (float)i;
+    em_buffer *b = em_buffer_alloc(dev, sizeof(h));
+    assert_non_null(b);
+    assert_int_equal(em_buffer_write(b, 0, h, sizeof(h)), EM_OK);
+    return b;
+}
+
+static void read_all(const em_buffer *b, float *h)
+{
+    assert_int_equal(em_buffer_read(b, 0, h, N * sizeof(float)), EM_OK);
+}
+
+static void launch_acc(em_buffer *x, em_buffer *out)
+{
+    em_arg args[2] = {em_arg_buffer(x, N), em_arg_buffer(out, N)};
+    assert_int_equal(em_launch(acc, CUBES, DIM, args, 2), EM_OK);
+}
+
+static void launch_scale(em_buffer *a, em_buffer *b, em_buffer *out)
+{
+    em_arg args[3] = {em_arg_buffer(a, N), em_arg_buffer(b, N), em_arg_buffer(out, N)};
+    assert_int_equal(em_launch(scale, CUBES, DIM, args, 3), EM_OK);
+}
+
+/* Recorded launches do not run; each replay runs all of them, on the inputs' current contents. */
+static void test_record_and_replay(void **state)
+{
+    (void)state;
+    em_buffer *x = filled(1, 1), *out = filled(0, 0);
+    assert_int_equal(em_graph_begin(dev), EM_OK);
+    assert_true(em_device_recording(dev));
+    launch_acc(x, out);
+    launch_acc(x, out);
+    em_graph *g = NULL;
+    assert_int_equal(em_graph_end(dev, &g), EM_OK);
+    assert_non_null(g);
+    assert_false(em_device_recording(dev));
+    assert_int_equal(em_graph_ops(g), 2);
+    if (!strncmp(em_device_name(dev), "cuda", 4))
+        assert_true(em_graph_native(g)); /* a CUDA graph, not a call-by-call replay */
+    float h[N];
+    read_all(out, h);
+    for (int i = 0; i < N; i++) assert_float_equal(h[i], 0.0f, 0.0f); /* nothing ran yet */
+    for (int r = 0; r < 5; r++) assert_int_equal(em_graph_launch(g), EM_OK);
+    read_all(out, h);
+    for (int i = 0; i < N; i++) assert_float_equal(h[i], 5 * 2 * 2 * (1.0f + (float)i), 0.0f);
+    /* new input contents between replays: the graph reads them */
+    float x2[N];
+    for (int i = 0; i < N; i++) x2[i] = -0.5f * (float)i;
+    assert_int_equal(em_buffer_write(x, 0, x2, sizeof(x2)), EM_OK);
+    assert_int_equal(em_buffer_fill_zero(out), EM_OK);
+    assert_int_equal(em_graph_launch(g), EM_OK);
+    read_all(out, h);
+    for (int i = 0; i < N; i++) assert_float_equal(h[i], 2 * 2 * x2[i], 0.0f);
+    em_graph_free(g);
+    em_buffer_free(x);
+    em_buffer_free(out);
+}
+
+/* A write while recording is part of the graph: every replay writes the recorded bytes again. */
+static void test_recorded_write(void **state)
+{
+    (void)state;
+    em_buffer *x = filled(0, 0), *out = filled(0, 0);
+    float src[N];
+    for (int i = 0; i < N; i++) src[i] = (float)(i % 7);
+    assert_int_equal(em_graph_begin(dev), EM_OK);
+    assert_int_equal(em_buffer_write(x, 0, src, sizeof(src)), EM_OK);
+    for (int i = 0; i < N; i++) src[i] = 99; /* the graph kept its own copy */
+    launch_acc(x, out);
+    em_graph *g = NULL;
+    assert_int_equal(em_graph_end(dev, &g), EM_OK);
+    assert_int_equal(em_graph_ops(g), 2);
+    float h[N];
+    assert_int_equal(em_buffer_write(x, 0, src, sizeof(src)), EM_OK); /* overwritten by replay */
+    assert_int_equal(em_graph_launch(g), EM_OK);
+    assert_int_equal(em_graph_launch(g), EM_OK);
+    read_all(out, h);
+    for (int i = 0; i < N; i++) assert_float_equal(h[i], 2 * 2 * (float)(i % 7), 0.0f);
+    em_graph_free(g);
+    em_buffer_free(x);
+    em_buffer_free(out);
+}
+
+/* Reads, syncs and timers cannot be recorded: they fail, and so does em_graph_end. */
+static void test_refused(void **state)
+{
+    (void)state;
+    em_buffer *x = filled(1, 0);
+    float h[N];
+    for (int which = 0; which < 3; which++) {
+        assert_int_equal(em_graph_begin(dev), EM_OK);
+        em_status st;
+        if (which == 0) {
+            st = em_buffer_read(x, 0, h, sizeof(h));
+        } else if (which == 1) {
+            st = em_device_sync(dev);
+        } else {
+            em_timer t;
+            st = em_timer_start(&t, dev);
+        }
+        assert_int_equal(st, EM_ERR_INVALID);
+        assert_non_null(strstr(em_last_error(), "recording a graph"));
+        launch_acc(x, x); /* recording goes on */
+        em_graph *g = (em_graph *)&g;
+        assert_int_equal(em_graph_end(dev, &g), EM_ERR_INVALID);
+        assert_null(g);
+        assert_non_null(strstr(em_last_error(), "failed"));
+        assert_false(em_device_recording(dev));
+    }
+    read_all(x, h); /* nothing ran */
+    for (int i = 0; i < N; i++) assert_float_equal(h[i], 1.0f, 0.0f);
+    em_buffer_free(x);
+}
+
+static void test_misuse(void **state)
+{
+    (void)state;
+    em_graph *g = NULL;
+    assert_int_equal(em_graph_end(dev, &g), EM_ERR_INVALID); /* not recording */
+    assert_int_equal(em_graph_launch(NULL), EM_ERR_INVALID);
+    assert_int_equal(em_graph_begin(dev), EM_OK);
+    assert_int_equal(em_graph_begin(dev), EM_ERR_INVALID); /* already */
+    assert_non_null(strstr(em_last_error(), "already recording"));
+    assert_int_equal(em_graph_end(dev, &g), EM_OK);
+    assert_int_equal(em_graph_ops(g), 0);
+    em_graph *g2 = NULL;
+    assert_int_equal(em_graph_begin(dev), EM_OK);
+    assert_int_equal(em_graph_launch(g), EM_ERR_INVALID); /* not while recording */
+    assert_int_equal(em_graph_end(dev, &g2), EM_OK);
+    assert_int_equal(em_graph_launch(g), EM_OK); /* empty: nothing to do */
+    em_graph_free(g);
+    em_graph_free(g2);
+    em_graph_free(NULL);
+}
+
+/* The pool: a temporary freed while recording serves the recording's next allocation of its size
+ * class; after em_graph_end it is still the graph's (a new allocation gets another block), and
+ * em_graph_free returns it to the pool. A buffer allocated while recording and freed by the
+ * caller after it stays the graph's too. */
+static void test_pool_rules(void **state)
+{
+    (void)state;
+    em_buffer *x = filled(1, 1), *out = filled(0, 0);
+    em_buffer *before = em_buffer_alloc(dev, N * sizeof(float)); /* freed while recording */
+    assert_non_null(before);
+    assert_int_equal(em_graph_begin(dev), EM_OK);
+    em_buffer *t1 = em_buffer_alloc(dev, N * sizeof(float));
+    assert_non_null(t1);
+    launch_scale(x, x, t1); /* t1 = 4 x */
+    em_buffer_free(before);
+    em_buffer *t2 = em_buffer_alloc(dev, N * sizeof(float));
+    assert_ptr_equal(t2, before); /* reused within the recording */
+    launch_acc(t1, t2);
+    em_buffer_free(t1);
+    em_buffer *t3 = em_buffer_alloc(dev, N * sizeof(float));
+    assert_ptr_equal(t3, t1);
+    launch_scale(t2, t2, t3);
+    launch_acc(t3, out);
+    em_buffer_free(t3);
+    em_graph *g = NULL;
+    assert_int_equal(em_graph_end(dev, &g), EM_OK);
+    em_buffer_free(t2); /* after the recording: still the graph's */
+    em_buffer *other[3];
+    for (int i = 0; i < 3; i++) {
+        other[i] = em_buffer_alloc(dev, N * sizeof(float));
+        assert_non_null(other[i]);
+        assert_true(other[i] != t1 && other[i] != t2);
+    }
+    for (int i = 0; i < 3; i++) em_buffer_free(other[i]);
+    em_pool_stats ps;
+    em_device_pool_stats(dev, &ps);
+    uint64_t in_use = ps.bytes_in_use;
+    em_graph_free(g); /* t1 (= t3) and t2 go back to the pool */
+    em_device_pool_stats(dev, &ps);
+    assert_int_equal(ps.bytes_in_use, in_use);
+    em_buffer *back[2] = {em_buffer_alloc(dev, N * sizeof(float)),
+                          em_buffer_alloc(dev, N * sizeof(float))};
+    assert_true((back[0] == t1 || back[0] == t2) && (back[1] == t1 || back[1] == t2));
+    em_buffer_free(back[0]);
+    em_buffer_free(back[1]);
+    em_buffer_free(x);
+    em_buffer_free(out);
+}
+
+/* The values of such a chain with reused temporaries (t2 zeroed by a recorded write), replayed
+ * three times. */
+static void test_chain_values(void **state)
+{
+    (void)state;
+    em_buffer *x = filled(1, 1), *out = filled(0, 0);
+    float zeros[N] = {0};
+    assert_int_equal(em_graph_begin(dev), EM_OK);
+    em_buffer *t1 = em_buffer_alloc(dev, N * sizeof(float));
+    em_buffer *t2 = em_buffer_alloc(dev, N * sizeof(float));
+    assert_int_equal(em_buffer_write(t2, 0, zeros, sizeof(zeros)), EM_OK);
+    launch_scale(x, x, t1); /* 4x */
+    launch_acc(t1, t2);     /* 8x */
+    em_buffer_free(t1);
+    em_buffer *t3 = em_buffer_alloc(dev, N * sizeof(float)); /* t1's block */
+    launch_scale(t2, t2, t3); /* 32x */
+    launch_acc(t3, out);      /* out += 64x */
+    em_buffer_free(t2);
+    em_buffer_free(t3);
+    em_graph *g = NULL;
+    assert_int_equal(em_graph_end(dev, &g), EM_OK);
+    for (int r = 0; r < 3; r++) assert_int_equal(em_graph_launch(g), EM_OK);
+    float h[N];
+    read_all(out, h);
+    for (int i = 0; i < N; i++) assert_float_equal(h[i], 3 * 64 * (1.0f + (float)i), 0.0f);
+    em_graph_free(g);
+    em_buffer_free(x);
+    em_buffer_free(out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_record_and_replay), cmocka_unit_test(test_recorded_write),
+        cmocka_unit_test(test_refused),           cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_pool_rules),        cmocka_unit_test(test_chain_values),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
