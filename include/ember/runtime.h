@@ -69,7 +69,18 @@ typedef struct em_pool_stats {
     uint64_t bytes_cached;  /* bytes in freed blocks kept for reuse */
     uint64_t peak_in_use;   /* high-water mark of bytes_in_use (since em_device_pool_reset_peak) */
     uint64_t oom_retries;   /* times the cache was emptied to satisfy an allocation */
+    char peak_kernel[64];   /* the first kernel launched after the peak was reached: where the
+                             * program was ("" before any launch) */
+    uint64_t peak_launch;   /* launches on the device from the last peak reset to that kernel */
 } em_pool_stats;
+/* The live buffers at the peak, by size: bucket k holds blocks of [2^k, 2^(k+1)) bytes. Fills up
+ * to max buckets that held any (largest first) and returns how many. */
+typedef struct em_pool_bucket {
+    uint64_t min_bytes;     /* 2^k */
+    uint64_t count;         /* live blocks of that size at the peak */
+    uint64_t bytes;         /* their bytes */
+} em_pool_bucket;
+size_t em_device_pool_peak_buckets(const em_device *dev, em_pool_bucket *out, size_t max);
 void em_device_pool_stats(const em_device *dev, em_pool_stats *out);
 /* Restarts peak_in_use from bytes_in_use now, so that the next peak read is that of what runs
  * after the call (one training step, say). */

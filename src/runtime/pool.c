@@ -146,6 +146,9 @@ em_buffer *em_buffer_alloc(em_device *dev, size_t bytes)
             em_rt_graph_hold(g, b); /* the replays use it: it stays the graph's */
     }
     if (b) {
+        unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)cap);
+        pool->live_count[k]++;
+        pool->live_bytes[k] += cap;
         b->size = bytes;
         b->prev = NULL;
         b->next = pool->live;
@@ -154,8 +157,12 @@ em_buffer *em_buffer_alloc(em_device *dev, size_t bytes)
         pool->live = b;
         pool->stats.allocs++;
         pool->stats.bytes_in_use += cap;
-        if (pool->stats.bytes_in_use > pool->stats.peak_in_use)
+        if (pool->stats.bytes_in_use > pool->stats.peak_in_use) {
             pool->stats.peak_in_use = pool->stats.bytes_in_use;
+            memcpy(pool->peak_count, pool->live_count, sizeof(pool->peak_count));
+            memcpy(pool->peak_bytes, pool->live_bytes, sizeof(pool->peak_bytes));
+            pool->peak_pending = true;
+        }
     }
     pthread_mutex_unlock(&pool->lock);
     if (b && em_rt_profiling())
@@ -180,6 +187,9 @@ void em_buffer_free(em_buffer *buf)
         buf->next->prev = buf->prev;
     pool->stats.frees++;
     pool->stats.bytes_in_use -= buf->capacity;
+    unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)buf->capacity);
+    pool->live_count[k]--;
+    pool->live_bytes[k] -= buf->capacity;
     if (dev->recording)
         em_rt_graph_put_free(dev->recording, buf); /* reused by this recording only */
     else if (buf->graph_refs > 0)
@@ -220,9 +230,45 @@ void em_device_pool_reset_peak(em_device *dev)
 {
     if (!dev)
         return;
-    pthread_mutex_lock(&dev->pool.lock);
-    dev->pool.stats.peak_in_use = dev->pool.stats.bytes_in_use;
-    pthread_mutex_unlock(&dev->pool.lock);
+    em_rt_pool *pool = &dev->pool;
+    pthread_mutex_lock(&pool->lock);
+    pool->stats.peak_in_use = pool->stats.bytes_in_use;
+    memcpy(pool->peak_count, pool->live_count, sizeof(pool->peak_count));
+    memcpy(pool->peak_bytes, pool->live_bytes, sizeof(pool->peak_bytes));
+    pool->stats.peak_kernel[0] = '\0';
+    pool->stats.peak_launch = 0;
+    __atomic_store_n(&pool->launches, 0, __ATOMIC_RELAXED);
+    pool->peak_pending = true;
+    pthread_mutex_unlock(&pool->lock);
+}
+
+void em_rt_pool_note_launch(em_device *dev, const char *kernel)
+{
+    em_rt_pool *pool = &dev->pool;
+    uint64_t n = __atomic_fetch_add(&pool->launches, 1, __ATOMIC_RELAXED);
+    if (!__atomic_load_n(&pool->peak_pending, __ATOMIC_RELAXED))
+        return;
+    pthread_mutex_lock(&pool->lock);
+    if (pool->peak_pending) {
+        snprintf(pool->stats.peak_kernel, sizeof(pool->stats.peak_kernel), "%s", kernel);
+        pool->stats.peak_launch = n;
+        pool->peak_pending = false;
+    }
+    pthread_mutex_unlock(&pool->lock);
+}
+
+size_t em_device_pool_peak_buckets(const em_device *dev, em_pool_bucket *out, size_t max)
+{
+    if (!dev || !out)
+        return 0;
+    em_rt_pool *pool = (em_rt_pool *)&dev->pool;
+    size_t n = 0;
+    pthread_mutex_lock(&pool->lock);
+    for (int k = 63; k >= 0 && n < max; k--)
+        if (pool->peak_count[k])
+            out[n++] = (em_pool_bucket){(uint64_t)1 << k, pool->peak_count[k], pool->peak_bytes[k]};
+    pthread_mutex_unlock(&pool->lock);
+    return n;
 }
 
 void em_device_pool_trim(em_device *dev)

@@ -36,11 +36,17 @@ typedef struct em_rt_pool {
     em_buffer *live;                        /* buffers handed out (doubly linked) */
     uint64_t max_cached;                    /* idle bytes kept at most (0 = no limit) */
     em_pool_stats stats;                    /* counters reported by em_device_pool_stats */
+    uint64_t live_count[64], live_bytes[64]; /* live blocks by power-of-two size bucket */
+    uint64_t peak_count[64], peak_bytes[64]; /* the same at the peak */
+    bool peak_pending;                      /* a new peak awaits its next kernel's name */
+    uint64_t launches;                      /* launches since the last peak reset */
 } em_rt_pool;
 
 /* Size class of a request: writes the block size to *capacity; false when too large. */
 bool em_rt_size_class(size_t bytes, unsigned *cls, size_t *capacity);
 void em_rt_pool_init(em_rt_pool *pool);
+/* Names the kernel launched after a new peak (launch.c); cheap when none is pending. */
+void em_rt_pool_note_launch(em_device *dev, const char *kernel);
 /* Frees every cached and every live block (device close). Returns how many were live. */
 size_t em_rt_pool_destroy(em_device *dev);
 

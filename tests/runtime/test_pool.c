@@ -1,7 +1,7 @@
 /* test_pool.c — the device memory pool: size classes, reuse of freed blocks, statistics, trim,
  * out-of-memory handling (empty the cache, retry, then EM_ERR_NOMEM without aborting; exercised
  * with $EMBER_CPU_MEMORY_LIMIT), and many threads allocating and freeing at once (also run under
- * ThreadSanitizer). */
+ * ThreadSanitizer), and where the peak was (its blocks by size, the kernel launched next). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -194,6 +194,47 @@ static void test_concurrent_alloc_free(void **state)
     em_device_close(dev);
 }
 
+/* Where the peak was: the live blocks by size at the peak and the kernel launched next. */
+static void test_peak_location(void **state)
+{
+    (void)state;
+    char dir[1024];
+    rt_fresh_dir("pool_peak", dir, sizeof(dir));
+    setenv("EMBER_CACHE_DIR", dir, 1);
+    em_device *dev = em_device_open("cpu");
+    em_ir_kernel *ir = rt_kernel_axpb("peak_axpb", 2.0);
+    em_kernel *k = em_kernel_compile(dev, ir);
+    em_ir_kernel_free(ir);
+    assert_non_null(k);
+    em_buffer *small[3];
+    for (int i = 0; i < 3; i++) small[i] = em_buffer_alloc(dev, 1000); /* 1024: bucket 2^10 */
+    em_device_pool_reset_peak(dev);
+    em_buffer *big = em_buffer_alloc(dev, 5000); /* 5120: bucket 2^12; the peak */
+    em_buffer_free(big);
+    em_buffer *a = em_buffer_alloc(dev, 256); /* below the peak: changes nothing */
+    uint32_t one[3] = {1, 1, 1};
+    em_arg args[3] = {em_arg_buffer(small[0], 64), em_arg_buffer(small[1], 64),
+                      em_arg_buffer(small[2], 64)};
+    assert_int_equal(em_launch(k, one, one, args, 3), EM_OK);
+    em_pool_stats st;
+    em_device_pool_stats(dev, &st);
+    assert_int_equal(st.peak_in_use, 3 * 1024 + 5120);
+    assert_string_equal(st.peak_kernel, "peak_axpb");
+    assert_int_equal(st.peak_launch, 0);
+    em_pool_bucket b[8];
+    assert_int_equal(em_device_pool_peak_buckets(dev, b, 8), 2);
+    assert_int_equal(b[0].min_bytes, 4096);
+    assert_int_equal(b[0].count, 1);
+    assert_int_equal(b[0].bytes, 5120);
+    assert_int_equal(b[1].min_bytes, 1024);
+    assert_int_equal(b[1].count, 3);
+    assert_int_equal(b[1].bytes, 3 * 1024);
+    em_buffer_free(a);
+    for (int i = 0; i < 3; i++) em_buffer_free(small[i]);
+    em_device_close(dev);
+    em_remove_tree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -201,6 +242,7 @@ int main(void)
         cmocka_unit_test(test_reuse_and_stats),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_concurrent_alloc_free),
+        cmocka_unit_test(test_peak_location),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -240,6 +240,21 @@ static int run(const train_opts *o, const char *dir)
         }
         em_pool_stats ps;
         em_device_pool_stats(dev, &ps);
+        const char *pk = getenv("EMBER_POOL_PEAK");
+        if (pk && *pk && strcmp(pk, "0")) {
+            em_pool_bucket bk[16];
+            size_t nb = em_device_pool_peak_buckets(dev, bk, 16);
+            fprintf(stderr, "ember bench train-gpt2: peak %.3f GiB, reached before kernel %s (launch "
+                    "%llu of the timed steps' %llu); live blocks then:\n",
+                    (double)ps.peak_in_use / (double)(1ull << 30),
+                    ps.peak_kernel[0] ? ps.peak_kernel : "(none)",
+                    (unsigned long long)ps.peak_launch,
+                    (unsigned long long)(s1.launches - s0.launches));
+            for (size_t i = 0; i < nb; i++)
+                fprintf(stderr, "  >= %10.3f MiB: %6llu blocks, %9.3f MiB\n",
+                        (double)bk[i].min_bytes / 1048576.0, (unsigned long long)bk[i].count,
+                        (double)bk[i].bytes / 1048576.0);
+        }
         double tokens = (double)(o->batch * o->seq);
         double flops = 6.0 * (double)info.num_params +
                        6.0 * (double)(c.model.n_layer * c.model.n_embd * o->seq);
