@@ -72,6 +72,7 @@ typedef struct em_pool_stats {
     char peak_kernel[64];   /* the first kernel launched after the peak was reached: where the
                              * program was ("" before any launch) */
     uint64_t peak_launch;   /* launches on the device from the last peak reset to that kernel */
+    uint64_t peak_largest[8]; /* the sizes asked for of the largest live buffers at the peak */
 } em_pool_stats;
 /* The live buffers at the peak, by size: bucket k holds blocks of [2^k, 2^(k+1)) bytes. Fills up
  * to max buckets that held any (largest first) and returns how many. */

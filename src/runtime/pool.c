@@ -123,6 +123,24 @@ static em_buffer *take_block(em_device *dev, unsigned cls, size_t cap)
     return b;
 }
 
+/* Records the sizes of the largest live buffers (at a new peak). Called with the lock held. */
+static void largest_locked(em_rt_pool *pool)
+{
+    uint64_t *top = pool->stats.peak_largest;
+    const size_t n = EM_ARRAY_LEN(pool->stats.peak_largest);
+    memset(top, 0, n * sizeof(*top));
+    for (const em_buffer *b = pool->live; b; b = b->next) {
+        if (b->size <= top[n - 1])
+            continue;
+        size_t i = n - 1;
+        while (i > 0 && top[i - 1] < b->size) {
+            top[i] = top[i - 1];
+            i--;
+        }
+        top[i] = b->size;
+    }
+}
+
 em_buffer *em_buffer_alloc(em_device *dev, size_t bytes)
 {
     if (!dev) {
@@ -162,6 +180,7 @@ em_buffer *em_buffer_alloc(em_device *dev, size_t bytes)
             memcpy(pool->peak_count, pool->live_count, sizeof(pool->peak_count));
             memcpy(pool->peak_bytes, pool->live_bytes, sizeof(pool->peak_bytes));
             pool->peak_pending = true;
+            largest_locked(pool);
         }
     }
     pthread_mutex_unlock(&pool->lock);

@@ -222,6 +222,10 @@ static void test_peak_location(void **state)
     assert_string_equal(st.peak_kernel, "peak_axpb");
     assert_int_equal(st.peak_launch, 0);
     em_pool_bucket b[8];
+    assert_int_equal(st.peak_largest[0], 5000);
+    assert_int_equal(st.peak_largest[1], 1000);
+    assert_int_equal(st.peak_largest[3], 1000);
+    assert_int_equal(st.peak_largest[4], 0);
     assert_int_equal(em_device_pool_peak_buckets(dev, b, 8), 2);
     assert_int_equal(b[0].min_bytes, 4096);
     assert_int_equal(b[0].count, 1);

@@ -254,6 +254,10 @@ static int run(const train_opts *o, const char *dir)
                 fprintf(stderr, "  >= %10.3f MiB: %6llu blocks, %9.3f MiB\n",
                         (double)bk[i].min_bytes / 1048576.0, (unsigned long long)bk[i].count,
                         (double)bk[i].bytes / 1048576.0);
+            fprintf(stderr, "  largest buffers (bytes):");
+            for (size_t i = 0; i < sizeof(ps.peak_largest) / sizeof(ps.peak_largest[0]) && ps.peak_largest[i]; i++)
+                fprintf(stderr, " %llu", (unsigned long long)ps.peak_largest[i]);
+            fprintf(stderr, "\n");
         }
         double tokens = (double)(o->batch * o->seq);
         double flops = 6.0 * (double)info.num_params +
