@@ -146,7 +146,8 @@ static double ref_time(reference *r, const char *dtype, const em_tensor *a, cons
 static int usage(void)
 {
     fprintf(stderr, "usage: ember bench matmul [--device D] [--dtype f32|tf32|f16|bf16] "
-                    "[--shapes MxNxK,...] [--iters N]\n");
+                    "[--shapes MxNxK,...] [--iters N] [--bt]\n"
+                    "  --bt: b is the transpose of a row-major [N, K] (as nn.Linear's weight is)\n");
     return 2;
 }
 
@@ -154,8 +155,11 @@ static int bench_matmul(int argc, char **argv)
 {
     const char *devname = "cpu", *dtype = "f32", *shapes = NULL;
     int iters = 0;
+    bool bt = false;
     for (int i = 1; i < argc; i++) {
-        if (i + 1 < argc && !strcmp(argv[i], "--device"))
+        if (!strcmp(argv[i], "--bt"))
+            bt = true;
+        else if (i + 1 < argc && !strcmp(argv[i], "--device"))
             devname = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--dtype"))
             dtype = argv[++i];
@@ -197,7 +201,8 @@ static int bench_matmul(int argc, char **argv)
         if (*p == ',') p++;
         em_scope_begin();
         em_tensor *a = em_randn(dev, dt, EM_SHAPE(M, K), &rng);
-        em_tensor *b = em_randn(dev, dt, EM_SHAPE(K, N), &rng);
+        em_tensor *b = bt ? em_transpose(em_randn(dev, dt, EM_SHAPE(N, K), &rng), 0, 1)
+                          : em_randn(dev, dt, EM_SHAPE(K, N), &rng);
         double flop = 2.0 * (double)M * (double)N * (double)K;
         int n = iters > 0 ? iters : flop > 1e12 ? 10 : flop > 1e10 ? 30 : cpu ? 3 : 100;
         if (cpu && iters <= 0 && flop > 1e9) n = 2;
@@ -218,17 +223,21 @@ static int bench_matmul(int argc, char **argv)
             em_scope_end(NULL, 0);
             break;
         }
-        double rs = ref_time(&ref, dtype, a, b, y, (int)M, (int)N, (int)K, n);
+        double rs = bt ? -1 : ref_time(&ref, dtype, a, b, y, (int)M, (int)N, (int)K, n);
+        double bytes = (double)em_scalar_size(dt) * (double)(M * K + K * N + M * N);
         printf("{\"bench\":\"matmul\",\"device\":\"%s\",\"device_name\":\"%s\",\"dtype\":\"%s\","
-               "\"shape\":[%lld,%lld,%lld],\"iters\":%d,\"ember_ms\":%.4f,\"ember_tflops\":%.4f",
-               em_device_name(dev), em_device_caps(dev)->device_name, dtype, M, N, K, n, s * 1e3,
-               flop / s / 1e12);
+               "\"shape\":[%lld,%lld,%lld],\"bt\":%s,\"iters\":%d,\"ember_ms\":%.4f,"
+               "\"ember_tflops\":%.4f,\"ember_gbps\":%.1f",
+               em_device_name(dev), em_device_caps(dev)->device_name, dtype, M, N, K,
+               bt ? "true" : "false", n, s * 1e3, flop / s / 1e12, bytes / s / 1e9);
         if (rs > 0)
             printf(",\"ref\":\"%s\",\"ref_ms\":%.4f,\"ref_tflops\":%.4f,\"ratio\":%.3f", ref.name,
                    rs * 1e3, flop / rs / 1e12, rs / s);
         else
             printf(",\"ref\":null,\"ref_why\":\"%s\"",
-                   ref.name ? "reference does not take this dtype" : ref.why);
+                   bt     ? "no reference for a transposed b"
+                   : ref.name ? "reference does not take this dtype"
+                              : ref.why);
         printf("}\n");
         fflush(stdout);
         em_scope_end(NULL, 0);
