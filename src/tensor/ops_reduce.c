@@ -597,7 +597,7 @@ static em_status reduce_split_run(const char *op, const tn_arg *x, const tn_arg 
 {
     em_device *dev = x->t->st->dev;
     int64_t np = rows * (int64_t)chunks;
-    em_tensor *part = tn_new(dev, ct, 1, &np), *part_i = tn_new(dev, EM_U32, 1, &np);
+    em_tensor *part = tn_new(dev, ct, 1, &np), *part_i = tn_new(dev, EM_I32, 1, &np);
     em_status st = part && part_i ? EM_OK : em_error_context("%s", op);
     unsigned log1, log2;
     unsigned cube1 = tn_cube_for(len, &log1), cube2 = tn_cube_for(chunks, &log2);
