@@ -15,6 +15,10 @@
  * device: consecutive units read consecutive columns of a row, cubes cover tiles of columns and
  * slices of rows, and a second launch sums the slices' partials (cols_plan_for).
  *
+ * Few long rows (fewer than the compute units, 4096 elements or more) are split over several
+ * cubes each: tensor_reduce_split reduces chunks of a row into partials, tensor_reduce_combine
+ * combines them (reduce_split_for says when; docs/architecture.md, "Split rows").
+ *
  * With fusion on, softmax, log_softmax, the norms and the row sums on the row-wise path do not
  * launch: their result is a pending node (fusion_rows.c) that absorbs the elementwise ops applied
  * to it, and runs (tn_rows_run) as one launch with them in its stores. */
