@@ -15,10 +15,15 @@
  * device: consecutive units read consecutive columns of a row, cubes cover tiles of columns and
  * slices of rows, and a second launch sums the slices' partials (cols_plan_for).
  *
+ * Few long rows (fewer than the compute units, 4096 elements or more) are split over several
+ * cubes each: tensor_reduce_split reduces chunks of a row into partials, tensor_reduce_combine
+ * combines them (reduce_split_for says when; docs/architecture.md, "Split rows").
+ *
  * With fusion on, softmax, log_softmax, the norms and the row sums on the row-wise path do not
  * launch: their result is a pending node (fusion_rows.c) that absorbs the elementwise ops applied
  * to it, and runs (tn_rows_run) as one launch with them in its stores. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tensor/fusion_internal.h"
@@ -531,6 +536,99 @@ static em_status cols_sum(const char *op, const em_tensor *t, const bool *red, e
     return st;
 }
 
+/* ---- long rows split over cubes (tensor_reduce_split, tensor_reduce_combine) ---------------- */
+
+enum {
+    SPLIT_MIN_LEN = 4096,    /* rows shorter than this stay in one cube */
+    SPLIT_MIN_CHUNK = 2048,  /* the fewest elements a chunk (one cube of pass 1) reduces */
+    SPLIT_MAX_CHUNKS = 1024, /* the most partials a row's cube combines in pass 2 */
+};
+
+/* How reduction `code` of rows x n elements is split on dev: returns the chunks per row (1: one
+ * cube per row, the single-pass kernel) and sets *len, the elements of a chunk (chunk c holds
+ * elements c * len .. min(n, (c + 1) * len) - 1; none is empty). A row is split when the rows
+ * are fewer than the device's compute units and it holds at least SPLIT_MIN_LEN elements: into
+ * about two cubes per compute unit over all rows, each chunk at least SPLIT_MIN_CHUNK long, at
+ * most SPLIT_MAX_CHUNKS. var, std and logsumexp (two passes over the row) are never split.
+ * EMBER_REDUCE_SPLIT=off never splits; =N splits every other row into N chunks (at most n; for
+ * tests). */
+static uint32_t reduce_split_for(em_device *dev, int code, int64_t rows, int64_t n, uint32_t *len)
+{
+    *len = (uint32_t)(n > 0 && n <= UINT32_MAX ? n : 0);
+    if (code == R_VAR || code == R_STD || code == R_LSE) return 1;
+    if (rows < 1 || rows > 65535 || n < 2 || n > (int64_t)(UINT32_MAX / 2)) return 1;
+    int64_t chunks = 0;
+    const char *env = getenv("EMBER_REDUCE_SPLIT");
+    if (env && !strcmp(env, "off")) return 1;
+    if (env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end == '\0' && v >= 1) chunks = v < 65535 ? v : 65535;
+    }
+    if (chunks == 0) {
+        const em_caps *c = em_device_caps(dev);
+        int64_t cu = c && c->compute_units ? c->compute_units : 1;
+        if (n < SPLIT_MIN_LEN || rows >= cu) return 1;
+        chunks = (2 * cu + rows - 1) / rows;
+        if (chunks > n / SPLIT_MIN_CHUNK) chunks = n / SPLIT_MIN_CHUNK;
+        if (chunks > SPLIT_MAX_CHUNKS) chunks = SPLIT_MAX_CHUNKS;
+    }
+    if (chunks > n) chunks = n;
+    if (chunks < 2) return 1;
+    int64_t l = (n + chunks - 1) / chunks;
+    *len = (uint32_t)l;
+    return (uint32_t)((n + l - 1) / l);
+}
+
+/* Whether t's storage holds a pending computation (fusion), which the row-wise kernels may
+ * compute in their loads (a prologue) and the split kernels would realize first. */
+static bool input_pending(const em_tensor *t)
+{
+    pthread_mutex_lock(&fu_lock);
+    bool p = t->st->pending != NULL;
+    pthread_mutex_unlock(&fu_lock);
+    return p;
+}
+
+/* Runs reduction `code` of x (the kernel's view: rank R, its last k dims reduced, rows rows)
+ * into out (viewed with R dims, the reduced ones of size 1) in two launches: each of the chunks
+ * cubes of a row reduces len elements into a partial (compute type ct, and the winner's index
+ * for max/min kinds) in scratch buffers, then one cube per row combines them and finishes as
+ * the single-pass kernel does (scale: the mean's). EM_OK or the error set (prefixed with op). */
+static em_status reduce_split_run(const char *op, const tn_arg *x, const tn_arg *out, em_scalar ct, int code,
+                                  int kind, int R, int k, int64_t rows, uint32_t chunks, uint32_t len,
+                                  em_arg scale)
+{
+    em_device *dev = x->t->st->dev;
+    int64_t np = rows * (int64_t)chunks;
+    em_tensor *part = tn_new(dev, ct, 1, &np), *part_i = tn_new(dev, EM_I32, 1, &np);
+    em_status st = part && part_i ? EM_OK : em_error_context("%s", op);
+    unsigned log1, log2;
+    unsigned cube1 = tn_cube_for(len, &log1), cube2 = tn_cube_for(chunks, &log2);
+    if (st == EM_OK) {
+        em_lang_bind b[8] = {em_lang_bind_type("T", x->t->dtype), em_lang_bind_type("C", ct),
+                             em_lang_bind_int("R", R), em_lang_bind_int("K", k),
+                             em_lang_bind_int("OP", code), em_lang_bind_int("KIND", kind),
+                             em_lang_bind_int("CUBE", cube1), em_lang_bind_int("LOG", log1)};
+        tn_arg a[4] = {*x, tn_arg_flat(part), tn_arg_flat(part_i), tn_arg_s(em_arg_u32(len))};
+        uint32_t cubes[3] = {chunks, (uint32_t)rows, 1}, units[3] = {cube1, 1, 1};
+        st = tn_launch(op, dev, "tensor_reduce_split", b, 8, 1, cubes, units, a, 4);
+    }
+    if (st == EM_OK) {
+        em_lang_bind b[8] = {em_lang_bind_type("U", out->t->dtype), em_lang_bind_type("C", ct),
+                             em_lang_bind_int("R", R), em_lang_bind_int("K", k),
+                             em_lang_bind_int("OP", code), em_lang_bind_int("KIND", kind),
+                             em_lang_bind_int("CUBE", cube2), em_lang_bind_int("LOG", log2)};
+        tn_arg a[5] = {tn_arg_flat(part), tn_arg_flat(part_i), *out, tn_arg_s(scale),
+                       tn_arg_s(em_arg_u32(chunks))};
+        uint32_t cubes[3] = {(uint32_t)rows, 1, 1}, units[3] = {cube2, 1, 1};
+        st = tn_launch(op, dev, "tensor_reduce_combine", b, 8, 1, cubes, units, a, 5);
+    }
+    em_release(part);
+    em_release(part_i);
+    return st;
+}
+
 /* Splits t's dims into kept (first) and reduced (last). Fills perm; returns the number reduced,
  * or -1 with the error set. `all` when dims is empty. */
 static int split_dims(const char *op, const em_tensor *t, const int *dims, int ndims, int *perm, bool *red)
@@ -645,7 +743,11 @@ static em_tensor *reduce(const char *op, const em_tensor *t, const int *dims, in
      * leading dims, the kept ones contiguous: the column path */
     bool tail = k >= 1 && t->rank >= 1;
     for (int i = 0; i < t->rank; i++) tail = tail && red[i] == (i >= t->rank - k);
-    if (fl && (code == R_SUM || code == R_MEAN)) {
+    /* few long rows: split over cubes (reduce_split_for); a sum or mean whose input is pending
+     * keeps the row-wise path, which computes it in its loads */
+    uint32_t len, chunks = reduce_split_for(t->st->dev, code, n_outer, n_inner, &len);
+    if (chunks > 1 && fl && (code == R_SUM || code == R_MEAN) && tail && input_pending(t)) chunks = 1;
+    if (fl && (code == R_SUM || code == R_MEAN) && (chunks == 1 || !tail)) {
         bool taken;
         double scale = code == R_MEAN ? 1.0 / (double)n_inner : 1.0;
         em_status st = tail ? rows_sum(op, t, k, out, scale, &taken)
@@ -671,7 +773,10 @@ static em_tensor *reduce(const char *op, const em_tensor *t, const int *dims, in
                       tn_arg_s(tn_scalar_arg(ct, scale))};
     if (!em_scalar_is_float(ct)) args[2] = tn_arg_s(tn_scalar_arg(ct, 0));
     uint32_t cubes[3] = {(uint32_t)n_outer, 1, 1}, units[3] = {cube, 1, 1};
-    if (tn_launch(op, t->st->dev, "tensor_reduce", b, 10, 1, cubes, units, args, 3) != EM_OK) {
+    em_status st = chunks > 1 ? reduce_split_run(op, &args[0], &args[1], ct, code, kind[code], R, k, n_outer,
+                                                 chunks, len, args[2].scalar)
+                              : tn_launch(op, t->st->dev, "tensor_reduce", b, 10, 1, cubes, units, args, 3);
+    if (st != EM_OK) {
         em_release(out);
         out = NULL;
     }
