@@ -13,6 +13,7 @@
 
 #include "ember/tensor_grad.h"
 #include "tensor/internal.h"
+#include "tensor/matmul_internal.h"
 
 enum {
     ATTN_MAX_D = EM_ATTENTION_MAX_HEAD_DIM, /* the largest head size the kernels take */
@@ -130,19 +131,51 @@ static void attn_grid(int64_t n, int64_t bh, uint32_t cubes[3], uint32_t units[3
     units[1] = units[2] = 1;
 }
 
-/* Whether the forward runs the matrix-op kernel (tensor_attention_fwd_mma): f16/bf16 with D 64
- * or 128 on CUDA (WMMA); EMBER_ATTENTION=mma forces it wherever the dtype and D allow and the
- * device has matrix ops or planes of one unit (the CPU and PoCL run the fragments as loops: tests),
- * EMBER_ATTENTION=simt forbids it. */
-static bool attn_use_mma(em_device *dev, em_scalar dt, int64_t D)
+/* The kernels a forward and backward run: the SIMT ones (every dtype, D and target), the
+ * matrix-op ones (tensor_attention_*_mma: WMMA fragments) or the warpgroup-MMA ones
+ * (tensor_attention_wgmma.ek: Hopper's wgmma). */
+typedef enum attn_path { ATTN_SIMT, ATTN_MMA, ATTN_WGMMA } attn_path;
+
+enum {
+    ATTN_WG = 2,   /* warpgroups per cube of the wgmma kernels (64 rows each) */
+    ATTN_WG_BK = 128 /* keys per tile of the wgmma forward */
+};
+
+/* Bytes of shared memory the wgmma forward takes for head size d (2-byte elements): Q, two
+ * stages of K and V, each warpgroup's P, the row-reduction scratch, and up to 1 KiB per array
+ * that the CUDA generator spends aligning them. */
+static size_t attn_wgmma_fwd_smem(int64_t d)
 {
-    if ((dt != EM_F16 && dt != EM_BF16) || (D != 64 && D != 128)) return false;
+    size_t e = 2, bq = 64 * ATTN_WG, bk = ATTN_WG_BK;
+    return (bq * (size_t)d + 4 * bk * (size_t)d + bq * bk) * e + 128 * ATTN_WG * 4 + 5 * 1024;
+}
+
+/* Which kernels run for dtype dt and head size D on dev. f16/bf16 at D 64 or 128 take the
+ * warpgroup-MMA kernels where the device runs them natively (mm_wgmma_native: CUDA on sm_90a) and
+ * their shared memory fits, the matrix-op kernels elsewhere on CUDA, SIMT otherwise and for other
+ * dtypes and head sizes. EMBER_ATTENTION=wgmma forces the wgmma kernels also on the CPU (which
+ * emulates them: tests), EMBER_ATTENTION=mma the matrix-op kernels wherever the device has matrix
+ * ops or planes of one unit (the CPU and PoCL run the fragments as loops), EMBER_ATTENTION=simt
+ * the SIMT kernels. */
+static attn_path attn_pick(em_device *dev, em_scalar dt, int64_t D)
+{
+    if ((dt != EM_F16 && dt != EM_BF16) || (D != 64 && D != 128)) return ATTN_SIMT;
     const char *env = getenv("EMBER_ATTENTION");
     const em_caps *c = em_device_caps(dev);
-    if (!c || (env && !strcmp(env, "simt"))) return false;
+    if (!c || (env && !strcmp(env, "simt"))) return ATTN_SIMT;
+    bool fits = attn_wgmma_fwd_smem(D) <= c->max_shared && 128u * ATTN_WG <= c->max_cube_units;
+    bool wg_ok = fits && (mm_wgmma_native(c) || !strcmp(c->target, "c"));
+    if (env && !strcmp(env, "wgmma") && wg_ok) return ATTN_WGMMA;
     /* fragments run as loops only where a plane is one unit */
-    if (env && !strcmp(env, "mma")) return c->matrix || c->plane_dim <= 1;
-    return c->matrix && !strcmp(c->target, "cuda");
+    if (env && !strcmp(env, "mma")) return c->matrix || c->plane_dim <= 1 ? ATTN_MMA : ATTN_SIMT;
+    if (fits && mm_wgmma_native(c)) return ATTN_WGMMA;
+    return c->matrix && !strcmp(c->target, "cuda") ? ATTN_MMA : ATTN_SIMT;
+}
+
+/* Whether the forward and backward run tiled tensor-core kernels (matrix-op or wgmma). */
+static bool attn_use_mma(em_device *dev, em_scalar dt, int64_t D)
+{
+    return attn_pick(dev, dt, D) != ATTN_SIMT;
 }
 
 bool em_attention_fast(const em_tensor *q)
@@ -164,7 +197,11 @@ static em_status attn_forward(const char *op, const em_tensor *q, const em_tenso
     em_tensor *qc = attn_view(q), *kc = qc ? attn_view(k) : NULL, *vc = kc ? attn_view(v) : NULL;
     em_status st = em_last_status();
     if (vc) {
-        bool mma = attn_use_mma(dev, q->dtype, D);
+        attn_path path = attn_pick(dev, q->dtype, D);
+        bool mma = path != ATTN_SIMT;
+        const char *name = path == ATTN_WGMMA ? "tensor_attention_fwd_wgmma"
+                           : mma              ? "tensor_attention_fwd_mma"
+                                              : "tensor_attention_fwd";
         em_scalar ct = mma ? EM_F32 : tn_compute_type(q->dtype); /* the scale's type */
         tn_arg args[7] = {tn_arg_t(qc),
                           tn_arg_t(kc),
@@ -173,10 +210,25 @@ static em_status attn_forward(const char *op, const em_tensor *q, const em_tenso
                           tn_arg_flat(lse),
                           tn_arg_s(em_arg_u32(causal)),
                           tn_arg_s(tn_scalar_arg(ct, scale))};
-        em_lang_bind bind[6];
+        em_lang_bind bind[7];
         size_t nb;
         uint32_t cubes[3], units[3];
-        if (mma) {
+        if (path == ATTN_WGMMA) {
+            const em_caps *caps = em_device_caps(dev);
+            bool vec = attn_rows_aligned(qc, 8) && attn_rows_aligned(kc, 8) &&
+                       attn_rows_aligned(vc, 8); /* 16-byte tile copies */
+            bind[0] = em_lang_bind_type("T", q->dtype);
+            bind[1] = em_lang_bind_type("M", tn_math_type(dev, EM_F32));
+            bind[2] = em_lang_bind_int("D", (int64_t)D);
+            bind[3] = em_lang_bind_int("WG", ATTN_WG);
+            bind[4] = em_lang_bind_int("BK", ATTN_WG_BK);
+            bind[5] = em_lang_bind_int("PLANE", caps && caps->plane_dim ? caps->plane_dim : 1);
+            bind[6] = em_lang_bind_int("V", vec ? 8 : 1);
+            nb = 7;
+            cubes[0] = (uint32_t)((Tq + 64 * ATTN_WG - 1) / (64 * ATTN_WG));
+            cubes[1] = (uint32_t)bh, cubes[2] = 1;
+            units[0] = 128 * ATTN_WG, units[1] = units[2] = 1;
+        } else if (mma) {
             const em_caps *caps = em_device_caps(dev);
             unsigned plane = caps && caps->plane_dim ? caps->plane_dim : 1;
             bind[0] = em_lang_bind_type("T", q->dtype);
@@ -194,8 +246,7 @@ static em_status attn_forward(const char *op, const em_tensor *q, const em_tenso
             nb = attn_binds(dev, q->dtype, D, bind);
             attn_grid(Tq, bh, cubes, units);
         }
-        st = tn_launch(op, dev, mma ? "tensor_attention_fwd_mma" : "tensor_attention_fwd", bind, nb,
-                       1, cubes, units, args, 7);
+        st = tn_launch(op, dev, name, bind, nb, 1, cubes, units, args, 7);
     }
     em_release(qc);
     em_release(kc);
