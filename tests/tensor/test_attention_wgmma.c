@@ -54,6 +54,13 @@ static void test_wgmma_path(void **state)
         assert_int_equal(fwd.launches, NCASES);
         assert_false(em_profile_kernel_get("tensor_attention_fwd_mma", &other));
         assert_false(em_profile_kernel_get("tensor_attention_fwd", &other));
+        /* and every backward the two wgmma passes, once each */
+        assert_true(em_profile_kernel_get("tensor_attention_bwd_kv_wgmma", &other));
+        assert_int_equal(other.launches, NCASES);
+        assert_true(em_profile_kernel_get("tensor_attention_bwd_q_wgmma", &other));
+        assert_int_equal(other.launches, NCASES);
+        assert_false(em_profile_kernel_get("tensor_attention_bwd_kv_mma", &other));
+        assert_false(em_profile_kernel_get("tensor_attention_bwd_q_mma", &other));
         ran++;
     }
     em_profile_enable(false);
@@ -95,7 +102,9 @@ static void test_wgmma_compiles(void **state)
     const em_lang_module *m = em_lang_builtins();
     assert_non_null(m);
     em_caps caps = h200_caps();
-    static const char *const kernels[] = {"tensor_attention_fwd_wgmma"};
+    static const char *const kernels[] = {"tensor_attention_fwd_wgmma",
+                                          "tensor_attention_bwd_kv_wgmma",
+                                          "tensor_attention_bwd_q_wgmma"};
     size_t failed = 0;
     for (size_t ki = 0; ki < sizeof kernels / sizeof kernels[0]; ki++)
         for (int t = 0; t < 2; t++)
@@ -103,11 +112,15 @@ static void test_wgmma_compiles(void **state)
                 for (int vec = 8; vec >= 1; vec -= 7) {
                     if (vec == 1 && (t || d != 64)) continue;
                     em_scalar ty = t ? EM_BF16 : EM_F16;
+                    /* the forward's tiles of 128 keys; the backward's of 64 queries or keys */
                     em_lang_bind b[] = {em_lang_bind_type("T", ty), em_lang_bind_type("M", EM_F32),
                                         em_lang_bind_int("D", d),   em_lang_bind_int("WG", 2),
-                                        em_lang_bind_int("BK", 128), em_lang_bind_int("PLANE", 32),
-                                        em_lang_bind_int("V", vec)};
-                    em_lang_spec spec = {b, sizeof b / sizeof b[0], 1, &caps};
+                                        em_lang_bind_int("V", vec), em_lang_bind_int("BK", 128),
+                                        em_lang_bind_int("PLANE", 32)};
+                    size_t nb = sizeof b / sizeof b[0];
+                    if (ki == 1) b[5] = em_lang_bind_int("BQ", 64), nb = 6;
+                    if (ki == 2) b[5] = em_lang_bind_int("BK", 64), nb = 6;
+                    em_lang_spec spec = {b, nb, 1, &caps};
                     em_lang_diags *dg = em_lang_diags_new();
                     em_ir_kernel *k = em_lang_specialize(m, kernels[ki], &spec, dg);
                     if (!k) {
