@@ -69,6 +69,26 @@ static void test_wgmma_path(void **state)
     if (!ran) skip();
 }
 
+/* em_attention_fast under EMBER_ATTENTION=wgmma on the CPU: true for f16/bf16 at D 64 and 128
+ * (the emulated wgmma kernels run), false for other head sizes and dtypes (SIMT). */
+static void test_wgmma_fast_predicate(void **state)
+{
+    (void)state;
+    em_device *cpu = NULL;
+    for (int di = 0; di < tu_ndev; di++)
+        if (tu_is_cpu(tu_devs[di])) cpu = tu_devs[di];
+    if (!cpu) skip();
+    em_scope_begin();
+    setenv("EMBER_ATTENTION", "wgmma", 1);
+    assert_true(em_attention_fast(em_zeros(cpu, EM_BF16, EM_SHAPE(1, 2, 8, 64))));
+    assert_true(em_attention_fast(em_zeros(cpu, EM_F16, EM_SHAPE(1, 2, 8, 128))));
+    assert_false(em_attention_fast(em_zeros(cpu, EM_BF16, EM_SHAPE(1, 2, 8, 40))));
+    assert_false(em_attention_fast(em_zeros(cpu, EM_F32, EM_SHAPE(1, 2, 8, 64))));
+    unsetenv("EMBER_ATTENTION");
+    assert_false(em_attention_fast(em_zeros(cpu, EM_BF16, EM_SHAPE(1, 2, 8, 64))));
+    em_scope_end(NULL, 0);
+}
+
 /* The capabilities of an H200 as the CUDA driver publishes them (sm_90a: warpgroup MMAs). */
 static em_caps h200_caps(void)
 {
@@ -170,6 +190,7 @@ int main(void)
     setenv("EMBER_NVRTC_OPTIONS", "--ptxas-options=-v", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wgmma_path),
+        cmocka_unit_test(test_wgmma_fast_predicate),
         cmocka_unit_test(test_wgmma_compiles),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
