@@ -137,9 +137,9 @@ static void attn_grid(int64_t n, int64_t bh, uint32_t cubes[3], uint32_t units[3
 typedef enum attn_path { ATTN_SIMT, ATTN_MMA, ATTN_WGMMA } attn_path;
 
 enum {
-    ATTN_WG = 2,       /* warpgroups per cube of the wgmma kernels (64 rows each) */
-    ATTN_WG_BK = 128,  /* keys per tile of the wgmma forward */
-    ATTN_WG_BWD = 64   /* queries (dk/dv pass) or keys (dq pass) per tile of the wgmma backward */
+    ATTN_WG = 2,      /* warpgroups per cube of the wgmma kernels (64 rows each) */
+    ATTN_WG_BK = 128, /* keys per tile of the wgmma forward */
+    ATTN_WG_BWD = 64  /* queries (dk/dv pass) or keys (dq pass) per tile of the wgmma backward */
 };
 
 /* Bytes of shared memory the largest of the wgmma kernels takes for head size d (2-byte
@@ -318,12 +318,10 @@ static em_status attn_backward_mma(const char *op, em_tensor *const views[4], em
                             em_lang_bind_int("D", q->shape[3]),
                             em_lang_bind_int("PLANE", plane),
                             em_lang_bind_int("V", vec ? 8 : 1)};
-    em_lang_bind wbind[6] = {em_lang_bind_type("T", q->dtype),
-                             em_lang_bind_type("M", tn_math_type(dev, EM_F32)),
-                             em_lang_bind_int("D", q->shape[3]),
-                             em_lang_bind_int("WG", ATTN_WG),
-                             em_lang_bind_int("BQ", ATTN_WG_BWD),
-                             em_lang_bind_int("V", vec ? 8 : 1)};
+    em_lang_bind wbind[6] = {
+        em_lang_bind_type("T", q->dtype),    em_lang_bind_type("M", tn_math_type(dev, EM_F32)),
+        em_lang_bind_int("D", q->shape[3]),  em_lang_bind_int("WG", ATTN_WG),
+        em_lang_bind_int("BQ", ATTN_WG_BWD), em_lang_bind_int("V", vec ? 8 : 1)};
     int64_t bh = q->shape[0] * q->shape[1], rows = wg ? 64 * ATTN_WG : 64;
     uint32_t cubes[3] = {0, (uint32_t)bh, 1}, units[3] = {wg ? 128 * ATTN_WG : 4 * plane, 1, 1};
     tn_arg flag = tn_arg_s(em_arg_u32(causal)), sc = tn_arg_s(em_arg_f32((float)scale));
@@ -332,9 +330,9 @@ static em_status attn_backward_mma(const char *op, em_tensor *const views[4], em
     if (gk) {
         tn_arg args[9] = {in[0], in[1], in[2], in[3], in[4], tn_arg_t(gk), tn_arg_t(gv), flag, sc};
         cubes[0] = (uint32_t)((k->shape[2] + rows - 1) / rows);
-        em_status st = tn_launch(op, dev,
-                                 wg ? "tensor_attention_bwd_kv_wgmma" : "tensor_attention_bwd_kv_mma",
-                                 wg ? wbind : bind, 6, 1, cubes, units, args, 9);
+        em_status st =
+            tn_launch(op, dev, wg ? "tensor_attention_bwd_kv_wgmma" : "tensor_attention_bwd_kv_mma",
+                      wg ? wbind : bind, 6, 1, cubes, units, args, 9);
         if (st != EM_OK) return st;
     }
     if (gq) {
@@ -463,8 +461,8 @@ em_status em_attention_backward(const em_tensor *grad_out, const em_tensor *q, c
     }
     if (mma) {
         em_tensor *views[4] = {qc, kc, vc, gc};
-        if (attn_backward_mma(op, views, stats, causal, scale, gq, gk, gv,
-                              path == ATTN_WGMMA) != EM_OK)
+        if (attn_backward_mma(op, views, stats, causal, scale, gq, gk, gv, path == ATTN_WGMMA) !=
+            EM_OK)
             goto fail;
         goto finish;
     }

@@ -16,8 +16,8 @@
 static bool runs_wgmma(em_device *dev)
 {
     const em_caps *c = em_device_caps(dev);
-    return c && (!strcmp(c->target, "c") ||
-                 (!strcmp(c->target, "cuda") && !strcmp(c->arch, "sm_90a")));
+    return c &&
+           (!strcmp(c->target, "c") || (!strcmp(c->target, "cuda") && !strcmp(c->arch, "sm_90a")));
 }
 
 static const struct {
@@ -133,10 +133,11 @@ static void test_wgmma_compiles(void **state)
                     if (vec == 1 && (t || d != 64)) continue;
                     em_scalar ty = t ? EM_BF16 : EM_F16;
                     /* the forward's tiles of 128 keys; the backward's of 64 queries or keys */
-                    em_lang_bind b[] = {em_lang_bind_type("T", ty), em_lang_bind_type("M", EM_F32),
-                                        em_lang_bind_int("D", d),   em_lang_bind_int("WG", 2),
-                                        em_lang_bind_int("V", vec), em_lang_bind_int("BK", 128),
-                                        em_lang_bind_int("PLANE", 32)};
+                    em_lang_bind b[] = {
+                        em_lang_bind_type("T", ty),   em_lang_bind_type("M", EM_F32),
+                        em_lang_bind_int("D", d),     em_lang_bind_int("WG", 2),
+                        em_lang_bind_int("V", vec),   em_lang_bind_int("BK", 128),
+                        em_lang_bind_int("PLANE", 32)};
                     size_t nb = sizeof b / sizeof b[0];
                     if (ki == 1) b[5] = em_lang_bind_int("BQ", 64), nb = 6;
                     if (ki == 2) b[5] = em_lang_bind_int("BK", 64), nb = 6;
