@@ -94,11 +94,15 @@ bool mm_mma_plan_of(const mm_problem *p, const mm_config *c, mm_mma_plan *out)
     return true;
 }
 
-/* Whether p's device runs the wgmma kernel natively: CUDA compiling for sm_90a (the CUDA driver
- * publishes the architecture as caps.arch "sm_90a"). */
+bool mm_wgmma_native(const em_caps *caps)
+{
+    return caps && !strcmp(caps->target, "cuda") && !strcmp(caps->arch, "sm_90a");
+}
+
+/* Whether p's device runs the wgmma kernel natively (mm_wgmma_native). */
 static bool wgmma_device(const mm_problem *p)
 {
-    return p->caps && !strcmp(p->caps->target, "cuda") && !strcmp(p->caps->arch, "sm_90a");
+    return mm_wgmma_native(p->caps);
 }
 
 bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *out)

@@ -101,6 +101,9 @@ int fu_mm_record(const mm_problem *p, int rr, const int64_t *rsh);
 bool mm_config_valid(const mm_problem *p, const mm_config *c);
 /* The mma plan of c on p (false when c's tile has no plan: planes of 16..64 x 16..64). */
 bool mm_mma_plan_of(const mm_problem *p, const mm_config *c, mm_mma_plan *out);
+/* Whether a device of these capabilities runs warpgroup MMAs natively: CUDA compiling for sm_90a
+ * (the CUDA driver publishes the architecture as caps.arch "sm_90a"). Also the attention's test. */
+bool mm_wgmma_native(const em_caps *caps);
 /* The wgmma plan of c on p (false when c or p's operands do not fit the wgmma kernel: f16/bf16,
  * 16-byte aligned contiguous operands, 1 to 3 warpgroups, BN a multiple of 64 up to 256). */
 bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *out);

@@ -13,6 +13,7 @@
 
 #include "ember/tensor_grad.h"
 #include "tensor/internal.h"
+#include "tensor/matmul_internal.h"
 
 enum {
     ATTN_MAX_D = EM_ATTENTION_MAX_HEAD_DIM, /* the largest head size the kernels take */
@@ -130,26 +131,59 @@ static void attn_grid(int64_t n, int64_t bh, uint32_t cubes[3], uint32_t units[3
     units[1] = units[2] = 1;
 }
 
-/* Whether the forward runs the matrix-op kernel (tensor_attention_fwd_mma): f16/bf16 with D 64
- * or 128 on CUDA (WMMA); EMBER_ATTENTION=mma forces it wherever the dtype and D allow and the
- * device has matrix ops or planes of one unit (the CPU and PoCL run the fragments as loops: tests),
- * EMBER_ATTENTION=simt forbids it. */
-static bool attn_use_mma(em_device *dev, em_scalar dt, int64_t D)
+/* The kernels a forward and backward run: the SIMT ones (every dtype, D and target), the
+ * matrix-op ones (tensor_attention_*_mma: WMMA fragments) or the warpgroup-MMA ones
+ * (tensor_attention_wgmma.ek: Hopper's wgmma). */
+typedef enum attn_path { ATTN_SIMT, ATTN_MMA, ATTN_WGMMA } attn_path;
+
+enum {
+    ATTN_WG = 2,      /* warpgroups per cube of the wgmma kernels (64 rows each) */
+    ATTN_WG_BK = 128, /* keys per tile of the wgmma forward */
+    ATTN_WG_BWD = 64  /* queries (dk/dv pass) or keys (dq pass) per tile of the wgmma backward */
+};
+
+/* Bytes of shared memory the largest of the wgmma kernels takes for head size d (2-byte
+ * elements), with up to 1 KiB per shared array that the CUDA generator spends aligning them.
+ * Forward: Q, two stages of K and V, each warpgroup's P, the row-reduction scratch. dk/dv: K, V,
+ * two stages of Q and dO, each warpgroup's P^T and dS^T, two stages of lse and delta. dq: Q, dO,
+ * two stages of K and V, each warpgroup's dS. */
+static size_t attn_wgmma_smem(int64_t d)
 {
-    if ((dt != EM_F16 && dt != EM_BF16) || (D != 64 && D != 128)) return false;
+    size_t e = 2, rows = 64 * ATTN_WG, bk = ATTN_WG_BK, bt = ATTN_WG_BWD, dd = (size_t)d;
+    size_t fwd = (rows * dd + 4 * bk * dd + rows * bk) * e + rows * 2 * 4 + 5 * 1024;
+    size_t kv = (2 * rows * dd + 4 * bt * dd + 2 * rows * bt) * e + 4 * bt * 4 + 8 * 1024;
+    size_t dq = (2 * rows * dd + 4 * bt * dd + rows * bt) * e + 5 * 1024;
+    size_t most = fwd > kv ? fwd : kv;
+    return most > dq ? most : dq;
+}
+
+/* Which kernels run for dtype dt and head size D on dev. f16/bf16 at D 64 or 128 take the
+ * warpgroup-MMA kernels where the device runs them natively (mm_wgmma_native: CUDA on sm_90a) and
+ * their shared memory fits, the matrix-op kernels elsewhere on CUDA, SIMT otherwise and for other
+ * dtypes and head sizes. EMBER_ATTENTION=wgmma forces the wgmma kernels also on the CPU (which
+ * emulates them: tests), EMBER_ATTENTION=mma the matrix-op kernels wherever the device has matrix
+ * ops or planes of one unit (the CPU and PoCL run the fragments as loops), EMBER_ATTENTION=simt
+ * the SIMT kernels. */
+static attn_path attn_pick(em_device *dev, em_scalar dt, int64_t D)
+{
+    if ((dt != EM_F16 && dt != EM_BF16) || (D != 64 && D != 128)) return ATTN_SIMT;
     const char *env = getenv("EMBER_ATTENTION");
     const em_caps *c = em_device_caps(dev);
-    if (!c || (env && !strcmp(env, "simt"))) return false;
+    if (!c || (env && !strcmp(env, "simt"))) return ATTN_SIMT;
+    bool fits = attn_wgmma_smem(D) <= c->max_shared && 128u * ATTN_WG <= c->max_cube_units;
+    bool wg_ok = fits && (mm_wgmma_native(c) || !strcmp(c->target, "c"));
+    if (env && !strcmp(env, "wgmma") && wg_ok) return ATTN_WGMMA;
     /* fragments run as loops only where a plane is one unit */
-    if (env && !strcmp(env, "mma")) return c->matrix || c->plane_dim <= 1;
-    return c->matrix && !strcmp(c->target, "cuda");
+    if (env && !strcmp(env, "mma")) return c->matrix || c->plane_dim <= 1 ? ATTN_MMA : ATTN_SIMT;
+    if (fits && mm_wgmma_native(c)) return ATTN_WGMMA;
+    return c->matrix && !strcmp(c->target, "cuda") ? ATTN_MMA : ATTN_SIMT;
 }
 
 bool em_attention_fast(const em_tensor *q)
 {
     const char *env = getenv("EMBER_ATTENTION");
     if (q && env && !strcmp(env, "fused")) return true; /* tests: layers always take the op */
-    return q && q->rank == 4 && attn_use_mma(q->st->dev, q->dtype, q->shape[3]);
+    return q && q->rank == 4 && attn_pick(q->st->dev, q->dtype, q->shape[3]) != ATTN_SIMT;
 }
 
 static bool attn_rows_aligned(const em_tensor *t, int64_t v);
@@ -164,7 +198,11 @@ static em_status attn_forward(const char *op, const em_tensor *q, const em_tenso
     em_tensor *qc = attn_view(q), *kc = qc ? attn_view(k) : NULL, *vc = kc ? attn_view(v) : NULL;
     em_status st = em_last_status();
     if (vc) {
-        bool mma = attn_use_mma(dev, q->dtype, D);
+        attn_path path = attn_pick(dev, q->dtype, D);
+        bool mma = path != ATTN_SIMT;
+        const char *name = path == ATTN_WGMMA ? "tensor_attention_fwd_wgmma"
+                           : mma              ? "tensor_attention_fwd_mma"
+                                              : "tensor_attention_fwd";
         em_scalar ct = mma ? EM_F32 : tn_compute_type(q->dtype); /* the scale's type */
         tn_arg args[7] = {tn_arg_t(qc),
                           tn_arg_t(kc),
@@ -173,10 +211,25 @@ static em_status attn_forward(const char *op, const em_tensor *q, const em_tenso
                           tn_arg_flat(lse),
                           tn_arg_s(em_arg_u32(causal)),
                           tn_arg_s(tn_scalar_arg(ct, scale))};
-        em_lang_bind bind[6];
+        em_lang_bind bind[7];
         size_t nb;
         uint32_t cubes[3], units[3];
-        if (mma) {
+        if (path == ATTN_WGMMA) {
+            const em_caps *caps = em_device_caps(dev);
+            bool vec = attn_rows_aligned(qc, 8) && attn_rows_aligned(kc, 8) &&
+                       attn_rows_aligned(vc, 8); /* 16-byte tile copies */
+            bind[0] = em_lang_bind_type("T", q->dtype);
+            bind[1] = em_lang_bind_type("M", tn_math_type(dev, EM_F32));
+            bind[2] = em_lang_bind_int("D", (int64_t)D);
+            bind[3] = em_lang_bind_int("WG", ATTN_WG);
+            bind[4] = em_lang_bind_int("BK", ATTN_WG_BK);
+            bind[5] = em_lang_bind_int("PLANE", caps && caps->plane_dim ? caps->plane_dim : 1);
+            bind[6] = em_lang_bind_int("V", vec ? 8 : 1);
+            nb = 7;
+            cubes[0] = (uint32_t)((Tq + 64 * ATTN_WG - 1) / (64 * ATTN_WG));
+            cubes[1] = (uint32_t)bh, cubes[2] = 1;
+            units[0] = 128 * ATTN_WG, units[1] = units[2] = 1;
+        } else if (mma) {
             const em_caps *caps = em_device_caps(dev);
             unsigned plane = caps && caps->plane_dim ? caps->plane_dim : 1;
             bind[0] = em_lang_bind_type("T", q->dtype);
@@ -194,8 +247,7 @@ static em_status attn_forward(const char *op, const em_tensor *q, const em_tenso
             nb = attn_binds(dev, q->dtype, D, bind);
             attn_grid(Tq, bh, cubes, units);
         }
-        st = tn_launch(op, dev, mma ? "tensor_attention_fwd_mma" : "tensor_attention_fwd", bind, nb,
-                       1, cubes, units, args, 7);
+        st = tn_launch(op, dev, name, bind, nb, 1, cubes, units, args, 7);
     }
     em_release(qc);
     em_release(kc);
@@ -245,13 +297,14 @@ static bool attn_rows_aligned(const em_tensor *t, int64_t v)
            t->stride[0] % v == 0 && t->stride[1] % v == 0 && t->stride[2] % v == 0;
 }
 
-/* The matrix-op backward (tensor_attention_bwd_kv_mma for dk and dv, tensor_attention_bwd_q_mma
- * for dq, after tensor_attention_delta has filled stats): the bindings and the grid of a cube of
- * 4 planes per 64 keys (kv) or 64 queries (q). Copies the tiles 16 bytes at a time where q, k, v
- * and dout allow it. */
+/* The tiled tensor-core backward (after tensor_attention_delta has filled stats): the
+ * matrix-op kernels (tensor_attention_bwd_kv_mma for dk and dv, tensor_attention_bwd_q_mma for
+ * dq: a cube of 4 planes per 64 keys or queries), or with wg the warpgroup-MMA ones
+ * (tensor_attention_bwd_kv_wgmma, _bwd_q_wgmma: ATTN_WG warpgroups per 64 ATTN_WG keys or
+ * queries). Copies the tiles 16 bytes at a time where q, k, v and dout allow it. */
 static em_status attn_backward_mma(const char *op, em_tensor *const views[4], em_tensor *stats,
                                    bool causal, double scale, em_tensor *gq, em_tensor *gk,
-                                   em_tensor *gv)
+                                   em_tensor *gv, bool wg)
 {
     const em_tensor *q = views[0], *k = views[1];
     em_device *dev = q->st->dev;
@@ -265,22 +318,30 @@ static em_status attn_backward_mma(const char *op, em_tensor *const views[4], em
                             em_lang_bind_int("D", q->shape[3]),
                             em_lang_bind_int("PLANE", plane),
                             em_lang_bind_int("V", vec ? 8 : 1)};
-    int64_t bh = q->shape[0] * q->shape[1];
-    uint32_t cubes[3] = {0, (uint32_t)bh, 1}, units[3] = {4 * plane, 1, 1};
+    em_lang_bind wbind[6] = {
+        em_lang_bind_type("T", q->dtype),    em_lang_bind_type("M", tn_math_type(dev, EM_F32)),
+        em_lang_bind_int("D", q->shape[3]),  em_lang_bind_int("WG", ATTN_WG),
+        em_lang_bind_int("BQ", ATTN_WG_BWD), em_lang_bind_int("V", vec ? 8 : 1)};
+    int64_t bh = q->shape[0] * q->shape[1], rows = wg ? 64 * ATTN_WG : 64;
+    uint32_t cubes[3] = {0, (uint32_t)bh, 1}, units[3] = {wg ? 128 * ATTN_WG : 4 * plane, 1, 1};
     tn_arg flag = tn_arg_s(em_arg_u32(causal)), sc = tn_arg_s(em_arg_f32((float)scale));
     tn_arg in[5] = {tn_arg_t(views[0]), tn_arg_t(views[1]), tn_arg_t(views[2]), tn_arg_t(views[3]),
                     tn_arg_flat(stats)};
     if (gk) {
         tn_arg args[9] = {in[0], in[1], in[2], in[3], in[4], tn_arg_t(gk), tn_arg_t(gv), flag, sc};
-        cubes[0] = (uint32_t)((k->shape[2] + 63) / 64);
+        cubes[0] = (uint32_t)((k->shape[2] + rows - 1) / rows);
         em_status st =
-            tn_launch(op, dev, "tensor_attention_bwd_kv_mma", bind, 6, 1, cubes, units, args, 9);
+            tn_launch(op, dev, wg ? "tensor_attention_bwd_kv_wgmma" : "tensor_attention_bwd_kv_mma",
+                      wg ? wbind : bind, 6, 1, cubes, units, args, 9);
         if (st != EM_OK) return st;
     }
     if (gq) {
         tn_arg args[8] = {in[0], in[1], in[2], in[3], in[4], tn_arg_t(gq), flag, sc};
-        cubes[0] = (uint32_t)((q->shape[2] + 63) / 64);
-        return tn_launch(op, dev, "tensor_attention_bwd_q_mma", bind, 6, 1, cubes, units, args, 8);
+        cubes[0] = (uint32_t)((q->shape[2] + rows - 1) / rows);
+        wbind[4] = em_lang_bind_int("BK", ATTN_WG_BWD);
+        return tn_launch(op, dev,
+                         wg ? "tensor_attention_bwd_q_wgmma" : "tensor_attention_bwd_q_mma",
+                         wg ? wbind : bind, 6, 1, cubes, units, args, 8);
     }
     return EM_OK;
 }
@@ -366,7 +427,8 @@ em_status em_attention_backward(const em_tensor *grad_out, const em_tensor *q, c
         return em_last_status();
     em_device *dev = q->st->dev;
     em_scalar dt = q->dtype, ct = tn_compute_type(dt);
-    bool mma = attn_use_mma(dev, dt, q->shape[3]);
+    attn_path path = attn_pick(dev, dt, q->shape[3]);
+    bool mma = path != ATTN_SIMT;
     const char *bwd = getenv("EMBER_ATTENTION_BWD");
     if (mma && bwd && !strcmp(bwd, "matmul") && q->shape[2] > 0 && q->shape[0] * q->shape[1] > 0)
         return attn_backward_matmul(op, grad_out, q, k, v, out, lse, causal, scale, dq, dk, dv);
@@ -399,7 +461,9 @@ em_status em_attention_backward(const em_tensor *grad_out, const em_tensor *q, c
     }
     if (mma) {
         em_tensor *views[4] = {qc, kc, vc, gc};
-        if (attn_backward_mma(op, views, stats, causal, scale, gq, gk, gv) != EM_OK) goto fail;
+        if (attn_backward_mma(op, views, stats, causal, scale, gq, gk, gv, path == ATTN_WGMMA) !=
+            EM_OK)
+            goto fail;
         goto finish;
     }
     tn_arg flag = tn_arg_s(em_arg_u32(causal)), sc = tn_arg_s(tn_scalar_arg(ct, scale));

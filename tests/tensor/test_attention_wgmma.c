@@ -1,0 +1,198 @@
+/* test_attention_wgmma.c — the warpgroup-MMA attention kernels (src/kernels/
+ * tensor_attention_wgmma.ek), forced with EMBER_ATTENTION=wgmma: on the CPU, which emulates the
+ * MMAs (so CI checks the kernels' indexing and softmax without a GPU), and on a CUDA sm_90a device
+ * when one is present (EMBER_TEST_DEVICE=cuda:0). The output and the gradients against the
+ * float64 reference of attention_case.h for f16 and bf16, D 64 and 128, causal and not, Tq < Tk,
+ * lengths off the tiles (1, 33, 100, 200), B * H > 1, k's rows unaligned (element copies), with
+ * the profiler's launch counts showing that the wgmma kernels ran; and the kernels' CUDA source
+ * through NVRTC for sm_90a where NVRTC is installed. */
+#include <stdlib.h>
+
+#include "attention_case.h"
+#include "kernel/codegen/codegen.h"
+#include "runtime/drivers/nvrtc.h"
+
+/* Whether dev runs the wgmma kernels: the CPU (emulated) or CUDA on sm_90a. */
+static bool runs_wgmma(em_device *dev)
+{
+    const em_caps *c = em_device_caps(dev);
+    return c &&
+           (!strcmp(c->target, "c") || (!strcmp(c->target, "cuda") && !strcmp(c->arch, "sm_90a")));
+}
+
+static const struct {
+    em_scalar dt;
+    acase c;
+} cases[] = {
+    {EM_F16, {2, 2, 33, 33, 64, true, true, false}},
+    {EM_F16, {1, 2, 1, 40, 64, true, false, false}},
+    {EM_BF16, {1, 2, 100, 100, 128, false, false, false}},
+    {EM_BF16, {2, 1, 65, 200, 128, true, false, false}},
+    {EM_F16, {1, 1, 200, 200, 64, true, false, false}},
+    {EM_BF16, {1, 2, 33, 70, 64, false, false, false}},
+    {EM_F16, {1, 2, 33, 45, 64, true, false, true}},
+    {EM_F16, {2, 3, 7, 7, 128, false, false, false}},
+};
+enum { NCASES = sizeof cases / sizeof cases[0] };
+
+static void test_wgmma_path(void **state)
+{
+    (void)state;
+    em_profile_kernel fwd, other;
+    setenv("EMBER_ATTENTION", "wgmma", 1);
+    unsetenv("EMBER_ATTENTION_BWD");
+    em_profile_enable(true);
+    int ran = 0;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        if (!runs_wgmma(dev)) continue;
+        em_profile_reset();
+        for (size_t i = 0; i < NCASES; i++)
+            run_case(dev, cases[i].dt, cases[i].c, (uint32_t)(500 + i));
+        /* every forward ran the wgmma kernel, none the matrix-op or SIMT one */
+        assert_true(em_profile_kernel_get("tensor_attention_fwd_wgmma", &fwd));
+        assert_int_equal(fwd.launches, NCASES);
+        assert_false(em_profile_kernel_get("tensor_attention_fwd_mma", &other));
+        assert_false(em_profile_kernel_get("tensor_attention_fwd", &other));
+        /* and every backward the two wgmma passes, once each */
+        assert_true(em_profile_kernel_get("tensor_attention_bwd_kv_wgmma", &other));
+        assert_int_equal(other.launches, NCASES);
+        assert_true(em_profile_kernel_get("tensor_attention_bwd_q_wgmma", &other));
+        assert_int_equal(other.launches, NCASES);
+        assert_false(em_profile_kernel_get("tensor_attention_bwd_kv_mma", &other));
+        assert_false(em_profile_kernel_get("tensor_attention_bwd_q_mma", &other));
+        ran++;
+    }
+    em_profile_enable(false);
+    em_profile_reset();
+    unsetenv("EMBER_ATTENTION");
+    if (!ran) skip();
+}
+
+/* em_attention_fast under EMBER_ATTENTION=wgmma on the CPU: true for f16/bf16 at D 64 and 128
+ * (the emulated wgmma kernels run), false for other head sizes and dtypes (SIMT). */
+static void test_wgmma_fast_predicate(void **state)
+{
+    (void)state;
+    em_device *cpu = NULL;
+    for (int di = 0; di < tu_ndev; di++)
+        if (tu_is_cpu(tu_devs[di])) cpu = tu_devs[di];
+    if (!cpu) skip();
+    em_scope_begin();
+    setenv("EMBER_ATTENTION", "wgmma", 1);
+    assert_true(em_attention_fast(em_zeros(cpu, EM_BF16, EM_SHAPE(1, 2, 8, 64))));
+    assert_true(em_attention_fast(em_zeros(cpu, EM_F16, EM_SHAPE(1, 2, 8, 128))));
+    assert_false(em_attention_fast(em_zeros(cpu, EM_BF16, EM_SHAPE(1, 2, 8, 40))));
+    assert_false(em_attention_fast(em_zeros(cpu, EM_F32, EM_SHAPE(1, 2, 8, 64))));
+    unsetenv("EMBER_ATTENTION");
+    assert_false(em_attention_fast(em_zeros(cpu, EM_BF16, EM_SHAPE(1, 2, 8, 64))));
+    em_scope_end(NULL, 0);
+}
+
+/* The capabilities of an H200 as the CUDA driver publishes them (sm_90a: warpgroup MMAs). */
+static em_caps h200_caps(void)
+{
+    em_caps caps;
+    memset(&caps, 0, sizeof caps);
+    snprintf(caps.target, sizeof caps.target, "cuda");
+    snprintf(caps.arch, sizeof caps.arch, "sm_90a");
+    snprintf(caps.device_name, sizeof caps.device_name, "sm_90a");
+    caps.plane_dim = 32;
+    caps.max_cube_units = 1024;
+    caps.max_cube_dim[0] = caps.max_cube_dim[1] = 1024;
+    caps.max_cube_dim[2] = 64;
+    caps.max_shared = 232448;
+    caps.compute_units = 132;
+    for (int s = 0; s < EM_SCALAR_COUNT; s++) caps.dtype[s] = true;
+    caps.float_atomic_add = caps.plane_ops = caps.matrix = caps.print = true;
+    return caps;
+}
+
+/* The kernels as src/tensor/ops_attention.c binds them for an H200 (f16 and bf16, D 64 and 128,
+ * 16-byte copies; element copies for f16 at D 64), through NVRTC for sm_90a: they must use the
+ * warpgroup MMAs, compile, and spill nothing (ptxas's report). */
+static void test_wgmma_compiles(void **state)
+{
+    (void)state;
+    char why[512];
+    if (!em_nvrtc_available(why, sizeof why)) {
+        print_message("skipped: %s\n", why);
+        skip();
+    }
+    const em_lang_module *m = em_lang_builtins();
+    assert_non_null(m);
+    em_caps caps = h200_caps();
+    static const char *const kernels[] = {"tensor_attention_fwd_wgmma",
+                                          "tensor_attention_bwd_kv_wgmma",
+                                          "tensor_attention_bwd_q_wgmma"};
+    size_t failed = 0;
+    for (size_t ki = 0; ki < sizeof kernels / sizeof kernels[0]; ki++)
+        for (int t = 0; t < 2; t++)
+            for (int d = 64; d <= 128; d += 64)
+                for (int vec = 8; vec >= 1; vec -= 7) {
+                    if (vec == 1 && (t || d != 64)) continue;
+                    em_scalar ty = t ? EM_BF16 : EM_F16;
+                    /* the forward's tiles of 128 keys; the backward's of 64 queries or keys */
+                    em_lang_bind b[] = {
+                        em_lang_bind_type("T", ty),   em_lang_bind_type("M", EM_F32),
+                        em_lang_bind_int("D", d),     em_lang_bind_int("WG", 2),
+                        em_lang_bind_int("V", vec),   em_lang_bind_int("BK", 128),
+                        em_lang_bind_int("PLANE", 32)};
+                    size_t nb = sizeof b / sizeof b[0];
+                    if (ki == 1) b[5] = em_lang_bind_int("BQ", 64), nb = 6;
+                    if (ki == 2) b[5] = em_lang_bind_int("BK", 64), nb = 6;
+                    em_lang_spec spec = {b, nb, 1, &caps};
+                    em_lang_diags *dg = em_lang_diags_new();
+                    em_ir_kernel *k = em_lang_specialize(m, kernels[ki], &spec, dg);
+                    if (!k) {
+                        char *text = em_lang_diags_format(dg);
+                        print_message("%s: %s\n", kernels[ki], text ? text : em_last_error());
+                        free(text);
+                        em_lang_diags_free(dg);
+                        failed++;
+                        continue;
+                    }
+                    em_lang_diags_free(dg);
+                    char *src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &caps);
+                    if (!src) fail_msg("%s: %s", kernels[ki], em_last_error());
+                    assert_non_null(strstr(src, "wgmma.mma_async.sync.aligned"));
+                    char *log = NULL;
+                    void *bin = NULL;
+                    size_t size = 0;
+                    if (em_nvrtc_compile(src, "sm_90a", &log, &bin, &size) != EM_OK) {
+                        print_message("%s %s D %d V %d: %s\n", kernels[ki], em_scalar_name(ty), d,
+                                      vec, em_last_error());
+                        failed++;
+                    } else {
+                        const char *regs = log ? strstr(log, "Used ") : NULL;
+                        print_message("%s %s D %d V %d: %.60s\n", kernels[ki], em_scalar_name(ty),
+                                      d, vec, regs ? regs : "(no ptxas report)");
+                        if (log && strstr(log, "bytes spill") &&
+                            !strstr(log, " 0 bytes spill stores")) {
+                            print_message("spills:\n%s\n", log);
+                            failed++;
+                        }
+                        if (log && strstr(log, "wgmma.mma_async instructions are serialized")) {
+                            print_message("ptxas serializes the MMAs:\n%s\n", log);
+                            failed++;
+                        }
+                    }
+                    free(log);
+                    free(bin);
+                    free(src);
+                    em_ir_kernel_free(k);
+                }
+    assert_int_equal(failed, 0);
+}
+
+int main(void)
+{
+    /* ptxas's report of registers and spills (NVRTC reads its options once) */
+    setenv("EMBER_NVRTC_OPTIONS", "--ptxas-options=-v", 1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_wgmma_path),
+        cmocka_unit_test(test_wgmma_fast_predicate),
+        cmocka_unit_test(test_wgmma_compiles),
+    };
+    return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
+}
