@@ -31,14 +31,14 @@
 enum { EV_LAUNCH, EV_READ, EV_WRITE, MAX_EVENTS = 4096, MAX_ARGS = 24, MAX_ALLOCS = 4096 };
 
 typedef struct event {
-    int kind;                   /* EV_* */
-    const void *what;           /* the kernel, or the buffer copied */
-    uint32_t grid[6];           /* launches: cube counts and dims */
-    size_t nargs;               /* launches: arguments */
-    em_arg args[MAX_ARGS];      /* launches: the arguments */
-    int64_t alloc[MAX_ARGS];    /* launches: per buffer argument, the index of the step's
-                                 * allocation it is (its latest), or -1 when made before the step */
-    size_t offset, bytes;       /* copies */
+    int kind;                /* EV_* */
+    const void *what;        /* the kernel, or the buffer copied */
+    uint32_t grid[6];        /* launches: cube counts and dims */
+    size_t nargs;            /* launches: arguments */
+    em_arg args[MAX_ARGS];   /* launches: the arguments */
+    int64_t alloc[MAX_ARGS]; /* launches: per buffer argument, the index of the step's
+                              * allocation it is (its latest), or -1 when made before the step */
+    size_t offset, bytes;    /* copies */
 } event;
 
 static event *events;
@@ -93,13 +93,15 @@ em_buffer *__wrap_em_buffer_alloc(em_device *dev, size_t bytes)
 
 em_status __wrap_em_buffer_read(const em_buffer *buf, size_t offset, void *dst, size_t bytes)
 {
-    if (tracing) add_event(&(event){.kind = EV_READ, .what = buf, .offset = offset, .bytes = bytes});
+    if (tracing)
+        add_event(&(event){.kind = EV_READ, .what = buf, .offset = offset, .bytes = bytes});
     return __real_em_buffer_read(buf, offset, dst, bytes);
 }
 
 em_status __wrap_em_buffer_write(em_buffer *buf, size_t offset, const void *src, size_t bytes)
 {
-    if (tracing) add_event(&(event){.kind = EV_WRITE, .what = buf, .offset = offset, .bytes = bytes});
+    if (tracing)
+        add_event(&(event){.kind = EV_WRITE, .what = buf, .offset = offset, .bytes = bytes});
     return __real_em_buffer_write(buf, offset, src, bytes);
 }
 
@@ -126,7 +128,8 @@ static bool same_launch(const event *a, const event *b)
     return true;
 }
 
-/* ---- the model -------------------------------------------------------------------------------- */
+/* ---- the model --------------------------------------------------------------------------------
+ */
 
 static em_device *dev;
 
@@ -186,9 +189,8 @@ static void forward_last(em_gpt *g, const int64_t *ids, int64_t n, float *out)
     em_tensor *x = em_from_host(dev, EM_I64, EM_SHAPE(1, n), ids);
     em_tensor *logits = em_gpt_forward(g, x, NULL);
     assert_non_null(logits);
-    assert_int_equal(em_to_host(em_select(em_select(logits, 0, 0), 0, n - 1), out,
-                                VOCAB * sizeof *out),
-                     EM_OK);
+    assert_int_equal(
+        em_to_host(em_select(em_select(logits, 0, 0), 0, n - 1), out, VOCAB * sizeof *out), EM_OK);
     em_scope_end(NULL, 0);
     em_no_grad_end();
 }
@@ -201,7 +203,8 @@ static int64_t host_argmax(const float *x, int64_t n)
     return best;
 }
 
-/* ---- (1) the schedule against em_gpt_generate and full passes --------------------------------- */
+/* ---- (1) the schedule against em_gpt_generate and full passes ---------------------------------
+ */
 
 typedef struct seq {
     int64_t hist[MAXTOK]; /* prompt, then the tokens made */
@@ -347,7 +350,8 @@ static bool same_steps(int a, int b, int n, bool explain)
     for (int i = 0; i < n; i++)
         if (events[a + i].kind != events[b + i].kind ||
             (events[a + i].kind == EV_LAUNCH && !same_launch(&events[a + i], &events[b + i]))) {
-            if (explain && events[a + i].kind == events[b + i].kind) print_difference(i, &events[a + i], &events[b + i]);
+            if (explain && events[a + i].kind == events[b + i].kind)
+                print_difference(i, &events[a + i], &events[b + i]);
             return false;
         }
     return true;
@@ -376,7 +380,8 @@ static void run_trace(bool greedy)
     check_shape_of_step(m, z, 3);
     if (m - a != z - m || !same_steps(a, m, m - a, true))
         fail_msg("two steps of one bucket (rows 3, keys 64, greedy %d) launch different kernels "
-                 "or arguments (%d and %d events)", greedy, m - a, z - m);
+                 "or arguments (%d and %d events)",
+                 greedy, m - a, z - m);
     /* the trace tells shapes apart: one row is another key */
     int64_t one[1] = {0}, tok1[1] = {toks[1]};
     traced_step(b, one, tok1, 1, greedy);

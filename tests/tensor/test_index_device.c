@@ -113,8 +113,10 @@ static void test_misuse(void **state)
     int64_t p[2] = {0, 1};
     em_tensor *pt = em_from_host(dev, EM_I64, EM_SHAPE(2), p);
     expect_status(em_scatter_rows_(dst, 0, pt, src), "dim 0");
-    expect_status(em_scatter_rows_(dst, 1, pt, em_ones(dev, EM_F32, EM_SHAPE(2, 2, 4))), "f32[2, 2, 4]");
-    expect_status(em_scatter_rows_(dst, 1, pt, em_ones(dev, EM_F32, EM_SHAPE(2, 1, 3))), "f32[2, 3, 4]");
+    expect_status(em_scatter_rows_(dst, 1, pt, em_ones(dev, EM_F32, EM_SHAPE(2, 2, 4))),
+                  "f32[2, 2, 4]");
+    expect_status(em_scatter_rows_(dst, 1, pt, em_ones(dev, EM_F32, EM_SHAPE(2, 1, 3))),
+                  "f32[2, 3, 4]");
     expect_status(em_scatter_rows_(dst, 1, em_narrow(pt, 0, 0, 1), src), "i64[1]");
     expect_status(em_scatter_rows_(dst, 1, em_cast(pt, EM_F32), src), "i32 or i64");
     expect_status(em_scatter_rows_(dst, 1, pt, em_cast(src, EM_F64)), "f64");
@@ -123,7 +125,8 @@ static void test_misuse(void **state)
     em_tensor *w = em_zeros(dev, EM_F32, EM_SHAPE(3, 2));
     tu_expect_error(em_embedding_clamped(em_reshape(w, EM_SHAPE(6)), pt), "2-D");
     tu_expect_error(em_embedding_clamped(w, em_cast(pt, EM_F32)), "i32 or i64");
-    tu_expect_error(em_embedding_clamped(em_zeros(dev, EM_F32, EM_SHAPE(0, 2)), pt), "nothing to select");
+    tu_expect_error(em_embedding_clamped(em_zeros(dev, EM_F32, EM_SHAPE(0, 2)), pt),
+                    "nothing to select");
     assert_null(em_embedding_clamped(NULL, pt));
     em_scope_end(NULL, 0);
 }
