@@ -156,10 +156,8 @@ static em_status record_nomem(em_graph *g)
     return st;
 }
 
-em_status em_rt_graph_record_launch(em_graph *g, void *fn, const em_drv_launch *launch,
-                                    const char *name)
+em_status em_rt_graph_record_launch(em_graph *g, void *fn, const em_drv_launch *launch)
 {
-    (void)name;
     graph_op *op = op_add(g);
     em_drv_arg *args = op ? calloc(launch->nargs ? launch->nargs : 1, sizeof(*args)) : NULL;
     if (!args)

@@ -296,8 +296,7 @@ em_status em_rt_launch(em_kernel *kernel, const uint32_t cube_count[3], const ui
         em_device *dev = kernel->dev;
         em_rt_pool_note_launch(dev, em_ir_kernel_name(ir));
         if (dev->recording)
-            st = em_rt_graph_record_launch(dev->recording, kernel->fn, &launch,
-                                           em_ir_kernel_name(ir));
+            st = em_rt_graph_record_launch(dev->recording, kernel->fn, &launch);
         else
             st = dev->drv->launch(dev->state, kernel->fn, &launch);
         if (st != EM_OK)

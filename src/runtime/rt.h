@@ -107,8 +107,7 @@ void em_rt_graph_hold(em_graph *g, em_buffer *b);
 void em_rt_graph_put_free(em_graph *g, em_buffer *b);
 /* The recording side of launches, writes and copies (launch.c, pool.c): the op is appended to
  * the recording graph. */
-em_status em_rt_graph_record_launch(em_graph *g, void *fn, const em_drv_launch *launch,
-                                    const char *name);
+em_status em_rt_graph_record_launch(em_graph *g, void *fn, const em_drv_launch *launch);
 em_status em_rt_graph_record_write(em_graph *g, void *mem, size_t offset, const void *src,
                                    size_t bytes);
 em_status em_rt_graph_record_copy(em_graph *g, void *dst, size_t dst_offset, const void *src,
