@@ -334,6 +334,18 @@ em_tensor *em_scatter_add(const em_tensor *t, int dim, const em_tensor *index,
 /* weight [V, D], ids of any shape -> [..ids, D]. */
 em_tensor *em_embedding(const em_tensor *weight, const em_tensor *ids);
 
+/* Device-side indices, never read back (for steps that must not wait for the device, e.g. one
+ * replayed as a captured graph); whatever the indices hold, nothing outside the tensors is
+ * touched. The caller checks its indices where they come from. */
+/* em_embedding whose ids are clamped into [0, V - 1] on the device instead of checked: an
+ * out-of-range id gives the first or last row, not an error. */
+em_tensor *em_embedding_clamped(const em_tensor *weight, const em_tensor *ids);
+/* In place: dst[i, ..., index[i], ...] = src[i, ..., 0, ...], with index[i] at dim `dim` (not 0)
+ * for each row i of dim 0: src has dst's shape except 1 at dim, index (i32/i64) has one entry per
+ * row. A row whose index lies outside [0, dst's size at dim) writes nothing. EM_OK, or the error
+ * (naming the shapes) set. */
+em_status em_scatter_rows_(em_tensor *dst, int dim, const em_tensor *index, const em_tensor *src);
+
 /* ---- random (Philox 4x32-10, the same numbers on every device) ------------------------------- */
 
 /* A generator: a seed and a counter advanced by every draw. Plain value; no cleanup. */

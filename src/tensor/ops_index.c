@@ -1,6 +1,10 @@
 /* ops_index.c — indexing: index_select, embedding, gather, scatter and scatter_add, through the
  * kernels of src/kernels/tensor_index.ek. Index tensors (i32 or i64) are read back and checked on
- * the host first, so an out-of-range index is an error with a message rather than a stray read. */
+ * the host first, so an out-of-range index is an error with a message rather than a stray read.
+ * Two ops leave their indices on the device (no read-back, so a step that uses them can be
+ * replayed as a captured graph): em_embedding_clamped clamps each index into the table, and
+ * em_scatter_rows_ drops the rows whose position is out of range; neither touches memory
+ * outside its tensors whatever the indices hold. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,23 +59,35 @@ static bool check_pair(const char *op, const em_tensor *t, const em_tensor *idx)
     return tn_same_device(op, t, idx);
 }
 
-em_tensor *em_index_select(const em_tensor *t, int dim, const em_tensor *index)
+/* index_select, or with clamp its unchecked form (the indices stay on the device and are clamped
+ * into the dim in the kernel). op names the entry point in errors. */
+static em_tensor *index_select(const char *op, const em_tensor *t, int dim, const em_tensor *index,
+                               bool clamp)
 {
     em_tensor *out = NULL;
     if (!t || !index) goto done;
-    if (!check_pair("index_select", t, index)) goto done;
-    int d = tn_dim("index_select", dim, t->rank);
+    if (!check_pair(op, t, index)) goto done;
+    int d = tn_dim(op, dim, t->rank);
     if (d < 0) goto done;
+    char s[128];
     if (index->rank != 1) {
-        char s[128];
-        em_set_error(EM_ERR_INVALID, "index_select: the index must be 1-D, got %s", em_describe(index, s, sizeof s));
+        em_set_error(EM_ERR_INVALID, "%s: the index must be 1-D, got %s", op, em_describe(index, s, sizeof s));
         goto done;
     }
     if (t->rank == 0) {
-        em_set_error(EM_ERR_INVALID, "index_select: a 0-d tensor has no dims to index");
+        em_set_error(EM_ERR_INVALID, "%s: a 0-d tensor has no dims to index", op);
         goto done;
     }
-    if (!check_indices("index_select", index, t->shape[d])) goto done;
+    if (!clamp && !check_indices(op, index, t->shape[d])) goto done;
+    if (clamp && index->dtype != EM_I32 && index->dtype != EM_I64) {
+        em_set_error(EM_ERR_INVALID, "%s: indices must be i32 or i64, got %s", op, em_scalar_name(index->dtype));
+        goto done;
+    }
+    if (clamp && t->shape[d] == 0 && index->shape[0] > 0) {
+        em_set_error(EM_ERR_INVALID, "%s: nothing to select from dim %d of %s", op, d,
+                     em_describe(t, s, sizeof s));
+        goto done;
+    }
     int64_t sh[EM_MAX_RANK];
     memcpy(sh, t->shape, sizeof sh);
     sh[d] = index->shape[0];
@@ -79,20 +95,21 @@ em_tensor *em_index_select(const em_tensor *t, int dim, const em_tensor *index)
     if (!out || em_numel(out) == 0) goto done;
     em_tensor *ic = tn_contig(index);
     if (!ic) goto fail;
-    em_lang_bind b[4] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("I", index->dtype),
-                         em_lang_bind_int("R", t->rank), em_lang_bind_int("DIM", d)};
+    em_lang_bind b[5] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("I", index->dtype),
+                         em_lang_bind_int("R", t->rank), em_lang_bind_int("DIM", d),
+                         em_lang_bind_bool("CLAMP", clamp)};
     tn_arg args[3] = {tn_arg_t(t), tn_arg_flat(ic), tn_arg_t(out)};
     uint32_t cubes[3], units[3];
     tn_grid_1d((uint64_t)em_numel(out), cubes, units);
-    em_status st = tn_launch("index_select", t->st->dev, "tensor_index_select", b, 4, 1, cubes, units, args, 3);
+    em_status st = tn_launch(op, t->st->dev, "tensor_index_select", b, 5, 1, cubes, units, args, 3);
     em_release(ic);
     if (st == EM_OK) goto done;
 fail:
     em_release(out);
     out = NULL;
 done:
-    if (out) {
-        em_top_params p = tn_params_k(tn_dim("index_select", dim, t->rank));
+    if (out) { /* the gradient is index_select's (whose backward checks the indices) */
+        em_top_params p = tn_params_k(tn_dim(op, dim, t->rank));
         const em_tensor *ins[2] = {t, index};
         tn_record(EM_TOP_INDEX_SELECT, &p, ins, 2, out);
     }
@@ -101,7 +118,13 @@ done:
     return out;
 }
 
-em_tensor *em_embedding(const em_tensor *weight, const em_tensor *ids)
+em_tensor *em_index_select(const em_tensor *t, int dim, const em_tensor *index)
+{
+    return index_select("index_select", t, dim, index, false);
+}
+
+/* embedding through index_select (clamped or checked); op names the entry point in errors. */
+static em_tensor *embedding(const char *op, const em_tensor *weight, const em_tensor *ids, bool clamp)
 {
     if (!weight || !ids) {
         tn_done(weight);
@@ -110,13 +133,13 @@ em_tensor *em_embedding(const em_tensor *weight, const em_tensor *ids)
     }
     if (weight->rank != 2) {
         char s[128];
-        em_set_error(EM_ERR_INVALID, "embedding: the weight must be 2-D [V, D], got %s", em_describe(weight, s, sizeof s));
+        em_set_error(EM_ERR_INVALID, "%s: the weight must be 2-D [V, D], got %s", op, em_describe(weight, s, sizeof s));
         tn_done(weight);
         tn_done(ids);
         return NULL;
     }
     if (ids->rank >= EM_MAX_RANK) {
-        em_set_error(EM_ERR_INVALID, "embedding: ids of rank %d leave no room for the embedding dim", ids->rank);
+        em_set_error(EM_ERR_INVALID, "%s: ids of rank %d leave no room for the embedding dim", op, ids->rank);
         tn_done(weight);
         tn_done(ids);
         return NULL;
@@ -124,11 +147,21 @@ em_tensor *em_embedding(const em_tensor *weight, const em_tensor *ids)
     em_shape s = em_shape_of(ids);
     s.d[s.rank++] = weight->shape[1];
     em_tensor *flat = em_reshape(ids, EM_SHAPE(em_numel(ids))); /* releases a donated ids */
-    em_tensor *rows = em_index_select(weight, 0, flat);
+    em_tensor *rows = index_select(op, weight, 0, flat, clamp);
     em_release(flat);
     em_tensor *out = rows ? em_view(rows, s) : NULL;
     em_release(rows);
     return out;
+}
+
+em_tensor *em_embedding(const em_tensor *weight, const em_tensor *ids)
+{
+    return embedding("embedding", weight, ids, false);
+}
+
+em_tensor *em_embedding_clamped(const em_tensor *weight, const em_tensor *ids)
+{
+    return embedding("embedding_clamped", weight, ids, true);
 }
 
 em_tensor *em_gather(const em_tensor *t, int dim, const em_tensor *index)
@@ -240,6 +273,46 @@ em_tensor *em_scatter_add(const em_tensor *t, int dim, const em_tensor *index, c
     tn_done(index);
     tn_done(src);
     return out;
+}
+
+em_status em_scatter_rows_(em_tensor *dst, int dim, const em_tensor *index, const em_tensor *src)
+{
+    const char *op = "scatter_rows_";
+    if (!dst || !index || !src) return em_last_status() != EM_OK ? em_last_status() : EM_ERR_INVALID;
+    if (!tn_same_device(op, dst, index) || !tn_same_device(op, dst, src)) return EM_ERR_INVALID;
+    em_status st = tn_check_write(dst, op);
+    if (st != EM_OK) return st;
+    int d = tn_dim(op, dim, dst->rank);
+    if (d < 0) return em_last_status();
+    char s1[128], s2[128], s3[128];
+    if (d == 0)
+        return em_set_error(EM_ERR_INVALID, "%s: dim 0 holds the rows; the positions must be along another dim of %s",
+                            op, em_describe(dst, s1, sizeof s1));
+    if (src->dtype != dst->dtype)
+        return em_set_error(EM_ERR_INVALID, "%s: src dtype %s must match the destination's %s", op,
+                            em_scalar_name(src->dtype), em_scalar_name(dst->dtype));
+    if (index->dtype != EM_I32 && index->dtype != EM_I64)
+        return em_set_error(EM_ERR_INVALID, "%s: indices must be i32 or i64, got %s", op, em_scalar_name(index->dtype));
+    bool ok = index->rank == 1 && index->shape[0] == dst->shape[0] && src->rank == dst->rank && src->shape[d] == 1;
+    for (int i = 0; ok && i < dst->rank; i++)
+        if (i != d && src->shape[i] != dst->shape[i]) ok = false;
+    if (!ok)
+        return em_set_error(EM_ERR_INVALID,
+                            "%s: src %s and index %s do not fit destination %s along dim %d (expected src of "
+                            "the destination's shape with 1 at dim %d, and one index per row of dim 0)",
+                            op, em_describe(src, s1, sizeof s1), em_describe(index, s2, sizeof s2),
+                            em_describe(dst, s3, sizeof s3), d, d);
+    if (em_numel(src) == 0) return EM_OK;
+    em_tensor *ic = tn_contig(index);
+    if (!ic) return em_last_status();
+    em_lang_bind b[4] = {em_lang_bind_type("T", dst->dtype), em_lang_bind_type("I", index->dtype),
+                         em_lang_bind_int("R", dst->rank), em_lang_bind_int("DIM", d)};
+    tn_arg args[3] = {tn_arg_t(src), tn_arg_flat(ic), tn_arg_t(dst)};
+    uint32_t cubes[3], units[3];
+    tn_grid_1d((uint64_t)em_numel(src), cubes, units);
+    st = tn_launch(op, dst->st->dev, "tensor_scatter_rows", b, 4, 1, cubes, units, args, 3);
+    em_release(ic);
+    return st;
 }
 
 em_tensor *em_embedding_backward(const em_tensor *grad, const em_tensor *ids, int64_t num_embeddings)

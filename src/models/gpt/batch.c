@@ -3,17 +3,21 @@
  * with each layer's cache seen through a one-slot view, so the keys and values land in the
  * slot's rows directly, and computes the logits of the last position only (the LM head over
  * every prompt position would cost prompt x vocab for one row that is used).
- * A step feeds one new token per listed slot; this file checks and plans it (each row's token and
- * position, the mask of keys past a row's length) and batch_step.c runs the pass. The step runs
- * over rows [0, highest listed slot]; rows of unlisted slots compute throw-away values and write
- * nothing, so a server that hands out the lowest free slot keeps the pass as small as its active
- * set. The greedy variants (em_gpt_batch_prefill_greedy, em_gpt_batch_step_greedy) pick the next
- * tokens on the device and bring back one id per row instead of the logits. A step allocates
- * nothing on the host: its scratch arrays belong to the batch. */
+ * A step feeds one new token per listed slot. It goes: plan on the host (check the listed slots
+ * and tokens, each row's token and position, the rows and the bucketed keys of the pass) -> one
+ * queued write of the tokens and positions into the batch's device inputs -> the shape-static
+ * forward pass of batch_step.c (gpt_step_forward_static, the part a CUDA graph can capture:
+ * its kernels' arguments depend only on rows, keys and greedy) -> one read of the result. The
+ * step runs over rows [0, highest listed slot]; rows of unlisted slots compute throw-away values
+ * and write nothing, so a server that hands out the lowest free slot keeps the pass as small as
+ * its active set. The greedy variants (em_gpt_batch_prefill_greedy, em_gpt_batch_step_greedy)
+ * pick the next tokens on the device and bring back one id per row instead of the logits. A step
+ * allocates nothing on the host: its scratch arrays belong to the batch. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "models/gpt/internal.h"
+#include "tensor/internal.h" /* the inputs' buffer, written in place each step */
 
 /* Layer i's keys and values in one zeroed tensor [slots, 2, heads, max_len, head_dim], and the
  * em_kv_cache of its two halves (views) that prefills hand to em_block_forward. Each tensor holds
@@ -72,6 +76,14 @@ em_gpt_batch *em_gpt_batch_new(em_gpt *g, int64_t slots, int64_t max_len)
             return NULL;
         }
     }
+    /* from_host, not zeros: the buffer exists now (no pending fill) for write_inputs */
+    b->inputs = em_from_host(g->dev, EM_I64, EM_SHAPE(2, slots), b->ids);
+    b->key_pos = em_arange(g->dev, EM_I64, 0, (double)max_len, 1);
+    if (!b->inputs || !b->key_pos) {
+        em_error_context("em_gpt_batch_new");
+        em_gpt_batch_free(b);
+        return NULL;
+    }
     return b;
 }
 
@@ -80,6 +92,8 @@ void em_gpt_batch_free(em_gpt_batch *b)
     if (!b) return;
     for (int64_t i = 0; b->layers && i < b->g->cfg.n_layer; i++) em_kv_cache_free(b->layers[i]);
     for (int64_t i = 0; b->kv && i < b->g->cfg.n_layer; i++) em_release(b->kv[i]);
+    em_release(b->inputs);
+    em_release(b->key_pos);
     free(b->kv);
     free(b->layers);
     free(b->len);
@@ -205,14 +219,18 @@ em_status em_gpt_batch_prefill_greedy(em_gpt_batch *b, int64_t slot, const int64
 
 /* ---- one batched decode step ----------------------------------------------------------------- */
 
-/* Checks the listed slots and fills the batch's scratch for rows [0, rows): ids, pos, listed.
- * Returns the keys attended (the longest listed slot after the step), or -1 with the error set. */
+/* Checks the listed slots and fills the batch's scratch: ids (each slot's token, then its
+ * position: max_len for a slot not listed) and listed. Returns the keys attended (the longest
+ * listed slot after the step), or -1 with the error set. */
 static int64_t plan(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens, int64_t n,
-                    int64_t rows, const char *op)
+                    const char *op)
 {
-    int64_t *ids = b->ids, *pos = b->ids + rows;
-    memset(ids, 0, 2 * (size_t)rows * sizeof *ids);
-    memset(b->listed, 0, (size_t)rows);
+    int64_t *ids = b->ids, *pos = b->ids + b->slots;
+    for (int64_t r = 0; r < b->slots; r++) {
+        ids[r] = 0;
+        pos[r] = b->max_len;
+    }
+    memset(b->listed, 0, (size_t)b->slots);
     int64_t tk = 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t s = slots[i];
@@ -240,27 +258,23 @@ static int64_t plan(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens
     return tk;
 }
 
-/* The mask of a step: bool [rows, 1, 1, tk], true where a listed row must not see a key (past
- * its own length; an unlisted row's output is thrown away). *none when nothing is masked
- * (sequences in lockstep: every listed row at the last position). NULL with *none false on
- * failure. */
-static em_tensor *step_mask(const gpt_step *s, bool *none)
+/* The keys a step attends: tk rounded up to a multiple of GPT_STEP_KEYS_BUCKET, at most max_len
+ * (the keys past a row's position are masked, so the bucket changes nothing but the shapes). */
+static int64_t bucket_keys(int64_t tk, int64_t max_len)
 {
-    *none = true;
-    for (int64_t r = 0; r < s->rows && *none; r++)
-        if (s->listed[r] && s->pos[r] + 1 < s->tk) *none = false;
-    if (*none) return NULL;
-    size_t cells = (size_t)(s->rows * s->tk);
-    uint8_t *mask = malloc(cells);
-    if (!mask) {
-        em_set_error(EM_ERR_NOMEM, "em_gpt_batch_step: out of memory");
-        return NULL;
-    }
-    for (int64_t r = 0; r < s->rows; r++)
-        for (int64_t j = 0; j < s->tk; j++) mask[r * s->tk + j] = s->listed[r] && j > s->pos[r];
-    em_tensor *m = em_from_host(s->b->g->dev, EM_BOOL, EM_SHAPE(s->rows, 1, 1, s->tk), mask);
-    free(mask);
-    return m;
+    int64_t keys = (tk + GPT_STEP_KEYS_BUCKET - 1) / GPT_STEP_KEYS_BUCKET * GPT_STEP_KEYS_BUCKET;
+    return keys < max_len ? keys : max_len;
+}
+
+/* Queues the planned tokens and positions (the host scratch ids) into the device inputs: one
+ * host -> device write into the existing buffer, in stream order, no new tensor and no wait. */
+static em_status write_inputs(em_gpt_batch *b)
+{
+    em_tensor *t = b->inputs;
+    em_status st = em_realize(t); /* pending work that reads the previous inputs runs first */
+    if (st != EM_OK) return st;
+    return em_buffer_write(t->st->buf, (size_t)t->offset * sizeof *b->ids, b->ids,
+                           2 * (size_t)b->slots * sizeof *b->ids);
 }
 
 /* A step; the listed rows' logits go to `logits` (may be NULL) in the caller's order, or with
@@ -278,7 +292,7 @@ static em_status step(em_gpt_batch *b, const int64_t *slots, const int64_t *toke
                                 (long long)slots[i], (long long)b->slots);
         if (slots[i] + 1 > rows) rows = slots[i] + 1;
     }
-    int64_t tk = plan(b, slots, tokens, n, rows, op);
+    int64_t tk = plan(b, slots, tokens, n, op);
     if (tk < 0) return em_last_status();
     em_gpt *g = b->g;
     int64_t V = g->cfg.vocab_size;
@@ -293,11 +307,8 @@ static em_status step(em_gpt_batch *b, const int64_t *slots, const int64_t *toke
     em_status st = EM_OK;
     bool was = enter(g);
     em_scope_begin();
-    gpt_step s = {b, rows, tk, b->listed, b->ids + rows, NULL};
-    bool none;
-    s.mask = step_mask(&s, &none);
-    em_tensor *out =
-        s.mask || none ? gpt_step_forward(&s, b->ids, b->ids + rows, next != NULL) : NULL;
+    gpt_step s = {b, rows, bucket_keys(tk, b->max_len), next != NULL};
+    em_tensor *out = write_inputs(b) == EM_OK ? gpt_step_forward_static(&s) : NULL;
     if (!out)
         st = failed(op);
     else if (next)

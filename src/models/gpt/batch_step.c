@@ -2,21 +2,26 @@
  * slots). The rows' new tokens travel as one sequence of `rows` positions through the linear
  * layers (one matmul with rows for M) and as `rows` sequences of one position through attention.
  *
- * The pass is written for few launches, since at small batches a step costs what its launches
+ * The pass is shape-static, so that a step can be captured as a graph and replayed: its tokens
+ * and positions are read from the batch's device inputs (written by batch.c before the pass), and
+ * nothing of it depends on their values on the host. So the pass gathers the embeddings on the
+ * device (em_embedding_clamped: the planner checked every token and position, so the ids need no
+ * read-back), writes each row's new key and value into the cache at its own device position
+ * (em_scatter_rows_, one in-place launch per layer; an unlisted row's position max_len is out of
+ * range and writes nothing), and attends a bucketed number of keys with a mask computed on the
+ * device from the positions (key j masked for row r when j > pos[r]); masked scores are filled
+ * with the dtype's lowest finite value, as em_mha_forward does, so masked keys weigh exactly zero
+ * and the logits are today's up to the rounding of longer sums.
+ *
+ * It is also written for few launches, since at small batches a step costs what its launches
  * cost on the host (docs/profiling.md):
  * - every linear layer is one em_matmul_ex with its bias, GELU and residual add in the matmul's
  *   epilogue (7 launches fewer per block than em_linear_forward + em_add + em_activate);
  * - each block's keys and values live in one tensor [slots, 2, heads, max_len, head_dim], so a
- *   row's new key and value (adjacent in the c_attn output) go to the cache in one copy per run
- *   of adjacent rows at the same position;
- * - the embeddings of one row are views of the embedding tables, and the position embedding of
- *   rows that share one position is a view broadcast over them: no upload, no gather, and no
- *   host read-back of indices (em_embedding checks its indices on the host);
+ *   row's new key and value (adjacent in the c_attn output) go to the cache in one launch;
  * - a greedy step ends in em_argmax on the device, so one i64 per row comes back instead of the
  *   rows' logits.
- * Unlisted rows below the highest listed slot compute throw-away values and write nothing.
- * Masked scores are filled with the dtype's lowest finite value, as em_mha_forward does, so
- * masked keys weigh exactly zero. */
+ * Unlisted rows below the highest listed slot compute throw-away values and write nothing. */
 #include <math.h>
 
 #include "models/gpt/internal.h"
@@ -69,32 +74,10 @@ static em_tensor *heads_of(const em_tensor *qkv, int which, int64_t H, int64_t C
     return em_transpose(r, 1, 2);
 }
 
-/* Writes each listed row's new key and value (qkv's last 2C, seen as [rows, 2, H, 1, D]) at its
- * slot's next position of kv [slots, 2, H, max_len, D]: one copy per run of adjacent listed rows
- * at the same position. */
-static bool write_kv(const gpt_step *s, em_tensor *kv, const em_tensor *qkv, int64_t H, int64_t C)
-{
-    bool ok = true;
-    for (int64_t r = 0; ok && r < s->rows;) {
-        if (!s->listed[r]) {
-            r++;
-            continue;
-        }
-        int64_t end = r + 1, at = s->pos[r];
-        while (end < s->rows && s->listed[end] && s->pos[end] == at) end++;
-        em_scope_begin();
-        em_tensor *d = em_narrow(em_narrow(kv, 0, r, end - r), 3, at, 1);
-        em_tensor *w = em_reshape(em_narrow(em_narrow(qkv, 0, r, end - r), 2, C, 2 * C),
-                                  EM_SHAPE(end - r, 2, H, 1, C / H));
-        ok = d && w && em_copy_(d, w) == EM_OK;
-        em_scope_end(NULL, 0);
-        r = end;
-    }
-    return ok;
-}
-
-/* One block for the step: x [1, rows, C] -> [1, rows, C]. */
-static em_tensor *block(const gpt_step *s, em_block *blk, int64_t layer, const em_tensor *x)
+/* One block for the step: x [1, rows, C] -> [1, rows, C]; pos [rows] the rows' positions, mask
+ * bool [rows, 1, 1, keys] (true: masked). */
+static em_tensor *block(const gpt_step *s, em_block *blk, int64_t layer, const em_tensor *x,
+                        const em_tensor *pos, const em_tensor *mask)
 {
     em_mha *m = blk->attn;
     int64_t C = m->dim, H = m->heads, D = C / H, R = s->rows;
@@ -105,13 +88,16 @@ static em_tensor *block(const gpt_step *s, em_block *blk, int64_t layer, const e
         em_reshape(linear(m->c_attn, em_layer_norm_forward(blk->ln_1, x), EM_ACT_NONE, NULL),
                    EM_SHAPE(R, 1, 3 * C));
     em_tensor *q = qkv ? heads_of(qkv, 0, H, C) : NULL;
-    if (!q || !write_kv(s, b->kv[layer], qkv, H, C)) goto done;
+    /* the rows' new keys and values, [rows, 2, H, 1, D], to their positions in the cache */
+    em_tensor *kv_new = em_reshape(em_narrow(qkv, 2, C, 2 * C), EM_SHAPE(R, 2, H, 1, D));
+    em_tensor *kv_rows = em_narrow(b->kv[layer], 0, 0, R);
+    if (!q || !kv_new || !kv_rows || em_scatter_rows_(kv_rows, 3, pos, kv_new) != EM_OK) goto done;
     em_kv_cache *c = b->layers[layer];
-    em_tensor *keys = em_narrow(em_narrow(c->k, 0, 0, R), 2, 0, s->tk);
-    em_tensor *vals = em_narrow(em_narrow(c->v, 0, 0, R), 2, 0, s->tk);
+    em_tensor *keys = em_narrow(em_narrow(c->k, 0, 0, R), 2, 0, s->keys);
+    em_tensor *vals = em_narrow(em_narrow(c->v, 0, 0, R), 2, 0, s->keys);
     em_tensor *att =
         em_mul_scalar(em_take(em_matmul(q, em_transpose(keys, 2, 3))), 1.0 / sqrt((double)D));
-    if (s->mask) att = em_masked_fill(em_take(att), s->mask, em_scalar_lowest(em_dtype(att)));
+    att = em_masked_fill(em_take(att), mask, em_scalar_lowest(em_dtype(att)));
     att = em_softmax(em_take(att), -1);
     em_tensor *o = em_matmul(att, vals);                               /* [R, H, 1, D] */
     o = em_reshape(em_transpose(em_take(o), 1, 2), EM_SHAPE(1, R, C)); /* heads merged */
@@ -123,44 +109,25 @@ done:
     return y;
 }
 
-/* The token and position embeddings of the rows: [1, rows, C]. */
-static em_tensor *embed(const gpt_step *s, const int64_t *ids, const int64_t *pos)
+em_tensor *gpt_step_forward_static(const gpt_step *s)
 {
-    em_gpt *g = s->b->g;
-    int64_t R = s->rows, C = g->cfg.n_embd;
-    /* One position for every listed row (sequences in lockstep): one row of wpe, broadcast
-     * (unlisted rows' values are thrown away, whatever their position). */
-    int64_t at = -1;
-    bool shared = true;
-    for (int64_t r = 0; r < R; r++) {
-        if (!s->listed[r]) continue;
-        if (at < 0)
-            at = pos[r];
-        else if (pos[r] != at)
-            shared = false;
-    }
-    em_tensor *tok, *p;
-    if (R == 1) {
-        tok = em_reshape(em_narrow(g->wte->weight, 0, ids[0], 1), EM_SHAPE(1, 1, C));
-    } else {
-        tok = em_embedding(g->wte->weight, em_from_host(g->dev, EM_I64, EM_SHAPE(1, R), ids));
-    }
-    if (shared)
-        p = em_narrow(g->wpe->weight, 0, at, 1); /* [1, C] */
-    else
-        p = em_embedding(g->wpe->weight, em_from_host(g->dev, EM_I64, EM_SHAPE(1, R), pos));
-    return em_add(tok, p);
-}
-
-em_tensor *gpt_step_forward(const gpt_step *s, const int64_t *ids, const int64_t *pos, bool greedy)
-{
-    em_gpt *g = s->b->g;
+    em_gpt_batch *b = s->b;
+    em_gpt *g = b->g;
+    int64_t R = s->rows, TB = s->keys;
     em_scope_begin();
-    em_tensor *x = embed(s, ids, pos);
-    for (int64_t i = 0; x && i < g->cfg.n_layer; i++) x = block(s, g->h[i], i, x);
+    em_tensor *ids = em_narrow(em_select(b->inputs, 0, 0), 0, 0, R); /* [R] */
+    em_tensor *pos = em_narrow(em_select(b->inputs, 0, 1), 0, 0, R); /* [R] */
+    /* an unlisted row's position max_len clamps into wpe: a throw-away row */
+    em_tensor *x = em_add(em_embedding_clamped(g->wte->weight, em_reshape(ids, EM_SHAPE(1, R))),
+                          em_embedding_clamped(g->wpe->weight, em_reshape(pos, EM_SHAPE(1, R))));
+    em_tensor *mask = em_gt(em_reshape(em_narrow(b->key_pos, 0, 0, TB), EM_SHAPE(1, 1, 1, TB)),
+                            em_reshape(pos, EM_SHAPE(R, 1, 1, 1))); /* [R, 1, 1, TB] */
+    if (!mask) x = NULL;
+    for (int64_t i = 0; x && i < g->cfg.n_layer; i++) x = block(s, g->h[i], i, x, pos, mask);
     x = em_layer_norm_forward(g->ln_f, x);
     em_tensor *out = x ? gpt_head(g, x) : NULL;
-    if (greedy) out = em_argmax(em_take(out), -1, false); /* [1, rows] i64 */
+    if (s->greedy) out = em_argmax(em_take(out), -1, false); /* [1, rows] i64 */
+    if (out && em_realize(out) != EM_OK) out = NULL;         /* launched, not waited for */
     em_scope_end(&out, 1);
     return out;
 }

@@ -36,32 +36,49 @@ em_tensor *gpt_head(em_gpt *g, const em_tensor *x);
 
 /* ---- batched decoding (batch.c) ------------------------------------------------------------- */
 
+/* A step attends a number of keys rounded up to a multiple of this (capped at max_len), so that
+ * its kernels' arguments stay the same from step to step while the longest slot grows inside one
+ * bucket: a captured step replays for every step of the bucket. */
+#define GPT_STEP_KEYS_BUCKET 64
+
 struct em_gpt_batch {
     em_gpt *g;             /* the model (borrowed) */
     em_tensor **kv;        /* one per block: keys and values [slots, 2, heads, max_len, head_dim] */
     em_kv_cache **layers;  /* one per block: k, v [slots, heads, max_len, head_dim], views of kv */
+    em_tensor *inputs;     /* i64 [2, slots] on the device: a step's token (row 0) and position
+                            * (row 1) per slot, written once per step; max_len: slot not listed */
+    em_tensor *key_pos;    /* i64 [max_len] on the device: 0, 1, ... (the keys' positions) */
     int64_t *len;          /* positions held by each slot */
     int64_t slots;         /* number of slots */
     int64_t max_len;       /* positions per slot */
-    int64_t *ids;          /* a step's scratch [2 * slots]: each row's token, then its position */
+    int64_t *ids;          /* a step's host scratch [2 * slots], laid out as inputs */
     uint8_t *listed;       /* a step's scratch [slots]: the row's slot is listed */
     int64_t *next;         /* a greedy step's scratch [slots]: each row's next token */
 };
 
-/* One decode step's plan (batch.c), read by the forward pass (batch_step.c). */
+/* One decode step's shape (batch.c): with the batch's tensors, all the forward pass reads. */
 typedef struct gpt_step {
-    em_gpt_batch *b;       /* the batch */
-    int64_t rows;          /* rows of the pass: highest listed slot + 1 */
-    int64_t tk;            /* keys attended: the longest listed slot after this step */
-    const uint8_t *listed; /* per row: its slot is listed */
-    const int64_t *pos;    /* per listed row: the position its new key goes to */
-    em_tensor *mask;       /* bool [rows, 1, 1, tk]: true = masked; NULL when none is */
+    em_gpt_batch *b; /* the batch */
+    int64_t rows;    /* rows of the pass: highest listed slot + 1 */
+    int64_t keys;    /* keys attended: the longest listed slot after the step, rounded up to a
+                      * multiple of GPT_STEP_KEYS_BUCKET, at most max_len */
+    bool greedy;     /* end in each row's first largest logit instead of the logits */
 } gpt_step;
 
-/* The step's pass over the rows' tokens ids[rows] at positions pos[rows]: the logits [1, rows,
- * vocab] (f32), or with greedy the first largest logit's index per row, i64 [1, rows]; moved to
- * the enclosing scope. NULL with the error set. */
-em_tensor *gpt_step_forward(const gpt_step *s, const int64_t *ids, const int64_t *pos,
-                            bool greedy);
+/* The forward pass of one decode step (batch_step.c), shape-static: every kernel it launches, and
+ * every argument of those kernels (buffers, offsets, shapes, scalars), depends only on
+ * (rows, keys, greedy) and the batch, never on the step's tokens or positions, so the call can be
+ * captured once per such key and replayed. It reads:
+ *   - the device inputs b->inputs (tokens and positions of rows [0, rows): written by the caller
+ *     before the call; a row at position max_len is not listed and writes nothing);
+ *   - b->key_pos (the mask: key j is masked for row r when j > pos[r]);
+ *   - the weights (wte, wpe, the blocks, ln_f, the head);
+ *   - b->kv: each layer's keys/values of rows [0, rows) and positions [0, keys), after writing
+ *     each listed row's new key and value at its position (em_scatter_rows_, in place).
+ * It returns (moved to the enclosing scope) the logits f32 [1, rows, vocab], or with greedy the
+ * first largest logit's index per row, i64 [1, rows]; every kernel of the pass has been launched
+ * (pending fused work realized) when it returns. It never reads the device back nor waits for it:
+ * the caller reads the result. Unlisted rows compute throw-away values. NULL with the error set. */
+em_tensor *gpt_step_forward_static(const gpt_step *s);
 
 #endif
