@@ -396,8 +396,44 @@ static void run_trace(bool greedy)
 static void test_steps_of_a_bucket_launch_alike(void **state)
 {
     (void)state;
+    setenv("EMBER_DECODE_GRAPHS", "0", 1); /* eager steps: their launches are traced */
     run_trace(false);
     run_trace(true);
+    unsetenv("EMBER_DECODE_GRAPHS");
+}
+
+/* With graphs (the default): a key's first step runs eagerly, its second is recorded and
+ * replayed, and from the third on a step is one inputs write, no em_launch, one read — with the
+ * tokens of the eager steps (test_schedule_matches_generate runs both ways). */
+static void test_replayed_steps_launch_nothing(void **state)
+{
+    (void)state;
+    for (int greedy = 0; greedy < 2; greedy++) {
+        em_gpt *g = tiny();
+        em_gpt_batch *b = em_gpt_batch_new(g, 2, MAX_LEN);
+        assert_non_null(b);
+        int64_t p[5] = {1, 2, 3, 4, 5}, t = 0;
+        assert_int_equal(em_gpt_batch_prefill_greedy(b, 0, p, 5, &t), EM_OK);
+        int64_t slot[1] = {0}, tok[1] = {t};
+        int launches[4];
+        for (int k = 0; k < 4; k++) {
+            int a = traced_step(b, slot, tok, 1, greedy);
+            launches[k] = 0;
+            for (int i = a; i < nevents; i++) launches[k] += events[i].kind == EV_LAUNCH;
+        }
+        assert_true(launches[0] > 0);
+        assert_int_equal(launches[2], 0);
+        assert_int_equal(launches[3], 0);
+        em_gpt_batch_free(b);
+        em_gpt_free(g);
+    }
+}
+
+static void test_schedule_without_graphs(void **state)
+{
+    setenv("EMBER_DECODE_GRAPHS", "0", 1);
+    test_schedule_matches_generate(state);
+    unsetenv("EMBER_DECODE_GRAPHS");
 }
 
 int main(void)
@@ -405,6 +441,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedule_matches_generate),
         cmocka_unit_test(test_steps_of_a_bucket_launch_alike),
+        cmocka_unit_test(test_replayed_steps_launch_nothing),
+        cmocka_unit_test(test_schedule_without_graphs),
     };
     return cmocka_run_group_tests_name("gpt_batch_static", tests, setup, teardown);
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "models/gpt/internal.h"
 #include "tensor/internal.h" /* the inputs' buffer, written in place each step */
 
@@ -94,6 +95,11 @@ void em_gpt_batch_free(em_gpt_batch *b)
     for (int64_t i = 0; b->kv && i < b->g->cfg.n_layer; i++) em_release(b->kv[i]);
     em_release(b->inputs);
     em_release(b->key_pos);
+    for (int i = 0; i < b->ngraphs; i++) {
+        em_graph_free(b->graphs[i].g);
+        em_release(b->graphs[i].out);
+    }
+    free(b->graphs);
     free(b->kv);
     free(b->layers);
     free(b->len);
@@ -277,6 +283,70 @@ static em_status write_inputs(em_gpt_batch *b)
                            2 * (size_t)b->slots * sizeof *b->ids);
 }
 
+/* Whether decode steps are recorded and replayed as graphs ($EMBER_DECODE_GRAPHS=0: never). */
+static bool graphs_on(void)
+{
+    const char *v = getenv("EMBER_DECODE_GRAPHS");
+    return !v || strcmp(v, "0") != 0;
+}
+
+/* The graph entry of s's key, created (evicting the least recently used) when missing; NULL when
+ * graphs are off or host memory is short. */
+static gpt_graph *graph_entry(em_gpt_batch *b, const gpt_step *s)
+{
+    if (!graphs_on()) return NULL;
+    for (int i = 0; i < b->ngraphs; i++) {
+        gpt_graph *e = &b->graphs[i];
+        if (e->rows == s->rows && e->keys == s->keys && e->greedy == s->greedy) return e;
+    }
+    if (!b->graphs && !(b->graphs = calloc(GPT_STEP_GRAPHS, sizeof *b->graphs))) return NULL;
+    gpt_graph *e = &b->graphs[b->ngraphs];
+    if (b->ngraphs == GPT_STEP_GRAPHS) {
+        e = &b->graphs[0];
+        for (int i = 1; i < b->ngraphs; i++)
+            if (b->graphs[i].used < e->used) e = &b->graphs[i];
+        em_graph_free(e->g);
+        em_release(e->out);
+    } else {
+        b->ngraphs++;
+    }
+    *e = (gpt_graph){.rows = s->rows, .keys = s->keys, .greedy = s->greedy};
+    return e;
+}
+
+/* The step's forward pass: replayed when its key was recorded, recorded on the key's second run
+ * (the first compiled and tuned its kernels), eager otherwise or when recording fails (a failed
+ * recording ran nothing: the eager pass follows). The result is borrowed from the entry when it
+ * comes from a graph, else scoped. */
+static em_tensor *step_forward(em_gpt_batch *b, const gpt_step *s)
+{
+    gpt_graph *e = graph_entry(b, s);
+    if (e) e->used = ++b->clock;
+    if (e && e->g) return em_tensor_graph_launch(e->g) == EM_OK ? e->out : NULL;
+    if (e && !e->failed && e->seen >= 1) {
+        em_device *dev = b->g->dev;
+        if (em_tensor_graph_begin(dev) == EM_OK) {
+            em_tensor *out = gpt_step_forward_static(s);
+            if (out) em_keep(out);
+            em_graph *g = NULL;
+            if (em_tensor_graph_end(dev, &g) == EM_OK && out &&
+                em_tensor_graph_launch(g) == EM_OK) {
+                e->g = g;
+                e->out = out;
+                return out;
+            }
+            EM_LOGD("em_gpt_batch: step of %lld rows, %lld keys not recorded: %s",
+                    (long long)s->rows, (long long)s->keys, em_last_error());
+            em_graph_free(g);
+            em_release(out);
+            em_clear_error();
+        }
+        e->failed = true;
+    }
+    if (e) e->seen++;
+    return gpt_step_forward_static(s);
+}
+
 /* A step; the listed rows' logits go to `logits` (may be NULL) in the caller's order, or with
  * greedy their next tokens to next[n]. */
 static em_status step(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens, int64_t n,
@@ -308,7 +378,7 @@ static em_status step(em_gpt_batch *b, const int64_t *slots, const int64_t *toke
     bool was = enter(g);
     em_scope_begin();
     gpt_step s = {b, rows, bucket_keys(tk, b->max_len), next != NULL};
-    em_tensor *out = write_inputs(b) == EM_OK ? gpt_step_forward_static(&s) : NULL;
+    em_tensor *out = write_inputs(b) == EM_OK ? step_forward(b, &s) : NULL;
     if (!out)
         st = failed(op);
     else if (next)

@@ -54,7 +54,25 @@ struct em_gpt_batch {
     int64_t *ids;          /* a step's host scratch [2 * slots], laid out as inputs */
     uint8_t *listed;       /* a step's scratch [slots]: the row's slot is listed */
     int64_t *next;         /* a greedy step's scratch [slots]: each row's next token */
+    struct gpt_graph *graphs; /* recorded steps by (rows, keys, greedy), GPT_STEP_GRAPHS at most */
+    int ngraphs;
+    uint64_t clock;        /* steps run: the graphs' last use, for eviction */
 };
+
+/* Recorded steps kept per batch (the least recently used goes first). */
+#define GPT_STEP_GRAPHS 32
+
+/* A step recorded as a runtime graph (docs/graphs.md): replayed for every later step of the same
+ * (rows, keys, greedy), whose inputs differ only in b->inputs' contents. */
+typedef struct gpt_graph {
+    int64_t rows, keys;
+    bool greedy;
+    int seen;         /* eager runs so far (the first compiles and tunes; the second records) */
+    bool failed;      /* recording failed: this key runs eagerly */
+    em_graph *g;      /* the recording, or NULL */
+    em_tensor *out;   /* its result, written by every replay (owned) */
+    uint64_t used;    /* b->clock at the last use */
+} gpt_graph;
 
 /* One decode step's shape (batch.c): with the batch's tensors, all the forward pass reads. */
 typedef struct gpt_step {
