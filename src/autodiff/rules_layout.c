@@ -108,6 +108,14 @@ static em_status bw_cat(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
     return ru_end(c, r, gin, c->nin, 0);
 }
 
+/* The product of a shape's batch dims (all but the last two). */
+static int64_t shape_batch(em_shape s)
+{
+    int64_t n = 1;
+    for (int d = 0; d < s.rank - 2; d++) n *= s.d[d];
+    return n;
+}
+
 /* a [.., M, K] @ b [.., K, N]: d a = g b^T, d b = a^T g, each summed over the batch dims its
  * operand was broadcast along. A 1-D a is [1, K] (the M dim dropped from out), a 1-D b [K, 1]. */
 static em_status bw_matmul(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
@@ -131,7 +139,13 @@ static em_status bw_matmul(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
         em_tensor *ga = ru_sum_to(em_matmul(g2, em_transpose(b2, -1, -2)), sa);
         r[0] = em_reshape(ga, c->in_shape[0]);
     }
-    if (c->needs[1]) {
+    if (c->needs[1] && sa.rank > 2 && shape_batch(sb) == 1) {
+        /* b shared by every batch (a Linear's or LM head's weight): fold the batch dims into
+         * one K of a single matmul, never the per-batch products [.., K, N] summed after */
+        int64_t k = sa.d[sa.rank - 1], n = sb.d[sb.rank - 1];
+        em_tensor *af = em_reshape(a, EM_SHAPE(-1, k)), *gf = em_reshape(g2, EM_SHAPE(-1, n));
+        r[1] = em_reshape(em_take(em_matmul(em_transpose(af, 0, 1), gf)), c->in_shape[1]);
+    } else if (c->needs[1]) {
         em_tensor *a2 = em_reshape(a, sa);
         em_tensor *gb = ru_sum_to(em_matmul(em_transpose(a2, -1, -2), g2), sb);
         r[1] = em_reshape(gb, c->in_shape[1]);

@@ -1,5 +1,6 @@
 /* test_gradcheck_matmul.c — finite-difference checks (float64, CPU) of matmul's backward rule:
- * 2-D, batched, batch broadcasting (also of a missing batch dim), the 1-D promotions of
+ * 2-D, batched, batch broadcasting (also of a missing batch dim or one of size 1, whose
+ * gradient folds the batches into one matmul), the 1-D promotions of
  * torch.matmul (vector @ matrix, matrix @ vector, dot, vector @ batch) and transposed operands;
  * and an f32 check on every device against the CPU f64 gradient. */
 #include "autodiff/gradcheck.h"
@@ -36,7 +37,12 @@ static const gc_case cases[] = {
      .nin = 2,
      .shape = {EM_SHAPE(2, 1, 3, 4), EM_SHAPE(3, 4, 2)},
      .device = true},
-    {.name = "batch_missing", .f = f_mm, .nin = 2, .shape = {EM_SHAPE(2, 3, 4), EM_SHAPE(4, 2)}},
+    {.name = "batch_missing",
+     .f = f_mm,
+     .nin = 2,
+     .shape = {EM_SHAPE(2, 3, 4), EM_SHAPE(4, 2)},
+     .device = true},
+    {.name = "batch_one", .f = f_mm, .nin = 2, .shape = {EM_SHAPE(2, 2, 3, 4), EM_SHAPE(1, 4, 2)}},
     {.name = "vec_mat",
      .f = f_mm,
      .nin = 2,

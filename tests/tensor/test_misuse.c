@@ -37,7 +37,7 @@ static void test_messages(void **state)
     double bad[2] = {0, 7};
     em_tensor *idx = tu_tensor(dev, EM_I64, EM_SHAPE(2), bad);
     tu_expect_error(em_index_select(a, 1, idx), "index_select: index 7 is out of range for a dim of size 3");
-    tu_expect_error(em_embedding(a, idx), "index_select: index 7 is out of range for a dim of size 2");
+    tu_expect_error(em_embedding(a, idx), "embedding: index 7 is out of range for a dim of size 2");
     tu_expect_error(em_index_select(a, 0, a), "index_select: the index must be 1-D, got f32[2, 3]");
     tu_expect_error(em_select(a, 0, 2), "select: index 2 is out of range for dim 0 of size 2");
     /* 15-20: layout */
