@@ -1,7 +1,8 @@
 /* recompute.c — what a node keeps for its backward rule (ad_saved): a held, detached alias of a
  * tensor, or under EM_RECOMPUTE_ELEMENTWISE a recipe (op, params, inputs) from which the tensor
  * is recomputed when a rule needs it. Recomputation replays the same public op on the same
- * inputs under no-grad, so it gives the same bits as the forward pass did. Also the tape stats'
+ * inputs under no-grad, so it gives the same bits as the forward pass did; a reshape or permute
+ * of such a tensor is replayed as the same view of the recomputed tensor. Also the tape stats'
  * byte counting of held tensors. */
 #include <stdlib.h>
 
@@ -53,7 +54,15 @@ em_tensor *ad_saved_get(const ad_saved *s)
         if (s->in[i] && !(in[i] = ad_saved_get(s->in[i]))) goto done;
     }
     em_no_grad_begin();
-    out = ad_replay(s->op, &s->p, (const em_tensor *const *)in, s->nin, s->dtype);
+    if (s->op == EM_TOP_RESHAPE) {
+        out = em_reshape(in[0], s->shape);
+    } else if (s->op == EM_TOP_PERMUTE) {
+        int perm[EM_MAX_RANK];
+        for (int d = 0; d < s->p.ni && d < EM_MAX_RANK; d++) perm[d] = (int)s->p.i[d];
+        out = em_permute(in[0], perm, s->p.ni);
+    } else {
+        out = ad_replay(s->op, &s->p, (const em_tensor *const *)in, s->nin, s->dtype);
+    }
     em_no_grad_end();
     if (out) em_tensor_untrack(out);
 done:

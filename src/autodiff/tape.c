@@ -129,6 +129,7 @@ static ad_saved *new_recipe(const ad_node *n, const em_tensor *const *in)
     r->p = n->p;
     r->nin = n->nin;
     r->dtype = n->out_dtype;
+    r->shape = n->out_shape;
     for (int i = 0; i < n->nin; i++) {
         if (!in[i]) continue;
         r->in[i] = n->saved_in[i] ? ad_saved_retain(n->saved_in[i]) : save_tensor(in[i]);
@@ -140,13 +141,23 @@ static ad_saved *new_recipe(const ad_node *n, const em_tensor *const *in)
     return r;
 }
 
+/* A reshape or permute of a tensor that is itself a recipe: a recipe too (replayed as the same
+ * view of the recomputed tensor). Otherwise a consumer saving the view (a Linear saves its input
+ * reshaped to 2-D) would hold the recomputable tensor's storage through it. */
+static bool view_of_recipe(const ad_node *n, const em_tensor *const *in)
+{
+    if (n->op != EM_TOP_RESHAPE && n->op != EM_TOP_PERMUTE) return false;
+    const ad_node *m = n->nin >= 1 && in[0] ? ad_node_of(in[0]) : NULL;
+    return m && !m->leaf && m->recipe;
+}
+
 static bool save_all(ad_node *n, const ad_rule *r, const em_tensor *const *in, em_tensor *out)
 {
     for (int i = 0; i < n->nin; i++)
         if ((r->save_inputs >> i) & 1u && in[i] && !(n->saved_in[i] = save_tensor(in[i])))
             return false;
-    if (em_recompute_policy_get() == EM_RECOMPUTE_ELEMENTWISE && ad_recomputable(n->op) &&
-        !(n->recipe = new_recipe(n, in)))
+    if (em_recompute_policy_get() == EM_RECOMPUTE_ELEMENTWISE &&
+        (ad_recomputable(n->op) || view_of_recipe(n, in)) && !(n->recipe = new_recipe(n, in)))
         return false;
     if (r->save_output &&
         !(n->saved_out = n->recipe ? ad_saved_retain(n->recipe) : ad_saved_hold(out)))

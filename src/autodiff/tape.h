@@ -21,6 +21,7 @@ typedef struct ad_saved {
     int nin;                                /* recipe: its inputs */
     struct ad_saved *in[EM_TOP_MAX_INPUTS]; /* recipe: the inputs (NULL when absent) */
     em_scalar dtype;                        /* the tensor's dtype (casts replay to it) */
+    em_shape shape;                         /* recipe: the tensor's shape (reshapes replay to it) */
     int64_t bytes;                          /* device bytes counted for t in the tape stats */
 } ad_saved;
 
