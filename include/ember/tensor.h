@@ -241,6 +241,14 @@ em_tensor *em_cross_entropy_rows(const em_tensor *logits, const em_tensor *targe
  * query row. docs/attention.md says how. */
 em_tensor *em_attention(const em_tensor *q, const em_tensor *k, const em_tensor *v, bool causal,
                         double scale);
+/* Decoding's attention: out [R, H, 1, D] = softmax(q k^T * scale) v over the keys j <= pos[r]
+ * (and j < Tk) of each row r, for q [R, H, 1, D], k and v [R, H, Tk, D] (one float dtype, a
+ * contiguous last dim or a copy is made) and pos i64 [R] on the device: the visible lengths are
+ * read there, so a step keeps its shape as sequences grow (graphs). A row with pos < 0 gets zeros.
+ * One launch; softmax statistics in f32 (f64 for f64). Not differentiable (no gradient is
+ * recorded): for inference. */
+em_tensor *em_attention_decode(const em_tensor *q, const em_tensor *k, const em_tensor *v,
+                               const em_tensor *pos, double scale);
 /* The largest head size D em_attention takes. */
 #define EM_ATTENTION_MAX_HEAD_DIM 256
 /* Whether em_attention runs its matrix-op (tensor-core) kernels for q's device, dtype and head

@@ -79,8 +79,7 @@ em_gpt_batch *em_gpt_batch_new(em_gpt *g, int64_t slots, int64_t max_len)
     }
     /* from_host, not zeros: the buffer exists now (no pending fill) for write_inputs */
     b->inputs = em_from_host(g->dev, EM_I64, EM_SHAPE(2, slots), b->ids);
-    b->key_pos = em_arange(g->dev, EM_I64, 0, (double)max_len, 1);
-    if (!b->inputs || !b->key_pos) {
+    if (!b->inputs) {
         em_error_context("em_gpt_batch_new");
         em_gpt_batch_free(b);
         return NULL;
@@ -94,7 +93,6 @@ void em_gpt_batch_free(em_gpt_batch *b)
     for (int64_t i = 0; b->layers && i < b->g->cfg.n_layer; i++) em_kv_cache_free(b->layers[i]);
     for (int64_t i = 0; b->kv && i < b->g->cfg.n_layer; i++) em_release(b->kv[i]);
     em_release(b->inputs);
-    em_release(b->key_pos);
     for (int i = 0; i < b->ngraphs; i++) {
         em_graph_free(b->graphs[i].g);
         em_release(b->graphs[i].out);

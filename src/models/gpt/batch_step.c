@@ -8,10 +8,10 @@
  * device (em_embedding_clamped: the planner checked every token and position, so the ids need no
  * read-back), writes each row's new key and value into the cache at its own device position
  * (em_scatter_rows_, one in-place launch per layer; an unlisted row's position max_len is out of
- * range and writes nothing), and attends a bucketed number of keys with a mask computed on the
- * device from the positions (key j masked for row r when j > pos[r]); masked scores are filled
- * with the dtype's lowest finite value, as em_mha_forward does, so masked keys weigh exactly zero
- * and the logits are today's up to the rounding of longer sums.
+ * range and writes nothing), and attends a bucketed number of keys with em_attention_decode,
+ * which reads each row's position on the device (row r sees the keys j <= pos[r]) and computes
+ * q k^T, the softmax and the product with v in one launch; the logits are em_gpt_forward's up to
+ * rounding.
  *
  * It is also written for few launches, since at small batches a step costs what its launches
  * cost on the host (docs/profiling.md):
@@ -77,7 +77,7 @@ static em_tensor *heads_of(const em_tensor *qkv, int which, int64_t H, int64_t C
 /* One block for the step: x [1, rows, C] -> [1, rows, C]; pos [rows] the rows' positions, mask
  * bool [rows, 1, 1, keys] (true: masked). */
 static em_tensor *block(const gpt_step *s, em_block *blk, int64_t layer, const em_tensor *x,
-                        const em_tensor *pos, const em_tensor *mask)
+                        const em_tensor *pos)
 {
     em_mha *m = blk->attn;
     int64_t C = m->dim, H = m->heads, D = C / H, R = s->rows;
@@ -95,11 +95,8 @@ static em_tensor *block(const gpt_step *s, em_block *blk, int64_t layer, const e
     em_kv_cache *c = b->layers[layer];
     em_tensor *keys = em_narrow(em_narrow(c->k, 0, 0, R), 2, 0, s->keys);
     em_tensor *vals = em_narrow(em_narrow(c->v, 0, 0, R), 2, 0, s->keys);
-    em_tensor *att =
-        em_mul_scalar(em_take(em_matmul(q, em_transpose(keys, 2, 3))), 1.0 / sqrt((double)D));
-    att = em_masked_fill(em_take(att), mask, em_scalar_lowest(em_dtype(att)));
-    att = em_softmax(em_take(att), -1);
-    em_tensor *o = em_matmul(att, vals);                               /* [R, H, 1, D] */
+    /* row r sees the keys j <= pos[r], read on the device: one launch */
+    em_tensor *o = em_attention_decode(q, keys, vals, pos, 1.0 / sqrt((double)D)); /* [R, H, 1, D] */
     o = em_reshape(em_transpose(em_take(o), 1, 2), EM_SHAPE(1, R, C)); /* heads merged */
     em_tensor *h = linear(m->c_proj, o, EM_ACT_NONE, x);               /* x + attn */
     em_tensor *f = linear(blk->mlp->c_fc, em_layer_norm_forward(blk->ln_2, h), blk->mlp->act, NULL);
@@ -113,17 +110,14 @@ em_tensor *gpt_step_forward_static(const gpt_step *s)
 {
     em_gpt_batch *b = s->b;
     em_gpt *g = b->g;
-    int64_t R = s->rows, TB = s->keys;
+    int64_t R = s->rows;
     em_scope_begin();
     em_tensor *ids = em_narrow(em_select(b->inputs, 0, 0), 0, 0, R); /* [R] */
     em_tensor *pos = em_narrow(em_select(b->inputs, 0, 1), 0, 0, R); /* [R] */
     /* an unlisted row's position max_len clamps into wpe: a throw-away row */
     em_tensor *x = em_add(em_embedding_clamped(g->wte->weight, em_reshape(ids, EM_SHAPE(1, R))),
                           em_embedding_clamped(g->wpe->weight, em_reshape(pos, EM_SHAPE(1, R))));
-    em_tensor *mask = em_gt(em_reshape(em_narrow(b->key_pos, 0, 0, TB), EM_SHAPE(1, 1, 1, TB)),
-                            em_reshape(pos, EM_SHAPE(R, 1, 1, 1))); /* [R, 1, 1, TB] */
-    if (!mask) x = NULL;
-    for (int64_t i = 0; x && i < g->cfg.n_layer; i++) x = block(s, g->h[i], i, x, pos, mask);
+    for (int64_t i = 0; x && i < g->cfg.n_layer; i++) x = block(s, g->h[i], i, x, pos);
     x = em_layer_norm_forward(g->ln_f, x);
     em_tensor *out = x ? gpt_head(g, x) : NULL;
     if (s->greedy) out = em_argmax(em_take(out), -1, false); /* [1, rows] i64 */

@@ -47,7 +47,6 @@ struct em_gpt_batch {
     em_kv_cache **layers;  /* one per block: k, v [slots, heads, max_len, head_dim], views of kv */
     em_tensor *inputs;     /* i64 [2, slots] on the device: a step's token (row 0) and position
                             * (row 1) per slot, written once per step; max_len: slot not listed */
-    em_tensor *key_pos;    /* i64 [max_len] on the device: 0, 1, ... (the keys' positions) */
     int64_t *len;          /* positions held by each slot */
     int64_t slots;         /* number of slots */
     int64_t max_len;       /* positions per slot */
@@ -89,7 +88,6 @@ typedef struct gpt_step {
  * captured once per such key and replayed. It reads:
  *   - the device inputs b->inputs (tokens and positions of rows [0, rows): written by the caller
  *     before the call; a row at position max_len is not listed and writes nothing);
- *   - b->key_pos (the mask: key j is masked for row r when j > pos[r]);
  *   - the weights (wte, wpe, the blocks, ln_f, the head);
  *   - b->kv: each layer's keys/values of rows [0, rows) and positions [0, keys), after writing
  *     each listed row's new key and value at its position (em_scatter_rows_, in place).

@@ -1,0 +1,118 @@
+/* test_attention_decode.c — em_attention_decode on every device against a float64 reference:
+ * rows that see 1 key, a few, more than one chunk of the kernel (128) and none (pos -1), a key
+ * range past the visible length whose contents must not matter, head sizes 64, 48 (not a power
+ * of two) and 160 (the 256-unit cube), strided k/v views of a larger cache, every float dtype;
+ * and the errors for mismatched inputs. */
+#include "tensor_util.h"
+
+/* ref[r, h, e] = softmax over j <= pos[r] of (q . k_j) * scale, times v_j. */
+static void reference(const double *q, const double *k, const double *v, const int64_t *pos,
+                      int R, int H, int Tk, int D, int Tc, double scale, double *out)
+{
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < H; h++) {
+            const double *qr = q + ((size_t)r * H + h) * D;
+            const double *kb = k + ((size_t)r * H + h) * Tc * D;
+            const double *vb = v + ((size_t)r * H + h) * Tc * D;
+            double *o = out + ((size_t)r * H + h) * D;
+            int n = pos[r] < 0 ? 0 : (int)(pos[r] + 1 < Tk ? pos[r] + 1 : Tk);
+            double m = -INFINITY, l = 0;
+            double *s = malloc(sizeof(double) * (n + 1));
+            for (int j = 0; j < n; j++) {
+                s[j] = 0;
+                for (int e = 0; e < D; e++) s[j] += qr[e] * kb[(size_t)j * D + e];
+                s[j] *= scale;
+                if (s[j] > m) m = s[j];
+            }
+            for (int e = 0; e < D; e++) o[e] = 0;
+            for (int j = 0; j < n; j++) {
+                double p = exp(s[j] - m);
+                l += p;
+                for (int e = 0; e < D; e++) o[e] += p * vb[(size_t)j * D + e];
+            }
+            for (int e = 0; e < D; e++) o[e] = n ? o[e] / l : 0;
+            free(s);
+        }
+}
+
+/* R rows of H heads; the cache holds Tc positions of which the op sees the first Tk. */
+static void check_case(em_device *dev, em_scalar dt, int H, int D, int Tc, int Tk,
+                       const int64_t *pos, int R)
+{
+    size_t nq = (size_t)R * H * D, nk = (size_t)R * H * Tc * D;
+    double *q = malloc(nq * 8), *k = malloc(nk * 8), *v = malloc(nk * 8), *ref = malloc(nq * 8);
+    tu_fill(q, nq, -1, 1, 11u + (uint32_t)D);
+    tu_fill(k, nk, -1, 1, 23u + (uint32_t)Tc);
+    tu_fill(v, nk, -2, 2, 37u + (uint32_t)H);
+    em_tensor *tq = tu_tensor(dev, dt, EM_SHAPE(R, H, 1, D), q);
+    em_tensor *tk = tu_tensor(dev, dt, EM_SHAPE(R, H, Tc, D), k);
+    em_tensor *tv = tu_tensor(dev, dt, EM_SHAPE(R, H, Tc, D), v);
+    em_tensor *tp = em_from_host(dev, EM_I64, EM_SHAPE(R), pos);
+    assert_non_null(tp);
+    double scale = 1.0 / sqrt((double)D);
+    reference(q, k, v, pos, R, H, Tk, D, Tc, scale, ref);
+    /* the first Tk positions of the cache: a strided view */
+    em_tensor *kk = em_narrow(tk, 2, 0, Tk), *vv = em_narrow(tv, 2, 0, Tk);
+    em_tensor *o = em_attention_decode(tq, kk, vv, tp, scale);
+    char what[96];
+    snprintf(what, sizeof what, "attention_decode %s H%d D%d Tk%d", em_scalar_name(dt), H, D, Tk);
+    tu_check(what, o, EM_SHAPE(R, H, 1, D), ref, tu_tol_on(dev, dt));
+    em_release(o);
+    em_release(kk);
+    em_release(vv);
+    em_release(tq);
+    em_release(tk);
+    em_release(tv);
+    em_release(tp);
+    free(q), free(k), free(v), free(ref);
+}
+
+static void test_values(void **state)
+{
+    (void)state;
+    static const int64_t pos4[] = {0, 5, 150, -1};
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        for (size_t t = 0; t < sizeof tu_float_types / sizeof *tu_float_types; t++) {
+            em_scalar dt = tu_float_types[t];
+            if (!tu_has(dev, dt)) continue;
+            check_case(dev, dt, 2, 64, 200, 192, pos4, 4); /* pos 150: two chunks */
+            if (dt != EM_F32) continue;
+            check_case(dev, dt, 3, 48, 20, 16, pos4, 3);   /* pos 150 past Tk: all 16 */
+            check_case(dev, dt, 1, 160, 9, 9, pos4, 2);
+        }
+    }
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    em_device *dev = tu_devs[0];
+    double z[64] = {0};
+    int64_t p[2] = {0, 0};
+    em_tensor *q = tu_tensor(dev, EM_F32, EM_SHAPE(2, 1, 1, 4), z);
+    em_tensor *k = tu_tensor(dev, EM_F32, EM_SHAPE(2, 1, 8, 4), z);
+    em_tensor *k3 = tu_tensor(dev, EM_F32, EM_SHAPE(2, 1, 8, 3), z);
+    em_tensor *pos = em_from_host(dev, EM_I64, EM_SHAPE(2), p);
+    em_tensor *pos32 = tu_tensor(dev, EM_I32, EM_SHAPE(2), z);
+    tu_expect_error(em_attention_decode(q, k3, k, pos, 1.0), "attention_decode: q f32[2, 1, 1, 4], k f32[2, 1, 8, 3]");
+    tu_expect_error(em_attention_decode(q, k, k, pos32, 1.0), "pos i64 [R]");
+    tu_expect_error(em_attention_decode(k, k, k, pos, 1.0), "do not match");
+    tu_expect_error(em_attention_decode(q, k, k, pos, NAN), "scale must be finite");
+    em_clear_error();
+    tu_expect_error(em_attention_decode(q, k, NULL, pos, 1.0), "NULL");
+    em_release(q);
+    em_release(k);
+    em_release(k3);
+    em_release(pos);
+    em_release(pos32);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_values),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
+}
