@@ -8,7 +8,8 @@
  *    "ratio":...}
  *
  * --dtype tf32 runs f32 operands with tf32 allowed (ember and cuBLAS alike). The first call of a
- * shape (compilation, autotuning) is not timed. */
+ * shape (compilation, autotuning) is not timed. --graph times ember's matmuls recorded as one
+ * graph and replayed, without the host's cost per launch. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -146,19 +147,47 @@ static double ref_time(reference *r, const char *dtype, const em_tensor *a, cons
 static int usage(void)
 {
     fprintf(stderr, "usage: ember bench matmul [--device D] [--dtype f32|tf32|f16|bf16] "
-                    "[--shapes MxNxK,...] [--iters N] [--bt]\n"
-                    "  --bt: b is the transpose of a row-major [N, K] (as nn.Linear's weight is)\n");
+                    "[--shapes MxNxK,...] [--iters N] [--bt] [--graph]\n"
+                    "  --bt: b is the transpose of a row-major [N, K] (as nn.Linear's weight is)\n"
+                    "  --graph: time the matmuls recorded as one graph and replayed (no per-launch\n"
+                    "           host cost: the device's time for small shapes)\n");
     return 2;
+}
+
+/* Seconds per matmul with n of them recorded as one graph (docs/graphs.md) and replayed: the
+ * device's time without the host's per-launch cost, which dominates small shapes (decoding's).
+ * The graph is replayed once before the timed replay. -1 with the error set. */
+static double time_graph(em_device *dev, const em_tensor *a, const em_tensor *b,
+                         const em_matmul_epilogue *ep, int n)
+{
+    em_graph *g = NULL;
+    if (em_tensor_graph_begin(dev) != EM_OK) return -1;
+    for (int i = 0; i < n; i++) {
+        em_tensor *y = em_matmul_ex(a, b, ep);
+        em_status st = y ? em_realize(y) : em_last_status();
+        em_release(y);
+        if (st != EM_OK) break;
+    }
+    if (em_tensor_graph_end(dev, &g) != EM_OK) return -1;
+    em_timer t;
+    double s = -1;
+    if (em_tensor_graph_launch(g) == EM_OK && em_device_sync(dev) == EM_OK &&
+        em_timer_start(&t, dev) == EM_OK && em_tensor_graph_launch(g) == EM_OK)
+        s = em_timer_stop(&t) / n;
+    em_graph_free(g);
+    return s;
 }
 
 static int bench_matmul(int argc, char **argv)
 {
     const char *devname = "cpu", *dtype = "f32", *shapes = NULL;
     int iters = 0;
-    bool bt = false;
+    bool bt = false, graph = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bt"))
             bt = true;
+        else if (!strcmp(argv[i], "--graph"))
+            graph = true;
         else if (i + 1 < argc && !strcmp(argv[i], "--device"))
             devname = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--dtype"))
@@ -209,8 +238,12 @@ static int bench_matmul(int argc, char **argv)
         em_tensor *y = a && b ? em_matmul_ex(a, b, &ep) : NULL; /* compile, autotune */
         em_timer t;
         double s = -1;
-        if (y && em_flush() == EM_OK && em_device_sync(dev) == EM_OK &&
-            em_timer_start(&t, dev) == EM_OK) {
+        if (graph && y) {
+            s = time_graph(dev, a, b, &ep, n);
+            em_release(y);
+            y = NULL;
+        } else if (y && em_flush() == EM_OK && em_device_sync(dev) == EM_OK &&
+                   em_timer_start(&t, dev) == EM_OK) {
             for (int i = 0; i < n && y; i++) {
                 em_release(y);
                 y = em_matmul_ex(a, b, &ep);
@@ -228,13 +261,15 @@ static int bench_matmul(int argc, char **argv)
             em_scope_end(NULL, 0);
             break;
         }
-        double rs = bt ? -1 : ref_time(&ref, dtype, a, b, y, (int)M, (int)N, (int)K, n);
+        em_tensor *c = y ? y : em_zeros(dev, dt, EM_SHAPE(M, N));
+        double rs = bt ? -1 : ref_time(&ref, dtype, a, b, c, (int)M, (int)N, (int)K, n);
         double bytes = (double)em_scalar_size(dt) * (double)(M * K + K * N + M * N);
         printf("{\"bench\":\"matmul\",\"device\":\"%s\",\"device_name\":\"%s\",\"dtype\":\"%s\","
-               "\"shape\":[%lld,%lld,%lld],\"bt\":%s,\"iters\":%d,\"ember_ms\":%.4f,"
-               "\"ember_tflops\":%.4f,\"ember_gbps\":%.1f",
+               "\"shape\":[%lld,%lld,%lld],\"bt\":%s,\"graph\":%s,\"iters\":%d,"
+               "\"ember_ms\":%.4f,\"ember_tflops\":%.4f,\"ember_gbps\":%.1f",
                em_device_name(dev), em_device_caps(dev)->device_name, dtype, M, N, K,
-               bt ? "true" : "false", n, s * 1e3, flop / s / 1e12, bytes / s / 1e9);
+               bt ? "true" : "false", graph ? "true" : "false", n, s * 1e3, flop / s / 1e12,
+               bytes / s / 1e9);
         if (rs > 0)
             printf(",\"ref\":\"%s\",\"ref_ms\":%.4f,\"ref_tflops\":%.4f,\"ratio\":%.3f", ref.name,
                    rs * 1e3, flop / rs / 1e12, rs / s);
