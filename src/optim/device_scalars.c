@@ -22,8 +22,9 @@ static em_device *params_device(const em_optimizer *o)
     em_device *dev = em_tensor_device(o->ps[0].t);
     for (int i = 1; i < o->n; i++)
         if (em_tensor_device(o->ps[i].t) != dev) {
-            em_set_error(EM_ERR_UNSUPPORTED, "device scalars: parameters %s and %s are on %s and %s",
-                         o->ps[0].name, o->ps[i].name, em_device_name(dev),
+            em_set_error(EM_ERR_UNSUPPORTED,
+                         "device scalars: parameters %s and %s are on %s and %s", o->ps[0].name,
+                         o->ps[i].name, em_device_name(dev),
                          em_device_name(em_tensor_device(o->ps[i].t)));
             return NULL;
         }
@@ -35,8 +36,9 @@ static em_status write_slots(em_optimizer *o, const double *v)
 {
     em_device *dev = em_tensor_device(o->dscal);
     if (em_device_recording(dev))
-        return em_set_error(EM_ERR_INVALID, "device scalars: %s is recording; write the scalars "
-                                            "before the recording or the replay",
+        return em_set_error(EM_ERR_INVALID,
+                            "device scalars: %s is recording; write the scalars "
+                            "before the recording or the replay",
                             em_device_name(dev));
     em_status st = em_realize(o->dscal);
     if (st != EM_OK) return st;
@@ -58,8 +60,9 @@ em_status em_optimizer_device_scalars(em_optimizer *o, bool on)
     }
     if (o->dscal) return EM_OK;
     if (o->fused != op_adam_fused)
-        return em_set_error(EM_ERR_UNSUPPORTED, "device scalars: %s has no fused kernel (Adam and "
-                                                "AdamW have)",
+        return em_set_error(EM_ERR_UNSUPPORTED,
+                            "device scalars: %s has no fused kernel (Adam and "
+                            "AdamW have)",
                             o->kind);
     em_device *dev = params_device(o);
     if (!dev) return em_last_status();

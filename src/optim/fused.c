@@ -326,9 +326,9 @@ em_status op_clip_device(em_optimizer *o, double max_norm)
     em_status st = sq_parts(o, 0, done, &part, &total);
     for (int i = 0; st == EM_OK && i < o->n; i++)
         if (!done[i])
-            st = em_set_error(EM_ERR_UNSUPPORTED, "clip on the device: parameter %s is on %s, "
-                              "not on %s", o->ps[i].name, em_device_name(em_tensor_device(o->ps[i].t)),
-                              em_device_name(dev));
+            st = em_set_error(EM_ERR_UNSUPPORTED,
+                              "clip on the device: parameter %s is on %s, not on %s", o->ps[i].name,
+                              em_device_name(em_tensor_device(o->ps[i].t)), em_device_name(dev));
     if (st == EM_OK && !part) part = em_zeros(dev, acc, EM_SHAPE(1)); /* no gradient: norm 0 */
     if (st == EM_OK && !part) st = em_last_status();
     if (st == EM_OK) st = em_realize(part);

@@ -17,7 +17,6 @@
 #include "ember/tensor_op.h"
 #include "optim/internal.h"
 
-
 /* ---- construction ------------------------------------------------------------------------------
  */
 

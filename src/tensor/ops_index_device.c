@@ -25,8 +25,8 @@ bool em_trusted_indices(void)
     return g_trusted > 0;
 }
 
-em_tensor *tn_embedding_backward_device(const char *op, const em_tensor *grad,
-                                        const em_tensor *ids, int64_t V)
+em_tensor *tn_embedding_backward_device(const char *op, const em_tensor *grad, const em_tensor *ids,
+                                        int64_t V)
 {
     int64_t n = em_numel(ids), D = grad->shape[grad->rank - 1];
     int64_t shape[2] = {V, D};

@@ -20,10 +20,10 @@
 #include "train/internal.h"
 
 struct tr_graph {
-    em_tensor *x, *y;   /* [grad_accum, B, T] i32: the step's batches */
-    em_tensor *losses;  /* [grad_accum] f32: each micro-batch's mean loss */
-    em_graph *g;        /* the recorded step (NULL until the second step on this path) */
-    int64_t runs;       /* steps run on this path */
+    em_tensor *x, *y;  /* [grad_accum, B, T] i32: the step's batches */
+    em_tensor *losses; /* [grad_accum] f32: each micro-batch's mean loss */
+    em_graph *g;       /* the recorded step (NULL until the second step on this path) */
+    int64_t runs;      /* steps run on this path */
 };
 
 bool tr_graph_wanted(const em_trainer *t)
@@ -96,9 +96,11 @@ static em_status write_batches(em_trainer *t)
     for (int i = 0; st == EM_OK && i < t->cfg.grad_accum; i++) {
         st = em_loader_next(t->train, t->hx, t->hy);
         if (st == EM_OK)
-            st = em_buffer_write(gs->x->st->buf, (size_t)gs->x->offset * 4 + i * bytes, t->hx, bytes);
+            st = em_buffer_write(gs->x->st->buf, (size_t)gs->x->offset * 4 + i * bytes, t->hx,
+                                 bytes);
         if (st == EM_OK)
-            st = em_buffer_write(gs->y->st->buf, (size_t)gs->y->offset * 4 + i * bytes, t->hy, bytes);
+            st = em_buffer_write(gs->y->st->buf, (size_t)gs->y->offset * 4 + i * bytes, t->hy,
+                                 bytes);
     }
     return st;
 }

@@ -116,8 +116,9 @@ static void expect_same(em_device *dev, const em_tensor *a, const em_tensor *b, 
     bool exact = em_device_caps(dev)->dtype[EM_F64];
     for (size_t i = 0; i < n; i++) {
         bool ok = exact ? x[i] == y[i] : fabs(x[i] - y[i]) <= 1e-5 * fmax(fabs(x[i]), 1e-3);
-        if (!ok) fail_msg("%s on %s: element %zu: %.9g vs %.9g", what, em_device_name(dev), i,
-                          x[i], y[i]);
+        if (!ok)
+            fail_msg("%s on %s: element %zu: %.9g vs %.9g", what, em_device_name(dev), i, x[i],
+                     y[i]);
     }
     free(x);
     free(y);
@@ -158,13 +159,15 @@ static void run_eager_pair(em_device *dev, bool adamw, int bad)
             for (int64_t i = 0; i < SIZES[k]; i++) {
                 double want = coef < 1 ? (double)(float)((float)g[i] * (float)coef) : g[i];
                 if (got[i] != want && em_device_caps(dev)->dtype[EM_F64])
-                    fail_msg("rescaled gradient %d[%lld] on %s: %.9g, want %.9g", k,
-                             (long long)i, em_device_name(dev), got[i], want);
+                    fail_msg("rescaled gradient %d[%lld] on %s: %.9g, want %.9g", k, (long long)i,
+                             em_device_name(dev), got[i], want);
             }
             free(got);
         }
-        if (isfinite(dn)) assert_int_equal(em_optimizer_step(d.o), EM_OK);
-        else assert_int_equal(em_optimizer_step(d.o), EM_OK); /* reads the flag: no change */
+        if (isfinite(dn))
+            assert_int_equal(em_optimizer_step(d.o), EM_OK);
+        else
+            assert_int_equal(em_optimizer_step(d.o), EM_OK); /* reads the flag: no change */
         em_optimizer_zero_grad(d.o);
         assert_int_equal(em_optimizer_steps(h.o), em_optimizer_steps(d.o));
         for (int k = 0; k < NP; k++) expect_same(dev, h.p[k], d.p[k], "parameter");
@@ -209,8 +212,8 @@ static void test_recorded(void **state)
                 double gv[1031];
                 grad_values(k, t, bad, gv);
                 em_scope_begin();
-                assert_int_equal(
-                    em_copy_(src[k], tu_tensor(dev, EM_F32, EM_SHAPE(SIZES[k]), gv)), EM_OK);
+                assert_int_equal(em_copy_(src[k], tu_tensor(dev, EM_F32, EM_SHAPE(SIZES[k]), gv)),
+                                 EM_OK);
                 em_scope_end(NULL, 0);
             }
             em_optimizer_set_lr(d.o, lr_at(t));
@@ -227,7 +230,8 @@ static void test_recorded(void **state)
             }
             if (t == 2) {
                 em_status st = em_tensor_graph_end(dev, &g);
-                if (st != EM_OK) fail_msg("recording on %s: %s", em_device_name(dev), em_last_error());
+                if (st != EM_OK)
+                    fail_msg("recording on %s: %s", em_device_name(dev), em_last_error());
             }
             if (t >= 2) assert_int_equal(em_tensor_graph_launch(g), EM_OK);
             double dn = device_finish(&d);

@@ -54,7 +54,7 @@ typedef struct variant {
     const char *name;
     int grad_accum;
     bool bf16;
-    bool eval; /* a validation after step 3 */
+    bool eval;  /* a validation after step 3 */
     int poison; /* a NaN put into ln_f.weight before this step (0: none) */
 } variant;
 
