@@ -65,6 +65,31 @@ em_status em_clip_grad_value(em_optimizer *o, double clip);
 /* Gradient accumulation: multiplies every gradient by s (e.g. 1 / micro-steps). */
 em_status em_scale_grads(em_optimizer *o, double s);
 
+/* ---- device scalars: steps recorded as graphs (docs/optim.md, docs/graphs.md) -------------- */
+
+/* Adam/AdamW only, every parameter on one device. With `on`, the fused update reads the step's
+ * scalars (lr / (1 - beta1^t), sqrt(1 - beta2^t), the decay factor) from a small buffer on the
+ * parameters' device instead of launch arguments, so a recorded step replays with new values;
+ * em_optimizer_step then no longer counts steps (the caller does, em_optimizer_set_steps, once it
+ * knows whether the step was skipped). The buffer is written by em_optimizer_write_scalars
+ * (here too). Off frees it. */
+em_status em_optimizer_device_scalars(em_optimizer *o, bool on);
+/* Writes the scalars of step em_optimizer_steps(o) + 1 at the current lr (and resets the clip
+ * slots: coefficient 1, no skip). Not while the device records: before a recording or replay. */
+em_status em_optimizer_write_scalars(em_optimizer *o);
+/* em_clip_grad_norm on the device, reading nothing back: the norm and the coefficient
+ * min(1, max_norm / (norm + 1e-6)) go to the scalar buffer (added in f64 where the device has
+ * f64, in slot order as the host adds them: the same bits; else f32), every gradient is rescaled
+ * in place by it, and a non-finite norm makes the next em_optimizer_step leave every parameter
+ * and its state unchanged (as a caller of em_clip_grad_norm skips the step). EM_ERR_UNSUPPORTED
+ * for a gradient it cannot rescale in place (strided or shared). */
+em_status em_clip_grad_norm_device(em_optimizer *o, double max_norm);
+/* Reads back the norm of the last em_clip_grad_norm_device (NaN when none ran since the last
+ * write): a read, so after the replay. */
+em_status em_optimizer_device_norm(em_optimizer *o, double *norm);
+/* Sets the step count (Adam's t of the next step is steps + 1). */
+void em_optimizer_set_steps(em_optimizer *o, int64_t steps);
+
 /* ---- learning-rate schedules: plain values, lr = em_lr_at(s, step) ------------------------- */
 
 typedef enum em_lr_kind {

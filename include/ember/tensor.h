@@ -348,6 +348,14 @@ em_tensor *em_embedding(const em_tensor *weight, const em_tensor *ids);
 /* em_embedding whose ids are clamped into [0, V - 1] on the device instead of checked: an
  * out-of-range id gives the first or last row, not an error. */
 em_tensor *em_embedding_clamped(const em_tensor *weight, const em_tensor *ids);
+/* Trusted indices, per thread (for steps recorded as graphs, docs/graphs.md): between begin and
+ * end, embedding / index_select, the embedding gradient and cross-entropy's targets keep their
+ * indices on the device instead of reading them back to check them: each index is clamped into
+ * range (no stray read, no error), no target is taken as ignore_index; results equal the checked
+ * forms' for indices in range. Regions nest. */
+void em_trusted_indices_begin(void);
+void em_trusted_indices_end(void);
+bool em_trusted_indices(void);
 /* In place: dst[i, ..., index[i], ...] = src[i, ..., 0, ...], with index[i] at dim `dim` (not 0)
  * for each row i of dim 0: src has dst's shape except 1 at dim, index (i32/i64) has one entry per
  * row. A row whose index lies outside [0, dst's size at dim) writes nothing. EM_OK, or the error

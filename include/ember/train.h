@@ -82,6 +82,9 @@ typedef struct em_train_config {
     double bucket_mb; /* gradient all-reduce buckets in MiB (0: 25) */
     bool zero1;       /* ZeRO-1: each rank keeps (and updates) the AdamW state of a share of the
                          parameters and sends the updated share to the others */
+    /* the step as a graph (docs/graphs.md): recorded once, replayed; also EMBER_TRAIN_GRAPH=1.
+     * One process, dropout 0; otherwise (or when the recording fails) the step runs eagerly */
+    bool graph;
 } em_train_config;
 
 /* Defaults: the tiny preset, batch 16, seq = block_size, accumulation 1, 1000 steps, cosine from
@@ -150,6 +153,8 @@ const em_tokenizer *em_trainer_tokenizer(em_trainer *t); /* borrowed; NULL when 
 int64_t em_trainer_step_count(const em_trainer *t);      /* optimizer steps done */
 void em_trainer_info(const em_trainer *t, em_train_info *out);
 
+/* True once the step is replayed as a recorded graph (cfg.graph, from the second step). */
+bool em_trainer_graph(const em_trainer *t);
 /* One optimizer step (grad_accum micro-batches on each rank); fills m (val_loss NaN). */
 em_status em_trainer_step(em_trainer *t, em_train_metrics *m);
 /* Mean loss over eval_batches validation batches, always from the start of the validation data. */

@@ -126,13 +126,25 @@ em_status op_adam_fused(em_optimizer *o, op_param *p, const em_tensor *grad, int
     na = push_tensor(a, na, m, lw);
     na = push_tensor(a, na, v, lw);
     a[na++] = em_arg_u32((uint32_t)(n / lw));
+    uint32_t cubes[3], units[3];
+    tn_grid_1d((uint64_t)(n / lw), cubes, units);
+    if (o->dscal) { /* the per-step scalars from device memory (device_scalars.c) */
+        if ((st = em_realize(o->dscal)) != EM_OK) return st;
+        na = push_tensor(a, na, o->dscal, 1);
+        const double fixed[5] = {c->beta1, 1.0 - c->beta1, c->beta2, 1.0 - c->beta2, c->eps};
+        for (int i = 0; i < 5; i++) a[na++] = em_arg_f64(fixed[i]);
+        em_lang_bind bd[4] = {em_lang_bind_type("P", pt), em_lang_bind_type("S", s),
+                              em_lang_bind_type("A", em_dtype(o->dscal)),
+                              em_lang_bind_int("DECAY", kind)};
+        st = launch(dev, "optim_adam_dev", bd, 4, lw, cubes, units, a, na);
+        if (st == EM_OK) *ran = true;
+        return st;
+    }
     const double sc[8] = {c->beta1,  1.0 - c->beta1, c->beta2,    1.0 - c->beta2,
                           sqrt(bc2), c->eps,         o->lr / bc1, dfac};
     for (int i = 0; i < 8; i++) a[na++] = em_arg_f64(sc[i]);
     em_lang_bind b[3] = {em_lang_bind_type("P", pt), em_lang_bind_type("S", s),
                          em_lang_bind_int("DECAY", kind)};
-    uint32_t cubes[3], units[3];
-    tn_grid_1d((uint64_t)(n / lw), cubes, units);
     st = launch(dev, "optim_adam", b, 3, lw, cubes, units, a, na);
     if (st == EM_OK) *ran = true;
     return st;
@@ -175,35 +187,51 @@ static em_status sumsq_one(const em_tensor *g, em_tensor *part, int64_t slot)
     return launch(dev, "optim_sumsq", b, 4, lw, cubes, units, a, na);
 }
 
-/* Adds to *out the sums of squares of the gradients of parameters first.. on first's device (and
- * marks them done): one launch per gradient into one buffer of slots, one read. */
-static em_status device_sq_sum(em_optimizer *o, int first, bool *done, double *out)
+em_scalar op_scalar_type(em_device *dev)
+{
+    const em_caps *caps = em_device_caps(dev);
+    return caps && caps->dtype[EM_F64] ? EM_F64 : EM_F32;
+}
+
+/* Launches optim_sumsq for the gradients of parameters first.. on first's device (and marks them
+ * done) into *part, one buffer of *total slots (scope-owned; NULL when there is no gradient). */
+static em_status sq_parts(em_optimizer *o, int first, bool *done, em_tensor **part, int64_t *total)
 {
     em_device *dev = em_tensor_device(o->ps[first].t);
-    const em_caps *caps = em_device_caps(dev);
-    em_scalar acc = caps && caps->dtype[EM_F64] ? EM_F64 : EM_F32;
-    int64_t total = 0;
+    em_scalar acc = op_scalar_type(dev);
+    *part = NULL;
+    *total = 0;
     for (int i = first; i < o->n; i++) {
         if (done[i] || em_tensor_device(o->ps[i].t) != dev) continue;
         em_tensor *g = em_grad(o->ps[i].t);
-        if (g && em_numel(g) > 0) total += sumsq_cubes(em_numel(g));
+        if (g && em_numel(g) > 0) *total += sumsq_cubes(em_numel(g));
     }
-    if (total > MAX_ELEMS)
-        return em_set_error(EM_ERR_INVALID, "%lld partial sums are too many", (long long)total);
-    em_tensor *part = total > 0 ? em_empty(dev, acc, EM_SHAPE(total)) : NULL; /* scope-owned */
-    if (total > 0 && !part) return em_last_status();
-    em_status st = em_realize(part);
+    if (*total > MAX_ELEMS)
+        return em_set_error(EM_ERR_INVALID, "%lld partial sums are too many", (long long)*total);
+    if (*total > 0 && !(*part = em_empty(dev, acc, EM_SHAPE(*total)))) return em_last_status();
+    em_status st = em_realize(*part);
     int64_t slot = 0;
     for (int i = first; i < o->n && st == EM_OK; i++) {
         if (done[i] || em_tensor_device(o->ps[i].t) != dev) continue;
         done[i] = true;
         em_tensor *g = em_grad(o->ps[i].t);
         if (!g || em_numel(g) == 0) continue;
-        st = sumsq_one(g, part, slot);
+        st = sumsq_one(g, *part, slot);
         if (st != EM_OK) em_error_context("parameter %s", o->ps[i].name);
         slot += sumsq_cubes(em_numel(g));
     }
+    return st;
+}
+
+/* Adds to *out the sums of squares of the gradients of parameters first.. on first's device (and
+ * marks them done): one launch per gradient into one buffer of slots, one read. */
+static em_status device_sq_sum(em_optimizer *o, int first, bool *done, double *out)
+{
+    em_tensor *part;
+    int64_t total;
+    em_status st = sq_parts(o, first, done, &part, &total);
     if (st != EM_OK || total == 0) return st;
+    em_scalar acc = em_dtype(part);
     size_t bytes = (size_t)total * em_scalar_size(acc);
     void *host = malloc(bytes);
     if (!host) return em_set_error(EM_ERR_NOMEM, "out of host memory for %zu bytes", bytes);
@@ -255,5 +283,72 @@ em_status op_scale_grad(em_tensor *g, double s, bool *ran)
     tn_grid_1d((uint64_t)(n / lw), cubes, units);
     st = launch(dev, "optim_scale", b, 2, lw, cubes, units, a, na);
     if (st == EM_OK) *ran = true;
+    return st;
+}
+
+/* ---- clipping on the device ------------------------------------------------------------------ */
+
+/* g *= dscal[OP_SC_COEF] in place (optim_scale_dev); EM_ERR_UNSUPPORTED where g cannot be. */
+static em_status scale_grad_device(em_tensor *g, em_tensor *dscal, const char *name)
+{
+    if (!indexable(g) || !em_tensor_exclusive(g))
+        return em_set_error(EM_ERR_UNSUPPORTED,
+                            "clip on the device: the gradient of %s is strided, shared or too "
+                            "large to rescale in place",
+                            name);
+    int64_t n = em_numel(g);
+    em_status st = n ? em_realize(g) : EM_OK;
+    if (st != EM_OK || n == 0) return st;
+    em_device *dev = em_tensor_device(g);
+    unsigned lw = pick_width(dev, em_scalar_size(g->dtype), n, &g->offset, 1);
+    em_arg a[5];
+    size_t na = push_tensor(a, 0, g, lw);
+    a[na++] = em_arg_u32((uint32_t)(n / lw));
+    na = push_tensor(a, na, dscal, 1);
+    em_lang_bind b[3] = {em_lang_bind_type("G", g->dtype),
+                         em_lang_bind_type("C", op_compute_type(g)),
+                         em_lang_bind_type("A", em_dtype(dscal))};
+    uint32_t cubes[3], units[3];
+    tn_grid_1d((uint64_t)(n / lw), cubes, units);
+    return launch(dev, "optim_scale_dev", b, 3, lw, cubes, units, a, na);
+}
+
+em_status op_clip_device(em_optimizer *o, double max_norm)
+{
+    if (o->n == 0) return EM_OK;
+    bool *done = calloc((size_t)o->n, sizeof *done);
+    if (!done) return em_set_error(EM_ERR_NOMEM, "out of memory");
+    em_device *dev = em_tensor_device(o->dscal);
+    em_scalar acc = em_dtype(o->dscal);
+    em_scope_begin();
+    em_tensor *part;
+    int64_t total;
+    em_status st = sq_parts(o, 0, done, &part, &total);
+    for (int i = 0; st == EM_OK && i < o->n; i++)
+        if (!done[i])
+            st = em_set_error(EM_ERR_UNSUPPORTED,
+                              "clip on the device: parameter %s is on %s, not on %s", o->ps[i].name,
+                              em_device_name(em_tensor_device(o->ps[i].t)), em_device_name(dev));
+    if (st == EM_OK && !part) part = em_zeros(dev, acc, EM_SHAPE(1)); /* no gradient: norm 0 */
+    if (st == EM_OK && !part) st = em_last_status();
+    if (st == EM_OK) st = em_realize(part);
+    if (st == EM_OK) st = em_realize(o->dscal);
+    if (st == EM_OK) {
+        em_arg a[7];
+        size_t na = push_tensor(a, 0, part, 1);
+        a[na++] = em_arg_u32((uint32_t)total);
+        na = push_tensor(a, na, o->dscal, 1);
+        a[na++] = em_arg_f64(max_norm);
+        a[na++] = em_arg_f64(OP_CLIP_EPS);
+        em_lang_bind b[1] = {em_lang_bind_type("A", acc)};
+        uint32_t one[3] = {1, 1, 1};
+        st = launch(dev, "optim_clip_coef", b, 1, 1, one, one, a, na);
+    }
+    for (int i = 0; st == EM_OK && i < o->n; i++) {
+        em_tensor *g = em_grad(o->ps[i].t);
+        if (g) st = scale_grad_device(g, o->dscal, o->ps[i].name);
+    }
+    em_scope_end(NULL, 0);
+    free(done);
     return st;
 }

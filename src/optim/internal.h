@@ -9,6 +9,7 @@
 #include "ember/optim.h"
 
 #define OP_MAX_STATE 2 /* state tensors per parameter (Adam's two moments) */
+#define OP_CLIP_EPS 1e-6 /* added to the norm, as torch.nn.utils.clip_grad_norm_ */
 
 /* One parameter and its state. */
 typedef struct op_param {
@@ -39,6 +40,8 @@ struct em_optimizer {
     const char *state_names[OP_MAX_STATE]; /* suffixes: "momentum_buffer", "exp_avg", ... */
     op_update_fn update;
     op_fused_fn fused; /* or NULL (SGD) */
+    em_tensor *dscal;  /* device scalars (device_scalars.c: OP_SC_* slots) or NULL: launch
+                          arguments */
     union {
         em_sgd_config sgd;
         em_adam_config adam;
@@ -59,6 +62,18 @@ void op_set_state(op_param *p, int i, em_tensor *v);
 /* Writes v (compute dtype) into the parameter, converting to its dtype. */
 em_status op_write_param(op_param *p, const em_tensor *v);
 
+/* The slots of the device-scalar buffer (dtype op_scalar_type): what the host writes before a
+ * step, and what optim_clip_coef writes. */
+enum {
+    OP_SC_STEP_SIZE, /* lr / (1 - beta1^t) */
+    OP_SC_BC2_SQRT,  /* sqrt(1 - beta2^t) */
+    OP_SC_DECAY,     /* AdamW: 1 - lr * weight_decay; Adam: weight_decay */
+    OP_SC_NORM,      /* the last device clip's global norm */
+    OP_SC_COEF,      /* its rescale coefficient (1: none) */
+    OP_SC_OK,        /* 1: the norm was finite (or no clip ran); 0: the step is skipped */
+    OP_SC_COUNT
+};
+
 /* ---- fused kernels (fused.c, src/kernels/optim_adam.ek) ---- */
 
 /* Adam/AdamW's update of p in one launch, in place (an op_fused_fn). */
@@ -69,5 +84,12 @@ em_status op_grad_sq_sum(em_optimizer *o, double *out);
 /* g = g * s in place in one launch, computed in g's compute dtype. Sets *ran when done; leaves it
  * false (EM_OK) when g is strided, too large or shared with another tensor. */
 em_status op_scale_grad(em_tensor *g, double s, bool *ran);
+/* The dtype of partial sums and device scalars on dev: f64 where it has f64, else f32. */
+em_scalar op_scalar_type(em_device *dev);
+/* Device clipping (o->dscal set, every parameter on one device): the partial sums of every
+ * gradient, optim_clip_coef into o->dscal, and each gradient rescaled in place by the
+ * coefficient read from there (EM_ERR_UNSUPPORTED for a gradient that cannot be: strided,
+ * shared or too large). Nothing is read back. */
+em_status op_clip_device(em_optimizer *o, double max_norm);
 
 #endif

@@ -17,8 +17,6 @@
 #include "ember/tensor_op.h"
 #include "optim/internal.h"
 
-#define CLIP_EPS 1e-6 /* added to the norm, as torch.nn.utils.clip_grad_norm_ */
-
 /* ---- construction ------------------------------------------------------------------------------
  */
 
@@ -113,6 +111,7 @@ void em_optimizer_free(em_optimizer *o)
         for (int k = 0; k < OP_MAX_STATE; k++) em_release(o->ps[i].state[k]);
     }
     free(o->ps);
+    em_release(o->dscal);
     free(o);
 }
 
@@ -187,7 +186,7 @@ em_status em_optimizer_step(em_optimizer *o)
         if (st != EM_OK) em_error_context("%s step: parameter %s", o->kind, o->ps[i].name);
     }
     em_no_grad_end();
-    if (st == EM_OK) o->steps = t;
+    if (st == EM_OK && !o->dscal) o->steps = t; /* device scalars: the caller counts */
     return st;
 }
 
@@ -360,7 +359,7 @@ em_status em_clip_grad_norm(em_optimizer *o, double max_norm, double *norm_out)
     if (st != EM_OK) return em_error_context("clip_grad_norm");
     double norm = sqrt(sq);
     if (norm_out) *norm_out = norm;
-    double coef = max_norm / (norm + CLIP_EPS);
+    double coef = max_norm / (norm + OP_CLIP_EPS);
     /* a non-finite norm leaves the gradients as they are (the caller sees it and skips the step) */
     if (!(coef < 1.0) || !isfinite(norm)) return EM_OK;
     return scale_grads(o, "clip_grad_norm", coef);

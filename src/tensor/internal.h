@@ -172,6 +172,14 @@ em_status tn_copy_into(const char *op, em_tensor *dst, const em_tensor *src);
  * donated t, for use inside ops. The result is realized: its buffer holds its values. */
 em_tensor *tn_contig(const em_tensor *t);
 
+/* ops_index_device.c, in trusted-index mode (em_trusted_indices): the embedding gradient [V, D]
+ * of grad [..., D] over ids [...] with the stable sort by id on the device, and cross-entropy's
+ * classes (targets clamped into [0, n_class), as i32 [N]). New references; NULL with the error
+ * set. */
+em_tensor *tn_embedding_backward_device(const char *op, const em_tensor *grad,
+                                        const em_tensor *ids, int64_t V);
+em_tensor *tn_classes_device(const em_tensor *targets, int64_t n_class);
+
 /* Writes value into every element of out (ops_elementwise.c). */
 em_status tn_fill(em_tensor *out, double value);
 

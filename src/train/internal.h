@@ -5,6 +5,9 @@
 
 #include "ember/train.h"
 
+/* The recorded training step (step_graph.c). */
+typedef struct tr_graph tr_graph;
+
 /* A parameter of the compute model paired with its f32 master (bf16 mixed precision). */
 typedef struct tr_pair {
     em_tensor *master;  /* f32, updated by the optimizer (borrowed from the master tree) */
@@ -42,6 +45,9 @@ struct em_trainer {
     int nparams;        /* entries in params, param_names, param_decay and owner */
     em_optimizer *clip; /* ZeRO-1: every parameter (SGD, never stepped) for the norm, the
                            clip and zeroing; NULL otherwise */
+    /* the step as a graph (step_graph.c) */
+    tr_graph *graph; /* its inputs, outputs and recording; NULL before the first step on it */
+    bool graph_off;  /* unsupported or failed: eager for good */
 };
 
 /* True on the rank that writes files and reports (rank 0). */
@@ -76,6 +82,17 @@ void tr_dist_free(em_trainer *t);
  * step count so far plus the time left over the mean time per step since the run's first step,
  * which pays for compiling kernels). `now` is tr_now() at the start of the coming step. */
 int64_t tr_schedule_steps(const em_trainer *t, double now);
+/* trainer.c: bf16 mixed precision: the compute copy's gradients cast onto the masters, and the
+ * masters cast into the compute copy. */
+em_status tr_grads_to_master(em_trainer *t);
+em_status tr_sync_compute(em_trainer *t);
+/* step_graph.c: whether the step should take the graph path (cfg.graph or EMBER_TRAIN_GRAPH=1,
+ * and it did not fail); the step on it at learning rate lr (*done false when this trainer
+ * cannot take it: the caller runs the eager step), its mean loss and gradient norm; freeing its
+ * graph and tensors. */
+bool tr_graph_wanted(const em_trainer *t);
+em_status tr_graph_step(em_trainer *t, double lr, double *loss, double *norm, bool *done);
+void tr_graph_free(em_trainer *t);
 /* util: path = out_dir/name into buf. */
 void tr_path(const em_trainer *t, const char *name, char *buf, size_t size);
 /* Monotonic seconds. */

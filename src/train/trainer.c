@@ -108,7 +108,7 @@ static bool add_pair(const char *name, em_module_entry *e, void *user)
 }
 
 /* master -> compute (cast to bf16). */
-static em_status sync_compute(em_trainer *t)
+em_status tr_sync_compute(em_trainer *t)
 {
     em_status st = EM_OK;
     em_no_grad_begin();
@@ -140,7 +140,7 @@ static em_status setup_bf16(em_trainer *t)
     em_module_visit(em_gpt_module(t->master), add_pair, &c);
     if (c.st != EM_OK) return c.st;
     *em_gpt_rng(t->compute) = *em_gpt_rng(t->master);
-    return sync_compute(t);
+    return tr_sync_compute(t);
 }
 
 /* The device of this rank: --device as given, except that "cuda" (and "auto" when it finds
@@ -267,6 +267,7 @@ void em_trainer_free(em_trainer *t)
     if (!t) return;
     char *keep = strdup(em_last_error());
     em_status kst = em_last_status();
+    tr_graph_free(t); /* before the tensors and the device it holds */
     em_optimizer_free(t->opt);
     em_optimizer_free(t->clip);
     if (t->compute && t->compute != t->master) em_gpt_free(t->compute);
@@ -346,7 +347,7 @@ static em_status batch_loss(em_trainer *t, em_loader *l, em_gpt *g, bool train, 
 }
 
 /* bf16: the compute copy's gradients, cast to f32, become the masters' gradients. */
-static em_status grads_to_master(em_trainer *t)
+em_status tr_grads_to_master(em_trainer *t)
 {
     em_status st = EM_OK;
     em_no_grad_begin();
@@ -373,43 +374,53 @@ int64_t tr_schedule_steps(const em_trainer *t, double now)
     return total > t->step ? total : t->step + 1;
 }
 
-em_status em_trainer_step(em_trainer *t, em_train_metrics *m)
+/* The eager step at learning rate lr: its mean loss (over the ranks) and gradient norm. */
+static em_status eager_step(em_trainer *t, double lr, double *loss, double *norm)
 {
-    double t0 = tr_now(), sum = 0;
+    double sum = 0;
     em_status st = EM_OK;
-    em_module_train(em_gpt_module(t->compute), true);
     for (int i = 0; st == EM_OK && i < t->cfg.grad_accum; i++) {
         double l = 0;
         st = batch_loss(t, t->train, t->compute, true, &l);
         sum += l;
     }
-    if (st == EM_OK && t->compute != t->master) st = grads_to_master(t);
+    if (st == EM_OK && t->compute != t->master) st = tr_grads_to_master(t);
     if (st == EM_OK && t->collective) st = tr_dist_grads(t);
-    double loss = sum / t->cfg.grad_accum;
-    if (st == EM_OK) st = em_dist_all_reduce_host(t->dist, &loss, 1, EM_F64, EM_DIST_MEAN);
-    double norm = NAN;
+    *loss = sum / t->cfg.grad_accum;
+    if (st == EM_OK) st = em_dist_all_reduce_host(t->dist, loss, 1, EM_F64, EM_DIST_MEAN);
     /* ZeRO-1: this rank's optimizer holds a shard; the norm and the clip are the whole model's */
     em_optimizer *all = t->clip ? t->clip : t->opt;
     if (st == EM_OK)
-        st = em_clip_grad_norm(all, t->cfg.grad_clip > 0 ? t->cfg.grad_clip : INFINITY, &norm);
-    em_lr_schedule s = t->cfg.lr;
-    int64_t span = tr_schedule_steps(t, t0);
-    /* the ranks' clocks differ: all take rank 0's estimate, so their learning rates agree */
-    if (st == EM_OK && t->budget_s > 0 && t->world > 1)
-        st = em_dist_broadcast_host(t->dist, &span, sizeof span, 0);
-    if (s.total_steps <= 0) s.total_steps = span;
-    double lr = em_lr_at(&s, t->step);
+        st = em_clip_grad_norm(all, t->cfg.grad_clip > 0 ? t->cfg.grad_clip : INFINITY, norm);
     /* A non-finite gradient (an overflow, a bad batch) skips the update, as loss scalers do;
      * the step is still counted and its norm reported as what it was. */
-    if (st == EM_OK && isfinite(norm)) {
+    if (st == EM_OK && isfinite(*norm)) {
         em_optimizer_set_lr(t->opt, lr);
         st = em_optimizer_step(t->opt);
         if (st == EM_OK && t->clip) st = tr_dist_share_update(t);
     }
     em_optimizer_zero_grad(all);
-    if (st == EM_OK && t->compute != t->master) st = sync_compute(t);
+    if (st == EM_OK && t->compute != t->master) st = tr_sync_compute(t);
     if (st == EM_OK) st = em_flush(); /* the update's fused kernels run inside the step's time */
     if (st == EM_OK) st = em_device_sync(t->dev);
+    return st;
+}
+
+em_status em_trainer_step(em_trainer *t, em_train_metrics *m)
+{
+    double t0 = tr_now(), loss = NAN, norm = NAN;
+    em_status st = EM_OK;
+    em_module_train(em_gpt_module(t->compute), true);
+    em_lr_schedule s = t->cfg.lr;
+    int64_t span = tr_schedule_steps(t, t0);
+    /* the ranks' clocks differ: all take rank 0's estimate, so their learning rates agree */
+    if (t->budget_s > 0 && t->world > 1)
+        st = em_dist_broadcast_host(t->dist, &span, sizeof span, 0);
+    if (s.total_steps <= 0) s.total_steps = span;
+    double lr = em_lr_at(&s, t->step);
+    bool done = false;
+    if (st == EM_OK && tr_graph_wanted(t)) st = tr_graph_step(t, lr, &loss, &norm, &done);
+    if (st == EM_OK && !done) st = eager_step(t, lr, &loss, &norm);
     if (st != EM_OK) return em_error_context("training step %lld", (long long)t->step + 1);
     t->step++;
     if (t->budget_s > 0 && t->first_end <= 0) {

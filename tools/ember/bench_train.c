@@ -10,7 +10,7 @@
  *    "batch":16,"seq":1024,"layers":12,"dim":768,"params":...,"ms_per_step":...,
  *    "tokens_per_s":...,"model_tflops":...,"peak_mem_gib":...,"loss":...,"fusion":true,
  *    "launches_per_step":...,"fused_launches_per_step":...,"gib_read_per_step":...,
- *    "gib_written_per_step":...,"recompute":false,"peak_mem_warmup_gib":...}
+ *    "gib_written_per_step":...,"recompute":false,"peak_mem_warmup_gib":...,"graph":false}
  *
  * The last five are ember's own: whether fusion was on (EMBER_FUSION=0 turns it off) and, per
  * timed step, the tensor layer's launches (fused ones among them) and bytes read and written
@@ -43,12 +43,14 @@ static int usage(FILE *out)
     fprintf(out,
             "usage: ember bench train-gpt2 [--device D] [--batch B] [--seq T] [--steps N]\n"
             "                              [--warmup W] [--layers L] [--dim C] [--heads H]\n"
-            "                              [--preset P] [--fp32] [--recompute] [--seed S]\n"
+            "                              [--preset P] [--fp32] [--recompute] [--graph]\n"
+            "                              [--seed S]\n"
             "  GPT-2 training speed on random tokens: a model of the preset (gpt2) with random\n"
             "  weights, B sequences (16) of T tokens (1024), W warm-up steps (5), then N timed\n"
             "  steps (30); bf16 compute with f32 master weights unless --fp32. D: the best\n"
             "  device present by default. --recompute: backward recomputes elementwise results\n"
-            "  and norms instead of keeping them. Prints one JSON line: tokens_per_s, ms_per_step,\n"
+            "  and norms instead of keeping them. --graph: the step is recorded once and replayed\n"
+            "  as a runtime graph. Prints one JSON line: tokens_per_s, ms_per_step,\n"
             "  model_tflops, peak_mem_gib, loss, ...\n");
     return 2;
 }
@@ -60,12 +62,13 @@ typedef struct train_opts {
     bool fp32;
     uint64_t seed;
     bool recompute;
+    bool graph; /* --graph: the step replayed as a recorded graph */
 } train_opts;
 
 /* Parses argv into o. 0; 2 with the usage on stderr; -1 after --help. */
 static int parse(int argc, char **argv, train_opts *o)
 {
-    *o = (train_opts){NULL, "gpt2", 16, 1024, 30, 5, 0, 0, 0, false, 0, false};
+    *o = (train_opts){NULL, "gpt2", 16, 1024, 30, 5, 0, 0, 0, false, 0, false, false};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -78,6 +81,10 @@ static int parse(int argc, char **argv, train_opts *o)
         }
         if (!strcmp(a, "--recompute")) {
             o->recompute = true;
+            continue;
+        }
+        if (!strcmp(a, "--graph")) {
+            o->graph = true;
             continue;
         }
         int64_t *n = !strcmp(a, "--batch")    ? &o->batch
@@ -172,6 +179,7 @@ static bool configure(const train_opts *o, const char *dir, em_train_config *c, 
     c->device = o->device;
     c->bf16 = !o->fp32;
     c->recompute = o->recompute;
+    c->graph = o->graph;
     c->batch = (int)o->batch;
     c->seq = (int)o->seq;
     c->grad_accum = 1;
@@ -268,7 +276,7 @@ static int run(const train_opts *o, const char *dir)
                "\"model_tflops\":%.1f,\"peak_mem_gib\":%.2f,\"loss\":%.4f,\"fusion\":%s,"
                "\"launches_per_step\":%.0f,\"fused_launches_per_step\":%.0f,"
                "\"gib_read_per_step\":%.4f,\"gib_written_per_step\":%.4f,\"recompute\":%s,"
-               "\"peak_mem_warmup_gib\":%.2f}\n",
+               "\"peak_mem_warmup_gib\":%.2f,\"graph\":%s}\n",
                info.device, info.device_desc, info.bf16 ? "bf16" : "fp32", (long long)o->batch,
                (long long)o->seq, (long long)c.model.n_layer, (long long)c.model.n_embd,
                (long long)info.num_params, dt * 1e3, tokens / dt, flops * tokens / dt / 1e12,
@@ -276,7 +284,8 @@ static int run(const train_opts *o, const char *dir)
                (double)(s1.launches - s0.launches) / per, (double)(s1.fused_launches - s0.fused_launches) / per,
                (double)(s1.bytes_read - s0.bytes_read) / per / gib,
                (double)(s1.bytes_written - s0.bytes_written) / per / gib,
-               o->recompute ? "true" : "false", (double)pw.peak_in_use / gib);
+               o->recompute ? "true" : "false", (double)pw.peak_in_use / gib,
+               em_trainer_graph(t) ? "true" : "false");
         fflush(stdout);
     }
     em_trainer_free(t);

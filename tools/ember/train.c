@@ -29,6 +29,7 @@ static void usage(FILE *out)
         "          --no-shuffle (batches in the data's order instead of a random one)\n"
         "device:   --device auto|cpu|cuda:0|vulkan:0|opencl:0 (auto: the best present)  --bf16\n"
         "          --recompute (backward recomputes elementwise results and norms: less memory)\n"
+        "          --graph (each step recorded once and replayed as a runtime graph)\n"
         "batches:  --batch B (16)  --seq T (block size)  --grad-accum N (1)\n"
         "          --steps N (1000; with --time and no --steps: no step limit)\n"
         "          --time SECONDS (stop, with a checkpoint, after this long; the schedule then\n"
@@ -84,6 +85,7 @@ int em_cli_train(int argc, char **argv)
         {"--device", GC_STR, &c.device},
         {"--bf16", GC_FLAG, &c.bf16},
         {"--recompute", GC_FLAG, &c.recompute},
+        {"--graph", GC_FLAG, &c.graph},
         {"--batch", GC_INT, &c.batch},
         {"--seq", GC_INT, &c.seq},
         {"--grad-accum", GC_INT, &c.grad_accum},
