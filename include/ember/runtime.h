@@ -67,7 +67,10 @@ typedef struct em_pool_stats {
     uint64_t device_allocs; /* allocations that went to the driver */
     uint64_t bytes_in_use;  /* bytes held by live buffers */
     uint64_t bytes_cached;  /* bytes in freed blocks kept for reuse */
-    uint64_t peak_in_use;   /* high-water mark of bytes_in_use (since em_device_pool_reset_peak) */
+    uint64_t bytes_in_graphs; /* bytes of freed buffers that graphs hold for their replays */
+    uint64_t peak_in_use;   /* high-water mark of bytes_in_use + bytes_in_graphs (since
+                             * em_device_pool_reset_peak): the memory the device's buffers
+                             * take, graphs' included */
     uint64_t oom_retries;   /* times the cache was emptied to satisfy an allocation */
     char peak_kernel[64];   /* the first kernel launched after the peak was reached: where the
                              * program was ("" before any launch) */

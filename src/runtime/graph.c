@@ -107,6 +107,7 @@ em_buffer *em_rt_graph_take_free(em_graph *g, unsigned cls)
     if (b) {
         g->free_lists[cls] = b->next;
         b->user_freed = false;
+        b->dev->pool.stats.bytes_in_graphs -= b->capacity; /* in use again (pool lock held) */
     }
     return b;
 }
@@ -329,6 +330,7 @@ void em_graph_free(em_graph *g)
             b->last_graph = NULL;
         if (--b->graph_refs == 0 && b->user_freed) {
             b->user_freed = false;
+            dev->pool.stats.bytes_in_graphs -= b->capacity;
             em_rt_pool_release_locked(dev, b);
         }
     }

@@ -175,8 +175,9 @@ em_buffer *em_buffer_alloc(em_device *dev, size_t bytes)
         pool->live = b;
         pool->stats.allocs++;
         pool->stats.bytes_in_use += cap;
-        if (pool->stats.bytes_in_use > pool->stats.peak_in_use) {
-            pool->stats.peak_in_use = pool->stats.bytes_in_use;
+        uint64_t held = pool->stats.bytes_in_use + pool->stats.bytes_in_graphs;
+        if (held > pool->stats.peak_in_use) {
+            pool->stats.peak_in_use = held;
             memcpy(pool->peak_count, pool->live_count, sizeof(pool->peak_count));
             memcpy(pool->peak_bytes, pool->live_bytes, sizeof(pool->peak_bytes));
             pool->peak_pending = true;
@@ -209,11 +210,13 @@ void em_buffer_free(em_buffer *buf)
     unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)buf->capacity);
     pool->live_count[k]--;
     pool->live_bytes[k] -= buf->capacity;
-    if (dev->recording)
+    if (dev->recording) {
         em_rt_graph_put_free(dev->recording, buf); /* reused by this recording only */
-    else if (buf->graph_refs > 0)
+        pool->stats.bytes_in_graphs += buf->capacity;
+    } else if (buf->graph_refs > 0) {
         buf->user_freed = true; /* graph.c returns it when its last graph is freed */
-    else
+        pool->stats.bytes_in_graphs += buf->capacity;
+    } else
         em_rt_pool_release_locked(dev, buf);
     pthread_mutex_unlock(&pool->lock);
 }
@@ -251,7 +254,7 @@ void em_device_pool_reset_peak(em_device *dev)
         return;
     em_rt_pool *pool = &dev->pool;
     pthread_mutex_lock(&pool->lock);
-    pool->stats.peak_in_use = pool->stats.bytes_in_use;
+    pool->stats.peak_in_use = pool->stats.bytes_in_use + pool->stats.bytes_in_graphs;
     memcpy(pool->peak_count, pool->live_count, sizeof(pool->peak_count));
     memcpy(pool->peak_bytes, pool->live_bytes, sizeof(pool->peak_bytes));
     pool->stats.peak_kernel[0] = '\0';

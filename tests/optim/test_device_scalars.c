@@ -113,9 +113,13 @@ static void expect_same(em_device *dev, const em_tensor *a, const em_tensor *b, 
 {
     double *x = tu_read(a), *y = tu_read(b);
     size_t n = (size_t)em_numel(a);
-    bool exact = em_device_caps(dev)->dtype[EM_F64];
+    /* bitwise where the device has f64, except CUDA: NVRTC contracts the update's multiply-adds
+     * differently when a scalar comes from memory (cuda:0 of the H200: one ulp apart) */
+    const em_caps *caps = em_device_caps(dev);
+    bool exact = caps->dtype[EM_F64] && strcmp(caps->target, "cuda") != 0;
+    double tol = caps->dtype[EM_F64] ? 1e-6 : 1e-5;
     for (size_t i = 0; i < n; i++) {
-        bool ok = exact ? x[i] == y[i] : fabs(x[i] - y[i]) <= 1e-5 * fmax(fabs(x[i]), 1e-3);
+        bool ok = exact ? x[i] == y[i] : fabs(x[i] - y[i]) <= tol * fmax(fabs(x[i]), 1e-3);
         if (!ok)
             fail_msg("%s on %s: element %zu: %.9g vs %.9g", what, em_device_name(dev), i, x[i],
                      y[i]);
