@@ -109,7 +109,8 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
 {
     if (p->dt != EM_F16 && p->dt != EM_BF16) return false;
     if (c->tm < 1 || c->tm > 3 || c->tn != 1 || c->bm != 64 * c->tm || c->bk != 64 ||
-        c->bn < 64 || c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 1)
+        c->bn < 64 || c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 2 ||
+        (c->lanes == 2 && c->tm != 2))
         return false;
     int R = p->R;
     const int64_t *as = p->ast, *bs = p->bst;
@@ -117,7 +118,7 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     memset(&q, 0, sizeof q);
     q.at = as[R - 1] != 1 && as[R - 2] == 1;
     q.bt = bs[R - 1] != 1 && bs[R - 2] == 1;
-    q.ws = c->lanes == 1;
+    q.ws = c->lanes >= 1;
     q.units = 128 * (c->tm + (q.ws ? 1 : 0));
     /* every copy moves 16 bytes (8 elements) along the operand's contiguous dim */
     if (!mma_chunks_ok(p->a, R, as, q.at ? R - 2 : R - 1, q.at ? p->M : p->K, 8) ||
@@ -133,8 +134,8 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     if (stages < 3) return false;
     q.stages = stages;
     q.smem = (size_t)stages * stage + extra;
-    /* setmaxnreg where the registers balance: 384 units launched at 168 (65536 / 384) */
-    q.regs = q.ws && c->tm == 2 && mm_wgmma_native(p->caps);
+    /* setmaxnreg (two consumers only: 384 units launched at 168 registers, 65536 / 384) */
+    q.regs = c->lanes == 2;
     *out = q;
     return true;
 }
@@ -475,7 +476,8 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
         static const int wt[][2] = {{2, 256}, {2, 128}, {2, 192}, {3, 128}, {1, 256}, {1, 128}};
         for (int i = 0; i < (full ? 6 : 4); i++) all[n++] = wgmma(wt[i][0], wt[i][1], 1);
         /* the warp-specialized kernel (its barriers with phases exist where warpgroup MMAs do:
-         * sm_90a): 2 consumers x 256 and x 128; full adds 2 x 192 and 3 x 128 */
+         * sm_90a): 2 consumers x 256 and x 128; full adds 2 x 192 and 3 x 128. Its setmaxnreg
+         * variant (lanes 2) runs only when forced until measured on the hardware. */
         static const int ws[][2] = {{2, 256}, {2, 128}, {2, 192}, {3, 128}};
         for (int i = 0; i < (full ? 4 : 2); i++) all[n++] = wgmma_ws(ws[i][0], ws[i][1], 1);
     }
@@ -550,7 +552,7 @@ void mm_config_format(const mm_config *c, char *buf, size_t size)
 {
     static const char *const names[] = {"simple", "simt", "mma", "cpu", "wgmma", "skinny"};
     const char *name = names[c->kind < 6 && c->kind >= 0 ? c->kind : 0];
-    if (c->kind == MM_WGMMA && c->lanes == 1) name = "wgmma-ws";
+    if (c->kind == MM_WGMMA && c->lanes >= 1) name = c->lanes == 2 ? "wgmma-ws-regs" : "wgmma-ws";
     if (c->kind == MM_CPU || c->kind == MM_SKINNY)
         snprintf(buf, size, "%s %dx%dx%d %dx%dx%d s%d", name, c->bm, c->bn, c->bk, c->tm, c->tn,
                  c->lanes, c->split);
@@ -577,6 +579,8 @@ bool mm_config_parse(const char *text, mm_config *c)
         r.kind = MM_WGMMA;
     else if (!strcmp(kind, "wgmma-ws"))
         r.kind = MM_WGMMA, r.lanes = 1;
+    else if (!strcmp(kind, "wgmma-ws-regs"))
+        r.kind = MM_WGMMA, r.lanes = 2;
     else if (!strcmp(kind, "skinny"))
         r.kind = MM_SKINNY;
     else

@@ -28,7 +28,8 @@ typedef struct mm_config {
     int split;  /* split-K factor (1: none) */
     int lanes;  /* CPU kernel: lanes of a line in its micro-kernel; SKINNY: NL, lines (b row-major)
                    or columns (b transposed) of one unit; WGMMA: 1 for the warp-specialized
-                   kernel (matmul_wgmma_ws.ek: a producer warpgroup and tm consumers), else 0;
+                   kernel (matmul_wgmma_ws.ek: a producer warpgroup and tm consumers), 2 for it
+                   with setmaxnreg (tm 2: 56 registers a producer unit, 224 a consumer's), else 0;
                    0 for the other kinds */
 } mm_config;
 
@@ -46,7 +47,7 @@ typedef struct mm_mma_plan {
 typedef struct mm_wgmma_plan {
     int stages;  /* shared-memory buffers in the ring (3 to 6) */
     bool at, bt; /* a's M / b's K is its contiguous dim: MN-major a / K-major b tiles */
-    bool ws;     /* the warp-specialized kernel (c->lanes 1) */
+    bool ws;     /* the warp-specialized kernel (c->lanes 1 or 2) */
     bool regs;   /* ws: the producer gives its registers to the consumers (setmaxnreg) */
     int units;   /* units of a cube: 128 per warpgroup, the producer's included */
     size_t smem; /* shared memory bytes of a cube */
@@ -125,7 +126,7 @@ bool mm_cpu_fma(void);
 /* Up to max valid candidates for autotuning (full: a longer list). Returns the count. */
 int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max);
 /* "simt 64x64x8 4x4 s1" ("cpu 64x256x256 8x32x16 s1": MR x NR x lanes; "wgmma-ws 128x256x64
- * 2x1 s1": the warp-specialized wgmma kernel, lanes 1) and back (false when text is not a
+ * 2x1 s1": the warp-specialized wgmma kernel, lanes 1; "wgmma-ws-regs": lanes 2) and back (false when text is not a
  * configuration). */
 void mm_config_format(const mm_config *c, char *buf, size_t size);
 bool mm_config_parse(const char *text, mm_config *c);

@@ -163,7 +163,7 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         bd[nb++] = em_lang_bind_bool("AT", q.at);
         bd[nb++] = em_lang_bind_bool("BT", q.bt);
         bd[nb++] = em_lang_bind_bool("LOOPS", !p->caps || strcmp(p->caps->target, "cuda") != 0);
-        if (q.ws) bd[nb++] = em_lang_bind_bool("REGS", q.regs);
+        if (q.ws) bd[nb++] = em_lang_bind_int("PREGS", q.regs ? 56 : 0);
         units[0] = (uint32_t)q.units;
         wgq = q;
     } else if (c->kind == MM_CPU) {

@@ -170,7 +170,6 @@ static void test_cuda_source(void **state)
         "cp.async.ca.shared.global",
         "__cvta_generic_to_shared(",
     };
-    if (getenv("MBAR_DUMP")) fprintf(stderr, "%s", src);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!strstr(src, want[i])) fail_msg("no `%s` in the CUDA source:\n%s", want[i], src);
     char nv[512];

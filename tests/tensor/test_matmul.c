@@ -491,6 +491,9 @@ static void test_wgmma_ws_kernel(void **state)
                  rnd(dev, EM_BF16, EM_SHAPE(48, 8), 83), NULL);
         check_mm("ws 2x128, a^T b", em_transpose(rnd(dev, EM_BF16, EM_SHAPE(200, 40), 84), 0, 1),
                  rnd(dev, EM_BF16, EM_SHAPE(200, 33 * 8), 85), NULL);
+        setenv("EMBER_MATMUL_CONFIG", "wgmma-ws-regs 128x256x64 2x1 s1", 1);
+        check_mm("ws 2x256 with setmaxnreg, K tail", rnd(dev, EM_BF16, EM_SHAPE(33, 200), 92),
+                 rnd(dev, EM_BF16, EM_SHAPE(200, 264), 93), NULL);
         setenv("EMBER_MATMUL_CONFIG", "wgmma-ws 64x256x64 1x1 s1", 1);
         check_mm("ws 1x256, a b^T batched", rnd(dev, EM_F16, EM_SHAPE(2, 7, 136), 86),
                  em_transpose(rnd(dev, EM_F16, EM_SHAPE(2, 264, 136), 87), 1, 2), NULL);
@@ -539,18 +542,27 @@ static void test_wgmma_choice_on_h200(void **state)
     mm_config back;
     assert_true(mm_config_parse(text, &back));
     assert_memory_equal(&back, &c, sizeof c);
-    /* the warp-specialized kernel: 2 consumers x 256, 4 stages beside its barriers, setmaxnreg;
-     * its configuration's text names it */
+    /* the warp-specialized kernel: 2 consumers x 256, 4 stages beside its barriers; its
+     * configuration's text names it, and its setmaxnreg variant (lanes 2, two consumers only) */
     mm_config ws = c;
     ws.lanes = 1;
     assert_true(mm_config_valid(&p, &ws));
     assert_true(mm_wgmma_plan_of(&p, &ws, &q));
-    assert_true(q.ws && q.regs && q.units == 384 && q.stages == 4 && q.smem <= caps.max_shared);
+    assert_true(q.ws && !q.regs && q.units == 384 && q.stages == 4 && q.smem <= caps.max_shared);
     mm_config_format(&ws, text, sizeof text);
     assert_string_equal(text, "wgmma-ws 128x256x64 2x1 s1");
     assert_true(mm_config_parse(text, &back));
     assert_memory_equal(&back, &ws, sizeof ws);
+    ws.lanes = 2;
+    assert_true(mm_wgmma_plan_of(&p, &ws, &q) && q.ws && q.regs);
+    mm_config_format(&ws, text, sizeof text);
+    assert_string_equal(text, "wgmma-ws-regs 128x256x64 2x1 s1");
+    assert_true(mm_config_parse(text, &back));
+    assert_memory_equal(&back, &ws, sizeof ws);
+    for (int j = 0; j < n; j++) assert_true(cand[j].lanes != 2); /* forced only */
     ws.tm = 3, ws.bm = 192, ws.bn = 128;
+    assert_false(mm_wgmma_plan_of(&p, &ws, &q)); /* setmaxnreg with three consumers: no */
+    ws.lanes = 1;
     assert_true(mm_wgmma_plan_of(&p, &ws, &q) && q.units == 512 && !q.regs);
     /* not on a device without barriers with phases (sm_90: no sm_90a) */
     snprintf(caps.arch, sizeof caps.arch, "sm_90");
