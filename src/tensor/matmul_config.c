@@ -108,9 +108,8 @@ static bool wgmma_device(const mm_problem *p)
 bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *out)
 {
     if (p->dt != EM_F16 && p->dt != EM_BF16) return false;
-    if (c->tm < 1 || c->tm > 3 || c->tn != 1 || c->bm != 64 * c->tm || c->bk != 64 ||
-        c->bn < 64 || c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 2 ||
-        (c->lanes == 2 && c->tm != 2))
+    if (c->tm < 1 || c->tm > 3 || c->tn != 1 || c->bm != 64 * c->tm || c->bk != 64 || c->bn < 64 ||
+        c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 2 || (c->lanes == 2 && c->tm != 2))
         return false;
     int R = p->R;
     const int64_t *as = p->ast, *bs = p->bst;

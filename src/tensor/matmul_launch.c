@@ -192,11 +192,11 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
                       tn_arg_s(em_arg_u32((akfast ? 1u : 0u) | (bnfast ? 2u : 0u)))};
     uint32_t cubes[3] = {(uint32_t)((p->N + c->bn - 1) / c->bn),
                          (uint32_t)((p->M + c->bm - 1) / c->bm), (uint32_t)(p->batch * split)};
-    const char *kname = mma                    ? "matmul_mma"
-                        : wg && wgq.ws         ? "matmul_wgmma_ws"
-                        : wg                   ? "matmul_wgmma"
-                        : c->kind == MM_CPU    ? "matmul_cpu"
-                                               : "matmul_simt";
+    const char *kname = mma                 ? "matmul_mma"
+                        : wg && wgq.ws      ? "matmul_wgmma_ws"
+                        : wg                ? "matmul_wgmma"
+                        : c->kind == MM_CPU ? "matmul_cpu"
+                                            : "matmul_simt";
     em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, 8);
     if (st == EM_OK && split > 1) st = launch_reduce(p, part, split);
     em_release(part);

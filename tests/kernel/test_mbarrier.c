@@ -219,8 +219,9 @@ static void test_refused_elsewhere(void **state)
     em_lang_module_free(m);
     const char *bad = "kernel void bad(tensor(f32) out)\n{\n    shared u32 b[4];\n"
                       "    mbarrier_arrive(b, 0);\n    out[0] = 1.0;\n}\n";
-    assert_true(check_error_at(bad, 4, 21, "'mbarrier_arrive' needs a shared array of u64 as its "
-                                           "barriers",
+    assert_true(check_error_at(bad, 4, 21,
+                               "'mbarrier_arrive' needs a shared array of u64 as its "
+                               "barriers",
                                "declare them as 'shared u64 bar[N];'"));
     const char *bad2 = "kernel void bad(tensor(f32) out)\n{\n    setmaxnreg_inc(250);\n"
                        "    out[0] = 1.0;\n}\n";

@@ -32,7 +32,8 @@ static bool setmaxnreg(em_spmd *e, const char *what, em_strbuf *sb)
 {
     char action[4] = "";
     unsigned n = 0;
-    if (sscanf(what, "%3[a-z],%u", action, &n) != 2 || (strcmp(action, "inc") && strcmp(action, "dec"))) {
+    if (sscanf(what, "%3[a-z],%u", action, &n) != 2 ||
+        (strcmp(action, "inc") && strcmp(action, "dec"))) {
         em_spmd_fail(e, "malformed setmaxnreg `%s`", what);
         return true;
     }
@@ -93,11 +94,12 @@ bool em_cuda_mbarrier(em_spmd *e, const em_ir_inst *in, const char *what, em_str
         em_spmd_fresh(e, "mbar_ok", ok);
         bool loop = IS("wait");
         em_spmd_line(e, "unsigned %s;", ok);
-        em_spmd_line(e,
-                     "%sasm volatile(\"{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 "
-                     "p, [%%1], %%2;\\nselp.u32 %%0, 1, 0, p;\\n}\" : \"=r\"(%s) : \"r\"(%s), "
-                     "\"r\"(%s) : \"memory\");",
-                     loop ? "do { " : "", ok, addr.data, x.data);
+        em_spmd_line(
+            e,
+            "%sasm volatile(\"{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 "
+            "p, [%%1], %%2;\\nselp.u32 %%0, 1, 0, p;\\n}\" : \"=r\"(%s) : \"r\"(%s), "
+            "\"r\"(%s) : \"memory\");",
+            loop ? "do { " : "", ok, addr.data, x.data);
         if (loop) em_spmd_line(e, "} while (!%s);", ok);
         if (!loop && in->dst) {
             em_sb_printf(sb, "(%s != 0u)", ok);

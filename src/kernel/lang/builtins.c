@@ -110,7 +110,7 @@ int em_lang_builtin_find(const char *name)
 /* Targets first (has(cuda) is true when compiling for that code generator), then features read
  * from the target's em_caps. */
 const char *const em_lang_capabilities[] = {
-    "c",         "cuda",   "opencl",           "glsl",  "wgsl", "msl", "hip",
+    "c",         "cuda",   "opencl",           "glsl",  "wgsl",  "msl",      "hip",
     "plane_ops", "matrix", "float_atomic_add", "print", "wgmma", "mbarrier", NULL,
 };
 

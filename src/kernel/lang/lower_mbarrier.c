@@ -93,8 +93,9 @@ lv em_lang_lower_mbarrier(lower *L, const ast_expr *e, const lang_builtin *b, lv
     if (!emulated(L) && !em_lang_mbarrier_native(caps)) {
         bool cuda = !strcmp(caps->target, "cuda");
         return em_lang_lerr(
-            L, e->op_pos, "guard it with 'comptime if (has(mbarrier))' and give the kernel another "
-                          "path",
+            L, e->op_pos,
+            "guard it with 'comptime if (has(mbarrier))' and give the kernel another "
+            "path",
             "'%s' needs shared-memory barriers with phases (CUDA on compute capability 9.0: arch "
             "sm_90a); %s%s%s has none",
             b->name, cuda ? "this CUDA device (" : "the ",
