@@ -108,8 +108,8 @@ static bool wgmma_device(const mm_problem *p)
 bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *out)
 {
     if (p->dt != EM_F16 && p->dt != EM_BF16) return false;
-    if (c->tm < 1 || c->tm > 3 || c->tn != 1 || c->bm != 64 * c->tm || c->bk != 64 ||
-        c->bn < 64 || c->bn > 256 || c->bn % 64)
+    if (c->tm < 1 || c->tm > 3 || c->tn != 1 || c->bm != 64 * c->tm || c->bk != 64 || c->bn < 64 ||
+        c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 2 || (c->lanes == 2 && c->tm != 2))
         return false;
     int R = p->R;
     const int64_t *as = p->ast, *bs = p->bst;
@@ -117,18 +117,24 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     memset(&q, 0, sizeof q);
     q.at = as[R - 1] != 1 && as[R - 2] == 1;
     q.bt = bs[R - 1] != 1 && bs[R - 2] == 1;
+    q.ws = c->lanes >= 1;
+    q.units = 128 * (c->tm + (q.ws ? 1 : 0));
     /* every copy moves 16 bytes (8 elements) along the operand's contiguous dim */
     if (!mma_chunks_ok(p->a, R, as, q.at ? R - 2 : R - 1, q.at ? p->M : p->K, 8) ||
         !mma_chunks_ok(p->b, R, bs, q.bt ? R - 2 : R - 1, q.bt ? p->K : p->N, 8))
         return false;
-    /* as many stages as fit (3 to 6), with the 1 KiB the kernel spends aligning its buffers */
+    /* as many stages as fit (3 to 6), with the 1 KiB the kernel spends aligning its buffers; the
+     * warp-specialized kernel's two barrier arrays take a 1 KiB-aligned slot each */
     size_t stage = (size_t)(c->bm + c->bn) * 64 * 2;
+    size_t extra = q.ws ? 3072 : 1024;
     size_t have = p->caps && p->caps->max_shared ? p->caps->max_shared : (size_t)232448;
-    int stages = have > 1024 ? (int)((have - 1024) / stage) : 0;
+    int stages = have > extra ? (int)((have - extra) / stage) : 0;
     if (stages > 6) stages = 6;
     if (stages < 3) return false;
     q.stages = stages;
-    q.smem = (size_t)stages * stage + 1024;
+    q.smem = (size_t)stages * stage + extra;
+    /* setmaxnreg (two consumers only: 384 units launched at 168 registers, 65536 / 384) */
+    q.regs = c->lanes == 2;
     *out = q;
     return true;
 }
@@ -149,7 +155,7 @@ bool mm_config_valid(const mm_problem *p, const mm_config *c)
         bool forced_cpu = is_cpu(p) && getenv("EMBER_MATMUL_CONFIG");
         mm_wgmma_plan q;
         if ((!wgmma_device(p) && !forced_cpu) || !mm_wgmma_plan_of(p, c, &q)) return false;
-        return !caps || (uint32_t)(128 * c->tm) <= caps->max_cube_units;
+        return !caps || (uint32_t)q.units <= caps->max_cube_units;
     }
     if (c->bk <= 0 || c->bm <= 0 || c->bn <= 0 || c->tm <= 0 || c->tn <= 0) return false;
     size_t es = em_scalar_size(p->dt), cs = em_scalar_size(p->ct);
@@ -193,6 +199,12 @@ static mm_config mma(int wm, int wn, int fm, int fn, int bk, int split)
 static mm_config wgmma(int wg, int bn, int split)
 {
     return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, split, 0};
+}
+
+/* The warp-specialized kernel: `wg` consumer warpgroups of 64 x bn and a producer. */
+static mm_config wgmma_ws(int wg, int bn, int split)
+{
+    return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, split, 1};
 }
 
 /* The wgmma kernel's tile for p: 128 x 256 (two warpgroups of 64 x 256) when those tiles fill
@@ -443,7 +455,7 @@ mm_config mm_heuristic(const mm_problem *p)
 
 int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
 {
-    mm_config all[48];
+    mm_config all[56];
     int n = 0;
     all[n++] = mm_heuristic(p);
     if (p->K > 0 && skinny_rows(p) <= 16) {
@@ -462,6 +474,11 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
          * candidates follow, so a problem the wgmma kernel does badly keeps the old kernel. */
         static const int wt[][2] = {{2, 256}, {2, 128}, {2, 192}, {3, 128}, {1, 256}, {1, 128}};
         for (int i = 0; i < (full ? 6 : 4); i++) all[n++] = wgmma(wt[i][0], wt[i][1], 1);
+        /* the warp-specialized kernel (its barriers with phases exist where warpgroup MMAs do:
+         * sm_90a): 2 consumers x 256 and x 128; full adds 2 x 192 and 3 x 128. Its setmaxnreg
+         * variant (lanes 2) runs only when forced until measured on the hardware. */
+        static const int ws[][2] = {{2, 256}, {2, 128}, {2, 192}, {3, 128}};
+        for (int i = 0; i < (full ? 4 : 2); i++) all[n++] = wgmma_ws(ws[i][0], ws[i][1], 1);
     }
     if (mma_dtype_ok(p)) {
         /* planes x fragments per plane: 128 x 128 tiles of 8 planes of 32 x 64 (about 128
@@ -511,7 +528,7 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
     }
     /* split-K variants of every candidate for skinny shapes */
     int base = n;
-    for (int i = 0; i < base && n + 2 <= 48; i++) {
+    for (int i = 0; i < base && n + 2 <= 56; i++) {
         if (all[i].split > 1 || all[i].kind == MM_SKINNY) continue;
         int64_t tiles = ((p->M + all[i].bm - 1) / all[i].bm) * ((p->N + all[i].bn - 1) / all[i].bn);
         int s = pick_split(p, tiles, all[i].bk);
@@ -534,6 +551,7 @@ void mm_config_format(const mm_config *c, char *buf, size_t size)
 {
     static const char *const names[] = {"simple", "simt", "mma", "cpu", "wgmma", "skinny"};
     const char *name = names[c->kind < 6 && c->kind >= 0 ? c->kind : 0];
+    if (c->kind == MM_WGMMA && c->lanes >= 1) name = c->lanes == 2 ? "wgmma-ws-regs" : "wgmma-ws";
     if (c->kind == MM_CPU || c->kind == MM_SKINNY)
         snprintf(buf, size, "%s %dx%dx%d %dx%dx%d s%d", name, c->bm, c->bn, c->bk, c->tm, c->tn,
                  c->lanes, c->split);
@@ -558,6 +576,10 @@ bool mm_config_parse(const char *text, mm_config *c)
         r.kind = MM_CPU;
     else if (!strcmp(kind, "wgmma"))
         r.kind = MM_WGMMA;
+    else if (!strcmp(kind, "wgmma-ws"))
+        r.kind = MM_WGMMA, r.lanes = 1;
+    else if (!strcmp(kind, "wgmma-ws-regs"))
+        r.kind = MM_WGMMA, r.lanes = 2;
     else if (!strcmp(kind, "skinny"))
         r.kind = MM_SKINNY;
     else

@@ -27,7 +27,10 @@ typedef struct mm_config {
                    groups along K (bm: rows MR, bn: units NU along N, bk: 16, the split's grain) */
     int split;  /* split-K factor (1: none) */
     int lanes;  /* CPU kernel: lanes of a line in its micro-kernel; SKINNY: NL, lines (b row-major)
-                   or columns (b transposed) of one unit; 0 for the other kinds */
+                   or columns (b transposed) of one unit; WGMMA: 1 for the warp-specialized
+                   kernel (matmul_wgmma_ws.ek: a producer warpgroup and tm consumers), 2 for it
+                   with setmaxnreg (tm 2: 56 registers a producer unit, 224 a consumer's), else 0;
+                   0 for the other kinds */
 } mm_config;
 
 /* How the mma kernel runs one configuration on one problem (matmul_mma.ek's comptime values
@@ -40,10 +43,13 @@ typedef struct mm_mma_plan {
     size_t smem; /* shared memory bytes of a cube */
 } mm_mma_plan;
 
-/* How the wgmma kernel runs one configuration (bm = 64 x warpgroups, bk = 64) on one problem. */
+/* How the wgmma kernels run one configuration (bm = 64 x warpgroups, bk = 64) on one problem. */
 typedef struct mm_wgmma_plan {
     int stages;  /* shared-memory buffers in the ring (3 to 6) */
     bool at, bt; /* a's M / b's K is its contiguous dim: MN-major a / K-major b tiles */
+    bool ws;     /* the warp-specialized kernel (c->lanes 1 or 2) */
+    bool regs;   /* ws: the producer gives its registers to the consumers (setmaxnreg) */
+    int units;   /* units of a cube: 128 per warpgroup, the producer's included */
     size_t smem; /* shared memory bytes of a cube */
 } mm_wgmma_plan;
 
@@ -104,8 +110,9 @@ bool mm_mma_plan_of(const mm_problem *p, const mm_config *c, mm_mma_plan *out);
 /* Whether a device of these capabilities runs warpgroup MMAs natively: CUDA compiling for sm_90a
  * (the CUDA driver publishes the architecture as caps.arch "sm_90a"). Also the attention's test. */
 bool mm_wgmma_native(const em_caps *caps);
-/* The wgmma plan of c on p (false when c or p's operands do not fit the wgmma kernel: f16/bf16,
- * 16-byte aligned contiguous operands, 1 to 3 warpgroups, BN a multiple of 64 up to 256). */
+/* The wgmma plan of c on p (false when c or p's operands do not fit the wgmma kernels: f16/bf16,
+ * 16-byte aligned contiguous operands, 1 to 3 (consumer) warpgroups, BN a multiple of 64 up to
+ * 256; c->lanes 0 for matmul_wgmma, 1 for matmul_wgmma_ws). */
 bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *out);
 /* The skinny plan of c on p (false when c does not fit p's device: units, planes, shared
  * memory). */
@@ -118,8 +125,9 @@ mm_config mm_heuristic(const mm_problem *p);
 bool mm_cpu_fma(void);
 /* Up to max valid candidates for autotuning (full: a longer list). Returns the count. */
 int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max);
-/* "simt 64x64x8 4x4 s1" ("cpu 64x256x256 8x32x16 s1": MR x NR x lanes) and back (false when
- * text is not a configuration). */
+/* "simt 64x64x8 4x4 s1" ("cpu 64x256x256 8x32x16 s1": MR x NR x lanes; "wgmma-ws 128x256x64
+ * 2x1 s1": the warp-specialized wgmma kernel, lanes 1; "wgmma-ws-regs": lanes 2) and back (false
+ * when text is not a configuration). */
 void mm_config_format(const mm_config *c, char *buf, size_t size);
 bool mm_config_parse(const char *text, mm_config *c);
 /* The autotune key of p: device-independent parts (kernel family, dtype, layout, shape bucket). */

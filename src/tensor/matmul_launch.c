@@ -131,6 +131,7 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
     bd[nb++] = em_lang_bind_int("ACT", p->act);
     bd[nb++] = em_lang_bind_bool("RES", p->res != NULL);
     uint32_t units[3] = {1, 1, 1};
+    mm_wgmma_plan wgq = {0};
     uint32_t plane = p->caps && p->caps->plane_dim ? p->caps->plane_dim : 1;
     if (mma) {
         bd[nb++] = em_lang_bind_int("WARPS_M", c->tm);
@@ -162,7 +163,9 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         bd[nb++] = em_lang_bind_bool("AT", q.at);
         bd[nb++] = em_lang_bind_bool("BT", q.bt);
         bd[nb++] = em_lang_bind_bool("LOOPS", !p->caps || strcmp(p->caps->target, "cuda") != 0);
-        units[0] = (uint32_t)(128 * c->tm);
+        if (q.ws) bd[nb++] = em_lang_bind_int("PREGS", q.regs ? 56 : 0);
+        units[0] = (uint32_t)q.units;
+        wgq = q;
     } else if (c->kind == MM_CPU) {
         bd[nb++] = em_lang_bind_int("BM", c->bm);
         bd[nb++] = em_lang_bind_int("BN", c->bn);
@@ -189,10 +192,11 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
                       tn_arg_s(em_arg_u32((akfast ? 1u : 0u) | (bnfast ? 2u : 0u)))};
     uint32_t cubes[3] = {(uint32_t)((p->N + c->bn - 1) / c->bn),
                          (uint32_t)((p->M + c->bm - 1) / c->bm), (uint32_t)(p->batch * split)};
-    const char *kname = mma                    ? "matmul_mma"
-                        : wg                   ? "matmul_wgmma"
-                        : c->kind == MM_CPU    ? "matmul_cpu"
-                                               : "matmul_simt";
+    const char *kname = mma                 ? "matmul_mma"
+                        : wg && wgq.ws      ? "matmul_wgmma_ws"
+                        : wg                ? "matmul_wgmma"
+                        : c->kind == MM_CPU ? "matmul_cpu"
+                                            : "matmul_simt";
     em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, 8);
     if (st == EM_OK && split > 1) st = launch_reduce(p, part, split);
     em_release(part);

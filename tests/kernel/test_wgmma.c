@@ -6,7 +6,8 @@
  *    emulated as the hardware addresses its operands) against a float64 product;
  *  - the CUDA source of the ops for an sm_90a device (PTX text, descriptor constant, accumulator
  *    operands, 1024-byte shared alignment), compiled by NVRTC for sm_90a when it is installed,
- *    with the built-in matmul_wgmma kernel in the configurations the host picks (no spills);
+ *    with the built-in matmul_wgmma and matmul_wgmma_ws kernels in the configurations the host
+ *    picks (no spills);
  *  - the diagnostics on targets without warpgroup MMAs. */
 #include "lang/lang_util.h"
 
@@ -354,13 +355,21 @@ static void test_matmul_wgmma_compiles(void **state)
         bool at, bt, raw, epi;
         em_scalar t;
         int r;
+        bool ws;   /* matmul_wgmma_ws */
+        bool regs; /* with setmaxnreg: the producer keeps 56 registers, two consumers 224 */
     } cfg[] = {
-        {2, 256, 4, false, false, false, false, EM_BF16, 2},
-        {2, 128, 5, false, false, false, true, EM_BF16, 2},
-        {2, 256, 4, true, false, false, false, EM_BF16, 3},
-        {2, 256, 4, false, true, false, true, EM_F16, 2},
-        {1, 128, 6, true, true, true, false, EM_BF16, 3},
-        {2, 192, 4, false, false, false, false, EM_BF16, 2},
+        {2, 256, 4, false, false, false, false, EM_BF16, 2, false, false},
+        {2, 128, 5, false, false, false, true, EM_BF16, 2, false, false},
+        {2, 256, 4, true, false, false, false, EM_BF16, 3, false, false},
+        {2, 256, 4, false, true, false, true, EM_F16, 2, false, false},
+        {1, 128, 6, true, true, true, false, EM_BF16, 3, false, false},
+        {2, 192, 4, false, false, false, false, EM_BF16, 2, false, false},
+        {2, 256, 4, false, false, false, false, EM_BF16, 2, true, false},
+        {2, 256, 4, false, false, false, false, EM_BF16, 2, true, true},
+        {2, 128, 6, false, true, false, true, EM_BF16, 2, true, true},
+        {2, 256, 4, true, false, true, false, EM_F16, 3, true, true},
+        {2, 192, 4, true, true, false, true, EM_BF16, 2, true, false},
+        {3, 128, 5, false, false, false, false, EM_BF16, 2, true, false},
     };
     size_t failed = 0;
     for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
@@ -375,10 +384,12 @@ static void test_matmul_wgmma_compiles(void **state)
                             em_lang_bind_bool("RAW", cfg[i].raw),
                             em_lang_bind_bool("BIAS", cfg[i].epi),
                             em_lang_bind_int("ACT", cfg[i].epi ? 2 : 0),
-                            em_lang_bind_bool("RES", cfg[i].epi)};
+                            em_lang_bind_bool("RES", cfg[i].epi),
+                            em_lang_bind_int("PREGS", cfg[i].regs ? 56 : 0)};
+        const char *kname = cfg[i].ws ? "matmul_wgmma_ws" : "matmul_wgmma";
         char w2[2048] = "";
-        em_ir_kernel *k =
-            specialize(m, "matmul_wgmma", b, sizeof b / sizeof b[0], &caps, w2, sizeof w2);
+        em_ir_kernel *k = specialize(m, kname, b, sizeof b / sizeof b[0] - (cfg[i].ws ? 0 : 1),
+                                     &caps, w2, sizeof w2);
         if (!k) fail_msg("matmul_wgmma config %zu: %s", i, w2);
         char *src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &caps);
         if (!src) fail_msg("config %zu: %s", i, em_last_error());
@@ -392,10 +403,24 @@ static void test_matmul_wgmma_compiles(void **state)
             failed++;
         } else {
             const char *regs = log ? strstr(log, "Used ") : NULL;
-            print_message("config %zu (wg %d, bn %d, %d stages): %.60s\n", i, cfg[i].wg, cfg[i].bn,
-                          cfg[i].stages, regs ? regs : "(no ptxas report)");
+            print_message("config %zu (%s, wg %d, bn %d, %d stages): %.60s\n", i, kname, cfg[i].wg,
+                          cfg[i].bn, cfg[i].stages, regs ? regs : "(no ptxas report)");
+            if (cfg[i].ws) {
+                /* the barriers' PTX, and setmaxnreg only with two consumers */
+                assert_non_null(strstr(src, "cp.async.mbarrier.arrive.noinc.shared::cta.b64"));
+                assert_non_null(strstr(src, "mbarrier.try_wait.parity.shared::cta.b64"));
+                assert_true((strstr(src, "setmaxnreg.inc.sync.aligned.u32 224;") != NULL) ==
+                            cfg[i].regs);
+                assert_true((strstr(src, "setmaxnreg.dec.sync.aligned.u32 56;") != NULL) ==
+                            cfg[i].regs);
+                assert_non_null(strstr(src, "__launch_bounds__("));
+            }
             if (log && strstr(log, "bytes spill") && !strstr(log, " 0 bytes spill stores")) {
                 print_message("config %zu spills:\n%s\n", i, log);
+                failed++;
+            }
+            if (log && strstr(log, "'setmaxnreg' ignored")) {
+                print_message("config %zu: ptxas ignores setmaxnreg:\n%s\n", i, log);
                 failed++;
             }
             if (log && strstr(log, "wgmma.mma_async instructions are serialized")) {

@@ -471,6 +471,44 @@ static void test_wgmma_kernel(void **state)
     }
 }
 
+/* The warp-specialized Hopper kernel (matmul_wgmma_ws.ek) forced on the CPU, where its barriers
+ * do nothing and its loop takes turns (and on CUDA sm_90a devices natively, with setmaxnreg for
+ * two consumers): one to three consumer warpgroups, BN 64 to 256, odd sizes (1, 7, 33, 257),
+ * both operand layouts, batches, split-K partials and the epilogue, against float64. */
+static void test_wgmma_ws_kernel(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        const em_caps *caps = em_device_caps(dev);
+        bool native = !strcmp(caps->target, "cuda") && !strcmp(caps->arch, "sm_90a");
+        if (strcmp(caps->target, "c") != 0 && !native) continue;
+        em_scope_begin();
+        setenv("EMBER_MATMUL_CONFIG", "wgmma-ws 128x128x64 2x1 s1", 1);
+        check_mm("ws 2x128, row-major", rnd(dev, EM_BF16, EM_SHAPE(257, 264), 80),
+                 rnd(dev, EM_BF16, EM_SHAPE(264, 136), 81), NULL);
+        check_mm("ws 2x128, one row", rnd(dev, EM_BF16, EM_SHAPE(1, 48), 82),
+                 rnd(dev, EM_BF16, EM_SHAPE(48, 8), 83), NULL);
+        check_mm("ws 2x128, a^T b", em_transpose(rnd(dev, EM_BF16, EM_SHAPE(200, 40), 84), 0, 1),
+                 rnd(dev, EM_BF16, EM_SHAPE(200, 33 * 8), 85), NULL);
+        setenv("EMBER_MATMUL_CONFIG", "wgmma-ws-regs 128x256x64 2x1 s1", 1);
+        check_mm("ws 2x256 with setmaxnreg, K tail", rnd(dev, EM_BF16, EM_SHAPE(33, 200), 92),
+                 rnd(dev, EM_BF16, EM_SHAPE(200, 264), 93), NULL);
+        setenv("EMBER_MATMUL_CONFIG", "wgmma-ws 64x256x64 1x1 s1", 1);
+        check_mm("ws 1x256, a b^T batched", rnd(dev, EM_F16, EM_SHAPE(2, 7, 136), 86),
+                 em_transpose(rnd(dev, EM_F16, EM_SHAPE(2, 264, 136), 87), 1, 2), NULL);
+        setenv("EMBER_MATMUL_CONFIG", "wgmma-ws 192x64x64 3x1 s2", 1);
+        em_tensor *bias = rnd(dev, EM_BF16, EM_SHAPE(72), 88);
+        em_matmul_epilogue ep = {bias, EM_MATMUL_ACT_GELU, rnd(dev, EM_BF16, EM_SHAPE(40, 72), 89),
+                                 false};
+        check_mm("ws 3x64 split-K, epilogue, both transposed",
+                 em_transpose(rnd(dev, EM_BF16, EM_SHAPE(520, 40), 90), 0, 1),
+                 em_transpose(rnd(dev, EM_BF16, EM_SHAPE(72, 520), 91), 0, 1), &ep);
+        unsetenv("EMBER_MATMUL_CONFIG");
+        em_scope_end(NULL, 0);
+    }
+}
+
 /* On an sm_90a device (an H200 as the CUDA driver publishes it) f16/bf16 take the wgmma kernel
  * by the heuristic (128 x 256 tiles of two warpgroups when they fill the device, else 128 x 128)
  * with as many stages as fit, and the autotune candidates hold both kernels; GPT-2's backward
@@ -493,14 +531,44 @@ static void test_wgmma_choice_on_h200(void **state)
     assert_true(q.smem <= caps.max_shared);
     assert_false(q.at || q.bt);
     mm_config cand[32];
-    int n = mm_candidates(&p, false, cand, 32), nw = 0, nm = 0;
-    for (int j = 0; j < n; j++) nw += cand[j].kind == MM_WGMMA, nm += cand[j].kind == MM_MMA;
-    assert_true(nw >= 4 && nm >= 2);
+    int n = mm_candidates(&p, false, cand, 32), nw = 0, nm = 0, nws = 0;
+    for (int j = 0; j < n; j++) {
+        nw += cand[j].kind == MM_WGMMA, nm += cand[j].kind == MM_MMA;
+        nws += cand[j].kind == MM_WGMMA && cand[j].lanes == 1;
+    }
+    assert_true(nw >= 4 && nm >= 2 && nws == 2);
     char text[64];
     mm_config_format(&c, text, sizeof text);
     mm_config back;
     assert_true(mm_config_parse(text, &back));
     assert_memory_equal(&back, &c, sizeof c);
+    /* the warp-specialized kernel: 2 consumers x 256, 4 stages beside its barriers; its
+     * configuration's text names it, and its setmaxnreg variant (lanes 2, two consumers only) */
+    mm_config ws = c;
+    ws.lanes = 1;
+    assert_true(mm_config_valid(&p, &ws));
+    assert_true(mm_wgmma_plan_of(&p, &ws, &q));
+    assert_true(q.ws && !q.regs && q.units == 384 && q.stages == 4 && q.smem <= caps.max_shared);
+    mm_config_format(&ws, text, sizeof text);
+    assert_string_equal(text, "wgmma-ws 128x256x64 2x1 s1");
+    assert_true(mm_config_parse(text, &back));
+    assert_memory_equal(&back, &ws, sizeof ws);
+    ws.lanes = 2;
+    assert_true(mm_wgmma_plan_of(&p, &ws, &q) && q.ws && q.regs);
+    mm_config_format(&ws, text, sizeof text);
+    assert_string_equal(text, "wgmma-ws-regs 128x256x64 2x1 s1");
+    assert_true(mm_config_parse(text, &back));
+    assert_memory_equal(&back, &ws, sizeof ws);
+    for (int j = 0; j < n; j++) assert_true(cand[j].lanes != 2); /* forced only */
+    ws.tm = 3, ws.bm = 192, ws.bn = 128;
+    assert_false(mm_wgmma_plan_of(&p, &ws, &q)); /* setmaxnreg with three consumers: no */
+    ws.lanes = 1;
+    assert_true(mm_wgmma_plan_of(&p, &ws, &q) && q.units == 512 && !q.regs);
+    /* not on a device without barriers with phases (sm_90: no sm_90a) */
+    snprintf(caps.arch, sizeof caps.arch, "sm_90");
+    assert_false(mm_config_valid(&p, &ws));
+    n = mm_candidates(&p, true, cand, 32);
+    for (int j = 0; j < n; j++) assert_false(cand[j].kind == MM_WGMMA);
     /* 16384 x 768 x 768: 64 x 3 tiles of 128 x 256 do not fill 132 SMs twice: 128 x 128 */
     p = h200_problem(&caps, EM_BF16, false, 16384, 768, 768, false, false, t);
     snprintf(caps.arch, sizeof caps.arch, "sm_90a");
@@ -852,6 +920,7 @@ int main(void)
         cmocka_unit_test(test_mma_variants),
         cmocka_unit_test(test_mma_choice_on_h200),
         cmocka_unit_test(test_wgmma_kernel),
+        cmocka_unit_test(test_wgmma_ws_kernel),
         cmocka_unit_test(test_wgmma_choice_on_h200),
         cmocka_unit_test(test_epilogue),
         cmocka_unit_test(test_cpu_kernel),

@@ -39,6 +39,8 @@
  * Warpgroup MMAs (the language's wgmma_*, lowered to "cuda.wgmma.*" intrinsics) become PTX
  * wgmma.mma_async / fence / commit_group / wait_group for sm_90 devices only (compile for sm_90a)
  * and are rejected elsewhere; a kernel with them aligns its shared arrays to 1024 bytes.
+ * Shared-memory barriers with phases and setmaxnreg ("cuda.mbar.*", "cuda.setmaxnreg:*") become
+ * PTX mbarrier / cp.async.mbarrier.arrive / setmaxnreg for sm_90a only (cuda_mbarrier.c).
  * Intrinsics: "cuda.ptx:TEMPLATE" is inline PTX (%0 is the result when there is one, then the
  * arguments; 16/32/64-bit integers and f32/f64 only); "cuda.call:NAME" calls a device function. */
 #include <stdio.h>
@@ -46,6 +48,7 @@
 #include <string.h>
 
 #include "kernel/codegen/codegen.h"
+#include "kernel/codegen/cuda_mbarrier.h"
 #include "kernel/codegen/spmd.h"
 #include "kernel/lang/wgmma.h"
 
@@ -841,6 +844,7 @@ static bool cu_intrinsic(em_spmd *e, const em_ir_inst *in, em_strbuf *sb)
 {
     const char *name = in->str ? in->str : "";
     if (!strncmp(name, "cuda.wgmma.", 11)) return cu_wgmma(e, in, name + 11, sb);
+    if (!strncmp(name, "cuda.", 5) && em_cuda_mbarrier(e, in, name + 5, sb)) return true;
     if (strncmp(name, "cuda.ptx:", 9)) return false;
     unsigned nargs = in->imm > 0 && in->imm <= EM_IR_MAX_ARGS ? (unsigned)in->imm : 0;
     em_strbuf text, outs, ins;

@@ -82,6 +82,14 @@ const lang_builtin em_lang_builtins_table[] = {
     {"wgmma_commit", BI_WGMMA, 0, 0, 0, WGMMA_COMMIT},
     {"wgmma_wait", BI_WGMMA, 2, 2, 0, WGMMA_WAIT},
     {"wgmma_mma", BI_WGMMA, 7, 7, 0, WGMMA_MMA},
+    {"mbarrier_init", BI_MBARRIER, 3, 3, 0, MBAR_INIT},
+    {"mbarrier_arrive", BI_MBARRIER, 2, 2, 0, MBAR_ARRIVE},
+    {"mbarrier_arrive_tx", BI_MBARRIER, 3, 3, 0, MBAR_ARRIVE_TX},
+    {"copy_async_arrive", BI_MBARRIER, 2, 2, 0, MBAR_COPY_ARRIVE},
+    {"mbarrier_wait", BI_MBARRIER, 3, 3, 0, MBAR_WAIT},
+    {"mbarrier_try_wait", BI_MBARRIER, 3, 3, 0, MBAR_TRY_WAIT},
+    {"setmaxnreg_inc", BI_MBARRIER, 1, 1, 0, MBAR_SETMAXNREG_INC},
+    {"setmaxnreg_dec", BI_MBARRIER, 1, 1, 0, MBAR_SETMAXNREG_DEC},
     {"print", BI_PRINT, 1, 5, EM_OP_PRINT, 0},
     {"has", BI_HAS, 1, 1, 0, 0},
     {"sizeof", BI_SIZEOF, 1, 1, 0, 0},
@@ -102,8 +110,8 @@ int em_lang_builtin_find(const char *name)
 /* Targets first (has(cuda) is true when compiling for that code generator), then features read
  * from the target's em_caps. */
 const char *const em_lang_capabilities[] = {
-    "c",         "cuda",   "opencl",           "glsl",  "wgsl", "msl", "hip",
-    "plane_ops", "matrix", "float_atomic_add", "print", "wgmma", NULL,
+    "c",         "cuda",   "opencl",           "glsl",  "wgsl",  "msl",      "hip",
+    "plane_ops", "matrix", "float_atomic_add", "print", "wgmma", "mbarrier", NULL,
 };
 
 static const char *const bound_names[] = {"any", "num", "float", "int", "sint", "uint"};

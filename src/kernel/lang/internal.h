@@ -389,6 +389,7 @@ typedef enum bi_class {
     BI_COPY_ASYNC, /* copy_async(dst, i, src, j, count[, valid]) */
     BI_COPY_SYNC,  /* copy_async_commit(), copy_async_wait(pending): ir_op */
     BI_WGMMA,      /* wgmma_fence / _commit / _wait / _mma (imm: which; lower_wgmma.c) */
+    BI_MBARRIER,   /* mbarrier_*, copy_async_arrive, setmaxnreg_* (imm: which; lower_mbarrier.c) */
     BI_PRINT,
     BI_HAS,      /* has(capability) */
     BI_SIZEOF,   /* sizeof(T) */
@@ -413,6 +414,17 @@ extern const char *const em_lang_capabilities[];
 
 /* The warpgroup MMA builtins (the imm of their BI_WGMMA entries). */
 enum { WGMMA_FENCE, WGMMA_COMMIT, WGMMA_WAIT, WGMMA_MMA };
+/* The barrier and register builtins (the imm of their BI_MBARRIER entries). */
+enum {
+    MBAR_INIT,
+    MBAR_ARRIVE,
+    MBAR_ARRIVE_TX,
+    MBAR_COPY_ARRIVE,
+    MBAR_WAIT,
+    MBAR_TRY_WAIT,
+    MBAR_SETMAXNREG_INC,
+    MBAR_SETMAXNREG_DEC
+};
 
 /* An intrinsic (as em_ir_intrinsic) that names the memory `mem` it works on (defined in
  * src/kernel/ir.c; the warpgroup MMA's lowering uses it). */

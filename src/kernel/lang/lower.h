@@ -144,6 +144,13 @@ bool em_lang_wgmma_native(const em_caps *caps);
 /* A call of wgmma_fence / _commit / _wait / _mma (builtin b, arguments a already lowered). */
 lv em_lang_lower_wgmma(lower *L, const ast_expr *e, const lang_builtin *b, lv *a);
 
+/* ---- lower_mbarrier.c ---------------------------------------------------------------------- */
+
+/* Whether the target has shared-memory barriers with phases and setmaxnreg (CUDA sm_90a). */
+bool em_lang_mbarrier_native(const em_caps *caps);
+/* A call of mbarrier_* / copy_async_arrive / setmaxnreg_* (builtin b, arguments a lowered). */
+lv em_lang_lower_mbarrier(lower *L, const ast_expr *e, const lang_builtin *b, lv *a);
+
 /* ---- lower.c -----------------------------------------------------------------------------------
  */
 

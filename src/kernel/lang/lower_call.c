@@ -503,6 +503,7 @@ static bool caps_has(const em_caps *caps, const char *name)
     if (!strcmp(name, "float_atomic_add")) return caps->float_atomic_add;
     if (!strcmp(name, "print")) return caps->print;
     if (!strcmp(name, "wgmma")) return em_lang_wgmma_native(caps);
+    if (!strcmp(name, "mbarrier")) return em_lang_mbarrier_native(caps);
     return !strcmp(caps->target, name);
 }
 
@@ -584,6 +585,8 @@ lv em_lang_lower_builtin(lower *L, const ast_expr *e)
         return copy_op(&c);
     case BI_WGMMA:
         return em_lang_lower_wgmma(L, e, c.b, c.a);
+    case BI_MBARRIER:
+        return em_lang_lower_mbarrier(L, e, c.b, c.a);
     case BI_PRINT:
         return print(&c);
     case BI_HAS:
