@@ -7,7 +7,7 @@
 
 #include "tensor/internal.h"
 
-enum { DEC_CUBE = 128 };
+enum { DEC_CUBE = 256 }; /* units per cube: at least D (at most 256) */
 
 /* t itself (a new, realized reference) when its last dim is contiguous and its storage indexable
  * with u32, else a contiguous copy. */
@@ -80,12 +80,11 @@ em_tensor *em_attention_decode(const em_tensor *q, const em_tensor *k, const em_
     em_tensor *vc = kc ? dec_view(v) : NULL, *pc = vc ? tn_contig(pos) : NULL;
     em_status st = pc ? EM_OK : em_last_status();
     if (pc) {
-        unsigned dmax = 1, cube = D > DEC_CUBE ? 256 : DEC_CUBE;
-        while (dmax < (unsigned)D) dmax *= 2;
+        unsigned cube = DEC_CUBE;
         em_scalar ct = tn_compute_type(q->dtype);
         em_lang_bind bind[5] = {em_lang_bind_type("T", q->dtype), em_lang_bind_type("C", ct),
                                 em_lang_bind_type("M", tn_math_type(dev, ct)),
-                                em_lang_bind_int("DMAX", dmax), em_lang_bind_int("CUBE", cube)};
+                                em_lang_bind_int("D", D), em_lang_bind_int("CUBE", cube)};
         tn_arg args[6] = {tn_arg_t(qc),       tn_arg_t(kc),        tn_arg_t(vc),
                           tn_arg_flat(out), tn_arg_flat(pc), tn_arg_s(tn_scalar_arg(ct, scale))};
         uint32_t cubes[3] = {(uint32_t)bh, 1, 1}, units[3] = {cube, 1, 1};

@@ -1,7 +1,7 @@
 /* test_attention_decode.c — em_attention_decode on every device against a float64 reference:
- * rows that see 1 key, a few, more than one chunk of the kernel (128) and none (pos -1), a key
- * range past the visible length whose contents must not matter, head sizes 64, 48 (not a power
- * of two) and 160 (the 256-unit cube), strided k/v views of a larger cache, every float dtype;
+ * rows that see 1 key, a few, more than one chunk of the kernel (256 keys) and none (pos -1), a
+ * key range past the visible length whose contents must not matter, head sizes 64 (4 groups of
+ * units), 48 (not a power of two: 5 groups) and 160 (one), strided k/v views of a larger cache, every float dtype;
  * and the errors for mismatched inputs. */
 #include "tensor_util.h"
 
@@ -70,15 +70,15 @@ static void check_case(em_device *dev, em_scalar dt, int H, int D, int Tc, int T
 static void test_values(void **state)
 {
     (void)state;
-    static const int64_t pos4[] = {0, 5, 150, -1};
+    static const int64_t pos4[] = {0, 5, 270, -1};
     for (int di = 0; di < tu_ndev; di++) {
         em_device *dev = tu_devs[di];
         for (size_t t = 0; t < sizeof tu_float_types / sizeof *tu_float_types; t++) {
             em_scalar dt = tu_float_types[t];
             if (!tu_has(dev, dt)) continue;
-            check_case(dev, dt, 2, 64, 200, 192, pos4, 4); /* pos 150: two chunks */
+            check_case(dev, dt, 2, 64, 300, 288, pos4, 4); /* pos 270: two chunks */
             if (dt != EM_F32) continue;
-            check_case(dev, dt, 3, 48, 20, 16, pos4, 3);   /* pos 150 past Tk: all 16 */
+            check_case(dev, dt, 3, 48, 20, 16, pos4, 3);   /* pos 270 past Tk: all 16 */
             check_case(dev, dt, 1, 160, 9, 9, pos4, 2);
         }
     }
