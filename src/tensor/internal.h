@@ -71,6 +71,10 @@ em_tensor *tn_view(const em_tensor *base, int rank, const int64_t *shape, const 
                    int64_t offset);
 /* A new contiguous tensor with uninitialized storage. */
 em_tensor *tn_new(em_device *dev, em_scalar dtype, int rank, const int64_t *shape);
+/* A rank-4 attention operand as the attention kernels read it: t itself (a new, realized
+ * reference) when its last dim is contiguous (or of size 1) and every element index of its
+ * storage fits u32, else a contiguous copy. NULL on error (ops_attention.c). */
+em_tensor *tn_attn_view(const em_tensor *t);
 /* The same without a buffer yet (for elementwise results, which fusion may record): the buffer
  * is allocated by fu_realize when the pending computation runs or a kernel binds the storage,
  * and never when a pending result is dropped unread. Zero-size tensors get theirs at once, and

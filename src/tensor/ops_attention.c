@@ -91,9 +91,7 @@ static bool check_qkv(const char *op, const em_tensor *q, const em_tensor *k, co
     return true;
 }
 
-/* t itself (a new reference) when the kernels can read it: its last dim contiguous (or of size
- * 1) and every element index of its storage within u32; else a contiguous copy. NULL on error. */
-static em_tensor *attn_view(const em_tensor *t)
+em_tensor *tn_attn_view(const em_tensor *t)
 {
     size_t elems = t->st->bytes / em_scalar_size(t->dtype);
     if ((t->stride[3] == 1 || t->shape[3] == 1) && elems <= UINT32_MAX) {
@@ -195,7 +193,8 @@ static em_status attn_forward(const char *op, const em_tensor *q, const em_tenso
 {
     em_device *dev = q->st->dev;
     int64_t Tq = q->shape[2], D = q->shape[3], bh = q->shape[0] * q->shape[1];
-    em_tensor *qc = attn_view(q), *kc = qc ? attn_view(k) : NULL, *vc = kc ? attn_view(v) : NULL;
+    em_tensor *qc = tn_attn_view(q), *kc = qc ? tn_attn_view(k) : NULL;
+    em_tensor *vc = kc ? tn_attn_view(v) : NULL;
     em_status st = em_last_status();
     if (vc) {
         attn_path path = attn_pick(dev, q->dtype, D);
@@ -443,11 +442,11 @@ em_status em_attention_backward(const em_tensor *grad_out, const em_tensor *q, c
     em_status st;
     if ((dq && !gq) || ((dk || dv) && (!gk || !gv)) || !stats) goto fail;
     if (bh * Tq == 0) goto zero; /* no queries: every gradient is zero */
-    qc = attn_view(q);
-    kc = qc ? attn_view(k) : NULL;
-    vc = kc ? attn_view(v) : NULL;
-    gc = vc ? attn_view(grad_out) : NULL;
-    oc = gc ? attn_view(out) : NULL;
+    qc = tn_attn_view(q);
+    kc = qc ? tn_attn_view(k) : NULL;
+    vc = kc ? tn_attn_view(v) : NULL;
+    gc = vc ? tn_attn_view(grad_out) : NULL;
+    oc = gc ? tn_attn_view(out) : NULL;
     lc = oc ? tn_contig(lse) : NULL;
     if (!lc) goto fail;
     em_lang_bind bind[6];

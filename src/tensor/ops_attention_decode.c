@@ -9,22 +9,6 @@
 
 enum { DEC_CUBE = 256 }; /* units per cube: at least D (at most 256) */
 
-/* t itself (a new, realized reference) when its last dim is contiguous and its storage indexable
- * with u32, else a contiguous copy. */
-static em_tensor *dec_view(const em_tensor *t)
-{
-    size_t elems = t->st->bytes / em_scalar_size(t->dtype);
-    if ((t->stride[3] == 1 || t->shape[3] == 1) && elems <= UINT32_MAX) {
-        em_tensor *v = tn_view(t, t->rank, t->shape, t->stride, t->offset);
-        if (v && tn_realize(v) != EM_OK) {
-            em_release(v);
-            return NULL;
-        }
-        return v;
-    }
-    return tn_contig(t);
-}
-
 static bool dec_check(const char *op, const em_tensor *q, const em_tensor *k, const em_tensor *v,
                       const em_tensor *pos, double scale)
 {
@@ -76,8 +60,8 @@ em_tensor *em_attention_decode(const em_tensor *q, const em_tensor *k, const em_
     em_device *dev = q->st->dev;
     int64_t D = q->shape[3], bh = q->shape[0] * q->shape[1];
     em_tensor *out = tn_new(dev, q->dtype, 4, q->shape);
-    em_tensor *qc = out ? dec_view(q) : NULL, *kc = qc ? dec_view(k) : NULL;
-    em_tensor *vc = kc ? dec_view(v) : NULL, *pc = vc ? tn_contig(pos) : NULL;
+    em_tensor *qc = out ? tn_attn_view(q) : NULL, *kc = qc ? tn_attn_view(k) : NULL;
+    em_tensor *vc = kc ? tn_attn_view(v) : NULL, *pc = vc ? tn_contig(pos) : NULL;
     em_status st = pc ? EM_OK : em_last_status();
     if (pc) {
         unsigned cube = DEC_CUBE;
