@@ -34,6 +34,10 @@ typedef struct graph_op {
     size_t size;             /* write and copy: bytes */
 } graph_op;
 
+/* How many size classes larger a block freed while recording may be and still serve an
+ * allocation of the recording (four classes per power of two: up to twice the size). */
+#define GRAPH_REUSE_CLASSES 4
+
 struct em_graph {
     em_device *dev;
     graph_op *ops;
@@ -103,9 +107,15 @@ void em_rt_graph_hold(em_graph *g, em_buffer *b)
 
 em_buffer *em_rt_graph_take_free(em_graph *g, unsigned cls)
 {
-    em_buffer *b = g->free_lists[cls];
+    /* its own size class first, else a block of up to GRAPH_REUSE_CLASSES classes larger (at
+     * most twice the size): graph-held memory is not shared with the pool, so a temporary of one
+     * class serving a smaller one later keeps the replays' footprint near the recording's peak
+     * instead of the sum over classes of each class's peak */
+    em_buffer *b = NULL;
+    for (unsigned c = cls; c < EM_RT_POOL_CLASSES && c <= cls + GRAPH_REUSE_CLASSES && !b; c++)
+        b = g->free_lists[c];
     if (b) {
-        g->free_lists[cls] = b->next;
+        g->free_lists[b->cls] = b->next;
         b->user_freed = false;
         b->dev->pool.stats.bytes_in_graphs -= b->capacity; /* in use again (pool lock held) */
     }

@@ -164,6 +164,7 @@ em_buffer *em_buffer_alloc(em_device *dev, size_t bytes)
             em_rt_graph_hold(g, b); /* the replays use it: it stays the graph's */
     }
     if (b) {
+        cap = b->capacity; /* a graph's block may be of a larger class */
         unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)cap);
         pool->live_count[k]++;
         pool->live_bytes[k] += cap;

@@ -263,6 +263,35 @@ static void test_pool_rules(void **state)
     em_buffer_free(out);
 }
 
+/* A block freed while recording also serves a later, smaller allocation of the recording (up to
+ * four size classes down: half its size), not a much smaller one; bytes_in_use follows the
+ * block's own capacity. */
+static void test_pool_reuse_across_classes(void **state)
+{
+    (void)state;
+    size_t big = 64 * 1024;
+    assert_int_equal(em_graph_begin(dev), EM_OK);
+    em_buffer *a = em_buffer_alloc(dev, big);
+    assert_non_null(a);
+    em_buffer_free(a);
+    em_buffer *tiny = em_buffer_alloc(dev, big / 8); /* too small for a's block */
+    assert_true(tiny != a);
+    em_pool_stats before;
+    em_device_pool_stats(dev, &before);
+    em_buffer *b = em_buffer_alloc(dev, big * 3 / 4);
+    assert_ptr_equal(b, a);
+    em_pool_stats after;
+    em_device_pool_stats(dev, &after);
+    assert_int_equal(after.bytes_in_use - before.bytes_in_use, a->capacity);
+    em_buffer_free(b);
+    em_buffer_free(tiny);
+    em_graph *g = NULL;
+    assert_int_equal(em_graph_end(dev, &g), EM_OK);
+    em_graph_free(g);
+    em_device_pool_stats(dev, &after);
+    assert_int_equal(after.bytes_in_graphs, 0);
+}
+
 /* The values of such a chain with reused temporaries (t2 zeroed by a recorded write), replayed
  * three times. */
 static void test_chain_values(void **state)
@@ -298,7 +327,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_record_and_replay), cmocka_unit_test(test_recorded_write),
         cmocka_unit_test(test_refused),           cmocka_unit_test(test_misuse),
-        cmocka_unit_test(test_pool_rules),        cmocka_unit_test(test_chain_values),
+        cmocka_unit_test(test_pool_rules),        cmocka_unit_test(test_pool_reuse_across_classes),        cmocka_unit_test(test_chain_values),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
