@@ -45,6 +45,12 @@ void em_optimizer_free(em_optimizer *o);
 /* One update from the current gradients (parameters without a gradient are skipped). */
 em_status em_optimizer_step(em_optimizer *o);
 /* Drops every parameter's gradient. */
+/* Keeps `mirror` (a tensor of param's shape and device in another float dtype: the bf16 copy a
+ * mixed-precision forward reads) equal to param rounded to mirror's dtype: each step writes it
+ * right after updating param — in the same launch where the fused Adam kernels run, else by a
+ * cast — so no separate copy pass is needed. Borrowed: it must outlive its use by o. NULL removes
+ * it. Fails when param is not o's or the mirror does not match it. */
+em_status em_optimizer_set_mirror(em_optimizer *o, const em_tensor *param, em_tensor *mirror);
 void em_optimizer_zero_grad(em_optimizer *o);
 void em_optimizer_set_lr(em_optimizer *o, double lr);
 double em_optimizer_lr(const em_optimizer *o);

@@ -108,23 +108,32 @@ em_status op_adam_fused(em_optimizer *o, op_param *p, const em_tensor *grad, int
         (st = em_realize(m)) != EM_OK || (st = em_realize(v)) != EM_OK)
         return st;
 
+    /* the mirror in the same launch where the kernel can index it (else step_one casts) */
+    em_tensor *q = p->mirror;
+    bool mirror = q && indexable(q) && em_numel(q) == em_numel(w) &&
+                  em_tensor_device(q) == em_tensor_device(w) &&
+                  tn_check_write(q, "optimizer_step") == EM_OK && em_realize(q) == EM_OK;
+    em_clear_error();
+    if (!mirror) q = w; /* a placeholder the kernel never touches */
+
     const em_adam_config *c = &o->cfg.adam;
     em_scalar pt = em_dtype(w), s = op_compute_type(w);
     em_device *dev = em_tensor_device(w);
-    int64_t n = em_numel(w), offs[4] = {w->offset, g->offset, m->offset, v->offset};
+    int64_t n = em_numel(w), offs[5] = {w->offset, g->offset, m->offset, v->offset, q->offset};
     size_t esz = em_scalar_size(s) > em_scalar_size(pt) ? em_scalar_size(s) : em_scalar_size(pt);
-    unsigned lw = pick_width(dev, esz, n, offs, 4);
+    unsigned lw = pick_width(dev, esz, n, offs, 5);
     bool decay = c->weight_decay != 0 && p->decay;
     unsigned kind = !decay ? 0 : c->decoupled ? 2 : 1;
     double bc1 = 1.0 - pow(c->beta1, (double)t), bc2 = 1.0 - pow(c->beta2, (double)t);
     double dfac = kind == 2 ? 1.0 - o->lr * c->weight_decay : c->weight_decay;
 
-    em_arg a[17];
+    em_arg a[19];
     size_t na = 0;
     na = push_tensor(a, na, w, lw);
     na = push_tensor(a, na, g, lw);
     na = push_tensor(a, na, m, lw);
     na = push_tensor(a, na, v, lw);
+    na = push_tensor(a, na, q, lw);
     a[na++] = em_arg_u32((uint32_t)(n / lw));
     uint32_t cubes[3], units[3];
     tn_grid_1d((uint64_t)(n / lw), cubes, units);
@@ -133,20 +142,24 @@ em_status op_adam_fused(em_optimizer *o, op_param *p, const em_tensor *grad, int
         na = push_tensor(a, na, o->dscal, 1);
         const double fixed[5] = {c->beta1, 1.0 - c->beta1, c->beta2, 1.0 - c->beta2, c->eps};
         for (int i = 0; i < 5; i++) a[na++] = em_arg_f64(fixed[i]);
-        em_lang_bind bd[4] = {em_lang_bind_type("P", pt), em_lang_bind_type("S", s),
+        em_lang_bind bd[6] = {em_lang_bind_type("P", pt),
+                              em_lang_bind_type("S", s),
                               em_lang_bind_type("A", em_dtype(o->dscal)),
-                              em_lang_bind_int("DECAY", kind)};
-        st = launch(dev, "optim_adam_dev", bd, 4, lw, cubes, units, a, na);
-        if (st == EM_OK) *ran = true;
+                              em_lang_bind_type("Q", em_dtype(q)),
+                              em_lang_bind_int("DECAY", kind),
+                              em_lang_bind_bool("MIRROR", mirror)};
+        st = launch(dev, "optim_adam_dev", bd, 6, lw, cubes, units, a, na);
+        if (st == EM_OK) *ran = true, p->mirror_written = mirror;
         return st;
     }
     const double sc[8] = {c->beta1,  1.0 - c->beta1, c->beta2,    1.0 - c->beta2,
                           sqrt(bc2), c->eps,         o->lr / bc1, dfac};
     for (int i = 0; i < 8; i++) a[na++] = em_arg_f64(sc[i]);
-    em_lang_bind b[3] = {em_lang_bind_type("P", pt), em_lang_bind_type("S", s),
-                         em_lang_bind_int("DECAY", kind)};
-    st = launch(dev, "optim_adam", b, 3, lw, cubes, units, a, na);
-    if (st == EM_OK) *ran = true;
+    em_lang_bind b[5] = {em_lang_bind_type("P", pt), em_lang_bind_type("S", s),
+                         em_lang_bind_type("Q", em_dtype(q)), em_lang_bind_int("DECAY", kind),
+                         em_lang_bind_bool("MIRROR", mirror)};
+    st = launch(dev, "optim_adam", b, 5, lw, cubes, units, a, na);
+    if (st == EM_OK) *ran = true, p->mirror_written = mirror;
     return st;
 }
 

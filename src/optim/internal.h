@@ -17,6 +17,8 @@ typedef struct op_param {
     em_tensor *t;                   /* borrowed */
     bool decay;                     /* in the weight-decay group */
     em_tensor *state[OP_MAX_STATE]; /* owned, untracked (no scope); NULL until created */
+    em_tensor *mirror;              /* borrowed: kept equal to t rounded to its dtype, or NULL */
+    bool mirror_written;            /* the fused update wrote the mirror in this step */
 } op_param;
 
 /* Updates one parameter from its gradient g (in the parameter's compute dtype, see op_compute_type)

@@ -154,14 +154,26 @@ static em_status init_state(em_optimizer *o, op_param *p)
     return EM_OK;
 }
 
+/* The mirror of p, when the fused update did not write it: p's value cast to its dtype. */
+static em_status write_mirror(op_param *p)
+{
+    if (!p->mirror || p->mirror_written) return EM_OK;
+    em_tensor *c = em_cast(p->t, em_dtype(p->mirror));
+    em_status st = c ? em_copy_(p->mirror, c) : em_last_status();
+    em_release(c);
+    return st;
+}
+
 static em_status step_one(em_optimizer *o, op_param *p, int64_t t)
 {
     em_tensor *g = em_grad(p->t);
     if (!g) return init_state(o, p);
+    p->mirror_written = false;
     if (o->fused) {
         bool ran = false;
         em_status st = o->fused(o, p, g, t, &ran);
-        if (st != EM_OK || ran) return st;
+        if (st != EM_OK) return st;
+        if (ran) return write_mirror(p);
     }
     /* the op-by-op update: the algorithm has no fused kernel (SGD), or the parameter is strided
      * or too large for it (fused.c) */
@@ -170,7 +182,34 @@ static em_status step_one(em_optimizer *o, op_param *p, int64_t t)
     if (!gc) return em_last_status();
     em_status st = o->update(o, p, gc, t);
     if (st == EM_OK) st = init_state(o, p); /* in case the update left a slot empty */
+    if (st == EM_OK) st = write_mirror(p);
     return st;
+}
+
+em_status em_optimizer_set_mirror(em_optimizer *o, const em_tensor *param, em_tensor *mirror)
+{
+    if (!o || !param) return em_set_error(EM_ERR_INVALID, "optimizer_set_mirror: NULL argument");
+    for (int i = 0; i < o->n; i++) {
+        op_param *p = &o->ps[i];
+        if (p->t != param) continue;
+        if (mirror) {
+            char a[96], b[96];
+            em_shape sp = em_shape_of(param), sm = em_shape_of(mirror);
+            bool same = sp.rank == sm.rank && em_scalar_is_float(em_dtype(mirror)) &&
+                        em_tensor_device(mirror) == em_tensor_device(param);
+            for (int d = 0; same && d < sp.rank; d++) same = sp.d[d] == sm.d[d];
+            if (!same)
+                return em_set_error(EM_ERR_INVALID,
+                                    "optimizer_set_mirror: mirror %s does not match parameter %s "
+                                    "%s (expected its shape and device, a float dtype)",
+                                    em_describe(mirror, a, sizeof a), p->name,
+                                    em_describe(param, b, sizeof b));
+        }
+        p->mirror = mirror;
+        return EM_OK;
+    }
+    return em_set_error(EM_ERR_NOT_FOUND, "optimizer_set_mirror: not a parameter of this %s",
+                        o->kind);
 }
 
 em_status em_optimizer_step(em_optimizer *o)

@@ -24,6 +24,7 @@ struct em_trainer {
     em_gpt *compute;        /* the bf16 copy (bf16 mode) or == master */
     tr_pair *pairs;         /* bf16 mode: the parameter pairs */
     int npairs;
+    bool mirrored;          /* bf16 mode: the optimizer writes the compute copies (no sync pass) */
     em_optimizer *opt;
     int64_t step;     /* optimizer steps done */
     int64_t tokens;   /* tokens trained on */

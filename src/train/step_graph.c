@@ -142,7 +142,7 @@ static em_status body(em_trainer *t)
     if (st == EM_OK) st = em_clip_grad_norm_device(t->opt, clip);
     if (st == EM_OK) st = em_optimizer_step(t->opt);
     em_optimizer_zero_grad(t->opt);
-    if (st == EM_OK && t->compute != t->master) st = tr_sync_compute(t);
+    if (st == EM_OK && t->compute != t->master && !t->mirrored) st = tr_sync_compute(t);
     return st;
 }
 

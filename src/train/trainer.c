@@ -128,6 +128,26 @@ static bool count_param(const char *name, em_module_entry *e, void *user)
     return true;
 }
 
+/* bf16 mode with one optimizer over every parameter: the optimizer's step writes each bf16
+ * compute copy as it updates the master (in the fused Adam kernel's launch), so the step needs
+ * no separate master -> compute pass. ZeRO-1 shards keep the pass: other ranks' updates arrive
+ * in the masters after the step. */
+static em_status setup_mirrors(em_trainer *t)
+{
+    const char *env = getenv("EMBER_TRAIN_MIRRORS"); /* 0: the separate pass (measurements) */
+    if (t->clip || (env && !strcmp(env, "0"))) return EM_OK;
+    for (int i = 0; i < t->npairs; i++) {
+        em_status st = em_optimizer_set_mirror(t->opt, t->pairs[i].master, t->pairs[i].compute);
+        if (st != EM_OK) {
+            for (int j = 0; j < i; j++) em_optimizer_set_mirror(t->opt, t->pairs[j].master, NULL);
+            em_clear_error();
+            return EM_OK; /* the copy pass stays */
+        }
+    }
+    t->mirrored = true;
+    return EM_OK;
+}
+
 static em_status setup_bf16(em_trainer *t)
 {
     t->compute = em_gpt_new(t->dev, EM_BF16, em_gpt_config_of(t->master), t->cfg.seed);
@@ -247,6 +267,7 @@ em_trainer *em_trainer_new(const em_train_config *cfg)
     if (st == EM_OK) {
         t->compute = t->master;
         if (c->bf16) st = setup_bf16(t);
+        if (st == EM_OK && c->bf16) st = setup_mirrors(t);
     }
     if (st == EM_OK) {
         size_t n = (size_t)c->batch * (size_t)c->seq;
@@ -400,7 +421,7 @@ static em_status eager_step(em_trainer *t, double lr, double *loss, double *norm
         if (st == EM_OK && t->clip) st = tr_dist_share_update(t);
     }
     em_optimizer_zero_grad(all);
-    if (st == EM_OK && t->compute != t->master) st = tr_sync_compute(t);
+    if (st == EM_OK && t->compute != t->master && !t->mirrored) st = tr_sync_compute(t);
     if (st == EM_OK) st = em_flush(); /* the update's fused kernels run inside the step's time */
     if (st == EM_OK) st = em_device_sync(t->dev);
     return st;

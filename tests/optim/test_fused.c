@@ -11,7 +11,8 @@
  *     and a gradient tensor shared by two parameters (rescaled once, not twice);
  *   - state a caller still holds is not written in place;
  *   - launches and allocations per step with the profiler (one launch per parameter, none
- *     allocated; clip: two launches per gradient and one read). */
+ *     allocated; clip: two launches per gradient and one read);
+ *   - mirrors: bf16 copies written with the update equal the parameters cast, bit for bit. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -485,12 +486,99 @@ static void test_launch_counts(void **state)
     }
 }
 
+/* Mirrors (em_optimizer_set_mirror): bf16 copies of f32 parameters equal the parameters cast to
+ * bf16 after every step, bit for bit — written in the fused launch (no extra launch: N per step,
+ * as without mirrors) for contiguous parameters, by a cast for a strided one (the op-by-op path)
+ * — on every device that holds bf16, with launch-argument and device scalars; a mirror of the
+ * wrong shape is refused. */
+static void mirror_case(em_device *dev, bool device_scalars, bool with_strided)
+{
+    enum { MAXP = 3 };
+    const int N = with_strided ? 3 : 2;
+    em_tensor *ps[MAXP], *mirror[MAXP];
+    em_param_ref refs[MAXP];
+    static const char *names[MAXP] = {"a", "b", "strided"};
+    for (int k = 0; k < N; k++) {
+        em_rng pr = em_rng_new(7u + (uint64_t)k);
+        em_tensor *base = em_randn(dev, EM_F32, EM_SHAPE(24, 40), &pr);
+        ps[k] = k == 2 ? em_transpose(base, 0, 1) : em_retain(base); /* a strided parameter */
+        em_release(base);
+        em_set_requires_grad(ps[k], true);
+        mirror[k] = em_cast(ps[k], EM_BF16);
+        assert_non_null(mirror[k]);
+        assert_int_equal(em_realize(mirror[k]), EM_OK);
+        refs[k] = (em_param_ref){names[k], ps[k], k != 1};
+    }
+    em_adam_config cfg = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                          .weight_decay = 0.1, .decoupled = true};
+    em_optimizer *o = em_adam_new_params(refs, N, &cfg);
+    assert_non_null(o);
+    for (int k = 0; k < N; k++) assert_int_equal(em_optimizer_set_mirror(o, ps[k], mirror[k]), EM_OK);
+    em_tensor *wrong = em_zeros(dev, EM_BF16, EM_SHAPE(3));
+    assert_int_equal(em_optimizer_set_mirror(o, ps[0], wrong), EM_ERR_INVALID);
+    assert_non_null(strstr(em_last_error(), "does not match parameter a"));
+    assert_int_equal(em_optimizer_set_mirror(o, wrong, NULL), EM_ERR_NOT_FOUND);
+    em_clear_error();
+    em_release(wrong);
+    if (device_scalars) assert_int_equal(em_optimizer_device_scalars(o, true), EM_OK);
+    em_rng r = em_rng_new(99);
+    for (int t = 1; t <= 3; t++) {
+        for (int k = 0; k < N; k++) {
+            em_tensor *g = em_randn(dev, EM_F32, em_shape_of(ps[k]), &r);
+            em_set_grad(ps[k], g);
+            em_release(g);
+        }
+        if (device_scalars) assert_int_equal(em_optimizer_write_scalars(o), EM_OK);
+        assert_int_equal(em_flush(), EM_OK); /* the gradients' fills run here */
+        em_profile_enable(true);
+        em_profile_reset();
+        assert_int_equal(em_optimizer_step(o), EM_OK);
+        em_profile_counts c;
+        em_profile_get(&c);
+        em_profile_enable(false);
+        if (device_scalars) em_optimizer_set_steps(o, em_optimizer_steps(o) + 1);
+        /* two fused launches write their mirrors; the strided one is updated op by op */
+        em_profile_kernel kf;
+        assert_true(em_profile_kernel_get(device_scalars ? "optim_adam_dev" : "optim_adam", &kf));
+        assert_int_equal(kf.launches, 2);
+        if (!with_strided && t > 1) assert_int_equal(c.launches, 2); /* no separate cast (the
+                                                                  * first step makes state) */
+        for (int k = 0; k < N; k++) {
+            em_tensor *cast = em_cast(ps[k], EM_BF16);
+            double *x = tu_read(cast), *y = tu_read(mirror[k]);
+            for (int64_t i = 0; i < em_numel(cast); i++)
+                if (x[i] != y[i])
+                    fail_msg("mirror %s on %s, step %d: element %lld %.9g vs %.9g", names[k],
+                             em_device_name(dev), t, (long long)i, y[i], x[i]);
+            free(x);
+            free(y);
+            em_release(cast);
+        }
+        em_optimizer_zero_grad(o);
+    }
+    em_optimizer_free(o);
+    for (int k = 0; k < N; k++) em_release(ps[k]), em_release(mirror[k]);
+}
+
+static void test_mirrors(void **state)
+{
+    (void)state;
+    for (int d = 0; d < tu_ndev; d++) {
+        if (!tu_has(tu_devs[d], EM_BF16)) continue;
+        for (int ds = 0; ds < 2; ds++) {
+            mirror_case(tu_devs[d], ds == 1, true);
+            mirror_case(tu_devs[d], ds == 1, false);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adam_fused),      cmocka_unit_test(test_clip_norm),
         cmocka_unit_test(test_clip_nonfinite),  cmocka_unit_test(test_clip_shared_and_devices),
         cmocka_unit_test(test_held_state_kept), cmocka_unit_test(test_launch_counts),
+        cmocka_unit_test(test_mirrors),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }
