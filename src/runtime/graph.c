@@ -42,6 +42,7 @@ struct em_graph {
     em_device *dev;
     graph_op *ops;
     size_t nops, cap;
+    size_t max_ops;          /* EMBER_GRAPH_MAX_OPS at em_graph_begin (0: no limit) */
     em_buffer **bufs;        /* the buffers it holds */
     size_t nbufs, bufs_cap;
     em_buffer *free_lists[EM_RT_POOL_CLASSES]; /* while recording: blocks freed by it */
@@ -167,8 +168,23 @@ static em_status record_nomem(em_graph *g)
     return st;
 }
 
+/* EM_OK while the recording may take one more operation; else fails it (EMBER_GRAPH_MAX_OPS:
+ * a bound on a graph's size, which also lets tests exercise the callers' eager fallbacks). */
+static em_status check_limit(em_graph *g)
+{
+    if (!g->max_ops || g->nops < g->max_ops)
+        return EM_OK;
+    em_status st = em_set_error(EM_ERR_INVALID,
+                                "recording a graph: more than EMBER_GRAPH_MAX_OPS = %zu operations",
+                                g->max_ops);
+    graph_fail(g, st);
+    return st;
+}
+
 em_status em_rt_graph_record_launch(em_graph *g, void *fn, const em_drv_launch *launch)
 {
+    if (check_limit(g) != EM_OK)
+        return g->failed;
     graph_op *op = op_add(g);
     em_drv_arg *args = op ? calloc(launch->nargs ? launch->nargs : 1, sizeof(*args)) : NULL;
     if (!args)
@@ -205,6 +221,8 @@ em_status em_rt_graph_record_launch(em_graph *g, void *fn, const em_drv_launch *
 em_status em_rt_graph_record_write(em_graph *g, void *mem, size_t offset, const void *src,
                                    size_t bytes)
 {
+    if (check_limit(g) != EM_OK)
+        return g->failed;
     graph_op *op = op_add(g);
     void *copy = op ? malloc(bytes) : NULL;
     if (!copy)
@@ -218,6 +236,8 @@ em_status em_rt_graph_record_write(em_graph *g, void *mem, size_t offset, const 
 em_status em_rt_graph_record_copy(em_graph *g, void *dst, size_t dst_offset, const void *src,
                                   size_t src_offset, size_t bytes)
 {
+    if (check_limit(g) != EM_OK)
+        return g->failed;
     graph_op *op = op_add(g);
     if (!op)
         return record_nomem(g);
@@ -240,6 +260,8 @@ em_status em_graph_begin(em_device *dev)
     if (!g)
         return em_set_error(EM_ERR_NOMEM, "em_graph_begin: out of host memory");
     g->dev = dev;
+    const char *lim = getenv("EMBER_GRAPH_MAX_OPS");
+    g->max_ops = lim && *lim ? (size_t)strtoull(lim, NULL, 10) : 0;
     pthread_mutex_lock(&dev->pool.lock);
     dev->recording = g;
     pthread_mutex_unlock(&dev->pool.lock);

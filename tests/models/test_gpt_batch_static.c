@@ -436,6 +436,15 @@ static void test_schedule_without_graphs(void **state)
     unsetenv("EMBER_DECODE_GRAPHS");
 }
 
+/* Recordings that fail (more operations than EMBER_GRAPH_MAX_OPS) leave those steps eager: the
+ * same schedule, the same tokens. */
+static void test_schedule_when_recording_fails(void **state)
+{
+    setenv("EMBER_GRAPH_MAX_OPS", "10", 1);
+    test_schedule_matches_generate(state);
+    unsetenv("EMBER_GRAPH_MAX_OPS");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -443,6 +452,7 @@ int main(void)
         cmocka_unit_test(test_steps_of_a_bucket_launch_alike),
         cmocka_unit_test(test_replayed_steps_launch_nothing),
         cmocka_unit_test(test_schedule_without_graphs),
+        cmocka_unit_test(test_schedule_when_recording_fails),
     };
     return cmocka_run_group_tests_name("gpt_batch_static", tests, setup, teardown);
 }

@@ -187,6 +187,30 @@ static void test_refused(void **state)
     em_buffer_free(x);
 }
 
+/* EMBER_GRAPH_MAX_OPS bounds a recording: the operation past it fails, and so does the
+ * recording, naming the limit; nothing ran. */
+static void test_max_ops(void **state)
+{
+    (void)state;
+    em_buffer *x = filled(1, 0);
+    setenv("EMBER_GRAPH_MAX_OPS", "2", 1);
+    assert_int_equal(em_graph_begin(dev), EM_OK);
+    unsetenv("EMBER_GRAPH_MAX_OPS"); /* read at em_graph_begin */
+    launch_acc(x, x);
+    launch_acc(x, x);
+    em_graph *g = NULL;
+    float h[N];
+    assert_int_equal(em_buffer_write(x, 0, h, sizeof(float)), EM_ERR_INVALID); /* the third */
+    assert_non_null(strstr(em_last_error(), "EMBER_GRAPH_MAX_OPS = 2"));
+    assert_int_equal(em_graph_end(dev, &g), EM_ERR_INVALID);
+    assert_null(g);
+    assert_non_null(strstr(em_last_error(), "EMBER_GRAPH_MAX_OPS"));
+    assert_false(em_device_recording(dev));
+    read_all(x, h); /* nothing ran */
+    for (int i = 0; i < N; i++) assert_float_equal(h[i], 1.0f, 0.0f);
+    em_buffer_free(x);
+}
+
 static void test_misuse(void **state)
 {
     (void)state;
@@ -327,7 +351,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_record_and_replay), cmocka_unit_test(test_recorded_write),
         cmocka_unit_test(test_refused),           cmocka_unit_test(test_misuse),
-        cmocka_unit_test(test_pool_rules),        cmocka_unit_test(test_pool_reuse_across_classes),        cmocka_unit_test(test_chain_values),
+        cmocka_unit_test(test_max_ops),           cmocka_unit_test(test_pool_rules),        cmocka_unit_test(test_pool_reuse_across_classes),        cmocka_unit_test(test_chain_values),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

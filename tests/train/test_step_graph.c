@@ -261,6 +261,35 @@ static void test_nonfinite_skipped(void **state)
     remove_dir(dir);
 }
 
+/* A recording that fails (here: more operations than EMBER_GRAPH_MAX_OPS allows) leaves the
+ * trainer eager from then on, with the eager path's results bit for bit: nothing of the failed
+ * recording ran, and every step still launches its kernels. */
+static void test_recording_fails_falls_back(void **state)
+{
+    (void)state;
+    variant v = {"recording over the limit", 1, false, false, 0};
+    char dir[512], text[700], a[700], b[700];
+    scratch_dir("train-graph-limit", dir, sizeof dir);
+    make_text(dir, text, sizeof text);
+    snprintf(a, sizeof a, "%s/eager", dir);
+    snprintf(b, sizeof b, "%s/graph", dir);
+    run e = {0}, g = {0};
+    train("cpu", text, a, &v, false, &e);
+    setenv("EMBER_GRAPH_MAX_OPS", "20", 1);
+    train("cpu", text, b, &v, true, &g);
+    unsetenv("EMBER_GRAPH_MAX_OPS");
+    assert_false(g.replayed);
+    for (int s = 0; s < STEPS; s++) {
+        assert_true(g.launches[s] > 0);
+        assert_true(e.loss[s] == g.loss[s] && e.norm[s] == g.norm[s]);
+    }
+    assert_int_equal(e.adam_steps, g.adam_steps);
+    assert_memory_equal(e.params, g.params, e.nparams * sizeof(float));
+    free(e.params);
+    free(g.params);
+    remove_dir(dir);
+}
+
 static void test_dropout_declined(void **state)
 {
     (void)state;
@@ -292,6 +321,7 @@ int main(void)
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_nonfinite_skipped),
         cmocka_unit_test(test_dropout_declined),
+        cmocka_unit_test(test_recording_fails_falls_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
