@@ -88,6 +88,20 @@ static em_status setup(em_trainer *t)
 }
 
 /* Loads the step's grad_accum batches into x and y. */
+/* The graph's ops take their indices on trust (clamped, never checked on the device): the ids
+ * are checked here, on the host, where they come from, as the eager ops would check them. */
+static em_status check_ids(const em_trainer *t, const int32_t *ids, size_t n, const char *what)
+{
+    int64_t V = em_gpt_config_of(t->compute)->vocab_size;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return em_set_error(EM_ERR_INVALID,
+                                "training batch: %s id %d at position %zu is outside the model's "
+                                "vocabulary of %lld (data made with another tokenizer?)",
+                                what, (int)ids[i], i, (long long)V);
+    return EM_OK;
+}
+
 static em_status write_batches(em_trainer *t)
 {
     tr_graph *gs = t->graph;
@@ -95,6 +109,8 @@ static em_status write_batches(em_trainer *t)
     em_status st = EM_OK;
     for (int i = 0; st == EM_OK && i < t->cfg.grad_accum; i++) {
         st = em_loader_next(t->train, t->hx, t->hy);
+        if (st == EM_OK) st = check_ids(t, t->hx, n, "input");
+        if (st == EM_OK) st = check_ids(t, t->hy, n, "target");
         if (st == EM_OK)
             st = em_buffer_write(gs->x->st->buf, (size_t)gs->x->offset * 4 + i * bytes, t->hx,
                                  bytes);

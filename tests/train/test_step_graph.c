@@ -290,6 +290,47 @@ static void test_recording_fails_falls_back(void **state)
     remove_dir(dir);
 }
 
+/* Token ids past the model's vocabulary (a shard of another tokenizer): the graph path checks
+ * them on the host where the batch is written — its device ops would clamp them — and fails the
+ * step naming the id, as the eager path's embedding does. */
+static void test_ids_outside_vocab(void **state)
+{
+    (void)state;
+    char dir[512], path[700];
+    scratch_dir("train-graph-vocab", dir, sizeof dir);
+    enum { NTOK = 4096 };
+    static uint32_t ids[NTOK];
+    for (int i = 0; i < NTOK; i++) ids[i] = (uint32_t)(i * 7 % 64);
+    ids[1000] = 300; /* outside a 256-id model */
+    snprintf(path, sizeof path, "%s/train_000.bin", dir);
+    assert_int_equal(em_shard_write(path, ids, NTOK, 512), EM_OK);
+    for (int graph = 0; graph < 2; graph++) {
+        em_train_config c;
+        em_train_config_default(&c);
+        c.model = (em_gpt_config){256, 16, 1, 2, 32, 0.0, true, true};
+        c.data = dir;
+        c.out_dir = dir;
+        c.device = "cpu";
+        c.batch = 4;
+        c.seq = 16;
+        c.max_steps = 40;
+        c.eval_every = 0;
+        c.sample_every = -1;
+        c.ckpt_every = 0;
+        c.shuffle = false;
+        c.graph = graph == 1;
+        em_trainer *t = em_trainer_new(&c);
+        if (!t) fail_msg("trainer: %s", em_last_error());
+        em_status st = EM_OK;
+        for (int s = 0; s < 40 && st == EM_OK; s++) st = em_trainer_step(t, NULL);
+        assert_int_equal(st, EM_ERR_INVALID);
+        fprintf(stderr, "[train] %s: %s\n", graph ? "graph" : "eager", em_last_error());
+        assert_non_null(strstr(em_last_error(), "300"));
+        em_trainer_free(t);
+    }
+    remove_dir(dir);
+}
+
 static void test_dropout_declined(void **state)
 {
     (void)state;
@@ -322,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_nonfinite_skipped),
         cmocka_unit_test(test_dropout_declined),
         cmocka_unit_test(test_recording_fails_falls_back),
+        cmocka_unit_test(test_ids_outside_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
