@@ -118,7 +118,6 @@ em_buffer *em_rt_graph_take_free(em_graph *g, unsigned cls)
     if (b) {
         g->free_lists[b->cls] = b->next;
         b->user_freed = false;
-        b->dev->pool.stats.bytes_in_graphs -= b->capacity; /* in use again (pool lock held) */
     }
     return b;
 }

@@ -158,6 +158,8 @@ em_buffer *em_buffer_alloc(em_device *dev, size_t bytes)
     pthread_mutex_lock(&pool->lock);
     em_graph *g = dev->recording;
     em_buffer *b = g ? em_rt_graph_take_free(g, cls) : NULL;
+    if (b)
+        pool->stats.bytes_in_graphs -= b->capacity; /* the graph's again in use */
     if (!b) {
         b = take_block(dev, cls, cap);
         if (b && g)

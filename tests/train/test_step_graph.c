@@ -237,18 +237,30 @@ static void test_bf16(void **state)
     compare("cpu", &v);
 }
 
+/* Variant v trained on the CPU eagerly into e and on the graph path into g, from the same
+ * init and text (in a scratch directory named tag, removed after); max_ops, when not NULL, is
+ * EMBER_GRAPH_MAX_OPS for the graph run. */
+static void eager_and_graph_cpu(const char *tag, const variant *v, const char *max_ops, run *e,
+                                run *g)
+{
+    char dir[512], text[700], a[700], b[700];
+    scratch_dir(tag, dir, sizeof dir);
+    make_text(dir, text, sizeof text);
+    snprintf(a, sizeof a, "%s/eager", dir);
+    snprintf(b, sizeof b, "%s/graph", dir);
+    train("cpu", text, a, v, false, e);
+    if (max_ops) setenv("EMBER_GRAPH_MAX_OPS", max_ops, 1);
+    train("cpu", text, b, v, true, g);
+    if (max_ops) unsetenv("EMBER_GRAPH_MAX_OPS");
+    remove_dir(dir);
+}
+
 static void test_nonfinite_skipped(void **state)
 {
     (void)state;
     variant v = {"NaN before step 5", 1, false, false, 5};
-    char dir[512], text[700], a[700], b[700];
-    scratch_dir("train-graph-nan", dir, sizeof dir);
-    make_text(dir, text, sizeof text);
-    snprintf(a, sizeof a, "%s/eager", dir);
-    snprintf(b, sizeof b, "%s/graph", dir);
     run e = {0}, g = {0};
-    train("cpu", text, a, &v, false, &e);
-    train("cpu", text, b, &v, true, &g);
+    eager_and_graph_cpu("train-graph-nan", &v, NULL, &e, &g);
     for (int s = 4; s < STEPS; s++) {
         assert_false(isfinite(e.norm[s]));
         assert_false(isfinite(g.norm[s]));
@@ -258,7 +270,6 @@ static void test_nonfinite_skipped(void **state)
     assert_memory_equal(e.params, g.params, e.nparams * sizeof(float));
     free(e.params);
     free(g.params);
-    remove_dir(dir);
 }
 
 /* A recording that fails (here: more operations than EMBER_GRAPH_MAX_OPS allows) leaves the
@@ -268,16 +279,8 @@ static void test_recording_fails_falls_back(void **state)
 {
     (void)state;
     variant v = {"recording over the limit", 1, false, false, 0};
-    char dir[512], text[700], a[700], b[700];
-    scratch_dir("train-graph-limit", dir, sizeof dir);
-    make_text(dir, text, sizeof text);
-    snprintf(a, sizeof a, "%s/eager", dir);
-    snprintf(b, sizeof b, "%s/graph", dir);
     run e = {0}, g = {0};
-    train("cpu", text, a, &v, false, &e);
-    setenv("EMBER_GRAPH_MAX_OPS", "20", 1);
-    train("cpu", text, b, &v, true, &g);
-    unsetenv("EMBER_GRAPH_MAX_OPS");
+    eager_and_graph_cpu("train-graph-limit", &v, "20", &e, &g);
     assert_false(g.replayed);
     for (int s = 0; s < STEPS; s++) {
         assert_true(g.launches[s] > 0);
@@ -287,7 +290,6 @@ static void test_recording_fails_falls_back(void **state)
     assert_memory_equal(e.params, g.params, e.nparams * sizeof(float));
     free(e.params);
     free(g.params);
-    remove_dir(dir);
 }
 
 /* Token ids past the model's vocabulary (a shard of another tokenizer): the graph path checks

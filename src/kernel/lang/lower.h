@@ -141,6 +141,11 @@ lv em_lang_lower_builtin(lower *L, const ast_expr *e);
 
 /* Whether the target runs warpgroup MMAs natively (CUDA on compute capability 9.0). */
 bool em_lang_wgmma_native(const em_caps *caps);
+/* True when L's target may lower a Hopper-only builtin (natively: CUDA sm_90a; emulated: the C
+ * target); else reports "'builtin' needs <needs> ...; guard it with has(<feature>)" at e and
+ * returns false. Shared by the wgmma and mbarrier builtins. */
+bool em_lang_hopper_target(lower *L, const ast_expr *e, const char *builtin, const char *feature,
+                           const char *needs);
 /* A call of wgmma_fence / _commit / _wait / _mma (builtin b, arguments a already lowered). */
 lv em_lang_lower_wgmma(lower *L, const ast_expr *e, const lang_builtin *b, lv *a);
 

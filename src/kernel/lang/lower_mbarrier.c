@@ -89,19 +89,8 @@ static const char *const op_names[] = {
 
 lv em_lang_lower_mbarrier(lower *L, const ast_expr *e, const lang_builtin *b, lv *a)
 {
-    const em_caps *caps = L->b->caps;
-    if (!emulated(L) && !em_lang_mbarrier_native(caps)) {
-        bool cuda = !strcmp(caps->target, "cuda");
-        return em_lang_lerr(
-            L, e->op_pos,
-            "guard it with 'comptime if (has(mbarrier))' and give the kernel another "
-            "path",
-            "'%s' needs shared-memory barriers with phases (CUDA on compute capability 9.0: arch "
-            "sm_90a); %s%s%s has none",
-            b->name, cuda ? "this CUDA device (" : "the ",
-            cuda ? (caps->arch[0] ? caps->arch : "architecture unknown") : caps->target,
-            cuda ? ")" : " target");
-    }
+    if (!em_lang_hopper_target(L, e, b->name, "mbarrier", "shared-memory barriers with phases"))
+        return em_lang_lv_err();
     if (b->imm == MBAR_SETMAXNREG_INC || b->imm == MBAR_SETMAXNREG_DEC)
         return setmaxnreg(L, e, b, a);
     if (!barrier_arg(L, e, &a[0], b->name)) return em_lang_lv_err();

@@ -202,21 +202,27 @@ static lv mma(lower *L, const ast_expr *e, lv *a)
     return em_lang_lv_void();
 }
 
-lv em_lang_lower_wgmma(lower *L, const ast_expr *e, const lang_builtin *b, lv *a)
+bool em_lang_hopper_target(lower *L, const ast_expr *e, const char *builtin, const char *feature,
+                           const char *needs)
 {
     const em_caps *caps = L->b->caps;
-    if (!emulated(L) && !em_lang_wgmma_native(caps)) {
-        bool cuda = !strcmp(caps->target, "cuda");
-        return em_lang_lerr(
-            L, e->op_pos,
-            "guard it with 'comptime if (has(wgmma))' and give the kernel another "
-            "path",
-            "'%s' needs warpgroup MMAs (CUDA on compute capability 9.0: arch sm_90a); "
-            "%s%s%s has none",
-            b->name, cuda ? "this CUDA device (" : "the ",
-            cuda ? (caps->arch[0] ? caps->arch : "architecture unknown") : caps->target,
-            cuda ? ")" : " target");
-    }
+    if (emulated(L) || em_lang_wgmma_native(caps)) return true;
+    bool cuda = !strcmp(caps->target, "cuda");
+    char hint[96];
+    snprintf(hint, sizeof hint, "guard it with 'comptime if (has(%s))' and give the kernel another "
+             "path", feature);
+    em_lang_lerr(L, e->op_pos, hint,
+                 "'%s' needs %s (CUDA on compute capability 9.0: arch sm_90a); %s%s%s has none",
+                 builtin, needs, cuda ? "this CUDA device (" : "the ",
+                 cuda ? (caps->arch[0] ? caps->arch : "architecture unknown") : caps->target,
+                 cuda ? ")" : " target");
+    return false;
+}
+
+lv em_lang_lower_wgmma(lower *L, const ast_expr *e, const lang_builtin *b, lv *a)
+{
+    if (!em_lang_hopper_target(L, e, b->name, "wgmma", "warpgroup MMAs"))
+        return em_lang_lv_err();
     em_ir_kernel *k = L->k;
     switch (b->imm) {
     case WGMMA_MMA:
