@@ -3,7 +3,7 @@
  * workload, impl, dtype, batch, new_tokens, tokens_per_s; train-gpt2: those of
  * ../shared/anchors/gpt2_train.py) and its own (device, ...), the figures positive and consistent
  * with each other; --dtype bf16 is reported in the reference's spelling; bad arguments get a
- * usage message and exit status 2. */
+ * usage message and exit status 2; `ember bench matmul --bt --graph` says what it timed. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -145,6 +145,30 @@ static void test_train_json(void **state)
     cJSON_Delete(o);
 }
 
+/* `ember bench matmul --graph` (the timed matmuls replayed as one graph) and `--bt` on the
+ * CPU: one JSON line per shape saying so, with a positive time; a bad shape list is an error. */
+static void test_matmul_graph_json(void **state)
+{
+    (void)state;
+    for (int graph = 0; graph < 2; graph++) {
+        cJSON *o = bench_json(graph ? "bench matmul --device cpu --shapes 3x40x24 --bt --graph"
+                                    : "bench matmul --device cpu --shapes 3x40x24 --bt");
+        assert_string_equal(string(o, "bench"), "matmul");
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "graph");
+        const cJSON *bt = cJSON_GetObjectItemCaseSensitive(o, "bt");
+        assert_true(cJSON_IsBool(g) && cJSON_IsBool(bt));
+        assert_int_equal(cJSON_IsTrue(g), graph);
+        assert_true(cJSON_IsTrue(bt));
+        assert_true(number(o, "ember_ms") > 0);
+        cJSON_Delete(o);
+    }
+    int code;
+    char *out = ember("bench matmul --device cpu --shapes 3x40 --graph", "2>&1", &code);
+    if (code == 0 || !strstr(out, "bad shape list"))
+        fail_msg("a bad shape list: status %d, output:\n%s", code, out);
+    free(out);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -191,6 +215,7 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_decode_json),
         cmocka_unit_test(test_train_json),
+        cmocka_unit_test(test_matmul_graph_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
