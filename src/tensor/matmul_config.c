@@ -365,8 +365,8 @@ static mm_config skinny(int mr, int nu, int ks, int pk, int nl, int split)
  * power of two. The CPU: one unit per cube holding NL lines (4 of 16 f32 lanes with AVX-512 for
  * one row: 64 columns). GPUs with plane ops, a plane per group: row-major b takes NU units of one
  * line side by side (32 bytes: a whole memory sector per k) and the rest of the plane along K;
- * transposed b a plane (or part of one, for short K) along K per column. PK groups along K give
- * every unit about 8 lines to read (at most 256 units a cube). Split-K across cubes only when the
+ * transposed b a plane (or part of one, for short K) along K per column. PK groups along K fill
+ * the device with units (below), so each unit has a few lines to read. Split-K across cubes only when the
  * cubes are far fewer than the multiprocessors and K is long (it costs a second launch). */
 static mm_config skinny_default(const mm_problem *p)
 {
@@ -384,7 +384,7 @@ static mm_config skinny_default(const mm_problem *p)
     bool planes = P >= 4 && P <= 64 && !(P & (P - 1));
     int es = (int)em_scalar_size(p->dt);
     int v = skinny_lanes(p, bt, 16);
-    int nu, ks, nl, uk = bt ? 2 : 4;
+    int nu, ks, nl;
     int64_t steps; /* lines along K per column */
     if (bt) {
         steps = (p->K + v - 1) / v;
@@ -401,15 +401,25 @@ static mm_config skinny_default(const mm_problem *p)
         if (!planes) nu = 32;
         nl = 1;
     }
-    int64_t pk = (steps + (int64_t)ks * uk * 2 - 1) / ((int64_t)ks * uk * 2);
-    int64_t pkmax = 256 / (nu * ks);
-    if (pk > pkmax) pk = pkmax;
-    if (pk < 1) pk = 1;
-    mm_config c = skinny(mr, nu, ks, (int)pk, nl, 1);
+    /* b streams from memory once, so the time is a few rounds of load latency: the more of K's
+     * lines are in flight at once the better. PK takes the units left when the cubes share
+     * 1024 units a multiprocessor (half of what one holds, for registers: one wave), at least 2
+     * groups' worth of a plane, at most 1024 a cube (256 from 4 rows up) and one line a unit. Measured on the H200
+     * with b cold (`ember bench matmul --graph --cold`, docs/benchmarks.md): 2 to 4 lines a unit
+     * took 1x768x768 from 6.1 to 3.6 us and 1x768x3072 from 14.8 to 6.3. */
     int64_t nout = bt ? nu * nl : nu * nl * v;
     int64_t cubes =
         (p->N + nout - 1) / nout * ((rows + mr - 1) / mr) * (skinny_fold(p) ? 1 : p->batch);
     int64_t cus = caps && caps->compute_units ? caps->compute_units : 1;
+    int64_t room = cus * 1024 / (cubes > 0 ? cubes : 1), most = mr <= 2 ? 1024 : 256;
+    if (room > most) room = most; /* more rows, more registers a unit: measured for 1 row */
+    if (room < 2 * nu * ks) room = 2 * nu * ks;
+    int64_t pk = room / (nu * ks), pkmax = (steps + ks - 1) / ks;
+    if (pk > pkmax) pk = pkmax;
+    if (pk < 1) pk = 1;
+    mm_config c = skinny(mr, nu, ks, (int)pk, nl, 1);
+    mm_skinny_plan q;
+    while (c.tn > 1 && !mm_skinny_plan_of(p, &c, &q)) c.tn /= 2; /* a device's cube limits */
     if (cubes * 2 < cus && p->K >= 2048) {
         int64_t s = (cus + cubes - 1) / cubes, kmax = p->K / 1024;
         if (s > kmax) s = kmax;

@@ -9,7 +9,9 @@
  *
  * --dtype tf32 runs f32 operands with tf32 allowed (ember and cuBLAS alike). The first call of a
  * shape (compilation, autotuning) is not timed. --graph times ember's matmuls recorded as one
- * graph and replayed, without the host's cost per launch. */
+ * graph and replayed, without the host's cost per launch. --cold rotates the timed matmuls
+ * through copies of b that together exceed the device's last-level cache (256 MiB of them, at
+ * most 64), so b streams from memory as a decode step's weights do. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -147,23 +149,24 @@ static double ref_time(reference *r, const char *dtype, const em_tensor *a, cons
 static int usage(void)
 {
     fprintf(stderr, "usage: ember bench matmul [--device D] [--dtype f32|tf32|f16|bf16] "
-                    "[--shapes MxNxK,...] [--iters N] [--bt] [--graph]\n"
+                    "[--shapes MxNxK,...] [--iters N] [--bt] [--graph] [--cold]\n"
                     "  --bt: b is the transpose of a row-major [N, K] (as nn.Linear's weight is)\n"
                     "  --graph: time the matmuls recorded as one graph and replayed (no per-launch\n"
-                    "           host cost: the device's time for small shapes)\n");
+                    "           host cost: the device's time for small shapes)\n"
+                    "  --cold: rotate through copies of b exceeding the cache (b read from memory)\n");
     return 2;
 }
 
 /* Seconds per matmul with n of them recorded as one graph (docs/graphs.md) and replayed: the
  * device's time without the host's per-launch cost, which dominates small shapes (decoding's).
  * The graph is replayed once before the timed replay. -1 with the error set. */
-static double time_graph(em_device *dev, const em_tensor *a, const em_tensor *b,
+static double time_graph(em_device *dev, const em_tensor *a, em_tensor *const *bs, int nb,
                          const em_matmul_epilogue *ep, int n)
 {
     em_graph *g = NULL;
     if (em_tensor_graph_begin(dev) != EM_OK) return -1;
     for (int i = 0; i < n; i++) {
-        em_tensor *y = em_matmul_ex(a, b, ep);
+        em_tensor *y = em_matmul_ex(a, bs[i % nb], ep);
         em_status st = y ? em_realize(y) : em_last_status();
         em_release(y);
         if (st != EM_OK) break;
@@ -182,10 +185,12 @@ static int bench_matmul(int argc, char **argv)
 {
     const char *devname = "cpu", *dtype = "f32", *shapes = NULL;
     int iters = 0;
-    bool bt = false, graph = false;
+    bool bt = false, graph = false, cold = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bt"))
             bt = true;
+        else if (!strcmp(argv[i], "--cold"))
+            cold = true;
         else if (!strcmp(argv[i], "--graph"))
             graph = true;
         else if (i + 1 < argc && !strcmp(argv[i], "--device"))
@@ -235,18 +240,28 @@ static int bench_matmul(int argc, char **argv)
         double flop = 2.0 * (double)M * (double)N * (double)K;
         int n = iters > 0 ? iters : flop > 1e12 ? 10 : flop > 1e10 ? 30 : cpu ? 3 : 100;
         if (cpu && iters <= 0 && flop > 1e9) n = 2;
+        /* --cold: copies of b (the first is b) that together exceed the cache */
+        em_tensor *bs[64] = {b};
+        int nb = 1;
+        double bbytes = (double)em_scalar_size(dt) * (double)(K * N);
+        while (cold && b && nb < 64 && (nb < 2 || nb * bbytes < 256.0 * 1048576.0)) {
+            bs[nb] = bt ? em_transpose(em_clone(em_transpose(b, 0, 1)), 0, 1) : em_clone(b);
+            if (!bs[nb]) break;
+            em_realize(bs[nb++]);
+        }
+        if (cold && n < nb) n = nb;
         em_tensor *y = a && b ? em_matmul_ex(a, b, &ep) : NULL; /* compile, autotune */
         em_timer t;
         double s = -1;
         if (graph && y) {
-            s = time_graph(dev, a, b, &ep, n);
+            s = time_graph(dev, a, bs, nb, &ep, n);
             em_release(y);
             y = NULL;
         } else if (y && em_flush() == EM_OK && em_device_sync(dev) == EM_OK &&
                    em_timer_start(&t, dev) == EM_OK) {
             for (int i = 0; i < n && y; i++) {
                 em_release(y);
-                y = em_matmul_ex(a, b, &ep);
+                y = em_matmul_ex(a, bs[i % nb], &ep);
                 /* a pending matmul released unread never runs (docs/fusion.md): run each one */
                 if (y && em_realize(y) != EM_OK) {
                     em_release(y);
@@ -262,20 +277,21 @@ static int bench_matmul(int argc, char **argv)
             break;
         }
         em_tensor *c = y ? y : em_zeros(dev, dt, EM_SHAPE(M, N));
-        double rs = bt ? -1 : ref_time(&ref, dtype, a, b, c, (int)M, (int)N, (int)K, n);
+        double rs = bt || cold ? -1 : ref_time(&ref, dtype, a, b, c, (int)M, (int)N, (int)K, n);
         double bytes = (double)em_scalar_size(dt) * (double)(M * K + K * N + M * N);
         printf("{\"bench\":\"matmul\",\"device\":\"%s\",\"device_name\":\"%s\",\"dtype\":\"%s\","
-               "\"shape\":[%lld,%lld,%lld],\"bt\":%s,\"graph\":%s,\"iters\":%d,"
+               "\"shape\":[%lld,%lld,%lld],\"bt\":%s,\"graph\":%s,\"cold_copies\":%d,\"iters\":%d,"
                "\"ember_ms\":%.4f,\"ember_tflops\":%.4f,\"ember_gbps\":%.1f",
                em_device_name(dev), em_device_caps(dev)->device_name, dtype, M, N, K,
-               bt ? "true" : "false", graph ? "true" : "false", n, s * 1e3, flop / s / 1e12,
+               bt ? "true" : "false", graph ? "true" : "false", cold ? nb : 0, n, s * 1e3, flop / s / 1e12,
                bytes / s / 1e9);
         if (rs > 0)
             printf(",\"ref\":\"%s\",\"ref_ms\":%.4f,\"ref_tflops\":%.4f,\"ratio\":%.3f", ref.name,
                    rs * 1e3, flop / rs / 1e12, rs / s);
         else
             printf(",\"ref\":null,\"ref_why\":\"%s\"",
-                   bt     ? "no reference for a transposed b"
+                   cold   ? "no reference for rotated copies of b"
+                   : bt   ? "no reference for a transposed b"
                    : ref.name ? "reference does not take this dtype"
                               : ref.why);
         printf("}\n");
