@@ -145,8 +145,9 @@ static void test_train_json(void **state)
     cJSON_Delete(o);
 }
 
-/* `ember bench matmul --graph` (the timed matmuls replayed as one graph) and `--bt` on the
- * CPU: one JSON line per shape saying so, with a positive time; a bad shape list is an error. */
+/* `ember bench matmul --graph` (the timed matmuls replayed as one graph), `--bt` and `--cold`
+ * on the CPU: one JSON line per shape saying so, with a positive time; a bad shape list is an
+ * error. */
 static void test_matmul_graph_json(void **state)
 {
     (void)state;
@@ -162,6 +163,17 @@ static void test_matmul_graph_json(void **state)
         assert_true(number(o, "ember_ms") > 0);
         cJSON_Delete(o);
     }
+    /* --cold: b rotated through copies exceeding the cache (256 MiB / 3.75 KiB: the cap, 64),
+     * at least one timed matmul per copy, and no reference timed on other data */
+    cJSON *o = bench_json("bench matmul --device cpu --shapes 3x40x24 --graph --cold --iters 2");
+    assert_int_equal((int)number(o, "cold_copies"), 64);
+    assert_true(number(o, "iters") >= 64);
+    assert_true(number(o, "ember_ms") > 0);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, "ref")));
+    cJSON_Delete(o);
+    o = bench_json("bench matmul --device cpu --shapes 3x40x24");
+    assert_int_equal((int)number(o, "cold_copies"), 0);
+    cJSON_Delete(o);
     int code;
     char *out = ember("bench matmul --device cpu --shapes 3x40 --graph", "2>&1", &code);
     if (code == 0 || !strstr(out, "bad shape list"))
