@@ -950,6 +950,52 @@ static void test_cuda_header_free_and_dynamic_smem(void **state)
     expect_compiled(r, "NVRTC");
 }
 
+/* Programmatic dependent launch: for sm_90 every kernel of a module starts with
+ * griddepcontrol.wait (before any of its loads and stores) and the module carries the global
+ * `ember_pdl` the driver looks for before launching with the attribute; older architectures get
+ * neither. The sm_90 source compiles through NVRTC. */
+static size_t count_of(const char *s, const char *needle)
+{
+    size_t n = 0;
+    for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+static void test_cuda_programmatic_dependent_launch(void **state)
+{
+    (void)state;
+    em_ir_kernel *ks[16];
+    size_t n = common_kernels(ks, true);
+    em_caps caps = caps_for("cuda", true, 32);
+    char *src = gen_cuda(ks, n, &caps); /* sm_90 */
+    assert_non_null(src);
+    expect_has(src, "extern \"C\" __device__ int ember_pdl = 1;");
+    assert_int_equal(count_of(src, "griddepcontrol.wait;"), n);
+    assert_int_equal(count_of(src, "griddepcontrol.launch_dependents;"), n);
+    /* each kernel's first statement is the wait: nothing reads or writes memory before it */
+    size_t kernels = 0;
+    for (const char *p = strstr(src, "__global__"); p; p = strstr(p + 1, "__global__")) {
+        const char *body = strstr(p, ")\n{\n");
+        assert_non_null(body);
+        body += 4;
+        while (*body == ' ') body++;
+        if (strncmp(body, "asm volatile(\"griddepcontrol.wait;\"", 34))
+            fail_msg("a kernel does not begin with the wait:\n%.200s", body);
+        kernels++;
+    }
+    assert_int_equal(kernels, n);
+    int r = compile_cuda(src, "pdl.cu");
+    free(src);
+    snprintf(caps.arch, sizeof caps.arch, "sm_80");
+    src = gen_cuda(ks, n, &caps);
+    assert_non_null(src);
+    assert_null(strstr(src, "griddepcontrol"));
+    assert_null(strstr(src, "ember_pdl"));
+    free(src);
+    free_all(ks, n);
+    expect_compiled(r, "NVRTC");
+}
+
 /* ---- OpenCL -----------------------------------------------------------------------------------
  */
 
@@ -1506,6 +1552,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_all_ops),
         cmocka_unit_test(test_cuda_header_free_and_dynamic_smem),
+        cmocka_unit_test(test_cuda_programmatic_dependent_launch),
         cmocka_unit_test(test_opencl_all_ops),
         cmocka_unit_test(test_opencl_subgroups),
         cmocka_unit_test(test_glsl_all_ops),

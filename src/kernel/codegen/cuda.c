@@ -36,6 +36,14 @@
  * shared memory through inline PTX with the .shared state space (WMMA's API gives them generic
  * addresses). COPY_ASYNC / COPY_COMMIT / COPY_WAIT become cp.async / cp.async.commit_group /
  * cp.async.wait_group from sm_80 on (plain copies before).
+ * For sm_90 and later every kernel begins with PTX griddepcontrol.wait (wait for the grids it
+ * depends on to complete and their writes to be visible) and griddepcontrol.launch_dependents,
+ * and the module defines the global `ember_pdl`: the driver launches the kernels of a module
+ * holding it with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, so the next kernel's
+ * cubes are scheduled while this one runs out (programmatic dependent launch; the same order of
+ * effects as a plain stream, since nothing runs before the wait). A kernel that calls the
+ * language's dependency_wait() ("cuda.griddep_wait", in its top-level statements) waits there
+ * instead, after what it does first (prefetch: "cuda.prefetch_l2@M", prefetch.global.L2).
  * Warpgroup MMAs (the language's wgmma_*, lowered to "cuda.wgmma.*" intrinsics) become PTX
  * wgmma.mma_async / fence / commit_group / wait_group for sm_90 devices only (compile for sm_90a)
  * and are rejected elsewhere; a kernel with them aligns its shared arrays to 1024 bytes.
@@ -351,12 +359,16 @@ static void cu_sync(em_spmd *e, const em_ir_inst *in)
         em_spmd_line(e, in->imm ? "__threadfence();" : "__threadfence_block();");
 }
 
-/* The compute capability from caps.arch ("sm_90" -> 90); 0 when unknown. */
-static unsigned arch_number(const em_spmd *e)
+/* The compute capability from an arch ("sm_90" -> 90); 0 when unknown. */
+static unsigned arch_of(const char *a)
 {
-    const char *a = e->caps.arch;
     if (strncmp(a, "sm_", 3) && strncmp(a, "compute_", 8)) return 0;
     return (unsigned)strtoul(a + (a[0] == 's' ? 3 : 8), NULL, 10);
+}
+
+static unsigned arch_number(const em_spmd *e)
+{
+    return arch_of(e->caps.arch);
 }
 
 static void cu_plane(em_spmd *e, const em_ir_inst *in, em_scalar s, const char *a, const char *b,
@@ -839,10 +851,52 @@ static bool cu_wgmma(em_spmd *e, const em_ir_inst *in, const char *what, em_strb
     return true;
 }
 
+/* The griddepcontrol pair every sm_90 kernel runs once, at its start or where it calls
+ * dependency_wait(): wait for the grids it depends on, then let the next one's cubes be
+ * scheduled (the module's `ember_pdl` tells the driver to launch with that attribute). */
+static void cu_griddep_wait(em_spmd *e)
+{
+    em_spmd_line(e, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
+    em_spmd_line(e, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
+}
+
+/* Whether the kernel's top-level statements call dependency_wait() (lower_call.c). */
+static bool cu_waits_itself(const em_ir_kernel *k)
+{
+    const em_ir_block *blk = em_ir_block_at(k, em_ir_body(k));
+    for (size_t i = 0; blk && i < blk->len; i++) {
+        const em_ir_inst *in = em_ir_inst_at(k, blk->items[i]);
+        if (in && in->op == EM_OP_INTRINSIC && in->str && !strcmp(in->str, "cuda.griddep_wait"))
+            return true;
+    }
+    return false;
+}
+
+/* "cuda.prefetch_l2@M" (i): prefetch.global.L2 of element i of global memory M;
+ * "cuda.griddep_wait": the griddepcontrol pair (sm_90 on; before, launches are plain). */
+static bool cu_pdl_intrinsic(em_spmd *e, const em_ir_inst *in, const char *name, em_strbuf *sb)
+{
+    if (!strcmp(name, "cuda.griddep_wait")) {
+        if (arch_number(e) >= 90) cu_griddep_wait(e);
+    } else if (!strncmp(name, "cuda.prefetch_l2@", 17) && in->imm == 1) {
+        em_strbuf idx;
+        em_sb_init(&idx);
+        em_spmd_val_u32(e, in->args[0], &idx);
+        em_spmd_line(e, "asm volatile(\"prefetch.global.L2 [%%0];\" :: \"l\"(%s + (%s)));",
+                     e->mname[in->mem], idx.data);
+        em_sb_free(&idx);
+    } else {
+        return false;
+    }
+    em_sb_append(sb, "(void)0");
+    return true;
+}
+
 /* "cuda.ptx:TEMPLATE": inline PTX, %0 the result (when there is one), then the arguments. */
 static bool cu_intrinsic(em_spmd *e, const em_ir_inst *in, em_strbuf *sb)
 {
     const char *name = in->str ? in->str : "";
+    if (cu_pdl_intrinsic(e, in, name, sb)) return true;
     if (!strncmp(name, "cuda.wgmma.", 11)) return cu_wgmma(e, in, name + 11, sb);
     if (!strncmp(name, "cuda.", 5) && em_cuda_mbarrier(e, in, name + 5, sb)) return true;
     if (strncmp(name, "cuda.ptx:", 9)) return false;
@@ -1020,6 +1074,7 @@ static void cu_open(em_spmd *e)
     }
     em_sb_append(sb, "const unsigned long long *em_meta)\n{\n");
     e->depth = 1;
+    if (arch_number(e) >= 90 && !cu_waits_itself(k)) cu_griddep_wait(e);
     declare_memory(e);
     for (size_t i = 0; i < em_ir_param_count(k); i++) {
         const em_ir_param *p = em_ir_param_at(k, i);
@@ -1299,6 +1354,10 @@ static void prelude(const em_caps *caps, uint32_t needs, em_strbuf *sb)
     if (needs & EM_NEED_BF16) em_sb_append(sb, prelude_bf16);
     if (needs & EM_NEED_BOOLMEM) em_sb_append(sb, prelude_bool);
     if (needs & EM_NEED_COPY_ASYNC) em_sb_append(sb, prelude_copy);
+    if (arch_of(caps->arch) >= 90)
+        em_sb_append(sb, "\n/* Every kernel of this module starts with griddepcontrol.wait: the "
+                         "runtime may launch it\n * with programmatic stream serialization. */\n"
+                         "extern \"C\" __device__ int ember_pdl = 1;\n");
     em_sb_append(sb, "\n/* Positions. */\n");
     em_spmd_position_helpers(&cuda_dialect, caps, NULL, "", sb);
     if (needs & EM_NEED_PLANE) em_sb_append(sb, prelude_plane);

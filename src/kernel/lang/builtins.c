@@ -1,6 +1,6 @@
 /* builtins.c — the table of the kernel language's builtin functions (math, bit counts, memory
  * metadata, synchronization, plane ops, atomics, cooperative matrices, print, capability and type
- * queries, warpgroup MMAs): their names, arities and the IR op each lowers to; and the generic
+ * queries, warpgroup MMAs, prefetch and dependency_wait): their names, arities and the IR op each lowers to; and the generic
  * bounds. resolve.c checks calls against this table; lower_call.c (and lower_wgmma.c) lower them. */
 #include <string.h>
 
@@ -90,6 +90,8 @@ const lang_builtin em_lang_builtins_table[] = {
     {"mbarrier_try_wait", BI_MBARRIER, 3, 3, 0, MBAR_TRY_WAIT},
     {"setmaxnreg_inc", BI_MBARRIER, 1, 1, 0, MBAR_SETMAXNREG_INC},
     {"setmaxnreg_dec", BI_MBARRIER, 1, 1, 0, MBAR_SETMAXNREG_DEC},
+    {"prefetch", BI_PREFETCH, 2, 2, 0, 0},
+    {"dependency_wait", BI_DEPWAIT, 0, 0, 0, 0},
     {"print", BI_PRINT, 1, 5, EM_OP_PRINT, 0},
     {"has", BI_HAS, 1, 1, 0, 0},
     {"sizeof", BI_SIZEOF, 1, 1, 0, 0},

@@ -390,6 +390,8 @@ typedef enum bi_class {
     BI_COPY_SYNC,  /* copy_async_commit(), copy_async_wait(pending): ir_op */
     BI_WGMMA,      /* wgmma_fence / _commit / _wait / _mma (imm: which; lower_wgmma.c) */
     BI_MBARRIER,   /* mbarrier_*, copy_async_arrive, setmaxnreg_* (imm: which; lower_mbarrier.c) */
+    BI_PREFETCH,   /* prefetch(t, i): a hint that t[i] will be read (lower_call.c) */
+    BI_DEPWAIT,    /* dependency_wait(): wait for the launches this one depends on */
     BI_PRINT,
     BI_HAS,      /* has(capability) */
     BI_SIZEOF,   /* sizeof(T) */

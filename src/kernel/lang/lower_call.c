@@ -364,6 +364,39 @@ static bool async_copies(const lower *L)
     return L->b->caps && !strcmp(L->b->caps->target, "cuda");
 }
 
+/* prefetch(t, i): t[i] will be read soon. On CUDA its cache line is fetched into L2
+ * ("cuda.prefetch_l2@M"); elsewhere, and for shared memory, nothing happens: a hint with no
+ * effect on results. */
+static lv prefetch(call *c)
+{
+    if (!mem_arg(c, 0)) return em_lang_lv_err();
+    lv i = em_lang_to_index(c->L, c->a[1], argpos(c, 1), "the index");
+    if (i.kind == V_ERR) return em_lang_lv_err();
+    if (async_copies(c->L) && c->a[0].space == EM_MEM_GLOBAL) {
+        em_ir_val idx = em_lang_materialize(c->L, &i);
+        char name[40];
+        snprintf(name, sizeof name, "cuda.prefetch_l2@%u", (unsigned)c->a[0].mem);
+        em_ir_intrinsic_mem(c->L->k, name, (em_type){0, 0}, c->a[0].mem, &idx, 1);
+    }
+    return em_lang_lv_void();
+}
+
+/* dependency_wait(): waits until the launches this one depends on (the kernels before it on its
+ * queue) have completed and their writes are visible. Every kernel waits so at its start unless
+ * it calls this itself; before the call it may compute and prefetch but must not read memory
+ * that earlier launches write, nor write any. So it must run in every unit: it is accepted only
+ * in the kernel's top-level statements (outside branches and loops). On CUDA for sm_90 it is
+ * "cuda.griddep_wait" (griddepcontrol.wait: programmatic dependent launch, codegen/cuda.c);
+ * elsewhere launches run one after another anyway and it is nothing. */
+static lv dependency_wait(call *c)
+{
+    if (c->L->ir_depth != 0)
+        return em_lang_lerr(c->L, c->e->pos, "call it among the kernel's top-level statements",
+                            "dependency_wait() inside a branch or loop: every unit must wait");
+    if (async_copies(c->L)) em_ir_intrinsic(c->L->k, "cuda.griddep_wait", (em_type){0, 0}, NULL, 0);
+    return em_lang_lv_void();
+}
+
 /* The zero of scalar kind s as an IR constant. */
 static em_ir_val zero_of(em_ir_kernel *k, em_scalar s)
 {
@@ -587,6 +620,10 @@ lv em_lang_lower_builtin(lower *L, const ast_expr *e)
         return em_lang_lower_wgmma(L, e, c.b, c.a);
     case BI_MBARRIER:
         return em_lang_lower_mbarrier(L, e, c.b, c.a);
+    case BI_PREFETCH:
+        return prefetch(&c);
+    case BI_DEPWAIT:
+        return dependency_wait(&c);
     case BI_PRINT:
         return print(&c);
     case BI_HAS:

@@ -213,6 +213,8 @@ static void load_once(void)
     if (!graphs) /* all or none */
         for (size_t i = 0; i < EM_ARRAY_LEN(optional); i++)
             *optional[i].slot = NULL;
+    lib.cu.LaunchKernelEx = (CUresult(*)(const CUlaunchConfig *, CUfunction, void **, void **))
+        dlsym(h, "cuLaunchKernelEx");
     lib.loaded = true; /* the library stays loaded for the life of the process */
     CUresult r = lib.cu.Init(0);
     if (r != CUDA_SUCCESS) {
@@ -283,6 +285,7 @@ struct cuda_fn {
     unsigned dyn_smem;     /* dynamic shared memory bytes each launch gets */
     unsigned max_units;    /* most threads per block for this kernel (registers limit it) */
     int regs;              /* registers per thread (for messages) */
+    bool pdl;              /* launched with programmatic stream serialization (pdl_ok) */
     char name[128];        /* kernel name (for messages) */
 };
 
@@ -1019,6 +1022,21 @@ static em_status read_dyn_smem(cuda_device *d, cuda_module *m, const char *kerne
     return st;
 }
 
+/* Whether the kernels of module m may be launched with programmatic stream serialization: the
+ * code generator marks modules whose kernels all begin with griddepcontrol.wait (sm_90 on) with
+ * the global `ember_pdl` (src/kernel/codegen/cuda.c); the driver needs cuLaunchKernelEx and
+ * EMBER_CUDA_PDL=0 turns it off (for comparisons). A kernel without the wait launched so could
+ * read its inputs before the kernel writing them finished, so anything else is launched plainly. */
+static bool pdl_ok(const cuda_device *d, const cuda_module *m)
+{
+    const char *env = getenv("EMBER_CUDA_PDL");
+    if (d->cc_major < 9 || !lib.cu.LaunchKernelEx || (env && !strcmp(env, "0")))
+        return false;
+    CUdeviceptr p = 0;
+    size_t size = 0;
+    return lib.cu.ModuleGetGlobal(&p, &size, m->mod, "ember_pdl") == CUDA_SUCCESS;
+}
+
 static em_status cuda_function(void *state, void *module, const char *kernel_name, void **fn)
 {
     cuda_device *d = state;
@@ -1059,6 +1077,7 @@ static em_status cuda_function(void *state, void *module, const char *kernel_nam
     cf->dyn_smem = dyn;
     cf->max_units = max_units > 0 ? (unsigned)max_units : 1;
     cf->regs = regs;
+    cf->pdl = pdl_ok(d, m);
     snprintf(cf->name, sizeof(cf->name), "%s", kernel_name);
     cf->next = m->fns;
     m->fns = cf;
@@ -1296,9 +1315,21 @@ static em_status cuda_launch(void *state, void *fn_handle, const em_drv_launch *
     CUresult r = CUDA_SUCCESS;
     if (st == EM_OK) {
         snprintf(d->last_kernel, sizeof(d->last_kernel), "%s", fn->name);
-        r = lib.cu.LaunchKernel(fn->f, L->cube_count[0], L->cube_count[1], L->cube_count[2],
-                                L->cube_dim[0], L->cube_dim[1], L->cube_dim[2], fn->dyn_smem,
-                                d->stream, params, NULL);
+        if (fn->pdl) {
+            CUlaunchAttribute attr;
+            memset(&attr, 0, sizeof attr);
+            attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr.value.programmatic_stream_serialization_allowed = 1;
+            CUlaunchConfig cfg = {L->cube_count[0], L->cube_count[1], L->cube_count[2],
+                                  L->cube_dim[0],   L->cube_dim[1],   L->cube_dim[2],
+                                  fn->dyn_smem,     d->stream,        &attr,
+                                  1};
+            r = lib.cu.LaunchKernelEx(&cfg, fn->f, params, NULL);
+        } else {
+            r = lib.cu.LaunchKernel(fn->f, L->cube_count[0], L->cube_count[1], L->cube_count[2],
+                                    L->cube_dim[0], L->cube_dim[1], L->cube_dim[2], fn->dyn_smem,
+                                    d->stream, params, NULL);
+        }
     }
     pthread_mutex_unlock(&d->lock);
     if (r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
@@ -1306,7 +1337,7 @@ static em_status cuda_launch(void *state, void *fn_handle, const em_drv_launch *
                      "registers per unit, %u bytes of dynamic shared memory)", fn->name,
                      L->cube_dim[0], L->cube_dim[1], L->cube_dim[2], fn->regs, fn->dyn_smem);
     else if (r != CUDA_SUCCESS)
-        st = async_fail(d, r, "cuLaunchKernel");
+        st = async_fail(d, r, fn->pdl ? "cuLaunchKernelEx" : "cuLaunchKernel");
     if (params != params_stack)
         free(params);
     return st;

@@ -63,6 +63,26 @@ typedef struct CUgraphExec_st *CUgraphExec;
 #define CU_EVENT_DISABLE_TIMING 0x2
 #define CU_STREAM_CAPTURE_MODE_RELAXED 2
 
+/* cuLaunchKernelEx's configuration (cuda.h's layout: an attribute is an id padded to 8 bytes and
+ * a 64-byte value union). */
+#define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
+typedef struct CUlaunchAttribute {
+    int id;
+    char pad[4];
+    union {
+        char bytes[64];
+        int programmatic_stream_serialization_allowed;
+    } value;
+} CUlaunchAttribute;
+typedef struct CUlaunchConfig {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+
 /* The entry points, in a table filled by dlsym. */
 typedef struct cuda_api {
     CUresult (*GetErrorName)(CUresult, const char **);
@@ -107,6 +127,8 @@ typedef struct cuda_api {
     CUresult (*GraphLaunch)(CUgraphExec, CUstream);
     CUresult (*GraphExecDestroy)(CUgraphExec);
     CUresult (*GraphDestroy)(CUgraph);
+    /* launches with attributes (optional: NULL before CUDA 12; programmatic dependent launch) */
+    CUresult (*LaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
 } cuda_api;
 
 #endif
