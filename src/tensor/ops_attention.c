@@ -453,9 +453,18 @@ em_status em_attention_backward(const em_tensor *grad_out, const em_tensor *q, c
     size_t nb = attn_binds(dev, dt, D, bind);
     uint32_t cubes[3], units[3];
     {
+        /* a plane per query row where plane ops exist (coalesced reads), else a unit per row */
+        const em_caps *caps = em_device_caps(dev);
+        uint32_t P = caps->plane_ops && caps->plane_dim >= 4 && caps->plane_dim <= 64 &&
+                             !(caps->plane_dim & (caps->plane_dim - 1))
+                         ? caps->plane_dim
+                         : 0;
         tn_arg args[4] = {tn_arg_t(gc), tn_arg_t(oc), tn_arg_flat(lc), tn_arg_flat(stats)};
-        tn_grid_1d((uint64_t)(bh * Tq), cubes, units);
-        st = tn_launch(op, dev, "tensor_attention_delta", bind, 2, 1, cubes, units, args, 4);
+        tn_grid_1d((uint64_t)(bh * Tq) * (P ? P : 1), cubes, units);
+        if (P && units[0] % P) units[0] = (units[0] + P - 1) / P * P; /* whole planes */
+        cubes[0] = (uint32_t)(((uint64_t)(bh * Tq) * (P ? P : 1) + units[0] - 1) / units[0]);
+        em_lang_bind dbind[3] = {bind[0], bind[1], em_lang_bind_int("P", P)};
+        st = tn_launch(op, dev, "tensor_attention_delta", dbind, 3, 1, cubes, units, args, 4);
         if (st != EM_OK) goto fail;
     }
     if (mma) {
