@@ -317,12 +317,22 @@ typedef enum em_matmul_act {
 
 /* What em_matmul_ex does on top of the product, in the matmul kernel itself (no extra pass):
  * result = act(a x b + bias) + residual, computed in the accumulation type (f32 for f16/bf16) and
- * rounded once to the result dtype. Every field is optional (zero-initialize the struct). */
+ * rounded once to the result dtype. Every field is optional (zero-initialize the struct, or use
+ * designated initializers).
+ * With `ln` set, a's rows are first layer-normalized over K (a prologue): the result is
+ * em_matmul_ex(em_layer_norm(a, 1, ln_weight, ln_bias, ln_eps), b, the rest of the epilogue), up
+ * to rounding. Where the product takes the skinny kernel (few rows: decoding) every cube
+ * normalizes the rows it reads itself, so the layer norm costs no launch of its own; elsewhere
+ * em_layer_norm runs first (docs/matmul.md). */
 typedef struct em_matmul_epilogue {
-    const em_tensor *bias;     /* NULL or [N] (or [1, ..., N]), a's dtype: added to every row */
-    em_matmul_act act;         /* activation after the bias */
-    const em_tensor *residual; /* NULL or a tensor of a's dtype broadcastable to the result */
-    bool allow_tf32;           /* f32 operands may use tf32 tensor cores (10-bit mantissa) */
+    const em_tensor *bias;      /* NULL or [N] (or [1, ..., N]), a's dtype: added to every row */
+    em_matmul_act act;          /* activation after the bias */
+    const em_tensor *residual;  /* NULL or a tensor of a's dtype broadcastable to the result */
+    bool allow_tf32;            /* f32 operands may use tf32 tensor cores (10-bit mantissa) */
+    bool ln;                    /* layer-normalize a's rows over K first (floating point only) */
+    const em_tensor *ln_weight; /* with ln: NULL or [K], a's dtype: scales the normalized rows */
+    const em_tensor *ln_bias;   /* with ln: NULL or [K], a's dtype: then added to them */
+    double ln_eps;              /* with ln: added to the variance (GPT-2: 1e-5) */
 } em_matmul_epilogue;
 
 /* em_matmul with an epilogue (NULL: plain em_matmul). Errors name the shapes involved (a bias

@@ -288,8 +288,10 @@ static void describe(const fu_matmul *m, em_strbuf *sb)
 em_status fu_mm_launch(fu_node *nd)
 {
     fu_matmul *m = nd->mm;
-    em_matmul_epilogue ep = {m->has_bias ? &m->bias : NULL, (em_matmul_act)m->act,
-                             m->has_res ? &m->res : NULL, m->tf32};
+    em_matmul_epilogue ep = {.bias = m->has_bias ? &m->bias : NULL,
+                             .act = (em_matmul_act)m->act,
+                             .residual = m->has_res ? &m->res : NULL,
+                             .allow_tf32 = m->tf32};
     mm_problem p = m->p;
     if (!mm_setup_epilogue(&p, &ep, m->rr, m->rsh)) return em_last_status();
     if (fu_debug_on()) {

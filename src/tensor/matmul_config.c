@@ -145,6 +145,7 @@ bool mm_config_valid(const mm_problem *p, const mm_config *c)
     int split = c->split < 1 ? 1 : c->split;
     if (p->batch * split > 65535 || split > 64) return false;
     if (split > 1 && p->K < (int64_t)split * c->bk) return false;
+    if (p->ln && c->kind != MM_SKINNY) return false; /* only it normalizes a's rows itself */
     if (c->kind == MM_SIMPLE) return split == 1 && !p->bias && !p->res && !p->act;
     if (c->kind == MM_SKINNY) {
         mm_skinny_plan q;
@@ -343,8 +344,9 @@ bool mm_skinny_plan_of(const mm_problem *p, const mm_config *c, mm_skinny_plan *
     q.v = skinny_lanes(p, q.bt, is_cpu(p) ? host_vector_bytes() : 16);
     q.uk = is_cpu(p) ? 1 : q.bt ? 2 : 4;
     q.nout = q.bt ? nu * nl : nu * nl * q.v;
-    q.smem = (size_t)pk * (size_t)mr * (size_t)q.nout * em_scalar_size(p->ct);
     int64_t units = (int64_t)pk * ks * nu;
+    q.smem = ((size_t)pk * (size_t)mr * (size_t)q.nout + (p->ln ? (size_t)(mr * units) : 0)) *
+             em_scalar_size(p->ct);
     if ((q.rows + mr - 1) / mr > 65535 || units > 1024) return false;
     if (ks > 1 &&
         (!caps || !caps->plane_ops || !caps->plane_dim || caps->plane_dim % (uint32_t)(nu * ks)))
@@ -619,7 +621,8 @@ void mm_tune_key(const mm_problem *p, char *buf, size_t size)
     int R = p->R;
     char la = p->ast[R - 1] == 1 ? 'n' : p->ast[R - 2] == 1 ? 't' : 's';
     char lb = p->bst[R - 1] == 1 ? 'n' : p->bst[R - 2] == 1 ? 't' : 's';
-    snprintf(buf, size, "matmul-v3 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d",
+    snprintf(buf, size, "matmul-v3 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s",
              em_scalar_name(p->dt), p->tf32 && p->dt == EM_F32 ? "+tf32" : "", la, lb, bucket(p->M),
-             bucket(p->N), bucket(p->K), bucket(p->batch), p->bias != NULL, p->act, p->res != NULL);
+             bucket(p->N), bucket(p->K), bucket(p->batch), p->bias != NULL, p->act, p->res != NULL,
+             p->ln ? " ln" : "");
 }

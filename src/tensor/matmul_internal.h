@@ -61,7 +61,7 @@ typedef struct mm_skinny_plan {
     int v;        /* lanes of b's lines (the launch's line width): 16 bytes' worth when aligned */
     int uk;       /* lines a unit loads together per step */
     int nout;     /* output columns of a cube */
-    size_t smem;  /* shared memory bytes of a cube */
+    size_t smem;  /* shared memory bytes of a cube (with the layer-norm prologue's sums) */
 } mm_skinny_plan;
 
 /* A matmul problem: everything the kernels need, in the kernels' rank-R geometry. */
@@ -81,9 +81,12 @@ typedef struct mm_problem {
     int64_t bias_stride;                        /* its stride along N */
     int64_t bias_off;                           /* its offset */
     const em_tensor *res;                       /* epilogue residual or NULL */
-    int64_t rst[EM_MAX_RANK]; /* its strides in out's rank-R geometry (0 where broadcast) */
-    int act;                  /* em_matmul_act */
-    bool tf32;                /* f32 may run on tensor cores as tf32 */
+    int64_t rst[EM_MAX_RANK];     /* its strides in out's rank-R geometry (0 where broadcast) */
+    int act;                      /* em_matmul_act */
+    bool tf32;                    /* f32 may run on tensor cores as tf32 */
+    bool ln;                      /* a's rows layer-normalized over K in the kernel (skinny only) */
+    const em_tensor *ln_w, *ln_b; /* with ln: its weight and bias [K] or NULL */
+    double ln_eps;                /* with ln: its epsilon */
 } mm_problem;
 
 /* ops_matmul.c */
@@ -103,7 +106,8 @@ em_status mm_execute(const mm_problem *p);
 int fu_mm_record(const mm_problem *p, int rr, const int64_t *rsh);
 
 /* matmul_config.c */
-/* Whether c can run p on p's device (dtype, shared memory, cube size, grid). */
+/* Whether c can run p on p's device (dtype, shared memory, cube size, grid); with p->ln only
+ * the skinny kernel, the one with the layer-norm prologue. */
 bool mm_config_valid(const mm_problem *p, const mm_config *c);
 /* The mma plan of c on p (false when c's tile has no plan: planes of 16..64 x 16..64). */
 bool mm_mma_plan_of(const mm_problem *p, const mm_config *c, mm_mma_plan *out);

@@ -50,15 +50,22 @@ static em_status launch_reduce(const mm_problem *p, em_tensor *part, int split)
     return tn_launch("matmul", p->dev, "matmul_splitk_reduce", rb, 6, 1, rc, ru, ra, 5);
 }
 
+/* The layer-norm prologue's weight or bias argument (t [K], or a placeholder on a when NULL). */
+static tn_arg ln_arg(const mm_problem *p, const em_tensor *t)
+{
+    int64_t shape = t ? p->K : 1, stride = t ? t->stride[0] : 0;
+    return tn_arg_geom(t ? t : p->a, 1, &shape, &stride, t ? t->offset : p->a->offset);
+}
+
 /* The skinny kernel (matmul_skinny.ek) with b read in lines of the plan's width; outa is out or
- * the split's partial-sum workspace. */
+ * the split's partial-sum workspace; with p->ln it layer-normalizes a's rows as it reads them. */
 static em_status launch_skinny(const mm_problem *p, const mm_config *c, tn_arg outa,
                                uint32_t kchunk, int split)
 {
     mm_skinny_plan q;
     if (!mm_skinny_plan_of(p, c, &q))
         return em_set_error(EM_ERR_INVALID, "matmul: no skinny plan for this configuration");
-    em_lang_bind bd[16];
+    em_lang_bind bd[20];
     size_t nb = 0;
     bd[nb++] = em_lang_bind_type("T", p->dt);
     bd[nb++] = em_lang_bind_type("C", p->ct);
@@ -75,20 +82,36 @@ static em_status launch_skinny(const mm_problem *p, const mm_config *c, tn_arg o
     bd[nb++] = em_lang_bind_bool("BIAS", p->bias != NULL);
     bd[nb++] = em_lang_bind_int("ACT", p->act);
     bd[nb++] = em_lang_bind_bool("RES", p->res != NULL);
-    tn_arg ts[5] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
-                    tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset), outa, bias_arg(p),
-                    res_arg(p)};
+    bd[nb++] = em_lang_bind_bool("LN", p->ln);
+    bd[nb++] = em_lang_bind_bool("LNW", p->ln && p->ln_w);
+    bd[nb++] = em_lang_bind_bool("LNB", p->ln && p->ln_b);
+    tn_arg ts[7] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
+                    tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset),
+                    outa,
+                    bias_arg(p),
+                    res_arg(p),
+                    ln_arg(p, p->ln ? p->ln_w : NULL),
+                    ln_arg(p, p->ln ? p->ln_b : NULL)};
     /* b is a tensor of lines (the launch's width, q.v) and the rest tensors of scalars */
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 7; i++)
         if (i != 1) ts[i].lanes = 1;
-    tn_arg args[8] = {ts[0], ts[1], ts[2], ts[3], ts[4], tn_arg_s(em_arg_u32(kchunk)),
-                      tn_arg_s(em_arg_u32((uint32_t)split)), tn_arg_s(em_arg_u32(q.fold ? 1u : 0u))};
+    tn_arg args[11] = {ts[0],
+                       ts[1],
+                       ts[2],
+                       ts[3],
+                       ts[4],
+                       tn_arg_s(em_arg_u32(kchunk)),
+                       tn_arg_s(em_arg_u32((uint32_t)split)),
+                       tn_arg_s(em_arg_u32(q.fold ? 1u : 0u)),
+                       ts[5],
+                       ts[6],
+                       tn_arg_s(tn_scalar_arg(p->dt, p->ln ? p->ln_eps : 0.0))};
     int64_t zb = q.fold ? 1 : p->batch;
     uint32_t cubes[3] = {(uint32_t)((p->N + q.nout - 1) / q.nout),
                          (uint32_t)((q.rows + c->bm - 1) / c->bm), (uint32_t)(zb * split)};
     uint32_t units[3] = {(uint32_t)(c->tn * c->tm * c->bn), 1, 1};
     return tn_launch("matmul", p->dev, "matmul_skinny", bd, nb, (unsigned)q.v, cubes, units, args,
-                     8);
+                     11);
 }
 
 em_status mm_launch(const mm_problem *p, const mm_config *c)

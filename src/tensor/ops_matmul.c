@@ -6,7 +6,9 @@
  * (matmul_config.c has the heuristics); matmul_launch.c launches it. With fusion on, a result is
  * not launched at the call but recorded as a pending matmul (fusion_matmul.c): the checks run
  * here, the launch when the result is needed, with the epilogue in-place elementwise ops on the
- * result added meanwhile (docs/fusion.md, "Matmul epilogues"). */
+ * result added meanwhile (docs/fusion.md, "Matmul epilogues"). The epilogue's layer-norm
+ * prologue runs inside the skinny kernel where the heuristic picks that kernel (such a matmul is
+ * launched at the call, never recorded as pending), else as em_layer_norm before the product. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -240,9 +242,102 @@ static em_tensor *mm_composed(const em_tensor *a, const em_tensor *b, const em_m
     return y;
 }
 
+/* Checks ep's layer-norm prologue against a: a floating-point a of rank 1 or more, ln_weight and
+ * ln_bias NULL or [K] of a's dtype on a's device. false with the error set (naming the shapes). */
+static bool ln_check(const em_tensor *a, const em_matmul_epilogue *ep)
+{
+    char sa[128], st[128];
+    if (!em_scalar_is_float(a->dtype) || a->rank == 0) {
+        em_set_error(EM_ERR_INVALID,
+                     "matmul: the layer-norm prologue needs a floating-point a of rank 1 or "
+                     "more, got %s",
+                     em_describe(a, sa, sizeof sa));
+        return false;
+    }
+    int64_t K = a->shape[a->rank - 1];
+    const em_tensor *ts[2] = {ep->ln_weight, ep->ln_bias};
+    static const char *const what[2] = {"weight", "bias"};
+    for (int i = 0; i < 2; i++) {
+        const em_tensor *t = ts[i];
+        if (!t) continue;
+        if (!tn_same_device("matmul", a, t)) return false;
+        if (t->rank != 1 || t->shape[0] != K || t->dtype != a->dtype) {
+            em_set_error(EM_ERR_INVALID,
+                         "matmul: layer-norm %s %s does not fit a %s (needs %s[%lld])", what[i],
+                         em_describe(t, st, sizeof st), em_describe(a, sa, sizeof sa),
+                         em_scalar_name(a->dtype), (long long)K);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The product with ep's layer-norm prologue inside the skinny kernel, launched now: 1 with *out
+ * the result, 0 when the heuristic would not take the skinny kernel for it (nothing done: the
+ * caller normalizes first), -1 with the error set. Inputs borrowed. */
+static int mm_run_ln(const em_tensor *a, const em_tensor *b, const em_matmul_epilogue *ep,
+                     em_tensor **out)
+{
+    mm_problem p;
+    bool zero_fill;
+    int rr = 0;
+    int64_t rsh[EM_MAX_RANK];
+    /* deferred: the buffer comes only once the skinny kernel is known to take it */
+    if (!mm_setup(&p, a, b, out, &zero_fill, &rr, rsh, true) || !mm_setup_epilogue(&p, ep, rr, rsh))
+        goto fail;
+    const char *tf = getenv("EMBER_ALLOW_TF32");
+    if (tf && !strcmp(tf, "1")) p.tf32 = true;
+    p.ln = true;
+    p.ln_w = ep->ln_weight;
+    p.ln_b = ep->ln_bias;
+    p.ln_eps = ep->ln_eps;
+    mm_config c = mm_heuristic(&p);
+    if (zero_fill || p.M * p.N * p.batch == 0 || c.kind != MM_SKINNY || !mm_config_valid(&p, &c)) {
+        em_release(*out);
+        *out = NULL;
+        return 0;
+    }
+    if (!(*out)->st->buf && tn_realize(*out) != EM_OK) goto fail;
+    c = mm_choose(&p); /* a skinny configuration: mm_config_valid allows no other with ln */
+    if (mm_launch(&p, &c) != EM_OK) goto fail;
+    return 1;
+fail:
+    em_release(*out);
+    *out = NULL;
+    return -1;
+}
+
+/* em_matmul_ex with the layer-norm prologue (ep->ln): in the skinny kernel where it runs the
+ * product, else (and with recording inputs) em_layer_norm and then the product. */
+static em_tensor *mm_ex_ln(const em_tensor *a, const em_tensor *b, const em_matmul_epilogue *ep)
+{
+    em_tensor *out = NULL;
+    if (a && b && ln_check(a, ep)) {
+        const em_tensor *all[6] = {a, b, ep->bias, ep->residual, ep->ln_weight, ep->ln_bias};
+        const em_tensor *ins[6];
+        int n = 0;
+        for (int i = 0; i < 6; i++)
+            if (all[i]) ins[n++] = all[i];
+        int r = tn_recording(ins, n) ? 0 : mm_run_ln(a, b, ep, &out);
+        if (r == 0) {
+            em_matmul_epilogue rest = *ep;
+            rest.ln = false;
+            rest.ln_weight = rest.ln_bias = NULL;
+            /* both consume donated inputs: a here, b in the product */
+            em_tensor *x = em_layer_norm(a, 1, ep->ln_weight, ep->ln_bias, ep->ln_eps);
+            if (!x) em_error_context("matmul: layer-norm prologue");
+            return em_matmul_ex(em_take(x), b, &rest);
+        }
+    }
+    tn_done(a);
+    if (b != a) tn_done(b);
+    return out;
+}
+
 em_tensor *em_matmul_ex(const em_tensor *a, const em_tensor *b, const em_matmul_epilogue *ep)
 {
     if (!ep) return em_matmul(a, b);
+    if (ep->ln) return mm_ex_ln(a, b, ep);
     em_tensor *out = NULL;
     if (a && b && (!ep->bias || ep->bias->dtype == a->dtype) &&
         (!ep->residual || ep->residual->dtype == a->dtype)) {

@@ -432,15 +432,18 @@ static void test_matmul_configs_compile(void **state)
     }
     /* the skinny kernel (few rows: decoding) as the H200's defaults make it: row-major b with
      * units side by side along N and a plane's rest along K, transposed b with a plane along K;
-     * one row and sixteen, the epilogue and split-K's raw partial sums; lines of 16 bytes */
+     * one row and sixteen, the epilogue and split-K's raw partial sums; lines of 16 bytes; the
+     * layer-norm prologue (ln: with its weight and bias) both ways */
     static const struct {
         int mr, nu, ks, pk, nl, uk;
-        bool bt, raw, epi;
+        bool bt, raw, epi, ln;
     } skinny[] = {
-        {1, 2, 16, 6, 1, 4, false, false, true},
-        {16, 2, 16, 4, 1, 4, false, true, false},
-        {1, 1, 32, 2, 2, 2, true, false, false},
-        {16, 1, 32, 2, 1, 2, true, false, true},
+        {1, 2, 16, 6, 1, 4, false, false, true, false},
+        {16, 2, 16, 4, 1, 4, false, true, false, false},
+        {1, 1, 32, 2, 2, 2, true, false, false, false},
+        {16, 1, 32, 2, 1, 2, true, false, true, false},
+        {1, 2, 16, 6, 1, 4, false, false, true, true},
+        {4, 1, 32, 2, 2, 2, true, false, false, true},
     };
     for (size_t t = 0; t < 3; t++)
         for (size_t i = 0; i < sizeof(skinny) / sizeof(skinny[0]); i++) {
@@ -458,7 +461,10 @@ static void test_matmul_configs_compile(void **state)
                                 em_lang_bind_bool("RAW", skinny[i].raw),
                                 em_lang_bind_bool("BIAS", skinny[i].epi),
                                 em_lang_bind_int("ACT", skinny[i].epi ? 2 : 0),
-                                em_lang_bind_bool("RES", skinny[i].epi)};
+                                em_lang_bind_bool("RES", skinny[i].epi),
+                                em_lang_bind_bool("LN", skinny[i].ln),
+                                em_lang_bind_bool("LNW", skinny[i].ln),
+                                em_lang_bind_bool("LNB", skinny[i].ln)};
             unsigned lw = mma_types[t] == EM_F32 ? 4 : 8;
             items[n++] = item("matmul_skinny", lw, sizeof(b) / sizeof(b[0]), b);
         }

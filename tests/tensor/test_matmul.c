@@ -272,8 +272,9 @@ static void test_mma_kernel(void **state)
                          em_transpose(rnd(dev, dt, EM_SHAPE(65, 33), 33), 0, 1), NULL);
             if (ci == 1) {
                 em_tensor *bias = rnd(dev, dt, EM_SHAPE(130), 34);
-                em_matmul_epilogue ep = {bias, EM_MATMUL_ACT_GELU_TANH,
-                                         rnd(dev, dt, EM_SHAPE(130), 35), false};
+                em_matmul_epilogue ep = {.bias = bias,
+                                         .act = EM_MATMUL_ACT_GELU_TANH,
+                                         .residual = rnd(dev, dt, EM_SHAPE(130), 35)};
                 check_mm(what, rnd(dev, dt, EM_SHAPE(140, 100), 30),
                          rnd(dev, dt, EM_SHAPE(100, 130), 31), &ep);
             }
@@ -330,8 +331,9 @@ static void test_mma_variants(void **state)
             /* 4 x 4 fragments per plane; a unaligned (K = 70), b aligned; bias, GELU, residual */
             setenv("EMBER_MATMUL_CONFIG", "mma 64x64x32 1x1 s1", 1);
             em_tensor *bias = rnd(dev, EM_BF16, EM_SHAPE(88), 62);
-            em_matmul_epilogue ep = {bias, EM_MATMUL_ACT_GELU,
-                                     rnd(dev, EM_BF16, EM_SHAPE(75, 88), 63), false};
+            em_matmul_epilogue ep = {.bias = bias,
+                                     .act = EM_MATMUL_ACT_GELU,
+                                     .residual = rnd(dev, EM_BF16, EM_SHAPE(75, 88), 63)};
             check_mm("mma 4x4 epilogue", rnd(dev, EM_BF16, EM_SHAPE(75, 70), 64),
                      rnd(dev, EM_BF16, EM_SHAPE(70, 88), 65), &ep);
         }
@@ -456,8 +458,9 @@ static void test_wgmma_kernel(void **state)
                  em_transpose(rnd(dev, EM_F16, EM_SHAPE(2, 264, 136), 65), 1, 2), NULL);
         setenv("EMBER_MATMUL_CONFIG", "wgmma 192x64x64 3x1 s2", 1);
         em_tensor *bias = rnd(dev, EM_BF16, EM_SHAPE(72), 66);
-        em_matmul_epilogue ep = {bias, EM_MATMUL_ACT_GELU, rnd(dev, EM_BF16, EM_SHAPE(200, 72), 67),
-                                 false};
+        em_matmul_epilogue ep = {.bias = bias,
+                                 .act = EM_MATMUL_ACT_GELU,
+                                 .residual = rnd(dev, EM_BF16, EM_SHAPE(200, 72), 67)};
         check_mm("wgmma 3x64 split-K, epilogue, both transposed",
                  em_transpose(rnd(dev, EM_BF16, EM_SHAPE(256, 200), 68), 0, 1),
                  em_transpose(rnd(dev, EM_BF16, EM_SHAPE(72, 256), 69), 0, 1), &ep);
@@ -499,8 +502,9 @@ static void test_wgmma_ws_kernel(void **state)
                  em_transpose(rnd(dev, EM_F16, EM_SHAPE(2, 264, 136), 87), 1, 2), NULL);
         setenv("EMBER_MATMUL_CONFIG", "wgmma-ws 192x64x64 3x1 s2", 1);
         em_tensor *bias = rnd(dev, EM_BF16, EM_SHAPE(72), 88);
-        em_matmul_epilogue ep = {bias, EM_MATMUL_ACT_GELU, rnd(dev, EM_BF16, EM_SHAPE(40, 72), 89),
-                                 false};
+        em_matmul_epilogue ep = {.bias = bias,
+                                 .act = EM_MATMUL_ACT_GELU,
+                                 .residual = rnd(dev, EM_BF16, EM_SHAPE(40, 72), 89)};
         check_mm("ws 3x64 split-K, epilogue, both transposed",
                  em_transpose(rnd(dev, EM_BF16, EM_SHAPE(520, 40), 90), 0, 1),
                  em_transpose(rnd(dev, EM_BF16, EM_SHAPE(72, 520), 91), 0, 1), &ep);
@@ -636,9 +640,9 @@ static void test_epilogue(void **state)
             /* a strided bias view, and a residual broadcast over N and the batch */
             em_tensor *bias = em_slice(rnd(dev, dt, EM_SHAPE(46), 42), 0, 0, 46, 2);
             em_tensor *res = rnd(dev, dt, EM_SHAPE(19, 1), 43);
-            em_matmul_epilogue ep = {cases[ci].parts & 1 ? bias : NULL,
-                                     (em_matmul_act)cases[ci].act, cases[ci].parts & 2 ? res : NULL,
-                                     false};
+            em_matmul_epilogue ep = {.bias = cases[ci].parts & 1 ? bias : NULL,
+                                     .act = (em_matmul_act)cases[ci].act,
+                                     .residual = cases[ci].parts & 2 ? res : NULL};
             char what[96];
             snprintf(what, sizeof what, "epilogue case %zu", ci);
             check_mm(what, a, b, &ep);
@@ -683,8 +687,9 @@ static void test_cpu_kernel(void **state)
             /* lines of 16; the epilogue: a strided bias, GELU-tanh, a broadcast residual */
             setenv("EMBER_MATMUL_CONFIG", "cpu 64x64x64 8x32x16 s1", 1);
             em_tensor *bias = em_slice(rnd(dev, EM_BF16, EM_SHAPE(90), 80), 0, 0, 90, 2);
-            em_matmul_epilogue ep = {bias, EM_MATMUL_ACT_GELU_TANH,
-                                     rnd(dev, EM_BF16, EM_SHAPE(50, 1), 81), false};
+            em_matmul_epilogue ep = {.bias = bias,
+                                     .act = EM_MATMUL_ACT_GELU_TANH,
+                                     .residual = rnd(dev, EM_BF16, EM_SHAPE(50, 1), 81)};
             check_mm("cpu epilogue", rnd(dev, EM_BF16, EM_SHAPE(50, 70), 82),
                      rnd(dev, EM_BF16, EM_SHAPE(70, 45), 83), &ep);
         }
@@ -794,17 +799,20 @@ static void test_skinny(void **state)
         check_mm("skinny a^T", em_transpose(rnd(dev, EM_F32, EM_SHAPE(50, 4), 610), 0, 1),
                  rnd(dev, EM_F32, EM_SHAPE(50, 24), 611), NULL);
         /* the epilogue: bias, GELU (tanh), residual broadcast over rows; bias + ReLU on b^T */
-        em_matmul_epilogue ep = {rnd(dev, EM_F32, EM_SHAPE(72), 612), EM_MATMUL_ACT_GELU_TANH,
-                                 rnd(dev, EM_F32, EM_SHAPE(72), 613), false};
+        em_matmul_epilogue ep = {.bias = rnd(dev, EM_F32, EM_SHAPE(72), 612),
+                                 .act = EM_MATMUL_ACT_GELU_TANH,
+                                 .residual = rnd(dev, EM_F32, EM_SHAPE(72), 613)};
         check_mm("skinny epilogue", rnd(dev, EM_F32, EM_SHAPE(2, 3, 96), 614),
                  rnd(dev, EM_F32, EM_SHAPE(96, 72), 615), &ep);
-        em_matmul_epilogue ep2 = {rnd(dev, EM_F32, EM_SHAPE(40), 616), EM_MATMUL_ACT_RELU,
-                                  rnd(dev, EM_F32, EM_SHAPE(1, 40), 617), false};
+        em_matmul_epilogue ep2 = {.bias = rnd(dev, EM_F32, EM_SHAPE(40), 616),
+                                  .act = EM_MATMUL_ACT_RELU,
+                                  .residual = rnd(dev, EM_F32, EM_SHAPE(1, 40), 617)};
         check_mm("skinny epilogue b^T", rnd(dev, EM_F32, EM_SHAPE(1, 96), 618),
                  em_transpose(rnd(dev, EM_F32, EM_SHAPE(40, 96), 619), 0, 1), &ep2);
         if (tu_has(dev, EM_BF16)) {
-            em_matmul_epilogue ep3 = {rnd(dev, EM_BF16, EM_SHAPE(64), 620), EM_MATMUL_ACT_GELU,
-                                      rnd(dev, EM_BF16, EM_SHAPE(1, 1, 64), 621), false};
+            em_matmul_epilogue ep3 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(64), 620),
+                                      .act = EM_MATMUL_ACT_GELU,
+                                      .residual = rnd(dev, EM_BF16, EM_SHAPE(1, 1, 64), 621)};
             check_mm("skinny epilogue bf16", rnd(dev, EM_BF16, EM_SHAPE(1, 1, 256), 622),
                      rnd(dev, EM_BF16, EM_SHAPE(256, 64), 623), &ep3);
         }
@@ -818,8 +826,9 @@ static void test_skinny(void **state)
             snprintf(what, sizeof what, "config %s", configs[ci]);
             check_mm(what, rnd(dev, EM_F32, EM_SHAPE(3, 200), 630),
                      rnd(dev, EM_F32, EM_SHAPE(200, 40), 631), NULL);
-            em_matmul_epilogue ep4 = {rnd(dev, EM_F32, EM_SHAPE(37), 634), EM_MATMUL_ACT_GELU,
-                                      rnd(dev, EM_F32, EM_SHAPE(2, 1, 37), 635), false};
+            em_matmul_epilogue ep4 = {.bias = rnd(dev, EM_F32, EM_SHAPE(37), 634),
+                                      .act = EM_MATMUL_ACT_GELU,
+                                      .residual = rnd(dev, EM_F32, EM_SHAPE(2, 1, 37), 635)};
             check_mm(what, rnd(dev, EM_F32, EM_SHAPE(2, 1, 200), 632),
                      em_transpose(rnd(dev, EM_F32, EM_SHAPE(37, 200), 633), 0, 1), &ep4);
             em_scope_end(NULL, 0);
@@ -877,7 +886,7 @@ static void test_empty(void **state)
     assert_int_equal(em_numel(y), 0);
     check_mm("K = 0", em_zeros(dev, EM_F32, EM_SHAPE(3, 0)), em_zeros(dev, EM_F32, EM_SHAPE(0, 4)),
              NULL);
-    em_matmul_epilogue ep = {rnd(dev, EM_F32, EM_SHAPE(4), 60), EM_MATMUL_ACT_RELU, NULL, false};
+    em_matmul_epilogue ep = {.bias = rnd(dev, EM_F32, EM_SHAPE(4), 60), .act = EM_MATMUL_ACT_RELU};
     check_mm("K = 0 with bias", em_zeros(dev, EM_F32, EM_SHAPE(3, 0)),
              em_zeros(dev, EM_F32, EM_SHAPE(0, 4)), &ep);
     em_scope_end(NULL, 0);
@@ -895,17 +904,17 @@ static void test_errors(void **state)
     tu_expect_error(em_matmul(a, em_zeros(dev, EM_F16, EM_SHAPE(3, 5))),
                     "dtypes f32 and f16 differ");
     em_tensor *b2 = em_zeros(dev, EM_F32, EM_SHAPE(3, 5));
-    em_matmul_epilogue bad_bias = {em_zeros(dev, EM_F32, EM_SHAPE(4)), 0, NULL, false};
+    em_matmul_epilogue bad_bias = {.bias = em_zeros(dev, EM_F32, EM_SHAPE(4))};
     tu_expect_error(em_matmul_ex(a, b2, &bad_bias), "bias f32[4] does not fit result f32[2, 5]");
-    em_matmul_epilogue bad_res = {NULL, 0, em_zeros(dev, EM_F32, EM_SHAPE(3, 5)), false};
+    em_matmul_epilogue bad_res = {.residual = em_zeros(dev, EM_F32, EM_SHAPE(3, 5))};
     tu_expect_error(em_matmul_ex(a, b2, &bad_res),
                     "residual f32[3, 5] does not broadcast to result f32[2, 5]");
     em_tensor *ai = em_zeros(dev, EM_I32, EM_SHAPE(2, 3)),
               *bi = em_zeros(dev, EM_I32, EM_SHAPE(3, 5));
-    em_matmul_epilogue gelu = {NULL, EM_MATMUL_ACT_GELU, NULL, false};
+    em_matmul_epilogue gelu = {.act = EM_MATMUL_ACT_GELU};
     tu_expect_error(em_matmul_ex(ai, bi, &gelu),
                     "GELU epilogue needs floating-point operands, got i32");
-    em_matmul_epilogue unknown = {NULL, (em_matmul_act)9, NULL, false};
+    em_matmul_epilogue unknown = {.act = (em_matmul_act)9};
     tu_expect_error(em_matmul_ex(a, b2, &unknown), "unknown epilogue activation 9");
     tu_expect_error(em_matmul(em_zeros(dev, EM_F32, EM_SHAPE(2, 2, 3)),
                               em_zeros(dev, EM_F32, EM_SHAPE(3, 3, 5))),

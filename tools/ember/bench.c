@@ -219,7 +219,7 @@ static int bench_matmul(int argc, char **argv)
                      : "1024x1024x1024,2048x2048x2048,4096x4096x4096,8192x8192x8192";
     reference ref;
     ref_open(&ref, dev);
-    em_matmul_epilogue ep = {NULL, EM_MATMUL_ACT_NONE, NULL, !strcmp(dtype, "tf32")};
+    em_matmul_epilogue ep = {.allow_tf32 = !strcmp(dtype, "tf32")};
     int rc = 0;
     const char *p = shapes;
     em_rng rng = em_rng_new(1);

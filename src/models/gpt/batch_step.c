@@ -16,7 +16,9 @@
  * It is also written for few launches, since at small batches a step costs what its launches
  * cost on the host (docs/profiling.md):
  * - every linear layer is one em_matmul_ex with its bias, GELU and residual add in the matmul's
- *   epilogue (7 launches fewer per block than em_linear_forward + em_add + em_activate);
+ *   epilogue (7 launches fewer per block than em_linear_forward + em_add + em_activate), and the
+ *   layer norms before c_attn, c_fc and the head are that matmul's prologue (em_matmul_epilogue
+ *   .ln: the skinny kernel normalizes the rows itself), so a block is 6 launches;
  * - each block's keys and values live in one tensor [slots, 2, heads, max_len, head_dim], so a
  *   row's new key and value (adjacent in the c_attn output) go to the cache in one launch;
  * - a greedy step ends in em_argmax on the device, so one i64 per row comes back instead of the
@@ -47,14 +49,21 @@ static bool epilogue_act(em_activation act, em_matmul_act *out)
     }
 }
 
-/* act(x W + bias) + residual in one launch: x [..., in] -> [..., out]. residual may be NULL;
- * act is a module activation (one the epilogue lacks runs as a separate op). */
-static em_tensor *linear(const em_linear *l, const em_tensor *x, em_activation act,
-                         const em_tensor *residual)
+/* act(ln(x) W + bias) + residual in one launch: x [..., in] -> [..., out]. ln (NULL: none) is
+ * the layer norm before the layer, residual may be NULL; act is a module activation (one the
+ * epilogue lacks runs as a separate op). */
+static em_tensor *linear(const em_linear *l, const em_layer_norm_mod *ln, const em_tensor *x,
+                         em_activation act, const em_tensor *residual)
 {
     em_scope_begin();
     em_tensor *w = l->weight_in_out ? l->weight : em_transpose(l->weight, 0, 1);
     em_matmul_epilogue ep = {.bias = l->bias, .residual = residual};
+    if (ln) {
+        ep.ln = true;
+        ep.ln_weight = ln->weight;
+        ep.ln_bias = ln->bias;
+        ep.ln_eps = ln->eps;
+    }
     bool fused = epilogue_act(act, &ep.act);
     if (!fused) ep.residual = NULL;
     em_tensor *y = em_matmul_ex(x, w, &ep);
@@ -84,9 +93,8 @@ static em_tensor *block(const gpt_step *s, em_block *blk, int64_t layer, const e
     em_gpt_batch *b = s->b;
     em_scope_begin();
     em_tensor *y = NULL;
-    em_tensor *qkv =
-        em_reshape(linear(m->c_attn, em_layer_norm_forward(blk->ln_1, x), EM_ACT_NONE, NULL),
-                   EM_SHAPE(R, 1, 3 * C));
+    em_tensor *qkv = em_reshape(linear(m->c_attn, blk->ln_1, x, EM_ACT_NONE, NULL),
+                                EM_SHAPE(R, 1, 3 * C));
     em_tensor *q = qkv ? heads_of(qkv, 0, H, C) : NULL;
     /* the rows' new keys and values, [rows, 2, H, 1, D], to their positions in the cache */
     em_tensor *kv_new = em_reshape(em_narrow(qkv, 2, C, 2 * C), EM_SHAPE(R, 2, H, 1, D));
@@ -98,12 +106,32 @@ static em_tensor *block(const gpt_step *s, em_block *blk, int64_t layer, const e
     /* row r sees the keys j <= pos[r], read on the device: one launch */
     em_tensor *o = em_attention_decode(q, keys, vals, pos, 1.0 / sqrt((double)D)); /* [R, H, 1, D] */
     o = em_reshape(em_transpose(em_take(o), 1, 2), EM_SHAPE(1, R, C)); /* heads merged */
-    em_tensor *h = linear(m->c_proj, o, EM_ACT_NONE, x);               /* x + attn */
-    em_tensor *f = linear(blk->mlp->c_fc, em_layer_norm_forward(blk->ln_2, h), blk->mlp->act, NULL);
-    y = linear(blk->mlp->c_proj, f, EM_ACT_NONE, h); /* h + mlp */
+    em_tensor *h = linear(m->c_proj, NULL, o, EM_ACT_NONE, x);         /* x + attn */
+    em_tensor *f = linear(blk->mlp->c_fc, blk->ln_2, h, blk->mlp->act, NULL);
+    y = linear(blk->mlp->c_proj, NULL, f, EM_ACT_NONE, h); /* h + mlp */
 done:
     em_scope_end(&y, 1);
     return y;
+}
+
+/* gpt_head of ln_f(x) in one launch: the head (lm_head, or the tied wte^T) with ln_f as its
+ * matmul's prologue; f32 logits [1, rows, vocab]. */
+static em_tensor *head_ln(em_gpt *g, const em_tensor *x)
+{
+    em_scope_begin();
+    em_tensor *logits;
+    if (g->lm_head) {
+        logits = linear(g->lm_head, g->ln_f, x, EM_ACT_NONE, NULL);
+    } else {
+        em_matmul_epilogue ep = {.ln = true,
+                                 .ln_weight = g->ln_f->weight,
+                                 .ln_bias = g->ln_f->bias,
+                                 .ln_eps = g->ln_f->eps};
+        logits = em_matmul_ex(x, em_transpose(g->wte->weight, 0, 1), &ep);
+    }
+    if (logits && em_dtype(logits) != EM_F32) logits = em_cast(em_take(logits), EM_F32);
+    em_scope_end(&logits, 1);
+    return logits;
 }
 
 em_tensor *gpt_step_forward_static(const gpt_step *s)
@@ -118,8 +146,7 @@ em_tensor *gpt_step_forward_static(const gpt_step *s)
     em_tensor *x = em_add(em_embedding_clamped(g->wte->weight, em_reshape(ids, EM_SHAPE(1, R))),
                           em_embedding_clamped(g->wpe->weight, em_reshape(pos, EM_SHAPE(1, R))));
     for (int64_t i = 0; x && i < g->cfg.n_layer; i++) x = block(s, g->h[i], i, x, pos);
-    x = em_layer_norm_forward(g->ln_f, x);
-    em_tensor *out = x ? gpt_head(g, x) : NULL;
+    em_tensor *out = x ? head_ln(g, x) : NULL;
     if (s->greedy) out = em_argmax(em_take(out), -1, false); /* [1, rows] i64 */
     if (out && em_realize(out) != EM_OK) out = NULL;         /* launched, not waited for */
     em_scope_end(&out, 1);
