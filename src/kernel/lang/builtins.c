@@ -90,6 +90,8 @@ const lang_builtin em_lang_builtins_table[] = {
     {"mbarrier_try_wait", BI_MBARRIER, 3, 3, 0, MBAR_TRY_WAIT},
     {"setmaxnreg_inc", BI_MBARRIER, 1, 1, 0, MBAR_SETMAXNREG_INC},
     {"setmaxnreg_dec", BI_MBARRIER, 1, 1, 0, MBAR_SETMAXNREG_DEC},
+    {"tma_load", BI_TMA, 10, 10, 0, TMA_LOAD},
+    {"tma_acquire", BI_TMA, 2, 2, 0, TMA_ACQUIRE},
     {"print", BI_PRINT, 1, 5, EM_OP_PRINT, 0},
     {"has", BI_HAS, 1, 1, 0, 0},
     {"sizeof", BI_SIZEOF, 1, 1, 0, 0},
@@ -111,7 +113,7 @@ int em_lang_builtin_find(const char *name)
  * from the target's em_caps. */
 const char *const em_lang_capabilities[] = {
     "c",         "cuda",   "opencl",           "glsl",  "wgsl",  "msl",      "hip",
-    "plane_ops", "matrix", "float_atomic_add", "print", "wgmma", "mbarrier", NULL,
+    "plane_ops", "matrix", "float_atomic_add", "print", "wgmma", "mbarrier", "tma", NULL,
 };
 
 static const char *const bound_names[] = {"any", "num", "float", "int", "sint", "uint"};
