@@ -26,6 +26,7 @@ static const char *box_src =
     "    sync_cube();\n"
     "    if (UNIT_POS == 0) {\n"
     "        mbarrier_init(bar, 1, 1);\n"
+    "        fence_proxy_async();\n"
     "        tma_acquire(maps, 1);\n"
     "        mbarrier_arrive_tx(bar, 1, N * sizeof(T));\n"
     "        tma_load(tile, 0, bar, 1, maps, 1, src, x, y, z);\n"
@@ -199,6 +200,7 @@ static void test_cuda_source(void **state)
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
         "[%1, {%2, %3, %4}], [%5];",
         "fence.proxy.tensormap::generic.acquire.sys [%0], 128;",
+        "fence.proxy.async.shared::cta;",
         "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;",
         "__shared__ __align__(1024)",
     };
@@ -254,13 +256,114 @@ static void test_refused_elsewhere(void **state)
                                "tensor maps", NULL));
 }
 
+/* The built-in matmul_wgmma_tma (src/kernels/matmul_wgmma_tma.ek) in the configurations the
+ * host picks (matmul_config.c: two consumers with setmaxnreg 40 / 232, three without; every
+ * operand layout; batched, broadcast, split-K partials, the epilogue), through NVRTC for sm_90a
+ * with ptxas's report: it must compile, spill nothing, keep setmaxnreg and not serialize the
+ * MMAs; its source must hold the TMA loads and the maps' fence. */
+static void test_matmul_tma_compiles(void **state)
+{
+    (void)state;
+    char why[512];
+    if (!em_nvrtc_available(why, sizeof why)) {
+        print_message("skipped: %s\n", why);
+        skip();
+    }
+    const em_lang_module *m = em_lang_builtins();
+    assert_non_null(m);
+    em_caps caps = cuda_caps("sm_90a");
+    static const struct {
+        int wg, bn, stages;
+        bool at, bt, raw, epi, az, bz;
+        em_scalar t;
+        int r;
+    } cfg[] = {
+        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2},
+        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2},
+        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3},
+        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3},
+        {3, 128, 5, false, false, false, false, false, false, EM_BF16, 2},
+        {1, 256, 6, false, false, false, false, false, false, EM_BF16, 2},
+    };
+    size_t failed = 0;
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
+        bool regs = cfg[i].wg == 2;
+        em_lang_bind b[] = {em_lang_bind_type("T", cfg[i].t),
+                            em_lang_bind_type("O", cfg[i].raw ? EM_F32 : cfg[i].t),
+                            em_lang_bind_int("R", cfg[i].r),
+                            em_lang_bind_int("WG", cfg[i].wg),
+                            em_lang_bind_int("BN", cfg[i].bn),
+                            em_lang_bind_int("STAGES", cfg[i].stages),
+                            em_lang_bind_bool("AT", cfg[i].at),
+                            em_lang_bind_bool("BT", cfg[i].bt),
+                            em_lang_bind_bool("RAW", cfg[i].raw),
+                            em_lang_bind_bool("BIAS", cfg[i].epi),
+                            em_lang_bind_int("ACT", cfg[i].epi ? 2 : 0),
+                            em_lang_bind_bool("RES", cfg[i].epi),
+                            em_lang_bind_int("PREGS", regs ? 40 : 0),
+                            em_lang_bind_bool("AZ", cfg[i].az),
+                            em_lang_bind_bool("BZ", cfg[i].bz)};
+        em_lang_spec spec = {b, sizeof b / sizeof b[0], 1, &caps};
+        em_lang_diags *d = em_lang_diags_new();
+        em_ir_kernel *k = em_lang_specialize(m, "matmul_wgmma_tma", &spec, d);
+        if (!k) {
+            char *text = em_lang_diags_format(d);
+            fail_msg("config %zu: %s", i, text ? text : em_last_error());
+        }
+        em_lang_diags_free(d);
+        assert_int_equal(em_ir_verify(k, 0), EM_OK);
+        assert_int_equal(em_ir_simplify(k), EM_OK);
+        char *src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &caps);
+        if (!src) fail_msg("config %zu: %s", i, em_last_error());
+        assert_non_null(strstr(src, "wgmma.mma_async.sync.aligned"));
+        assert_non_null(strstr(src, "cp.async.bulk.tensor.3d.shared::cluster.global"));
+        assert_non_null(strstr(src, "fence.proxy.tensormap::generic.acquire.sys"));
+        assert_non_null(strstr(src, "mbarrier.arrive.expect_tx.shared::cta.b64"));
+        assert_null(strstr(src, "cp.async.ca.shared.global")); /* no per-unit copies left */
+        assert_true((strstr(src, "setmaxnreg.dec.sync.aligned.u32 40;") != NULL) == regs);
+        assert_true((strstr(src, "setmaxnreg.inc.sync.aligned.u32 232;") != NULL) == regs);
+        char *log = NULL;
+        void *bin = NULL;
+        size_t size = 0;
+        em_status st = em_nvrtc_compile(src, "sm_90a", &log, &bin, &size);
+        if (st != EM_OK) {
+            print_message("config %zu: %s\n", i, em_last_error());
+            failed++;
+        } else {
+            const char *used = log ? strstr(log, "Used ") : NULL;
+            print_message("config %zu (wg %d, bn %d, %d stages): %.60s\n", i, cfg[i].wg,
+                          cfg[i].bn, cfg[i].stages, used ? used : "(no ptxas report)");
+            if (log && strstr(log, "bytes spill") && !strstr(log, " 0 bytes spill stores")) {
+                print_message("config %zu spills:\n%s\n", i, log);
+                failed++;
+            }
+            if (log && strstr(log, "'setmaxnreg' ignored")) {
+                print_message("config %zu: ptxas ignores setmaxnreg:\n%s\n", i, log);
+                failed++;
+            }
+            if (log && strstr(log, "wgmma.mma_async instructions are serialized")) {
+                print_message("config %zu: ptxas serializes the MMAs:\n%s\n", i, log);
+                failed++;
+            }
+        }
+        free(log);
+        free(bin);
+        free(src);
+        em_ir_kernel_free(k);
+    }
+    assert_int_equal(failed, 0);
+}
+
 int main(void)
 {
+    /* ptxas's report for test_matmul_tma_compiles (NVRTC reads the options once) */
+    setenv("EMBER_NVRTC_OPTIONS", "--ptxas-options=-v", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_boxes_on_cpu),
         cmocka_unit_test(test_encode_rules),
         cmocka_unit_test(test_cuda_source),
         cmocka_unit_test(test_refused_elsewhere),
+        cmocka_unit_test(test_matmul_tma_compiles),
     };
     return cmocka_run_group_tests(tests, dev_setup, dev_teardown);
 }

@@ -9,7 +9,10 @@
  *   "cuda.tma.acquire:M@M"   (mi)
  *       fence.proxy.tensormap::generic.acquire.sys on the 128 bytes of that map: the host wrote
  *       it (cuMemcpyHtoD), so the tensor-map proxy must not use what it cached of that address.
- * Both need sm_90a (PTX ISA 8.3 for the fence). */
+ *   "cuda.tma.fence_async"   ()
+ *       fence.proxy.async.shared::cta: the unit's shared-memory writes (barrier inits) become
+ *       visible to the async proxy (the copy engine) before it completes transactions on them.
+ * All need sm_90a (PTX ISA 8.3 for the tensor-map fence). */
 #include <stdio.h>
 #include <string.h>
 
@@ -91,6 +94,8 @@ void em_cuda_tma(em_spmd *e, const em_ir_inst *in, const char *what, em_strbuf *
         load(e, in, what + 5);
     else if (!strncmp(what, "acquire:", 8))
         acquire(e, in, what + 8);
+    else if (!strcmp(what, "fence_async"))
+        em_spmd_line(e, "asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");");
     else
         em_spmd_fail(e, "unknown tensor-map intrinsic `%s`", in->str);
 }

@@ -5,7 +5,8 @@
 
 #include "kernel/codegen/spmd.h"
 
-/* Emits intrinsic `in`, named "cuda.tma.load:DST,BAR,MAP@DST" or "cuda.tma.acquire:MAP@MAP"
+/* Emits intrinsic `in`, named "cuda.tma.load:DST,BAR,MAP@DST", "cuda.tma.acquire:MAP@MAP" or
+ * "cuda.tma.fence_async"
  * (`what`: the name after "cuda.tma."), for an sm_90a device; writes "(void)0" to sb. */
 void em_cuda_tma(em_spmd *e, const em_ir_inst *in, const char *what, em_strbuf *sb);
 

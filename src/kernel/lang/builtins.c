@@ -92,6 +92,7 @@ const lang_builtin em_lang_builtins_table[] = {
     {"setmaxnreg_dec", BI_MBARRIER, 1, 1, 0, MBAR_SETMAXNREG_DEC},
     {"tma_load", BI_TMA, 10, 10, 0, TMA_LOAD},
     {"tma_acquire", BI_TMA, 2, 2, 0, TMA_ACQUIRE},
+    {"fence_proxy_async", BI_TMA, 0, 0, 0, TMA_FENCE_ASYNC},
     {"print", BI_PRINT, 1, 5, EM_OP_PRINT, 0},
     {"has", BI_HAS, 1, 1, 0, 0},
     {"sizeof", BI_SIZEOF, 1, 1, 0, 0},

@@ -390,7 +390,7 @@ typedef enum bi_class {
     BI_COPY_SYNC,  /* copy_async_commit(), copy_async_wait(pending): ir_op */
     BI_WGMMA,      /* wgmma_fence / _commit / _wait / _mma (imm: which; lower_wgmma.c) */
     BI_MBARRIER,   /* mbarrier_*, copy_async_arrive, setmaxnreg_* (imm: which; lower_mbarrier.c) */
-    BI_TMA,        /* tma_load, tma_acquire (imm: which; lower_tma.c) */
+    BI_TMA,        /* tma_load, tma_acquire, fence_proxy_async (imm: which; lower_tma.c) */
     BI_PRINT,
     BI_HAS,      /* has(capability) */
     BI_SIZEOF,   /* sizeof(T) */
@@ -427,7 +427,7 @@ enum {
     MBAR_SETMAXNREG_DEC
 };
 /* The tensor-memory-accelerator builtins (the imm of their BI_TMA entries). */
-enum { TMA_LOAD, TMA_ACQUIRE };
+enum { TMA_LOAD, TMA_ACQUIRE, TMA_FENCE_ASYNC };
 
 /* An intrinsic (as em_ir_intrinsic) that names the memory `mem` it works on (defined in
  * src/kernel/ir.c; the warpgroup MMA's lowering uses it). */

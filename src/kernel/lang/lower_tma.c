@@ -12,15 +12,19 @@
  *       aligned): its 128-byte rows one after another, 16-byte chunk c of row r at c ^ (r % 8).
  *   tma_acquire(map, mi)
  *       makes map mi, written by the host, safe to use by this unit (once, before its loads).
+ *   fence_proxy_async()
+ *       makes this unit's earlier shared-memory writes visible to the copy engine (the async
+ *       proxy): after mbarrier_init, before the barriers are handed to tma_load.
  *
  * On CUDA for sm_90a they become intrinsics that codegen/cuda_tma.c writes as PTX
  * ("cuda.tma.load:DST,BAR,MAP@DST" with (di, bi << 32 | mi, y << 32 | x, z), the
  * packing because an IR instruction has four operands: cp.async.bulk.tensor.3d;
- * "cuda.tma.acquire:MAP@MAP" with (mi): fence.proxy.tensormap::generic.acquire); the map's
+ * "cuda.tma.acquire:MAP@MAP" with (mi): fence.proxy.tensormap::generic.acquire;
+ * "cuda.tma.fence_async": fence.proxy.async.shared::cta); the map's
  * address is all the instruction needs, and src is not read. On the C target (and without a
  * target) the copy happens at once, in loops that read src with the geometry of the CPU form
  * of the map (tma.h), zero-fill outside its dims and apply the same swizzle; the barrier is
- * left alone (as every barrier op there: lower_mbarrier.c), and tma_acquire does nothing.
+ * left alone (as every barrier op there: lower_mbarrier.c), and the fences do nothing.
  * Other targets reject both. */
 #include <stdio.h>
 #include <string.h>
@@ -180,6 +184,10 @@ lv em_lang_lower_tma(lower *L, const ast_expr *e, const lang_builtin *b, lv *a)
     if (!em_lang_hopper_target(L, e, b->name, "tma", "the tensor memory accelerator"))
         return em_lang_lv_err();
     if (b->imm == TMA_LOAD) return load(L, e, a);
+    if (b->imm == TMA_FENCE_ASYNC) {
+        if (!emulated(L)) em_ir_intrinsic(L->k, "cuda.tma.fence_async", (em_type){0, 0}, NULL, 0);
+        return em_lang_lv_void();
+    }
     if (!mem_of(L, e, &a[0], 0, EM_MEM_GLOBAL, EM_U64, b->name,
                 "a u64 tensor parameter holding the tensor maps"))
         return em_lang_lv_err();
