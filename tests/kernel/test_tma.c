@@ -197,8 +197,8 @@ static void test_cuda_source(void **state)
     char *src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &caps);
     if (!src) fail_msg("%s", em_last_error());
     static const char *const want[] = {
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
-        "[%1, {%2, %3, %4}], [%5];",
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], ",
+        "::bytes [%0], [%1, {%2, %3, %4}], [%5];",
         "fence.proxy.tensormap::generic.acquire.sys [%0], 128;",
         "fence.proxy.async.shared::cta;",
         "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;",
