@@ -58,6 +58,31 @@ em_status em_buffer_copy(em_buffer *dst, size_t dst_offset, const em_buffer *src
                          size_t bytes);
 em_status em_buffer_fill_zero(em_buffer *buf);
 
+/* ---- tensor maps (TMA) --------------------------------------------------------------------- */
+
+/* A tiled tensor map: the description of an up-to-3-D view of a buffer from which a kernel's
+ * tma_load (docs/kernel-language.md "Tensor memory accelerator") copies boxes into shared
+ * memory. Dims are innermost first; the innermost has unit stride. */
+#define EM_TENSOR_MAP_WORDS 16 /* u64 words of one encoded map (128 bytes, CUtensorMap's size) */
+typedef struct em_tensor_map_desc {
+    em_scalar dtype;     /* element type (1, 2, 4 or 8 bytes) */
+    unsigned rank;       /* 1 to 3 dims used (the rest count as 1) */
+    uint64_t dims[3];    /* elements per dim, innermost first (1 to 2^32) */
+    uint64_t strides[3]; /* elements between neighbours per dim; strides[0] must be 1, the others
+                            16-byte multiples */
+    uint32_t box[3];     /* elements of a copied box per dim (1 to 256; box[0] 16-byte multiple) */
+    unsigned swizzle;    /* 0 (rows of the box one after another) or 128 (128-byte swizzle, the
+                            warpgroup MMAs' layout; box[0] then spans exactly 128 bytes) */
+} em_tensor_map_desc;
+/* Encodes the map of d over buf from byte `offset` (16-byte aligned) into out, in the device's
+ * own form: CUDA's CUtensorMap (cuTensorMapEncodeTiled: no interleave, L2 promotion 128 B, zero
+ * fill outside the dims) on compute capability 9.0, the CPU target's geometry words on the CPU.
+ * A kernel receives maps in a u64 tensor (each map 16 words, 128-byte aligned). EM_OK, or
+ * EM_ERR_INVALID (a rule above broken, the view outside buf) / EM_ERR_UNSUPPORTED (a device
+ * without tensor maps: OpenCL, Vulkan, CUDA before 9.0) with the error set. */
+em_status em_tensor_map_encode(em_buffer *buf, size_t offset, const em_tensor_map_desc *d,
+                               uint64_t out[EM_TENSOR_MAP_WORDS]);
+
 /* Pool counters since the device opened. Byte counts are block sizes: requests rounded up to the
  * pool's size classes (256 bytes, then four classes per power of two). */
 typedef struct em_pool_stats {

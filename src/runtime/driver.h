@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ember/kernel.h"
+#include "ember/runtime.h"
 
 /* One resolved launch argument, in the kernel's parameter order. The runtime has checked it
  * against the parameter (kind, rank, bounds, device) and converted scalars to the parameter's
@@ -92,6 +93,11 @@ typedef struct em_driver {
     em_status (*graph_end)(void *dev, void **graph);
     em_status (*graph_launch)(void *dev, void *graph);
     void (*graph_free)(void *dev, void *graph);
+
+    /* Tensor maps (NULL where the device has none): encodes d (checked by the runtime: rank,
+     * strides, box, swizzle, bounds) over mem from byte `offset` into out (em_tensor_map_encode). */
+    em_status (*tensor_map)(void *dev, void *mem, size_t offset, const em_tensor_map_desc *d,
+                            uint64_t *out);
 } em_driver;
 
 /* The drivers (drivers/NAME.c). registry.c lists the backends and which of these it uses. */

@@ -105,11 +105,44 @@ static bool wgmma_device(const mm_problem *p)
     return mm_wgmma_native(p->caps);
 }
 
+/* The TMA map of an operand with shape sh and strides st (rank R) whose contiguous dim is `fast`
+ * (R - 1 or R - 2): dims and strides innermost first (contiguous dim, the other, the flattened
+ * batch); *z receives whether the batch coordinate is the batch index (false: broadcast, one
+ * batch entry). Strides of dims of size 1 (any value in the view) become the span below them,
+ * as the hardware wants 16-byte multiples there. false when the batch dims do not flatten to
+ * one stride or rows overlap. */
+static bool tma_map_of(const int64_t *sh, const int64_t *st, int R, int fast, int64_t *dim,
+                       int64_t *str, bool *z)
+{
+    int other = fast == R - 1 ? R - 2 : R - 1;
+    dim[0] = sh[fast], str[0] = 1;
+    dim[1] = sh[other], str[1] = st[other];
+    int64_t bs = -1, span = 1;
+    bool bcast = true;
+    for (int d = R - 3; d >= 0; d--) {
+        if (sh[d] == 1) continue;
+        if (st[d] != 0) bcast = false;
+        if (bs < 0)
+            bs = st[d], span = sh[d];
+        else if (st[d] != bs * span)
+            return false;
+        else
+            span *= sh[d];
+    }
+    *z = !bcast;
+    dim[2] = bcast ? 1 : span, str[2] = bcast || bs < 0 ? 0 : bs;
+    if (!bcast && bs == 0) return false;
+    /* size-1 dims: the span below, rounded to 8 elements (16 bytes) */
+    if (dim[1] == 1) str[1] = (dim[0] + 7) / 8 * 8;
+    if (dim[2] == 1) str[2] = (dim[1] * str[1] + 7) / 8 * 8;
+    return str[1] >= dim[0] && (dim[2] == 1 || str[2] >= dim[1] * str[1]);
+}
+
 bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *out)
 {
     if (p->dt != EM_F16 && p->dt != EM_BF16) return false;
     if (c->tm < 1 || c->tm > 3 || c->tn != 1 || c->bm != 64 * c->tm || c->bk != 64 || c->bn < 64 ||
-        c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 2 || (c->lanes == 2 && c->tm != 2))
+        c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 3 || (c->lanes == 2 && c->tm != 2))
         return false;
     int R = p->R;
     const int64_t *as = p->ast, *bs = p->bst;
@@ -134,7 +167,11 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     q.stages = stages;
     q.smem = (size_t)stages * stage + extra;
     /* setmaxnreg (two consumers only: 384 units launched at 168 registers, 65536 / 384) */
-    q.regs = c->lanes == 2;
+    q.regs = c->lanes == 2 || (c->lanes == 3 && c->tm == 2);
+    q.tma = c->lanes == 3;
+    if (q.tma && (!tma_map_of(p->ash, as, R, q.at ? R - 2 : R - 1, q.adim, q.astr, &q.az) ||
+                  !tma_map_of(p->bsh, bs, R, q.bt ? R - 2 : R - 1, q.bdim, q.bstr, &q.bz)))
+        return false;
     *out = q;
     return true;
 }
@@ -206,6 +243,12 @@ static mm_config wgmma(int wg, int bn, int split)
 static mm_config wgmma_ws(int wg, int bn, int split)
 {
     return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, split, 1};
+}
+
+/* The TMA-fed warp-specialized wgmma kernel (matmul_wgmma_tma.ek): `wg` consumers of 64 x bn. */
+static mm_config wgmma_tma(int wg, int bn, int split)
+{
+    return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, split, 3};
 }
 
 /* The wgmma kernel's tile for p: 128 x 256 (two warpgroups of 64 x 256) when those tiles fill
@@ -493,6 +536,9 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
          * x 192 and 3 x 128. Its setmaxnreg variant (lanes 2) runs only when forced. */
         static const int ws[][2] = {{2, 256}, {2, 128}, {2, 192}, {3, 128}};
         for (int i = 0; full && i < 4; i++) all[n++] = wgmma_ws(ws[i][0], ws[i][1], 1);
+        /* the TMA-fed warp-specialized kernel (one producer unit, setmaxnreg with 2 consumers):
+         * 2 x 256 and 2 x 128 in the default search, the ws shapes in the full one */
+        for (int i = 0; i < (full ? 4 : 2); i++) all[n++] = wgmma_tma(ws[i][0], ws[i][1], 1);
     }
     if (mma_dtype_ok(p)) {
         /* planes x fragments per plane: 128 x 128 tiles of 8 planes of 32 x 64 (about 128
@@ -565,7 +611,8 @@ void mm_config_format(const mm_config *c, char *buf, size_t size)
 {
     static const char *const names[] = {"simple", "simt", "mma", "cpu", "wgmma", "skinny"};
     const char *name = names[c->kind < 6 && c->kind >= 0 ? c->kind : 0];
-    if (c->kind == MM_WGMMA && c->lanes >= 1) name = c->lanes == 2 ? "wgmma-ws-regs" : "wgmma-ws";
+    if (c->kind == MM_WGMMA && c->lanes >= 1)
+        name = c->lanes == 3 ? "wgmma-tma" : c->lanes == 2 ? "wgmma-ws-regs" : "wgmma-ws";
     if (c->kind == MM_CPU || c->kind == MM_SKINNY)
         snprintf(buf, size, "%s %dx%dx%d %dx%dx%d s%d", name, c->bm, c->bn, c->bk, c->tm, c->tn,
                  c->lanes, c->split);
@@ -594,6 +641,8 @@ bool mm_config_parse(const char *text, mm_config *c)
         r.kind = MM_WGMMA, r.lanes = 1;
     else if (!strcmp(kind, "wgmma-ws-regs"))
         r.kind = MM_WGMMA, r.lanes = 2;
+    else if (!strcmp(kind, "wgmma-tma"))
+        r.kind = MM_WGMMA, r.lanes = 3;
     else if (!strcmp(kind, "skinny"))
         r.kind = MM_SKINNY;
     else
@@ -621,7 +670,7 @@ void mm_tune_key(const mm_problem *p, char *buf, size_t size)
     int R = p->R;
     char la = p->ast[R - 1] == 1 ? 'n' : p->ast[R - 2] == 1 ? 't' : 's';
     char lb = p->bst[R - 1] == 1 ? 'n' : p->bst[R - 2] == 1 ? 't' : 's';
-    snprintf(buf, size, "matmul-v3 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s",
+    snprintf(buf, size, "matmul-v4 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s",
              em_scalar_name(p->dt), p->tf32 && p->dt == EM_F32 ? "+tf32" : "", la, lb, bucket(p->M),
              bucket(p->N), bucket(p->K), bucket(p->batch), p->bias != NULL, p->act, p->res != NULL,
              p->ln ? " ln" : "");

@@ -29,7 +29,8 @@ typedef struct mm_config {
     int lanes;  /* CPU kernel: lanes of a line in its micro-kernel; SKINNY: NL, lines (b row-major)
                    or columns (b transposed) of one unit; WGMMA: 1 for the warp-specialized
                    kernel (matmul_wgmma_ws.ek: a producer warpgroup and tm consumers), 2 for it
-                   with setmaxnreg (tm 2: 56 registers a producer unit, 224 a consumer's), else 0;
+                   with setmaxnreg (tm 2: 56 registers a producer unit, 224 a consumer's), 3 for
+                   the TMA-fed one (matmul_wgmma_tma.ek; setmaxnreg 40 / 232 when tm is 2), else 0;
                    0 for the other kinds */
 } mm_config;
 
@@ -49,6 +50,11 @@ typedef struct mm_wgmma_plan {
     bool at, bt; /* a's M / b's K is its contiguous dim: MN-major a / K-major b tiles */
     bool ws;     /* the warp-specialized kernel (c->lanes 1 or 2) */
     bool regs;   /* ws: the producer gives its registers to the consumers (setmaxnreg) */
+    bool tma;    /* ws fed by TMA (c->lanes 3): the maps below are valid */
+    bool az, bz; /* tma: a's / b's batch coordinate is the batch index (else broadcast: 0) */
+    int64_t adim[3], astr[3]; /* tma: a's map (elements; innermost first): contiguous dim, the
+                                 other, the flattened batch */
+    int64_t bdim[3], bstr[3]; /* tma: b's map */
     int units;   /* units of a cube: 128 per warpgroup, the producer's included */
     size_t smem; /* shared memory bytes of a cube */
 } mm_wgmma_plan;
@@ -93,6 +99,10 @@ typedef struct mm_problem {
 /* Checks epilogue ep (NULL: none) against p, whose result has rank rr and shape rsh, and fills
  * p's epilogue fields (bias, residual, act, tf32). false with the error set (naming the shapes). */
 bool mm_setup_epilogue(mm_problem *p, const em_matmul_epilogue *ep, int rr, const int64_t *rsh);
+/* The tensor maps of the TMA-fed wgmma kernel (c, plan q with q->tma) on p: a's (map 0) and b's
+ * (map 1) in a new u64 tensor of 32 words (the caller releases it); a and b realized first.
+ * NULL with the error set (a device without tensor maps, a map the driver refuses). */
+em_tensor *mm_tma_maps(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q);
 /* Runs p (its result's buffer allocated): the configuration mm_choose picks (autotuning
  * included), launched. EM_OK or the error set. */
 em_status mm_execute(const mm_problem *p);
@@ -116,7 +126,9 @@ bool mm_mma_plan_of(const mm_problem *p, const mm_config *c, mm_mma_plan *out);
 bool mm_wgmma_native(const em_caps *caps);
 /* The wgmma plan of c on p (false when c or p's operands do not fit the wgmma kernels: f16/bf16,
  * 16-byte aligned contiguous operands, 1 to 3 (consumer) warpgroups, BN a multiple of 64 up to
- * 256; c->lanes 0 for matmul_wgmma, 1 for matmul_wgmma_ws). */
+ * 256; c->lanes 0 for matmul_wgmma, 1 or 2 for matmul_wgmma_ws, 3 for matmul_wgmma_tma, which
+ * also needs each operand's batch dims flattenable to one stride or broadcast, and rows that do
+ * not overlap). */
 bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *out);
 /* The skinny plan of c on p (false when c does not fit p's device: units, planes, shared
  * memory). */
@@ -130,8 +142,8 @@ bool mm_cpu_fma(void);
 /* Up to max valid candidates for autotuning (full: a longer list). Returns the count. */
 int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max);
 /* "simt 64x64x8 4x4 s1" ("cpu 64x256x256 8x32x16 s1": MR x NR x lanes; "wgmma-ws 128x256x64
- * 2x1 s1": the warp-specialized wgmma kernel, lanes 1; "wgmma-ws-regs": lanes 2) and back (false
- * when text is not a configuration). */
+ * 2x1 s1": the warp-specialized wgmma kernel, lanes 1; "wgmma-ws-regs": lanes 2; "wgmma-tma":
+ * lanes 3) and back (false when text is not a configuration). */
 void mm_config_format(const mm_config *c, char *buf, size_t size);
 bool mm_config_parse(const char *text, mm_config *c);
 /* The autotune key of p: device-independent parts (kernel family, dtype, layout, shape bucket). */

@@ -186,7 +186,9 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         bd[nb++] = em_lang_bind_bool("AT", q.at);
         bd[nb++] = em_lang_bind_bool("BT", q.bt);
         bd[nb++] = em_lang_bind_bool("LOOPS", !p->caps || strcmp(p->caps->target, "cuda") != 0);
-        if (q.ws) bd[nb++] = em_lang_bind_int("PREGS", q.regs ? 56 : 0);
+        if (q.ws) bd[nb++] = em_lang_bind_int("PREGS", q.regs ? (q.tma ? 40 : 56) : 0);
+        if (q.tma) bd[nb++] = em_lang_bind_bool("AZ", q.az);
+        if (q.tma) bd[nb++] = em_lang_bind_bool("BZ", q.bz);
         units[0] = (uint32_t)q.units;
         wgq = q;
     } else if (c->kind == MM_CPU) {
@@ -205,23 +207,31 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         bd[nb++] = em_lang_bind_bool("LOOPS", !p->caps || strcmp(p->caps->target, "cuda") != 0);
         units[0] = (uint32_t)((c->bm / c->tm) * (c->bn / c->tn));
     }
-    tn_arg args[8] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
+    em_tensor *maps = NULL;
+    if (wg && wgq.tma && !(maps = mm_tma_maps(p, c, &wgq))) {
+        em_release(part);
+        return em_error_context("matmul");
+    }
+    tn_arg args[9] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
                       tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset),
                       outa,
                       bias_arg(p),
                       res_arg(p),
                       tn_arg_s(em_arg_u32((uint32_t)kchunk)),
                       tn_arg_s(em_arg_u32((uint32_t)split)),
-                      tn_arg_s(em_arg_u32((akfast ? 1u : 0u) | (bnfast ? 2u : 0u)))};
+                      tn_arg_s(em_arg_u32((akfast ? 1u : 0u) | (bnfast ? 2u : 0u))),
+                      maps ? tn_arg_t(maps) : tn_arg_s(em_arg_u32(0))};
     uint32_t cubes[3] = {(uint32_t)((p->N + c->bn - 1) / c->bn),
                          (uint32_t)((p->M + c->bm - 1) / c->bm), (uint32_t)(p->batch * split)};
     const char *kname = mma                 ? "matmul_mma"
+                        : wg && wgq.tma     ? "matmul_wgmma_tma"
                         : wg && wgq.ws      ? "matmul_wgmma_ws"
                         : wg                ? "matmul_wgmma"
                         : c->kind == MM_CPU ? "matmul_cpu"
                                             : "matmul_simt";
-    em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, 8);
+    em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, maps ? 9 : 8);
     if (st == EM_OK && split > 1) st = launch_reduce(p, part, split);
     em_release(part);
+    em_release(maps);
     return st;
 }

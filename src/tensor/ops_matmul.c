@@ -169,6 +169,37 @@ bool mm_setup_epilogue(mm_problem *p, const em_matmul_epilogue *ep, int rr, cons
     return true;
 }
 
+em_tensor *mm_tma_maps(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q)
+{
+    if (fu_realize(p->a->st) != EM_OK || fu_realize(p->b->st) != EM_OK) return NULL;
+    uint64_t words[2 * EM_TENSOR_MAP_WORDS];
+    size_t es = em_scalar_size(p->dt);
+    /* a K-major operand is one box of 64 x (its tile's rows) a stage, an MN-major one boxes of
+     * 64 x 64 (matmul_wgmma_tma.ek) */
+    const em_tensor *ops[2] = {p->a, p->b};
+    const int64_t *dims[2] = {q->adim, q->bdim}, *strs[2] = {q->astr, q->bstr};
+    uint32_t rows[2] = {q->at ? 64u : (uint32_t)c->bm, q->bt ? (uint32_t)c->bn : 64u};
+    for (int i = 0; i < 2; i++) {
+        em_tensor_map_desc d = {p->dt, 3, {0}, {0}, {64, rows[i], 1}, 128};
+        for (int j = 0; j < 3; j++)
+            d.dims[j] = (uint64_t)dims[i][j], d.strides[j] = (uint64_t)strs[i][j];
+        if (em_tensor_map_encode(ops[i]->st->buf, (size_t)ops[i]->offset * es, &d,
+                                 words + i * EM_TENSOR_MAP_WORDS) != EM_OK) {
+            em_error_context("matmul: the tensor map of %s (%lld x %lld x %lld)", i ? "b" : "a",
+                             (long long)dims[i][0], (long long)dims[i][1], (long long)dims[i][2]);
+            return NULL;
+        }
+    }
+    int64_t len = 2 * EM_TENSOR_MAP_WORDS;
+    em_tensor *maps = tn_new(p->dev, EM_I64, 1, &len); /* tensors hold no u64: the same bits */
+    if (!maps) return NULL;
+    if (em_buffer_write(maps->st->buf, 0, words, sizeof words) != EM_OK) {
+        em_release(maps);
+        return NULL;
+    }
+    return maps;
+}
+
 em_status mm_execute(const mm_problem *p)
 {
     mm_config c = mm_choose(p);

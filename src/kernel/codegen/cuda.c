@@ -57,6 +57,7 @@
 
 #include "kernel/codegen/codegen.h"
 #include "kernel/codegen/cuda_mbarrier.h"
+#include "kernel/codegen/cuda_tma.h"
 #include "kernel/codegen/spmd.h"
 #include "kernel/lang/wgmma.h"
 
@@ -898,6 +899,10 @@ static bool cu_intrinsic(em_spmd *e, const em_ir_inst *in, em_strbuf *sb)
     const char *name = in->str ? in->str : "";
     if (cu_pdl_intrinsic(e, in, name, sb)) return true;
     if (!strncmp(name, "cuda.wgmma.", 11)) return cu_wgmma(e, in, name + 11, sb);
+    if (!strncmp(name, "cuda.tma.", 9)) {
+        em_cuda_tma(e, in, name + 9, sb);
+        return true;
+    }
     if (!strncmp(name, "cuda.", 5) && em_cuda_mbarrier(e, in, name + 5, sb)) return true;
     if (strncmp(name, "cuda.ptx:", 9)) return false;
     unsigned nargs = in->imm > 0 && in->imm <= EM_IR_MAX_ARGS ? (unsigned)in->imm : 0;
@@ -962,14 +967,15 @@ static uint64_t round_up(uint64_t x, uint64_t a)
     return (x + a - 1) / a * a;
 }
 
-/* Whether the kernel has warpgroup MMAs: their swizzled operands need every shared array
- * aligned to WGMMA_ALIGN bytes of the shared address space. */
+/* Whether the kernel has warpgroup MMAs or tensor-map loads: their swizzled operands need every
+ * shared array aligned to WGMMA_ALIGN bytes of the shared address space. */
 #define WGMMA_ALIGN 1024u
 static bool uses_wgmma(const em_ir_kernel *k)
 {
     for (size_t i = 0; i < em_ir_inst_count(k); i++) {
         const em_ir_inst *in = em_ir_inst_at(k, (uint32_t)i);
-        if (in && in->op == EM_OP_INTRINSIC && in->str && !strncmp(in->str, "cuda.wgmma.", 11))
+        if (in && in->op == EM_OP_INTRINSIC && in->str &&
+            (!strncmp(in->str, "cuda.wgmma.", 11) || !strncmp(in->str, "cuda.tma.", 9)))
             return true;
     }
     return false;

@@ -92,6 +92,9 @@ const lang_builtin em_lang_builtins_table[] = {
     {"setmaxnreg_dec", BI_MBARRIER, 1, 1, 0, MBAR_SETMAXNREG_DEC},
     {"prefetch", BI_PREFETCH, 2, 2, 0, 0},
     {"dependency_wait", BI_DEPWAIT, 0, 0, 0, 0},
+    {"tma_load", BI_TMA, 10, 10, 0, TMA_LOAD},
+    {"tma_acquire", BI_TMA, 2, 2, 0, TMA_ACQUIRE},
+    {"fence_proxy_async", BI_TMA, 0, 0, 0, TMA_FENCE_ASYNC},
     {"print", BI_PRINT, 1, 5, EM_OP_PRINT, 0},
     {"has", BI_HAS, 1, 1, 0, 0},
     {"sizeof", BI_SIZEOF, 1, 1, 0, 0},
@@ -113,7 +116,7 @@ int em_lang_builtin_find(const char *name)
  * from the target's em_caps. */
 const char *const em_lang_capabilities[] = {
     "c",         "cuda",   "opencl",           "glsl",  "wgsl",  "msl",      "hip",
-    "plane_ops", "matrix", "float_atomic_add", "print", "wgmma", "mbarrier", NULL,
+    "plane_ops", "matrix", "float_atomic_add", "print", "wgmma", "mbarrier", "tma", NULL,
 };
 
 static const char *const bound_names[] = {"any", "num", "float", "int", "sint", "uint"};

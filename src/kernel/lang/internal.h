@@ -392,6 +392,7 @@ typedef enum bi_class {
     BI_MBARRIER,   /* mbarrier_*, copy_async_arrive, setmaxnreg_* (imm: which; lower_mbarrier.c) */
     BI_PREFETCH,   /* prefetch(t, i): a hint that t[i] will be read (lower_call.c) */
     BI_DEPWAIT,    /* dependency_wait(): wait for the launches this one depends on */
+    BI_TMA,        /* tma_load, tma_acquire, fence_proxy_async (imm: which; lower_tma.c) */
     BI_PRINT,
     BI_HAS,      /* has(capability) */
     BI_SIZEOF,   /* sizeof(T) */
@@ -427,6 +428,8 @@ enum {
     MBAR_SETMAXNREG_INC,
     MBAR_SETMAXNREG_DEC
 };
+/* The tensor-memory-accelerator builtins (the imm of their BI_TMA entries). */
+enum { TMA_LOAD, TMA_ACQUIRE, TMA_FENCE_ASYNC };
 
 /* An intrinsic (as em_ir_intrinsic) that names the memory `mem` it works on (defined in
  * src/kernel/ir.c; the warpgroup MMA's lowering uses it). */

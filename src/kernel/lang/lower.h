@@ -156,6 +156,11 @@ bool em_lang_mbarrier_native(const em_caps *caps);
 /* A call of mbarrier_* / copy_async_arrive / setmaxnreg_* (builtin b, arguments a lowered). */
 lv em_lang_lower_mbarrier(lower *L, const ast_expr *e, const lang_builtin *b, lv *a);
 
+/* ---- lower_tma.c --------------------------------------------------------------------------- */
+
+/* A call of tma_load / tma_acquire (builtin b, arguments a lowered). */
+lv em_lang_lower_tma(lower *L, const ast_expr *e, const lang_builtin *b, lv *a);
+
 /* ---- lower.c -----------------------------------------------------------------------------------
  */
 

@@ -537,6 +537,7 @@ static bool caps_has(const em_caps *caps, const char *name)
     if (!strcmp(name, "print")) return caps->print;
     if (!strcmp(name, "wgmma")) return em_lang_wgmma_native(caps);
     if (!strcmp(name, "mbarrier")) return em_lang_mbarrier_native(caps);
+    if (!strcmp(name, "tma")) return em_lang_mbarrier_native(caps);
     return !strcmp(caps->target, name);
 }
 
@@ -624,6 +625,8 @@ lv em_lang_lower_builtin(lower *L, const ast_expr *e)
         return prefetch(&c);
     case BI_DEPWAIT:
         return dependency_wait(&c);
+    case BI_TMA:
+        return em_lang_lower_tma(L, e, c.b, c.a);
     case BI_PRINT:
         return print(&c);
     case BI_HAS:

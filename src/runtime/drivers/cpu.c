@@ -36,6 +36,7 @@
 #include <unistd.h>
 #include "kernel/codegen/c_abi.h"
 #include "kernel/codegen/codegen.h"
+#include "kernel/lang/tma.h"
 #include "runtime/rt.h"
 
 extern char **environ;
@@ -591,6 +592,25 @@ static em_status cpu_sync(void *state)
     return EM_OK; /* launches are synchronous */
 }
 
+/* The CPU form of a tensor map (kernel/lang/tma.h): the geometry the emulated tma_load reads. */
+static em_status cpu_tensor_map(void *state, void *mem, size_t offset, const em_tensor_map_desc *d,
+                                uint64_t *out)
+{
+    (void)state, (void)mem;
+    size_t es = em_scalar_size(d->dtype);
+    out[EM_TMA_W_MAGIC] = EM_TMA_MAGIC;
+    for (unsigned i = 0; i < 3; i++) {
+        out[EM_TMA_W_DIM + i] = d->dims[i];
+        out[EM_TMA_W_BOX + i] = d->box[i];
+    }
+    out[EM_TMA_W_STRIDE] = d->strides[1];
+    out[EM_TMA_W_STRIDE + 1] = d->strides[2];
+    out[EM_TMA_W_SWIZZLE] = d->swizzle;
+    out[EM_TMA_W_ESIZE] = es;
+    out[EM_TMA_W_OFFSET] = offset / es;
+    return EM_OK;
+}
+
 const em_driver em_rt_cpu_driver = {
     .name = "cpu",
     .target = "c",
@@ -614,4 +634,5 @@ const em_driver em_rt_cpu_driver = {
     .event_record = NULL,
     .event_elapsed = NULL,
     .event_destroy = NULL,
+    .tensor_map = cpu_tensor_map,
 };

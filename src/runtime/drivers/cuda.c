@@ -207,6 +207,7 @@ static void load_once(void)
         {(void **)&lib.cu.GraphExecDestroy, "cuGraphExecDestroy"},
         {(void **)&lib.cu.GraphDestroy, "cuGraphDestroy"},
     };
+    lib.cu.TensorMapEncodeTiled = dlsym(h, "cuTensorMapEncodeTiled");
     bool graphs = true;
     for (size_t i = 0; i < EM_ARRAY_LEN(optional); i++)
         graphs = graphs && (*optional[i].slot = dlsym(h, optional[i].name)) != NULL;
@@ -1576,6 +1577,61 @@ static void cuda_graph_free(void *state, void *graph)
     }
 }
 
+/* ---- tensor maps ------------------------------------------------------------------------------- */
+
+/* CUtensorMapDataType of an element type (-1: none). */
+static int tmap_dtype(em_scalar s)
+{
+    switch (s) {
+    case EM_U8: case EM_I8: return CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    case EM_U16: case EM_I16: return CU_TENSOR_MAP_DATA_TYPE_UINT16;
+    case EM_U32: return CU_TENSOR_MAP_DATA_TYPE_UINT32;
+    case EM_I32: return CU_TENSOR_MAP_DATA_TYPE_INT32;
+    case EM_U64: return CU_TENSOR_MAP_DATA_TYPE_UINT64;
+    case EM_I64: return CU_TENSOR_MAP_DATA_TYPE_INT64;
+    case EM_F16: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    case EM_BF16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    case EM_F32: return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    case EM_F64: return CU_TENSOR_MAP_DATA_TYPE_FLOAT64;
+    default: return -1;
+    }
+}
+
+/* cuTensorMapEncodeTiled of the (checked, 3-D) map d over mem + offset: dims innermost first,
+ * strides in bytes for dims 1 and 2, element strides 1, no interleave, the swizzle asked for, L2
+ * promotion of 128 bytes, zeros outside the dims. */
+static em_status cuda_tensor_map(void *state, void *mem, size_t offset, const em_tensor_map_desc *d,
+                                 uint64_t *out)
+{
+    cuda_device *dv = state;
+    if (!lib.cu.TensorMapEncodeTiled || strcmp(dv->compile_arch, "sm_90a"))
+        return em_set_error(EM_ERR_UNSUPPORTED, "cuda:%d: tensor maps (TMA) need compute "
+                            "capability 9.0 and a driver with cuTensorMapEncodeTiled; this device "
+                            "is %s", dv->index, dv->compile_arch[0] ? dv->compile_arch : "of unknown architecture");
+    int dt = tmap_dtype(d->dtype);
+    if (dt < 0)
+        return em_set_error(EM_ERR_INVALID, "cuda:%d: no tensor map of %s elements", dv->index,
+                            em_scalar_name(d->dtype));
+    size_t es = em_scalar_size(d->dtype);
+    unsigned long long dims[3] = {d->dims[0], d->dims[1], d->dims[2]};
+    unsigned long long strides[2] = {d->strides[1] * es, d->strides[2] * es};
+    unsigned box[3] = {d->box[0], d->box[1], d->box[2]}, estr[3] = {1, 1, 1};
+    _Alignas(128) uint64_t map[EM_TENSOR_MAP_WORDS] = {0};
+    em_status st = bind(dv);
+    if (st != EM_OK) return st;
+    CUresult r = lib.cu.TensorMapEncodeTiled(
+        map, dt, 3, (void *)(uintptr_t)dptr(mem, offset), dims, strides, box, estr,
+        CU_TENSOR_MAP_INTERLEAVE_NONE,
+        d->swizzle == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(dv, r, EM_ERR_INVALID, "cuTensorMapEncodeTiled (dims %llu x %llu x %llu, "
+                       "box %u x %u x %u, %s)", dims[0], dims[1], dims[2], box[0], box[1], box[2],
+                       em_scalar_name(d->dtype));
+    memcpy(out, map, sizeof map);
+    return EM_OK;
+}
+
 const em_driver em_rt_cuda_driver = {
     .name = "cuda",
     .target = "cuda",
@@ -1603,4 +1659,5 @@ const em_driver em_rt_cuda_driver = {
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
     .graph_free = cuda_graph_free,
+    .tensor_map = cuda_tensor_map,
 };

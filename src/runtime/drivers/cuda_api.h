@@ -57,6 +57,23 @@ typedef struct CUgraphExec_st *CUgraphExec;
 #define CU_FUNC_ATTRIBUTE_NUM_REGS 4
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
 
+/* cuTensorMapEncodeTiled's enums (CUtensorMapDataType, ...: the values this driver passes). */
+#define CU_TENSOR_MAP_DATA_TYPE_UINT8 0
+#define CU_TENSOR_MAP_DATA_TYPE_UINT16 1
+#define CU_TENSOR_MAP_DATA_TYPE_UINT32 2
+#define CU_TENSOR_MAP_DATA_TYPE_INT32 3
+#define CU_TENSOR_MAP_DATA_TYPE_UINT64 4
+#define CU_TENSOR_MAP_DATA_TYPE_INT64 5
+#define CU_TENSOR_MAP_DATA_TYPE_FLOAT16 6
+#define CU_TENSOR_MAP_DATA_TYPE_FLOAT32 7
+#define CU_TENSOR_MAP_DATA_TYPE_FLOAT64 8
+#define CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 9
+#define CU_TENSOR_MAP_INTERLEAVE_NONE 0
+#define CU_TENSOR_MAP_SWIZZLE_NONE 0
+#define CU_TENSOR_MAP_SWIZZLE_128B 3
+#define CU_TENSOR_MAP_L2_PROMOTION_L2_128B 2
+#define CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE 0 /* zeros outside the dims */
+
 /* Flags. */
 #define CU_STREAM_NON_BLOCKING 0x1
 #define CU_EVENT_DEFAULT 0x0
@@ -129,6 +146,10 @@ typedef struct cuda_api {
     CUresult (*GraphDestroy)(CUgraph);
     /* launches with attributes (optional: NULL before CUDA 12; programmatic dependent launch) */
     CUresult (*LaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
+    /* tensor maps (optional: NULL before CUDA 12, which then has no tensor maps) */
+    CUresult (*TensorMapEncodeTiled)(void *, int, unsigned, void *, const unsigned long long *,
+                                     const unsigned long long *, const unsigned *,
+                                     const unsigned *, int, int, int, int);
 } cuda_api;
 
 #endif

@@ -1,0 +1,369 @@
+/* test_tma.c — the kernel language's tensor memory accelerator builtins (tma_load, tma_acquire;
+ * src/kernel/lang/lower_tma.c) and the runtime's tensor maps (em_tensor_map_encode), without a
+ * GPU:
+ *  - boxes of 2-D and 3-D maps (inside, across the edges, past them) copied on the CPU, whose
+ *    tma_load follows the CPU form of the map, checked element by element against the layout
+ *    the hardware documents (rows of the box one after another; under the 128-byte swizzle
+ *    16-byte chunk c of 128-byte row r at chunk c ^ (r % 8); zeros outside the dims);
+ *  - the rules em_tensor_map_encode enforces (alignment, strides, box, swizzle, bounds);
+ *  - the CUDA source for an sm_90a device (cp.async.bulk.tensor, the tensor-map fence), compiled
+ *    by NVRTC for sm_90a when it is installed; the refusal on other targets. */
+#include "lang/lang_util.h"
+
+#include "ember/kernel.h"
+#include "kernel/codegen/codegen.h"
+#include "runtime/drivers/nvrtc.h"
+
+/* Copies the box of map 1 of `maps` at (x, y, z) into shared memory (N elements, the box's) and
+ * then out; map 0 is left as garbage, so the map index is honoured. */
+static const char *box_src =
+    "kernel<T: num> void box(const tensor(T) src, const tensor(u64) maps, tensor(T) out, u32 x,\n"
+    "                        u32 y, u32 z, comptime u32 N = 256)\n"
+    "{\n"
+    "    shared T tile[N];\n"
+    "    shared u64 bar[2];\n"
+    "    for (u32 i in range(UNIT_POS, N, CUBE_DIM_X)) { tile[i] = T(7); }\n"
+    "    sync_cube();\n"
+    "    if (UNIT_POS == 0) {\n"
+    "        mbarrier_init(bar, 1, 1);\n"
+    "        fence_proxy_async();\n"
+    "        tma_acquire(maps, 1);\n"
+    "        mbarrier_arrive_tx(bar, 1, N * sizeof(T));\n"
+    "        tma_load(tile, 0, bar, 1, maps, 1, src, x, y, z);\n"
+    "    }\n"
+    "    sync_cube();\n"
+    "    mbarrier_wait(bar, 1, 0);\n"
+    "    for (u32 i in range(UNIT_POS, N, CUBE_DIM_X)) { out[i] = tile[i]; }\n"
+    "}\n";
+
+/* The element of the box the hardware puts at shared element e (of es bytes): the inverse of the
+ * swizzle is itself (an XOR of bits [4, 7) with bits [7, 10), which it leaves alone). */
+static uint32_t box_element(uint32_t e, uint32_t es, bool swizzle)
+{
+    uint32_t byte = e * es;
+    if (swizzle) {
+        uint32_t row = byte / 128, chunk = byte % 128 / 16;
+        byte = row * 128 + (chunk ^ (row % 8)) * 16 + byte % 16;
+    }
+    return byte / es;
+}
+
+/* src: a float view of dims d (innermost first) and strides s, from element `off` of the buffer;
+ * the box b at (x, y, z) must come out as the hardware lays it. */
+static void check_box(em_lang_module *m, const em_tensor_map_desc *desc, size_t off, uint32_t x,
+                      uint32_t y, uint32_t z)
+{
+    const uint64_t *d = desc->dims, *s = desc->strides;
+    const uint32_t *b = desc->box;
+    uint64_t d2 = desc->rank > 2 ? d[2] : 1, s2 = desc->rank > 2 ? s[2] : 0;
+    uint32_t b2 = desc->rank > 2 ? b[2] : 1;
+    size_t n = off + (size_t)((d2 - 1) * s2 + (d[1] - 1) * s[1] + d[0]) + 8;
+    float *host = malloc(n * sizeof(float));
+    assert_non_null(host);
+    for (size_t i = 0; i < n; i++) host[i] = (float)(i % 1000) + 0.25f;
+    em_buffer *bs = buf_new(host, n * sizeof(float));
+    uint64_t maps[2 * EM_TENSOR_MAP_WORDS];
+    memset(maps, 0x5a, sizeof maps);
+    if (em_tensor_map_encode(bs, off * sizeof(float), desc, maps + EM_TENSOR_MAP_WORDS) != EM_OK)
+        fail_msg("encode: %s", em_last_error());
+    em_buffer *bm = buf_new(maps, sizeof maps);
+    uint32_t N = b[0] * b[1] * b2;
+    float *out = malloc(N * sizeof(float));
+    assert_non_null(out);
+    em_buffer *bo = buf_new(NULL, N * sizeof(float));
+    em_lang_bind binds[] = {em_lang_bind_type("T", EM_F32), em_lang_bind_int("N", N)};
+    em_lang_spec spec = {binds, 2, 1, NULL};
+    em_arg args[] = {em_arg_buffer(bs, n), em_arg_buffer(bm, 2 * EM_TENSOR_MAP_WORDS),
+                     em_arg_buffer(bo, N), em_arg_u32(x), em_arg_u32(y), em_arg_u32(z)};
+    launch_x(m, "box", &spec, 1, 64, args, 6);
+    buf_get(bo, out, N * sizeof(float));
+    for (uint32_t e = 0; e < N; e++) {
+        uint32_t k = box_element(e, 4, desc->swizzle == 128);
+        uint32_t gx = x + k % b[0], gy = y + k / b[0] % b[1], gz = z + k / (b[0] * b[1]);
+        bool in = gx < d[0] && gy < d[1] && gz < d2;
+        float want = in ? host[off + gx + gy * s[1] + gz * s2] : 0.0f;
+        if (out[e] != want)
+            fail_msg("box at (%u, %u, %u) swizzle %u: shared element %u is %g, want %g "
+                     "(box element %u)",
+                     x, y, z, desc->swizzle, e, (double)out[e], (double)want, k);
+    }
+    em_buffer_free(bs);
+    em_buffer_free(bm);
+    em_buffer_free(bo);
+    free(host);
+    free(out);
+}
+
+static void test_boxes_on_cpu(void **state)
+{
+    (void)state;
+    em_lang_module *m = must_load(box_src);
+    /* 50 x 37 floats in rows of 52, from element 4; boxes of 32 x 8 (128-byte rows) */
+    em_tensor_map_desc a = {EM_F32, 2, {50, 37, 0}, {1, 52, 0}, {32, 8, 0}, 128};
+    check_box(m, &a, 4, 0, 0, 0);
+    check_box(m, &a, 32, 8, 16, 0);  /* x past the dims: zeros on the right */
+    check_box(m, &a, 4, 16, 32, 0);  /* y past them: zero rows */
+    check_box(m, &a, 4, 64, 0, 0);   /* wholly outside */
+    a.swizzle = 0;
+    check_box(m, &a, 4, 8, 3, 0);
+    /* 3-D: 40 x 20 x 3, planes 1056 apart; boxes 32 x 16 x 2 */
+    em_tensor_map_desc c = {EM_F32, 3, {40, 20, 3}, {1, 44, 1056}, {32, 16, 2}, 128};
+    check_box(m, &c, 0, 8, 8, 1);
+    check_box(m, &c, 8, 0, 0, 0);
+    em_lang_module_free(m);
+}
+
+static void expect_encode_error(em_buffer *b, size_t off, const em_tensor_map_desc *d,
+                                const char *what)
+{
+    uint64_t out[EM_TENSOR_MAP_WORDS];
+    assert_int_equal(em_tensor_map_encode(b, off, d, out), EM_ERR_INVALID);
+    if (!strstr(em_last_error(), what)) fail_msg("want `%s` in: %s", what, em_last_error());
+}
+
+static void test_encode_rules(void **state)
+{
+    (void)state;
+    em_buffer *b = buf_new(NULL, 64 * 64 * 2);
+    em_tensor_map_desc d = {EM_BF16, 2, {64, 64, 0}, {1, 64, 0}, {64, 32, 0}, 128};
+    uint64_t out[EM_TENSOR_MAP_WORDS];
+    assert_int_equal(em_tensor_map_encode(b, 0, &d, out), EM_OK);
+    expect_encode_error(b, 8, &d, "not 16-byte aligned");
+    expect_encode_error(b, 16, &d, "outside the buffer");
+    em_tensor_map_desc x = d;
+    x.strides[1] = 60;
+    expect_encode_error(b, 0, &x, "strides must be 16-byte multiples");
+    x = d, x.box[0] = 32;
+    expect_encode_error(b, 0, &x, "a 128-byte swizzle needs an innermost box of 128 bytes");
+    x = d, x.box[1] = 512;
+    expect_encode_error(b, 0, &x, "box sizes must be 1 to 256");
+    x = d, x.strides[0] = 2;
+    expect_encode_error(b, 0, &x, "the innermost stride must be 1");
+    x = d, x.swizzle = 64;
+    expect_encode_error(b, 0, &x, "swizzle of 64 bytes");
+    x = d, x.rank = 4;
+    expect_encode_error(b, 0, &x, "rank 4");
+    em_buffer_free(b);
+}
+
+/* ---- CUDA ------------------------------------------------------------------------------------ */
+
+static em_caps cuda_caps(const char *arch)
+{
+    em_caps c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.target, sizeof c.target, "cuda");
+    snprintf(c.arch, sizeof c.arch, "%s", arch);
+    c.plane_dim = 32;
+    c.max_cube_units = 1024;
+    c.max_cube_dim[0] = c.max_cube_dim[1] = 1024;
+    c.max_cube_dim[2] = 64;
+    c.max_shared = 232448;
+    c.compute_units = 132;
+    for (int s = 0; s < EM_SCALAR_COUNT; s++) c.dtype[s] = true;
+    c.plane_ops = c.matrix = c.float_atomic_add = c.print = true;
+    return c;
+}
+
+/* Kernel box<bf16> of m for caps, simplified; NULL with the diagnostics in `why`. */
+static em_ir_kernel *specialize(const em_lang_module *m, const em_caps *caps, char *why,
+                                size_t whysize)
+{
+    em_lang_bind binds[] = {em_lang_bind_type("T", EM_BF16)};
+    em_lang_spec spec = {binds, 1, 1, caps};
+    em_lang_diags *d = em_lang_diags_new();
+    em_ir_kernel *k = em_lang_specialize(m, "box", &spec, d);
+    if (!k) {
+        char *text = em_lang_diags_format(d);
+        snprintf(why, whysize, "%s", text ? text : em_last_error());
+        free(text);
+    }
+    em_lang_diags_free(d);
+    if (k) {
+        assert_int_equal(em_ir_verify(k, 0), EM_OK);
+        assert_int_equal(em_ir_simplify(k), EM_OK);
+    }
+    return k;
+}
+
+static void test_cuda_source(void **state)
+{
+    (void)state;
+    em_lang_module *m = must_load(box_src);
+    em_caps caps = cuda_caps("sm_90a");
+    char why[2048] = "";
+    em_ir_kernel *k = specialize(m, &caps, why, sizeof why);
+    if (!k) fail_msg("%s", why);
+    char *src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &caps);
+    if (!src) fail_msg("%s", em_last_error());
+    static const char *const want[] = {
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], ",
+        "::bytes [%0], [%1, {%2, %3, %4}], [%5];",
+        "fence.proxy.tensormap::generic.acquire.sys [%0], 128;",
+        "fence.proxy.async.shared::cta;",
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;",
+        "__shared__ __align__(1024)",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(src, want[i])) fail_msg("no `%s` in the CUDA source:\n%s", want[i], src);
+    char nv[512];
+    if (em_nvrtc_available(nv, sizeof nv)) {
+        char *log = NULL;
+        void *bin = NULL;
+        size_t size = 0;
+        em_status st = em_nvrtc_compile(src, "sm_90a", &log, &bin, &size);
+        if (st != EM_OK) fail_msg("NVRTC: %s\n%s", em_last_error(), src);
+        assert_true(size > 0);
+        free(log);
+        free(bin);
+    } else {
+        print_message("NVRTC compile skipped: %s\n", nv);
+    }
+    free(src);
+    em_caps old = cuda_caps("sm_90");
+    src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &old);
+    assert_null(src);
+    assert_non_null(strstr(em_last_error(), "need"));
+    em_ir_kernel_free(k);
+    em_lang_module_free(m);
+}
+
+static void expect_refused(const em_lang_module *m, const em_caps *caps, const char *what)
+{
+    char why[2048] = "";
+    em_ir_kernel *k = specialize(m, caps, why, sizeof why);
+    assert_null(k);
+    if (!strstr(why, what) || !strstr(why, "needs the tensor memory accelerator") ||
+        !strstr(why, "has(tma)"))
+        fail_msg("unexpected diagnostic: %s", why);
+}
+
+static void test_refused_elsewhere(void **state)
+{
+    (void)state;
+    em_lang_module *m = must_load(box_src);
+    em_caps c = cuda_caps("sm_80");
+    expect_refused(m, &c, "this CUDA device (sm_80)");
+    snprintf(c.target, sizeof c.target, "opencl");
+    expect_refused(m, &c, "the opencl target");
+    snprintf(c.target, sizeof c.target, "glsl");
+    expect_refused(m, &c, "the glsl target");
+    em_lang_module_free(m);
+    const char *bad = "kernel void bad(const tensor(f32) s, const tensor(u32) maps, tensor(f32) o)\n"
+                      "{\n    shared f32 t[64];\n    shared u64 b[1];\n"
+                      "    tma_load(t, 0, b, 0, maps, 0, s, 0, 0, 0);\n    o[0] = t[0];\n}\n";
+    assert_true(check_error_at(bad, 5, 26, "'tma_load' needs a u64 tensor parameter holding the "
+                               "tensor maps", NULL));
+}
+
+/* The built-in matmul_wgmma_tma (src/kernels/matmul_wgmma_tma.ek) in the configurations the
+ * host picks (matmul_config.c: two consumers with setmaxnreg 40 / 232, three without; every
+ * operand layout; batched, broadcast, split-K partials, the epilogue), through NVRTC for sm_90a
+ * with ptxas's report: it must compile, spill nothing, keep setmaxnreg and not serialize the
+ * MMAs; its source must hold the TMA loads and the maps' fence. */
+static void test_matmul_tma_compiles(void **state)
+{
+    (void)state;
+    char why[512];
+    if (!em_nvrtc_available(why, sizeof why)) {
+        print_message("skipped: %s\n", why);
+        skip();
+    }
+    const em_lang_module *m = em_lang_builtins();
+    assert_non_null(m);
+    em_caps caps = cuda_caps("sm_90a");
+    static const struct {
+        int wg, bn, stages;
+        bool at, bt, raw, epi, az, bz;
+        em_scalar t;
+        int r;
+    } cfg[] = {
+        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2},
+        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2},
+        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3},
+        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3},
+        {3, 128, 5, false, false, false, false, false, false, EM_BF16, 2},
+        {1, 256, 6, false, false, false, false, false, false, EM_BF16, 2},
+    };
+    size_t failed = 0;
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
+        bool regs = cfg[i].wg == 2;
+        em_lang_bind b[] = {em_lang_bind_type("T", cfg[i].t),
+                            em_lang_bind_type("O", cfg[i].raw ? EM_F32 : cfg[i].t),
+                            em_lang_bind_int("R", cfg[i].r),
+                            em_lang_bind_int("WG", cfg[i].wg),
+                            em_lang_bind_int("BN", cfg[i].bn),
+                            em_lang_bind_int("STAGES", cfg[i].stages),
+                            em_lang_bind_bool("AT", cfg[i].at),
+                            em_lang_bind_bool("BT", cfg[i].bt),
+                            em_lang_bind_bool("RAW", cfg[i].raw),
+                            em_lang_bind_bool("BIAS", cfg[i].epi),
+                            em_lang_bind_int("ACT", cfg[i].epi ? 2 : 0),
+                            em_lang_bind_bool("RES", cfg[i].epi),
+                            em_lang_bind_int("PREGS", regs ? 40 : 0),
+                            em_lang_bind_bool("AZ", cfg[i].az),
+                            em_lang_bind_bool("BZ", cfg[i].bz)};
+        em_lang_spec spec = {b, sizeof b / sizeof b[0], 1, &caps};
+        em_lang_diags *d = em_lang_diags_new();
+        em_ir_kernel *k = em_lang_specialize(m, "matmul_wgmma_tma", &spec, d);
+        if (!k) {
+            char *text = em_lang_diags_format(d);
+            fail_msg("config %zu: %s", i, text ? text : em_last_error());
+        }
+        em_lang_diags_free(d);
+        assert_int_equal(em_ir_verify(k, 0), EM_OK);
+        assert_int_equal(em_ir_simplify(k), EM_OK);
+        char *src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &caps);
+        if (!src) fail_msg("config %zu: %s", i, em_last_error());
+        assert_non_null(strstr(src, "wgmma.mma_async.sync.aligned"));
+        assert_non_null(strstr(src, "cp.async.bulk.tensor.3d.shared::cluster.global"));
+        assert_non_null(strstr(src, "fence.proxy.tensormap::generic.acquire.sys"));
+        assert_non_null(strstr(src, "mbarrier.arrive.expect_tx.shared::cta.b64"));
+        assert_null(strstr(src, "cp.async.ca.shared.global")); /* no per-unit copies left */
+        assert_true((strstr(src, "setmaxnreg.dec.sync.aligned.u32 40;") != NULL) == regs);
+        assert_true((strstr(src, "setmaxnreg.inc.sync.aligned.u32 232;") != NULL) == regs);
+        char *log = NULL;
+        void *bin = NULL;
+        size_t size = 0;
+        em_status st = em_nvrtc_compile(src, "sm_90a", &log, &bin, &size);
+        if (st != EM_OK) {
+            print_message("config %zu: %s\n", i, em_last_error());
+            failed++;
+        } else {
+            const char *used = log ? strstr(log, "Used ") : NULL;
+            print_message("config %zu (wg %d, bn %d, %d stages): %.60s\n", i, cfg[i].wg,
+                          cfg[i].bn, cfg[i].stages, used ? used : "(no ptxas report)");
+            if (log && strstr(log, "bytes spill") && !strstr(log, " 0 bytes spill stores")) {
+                print_message("config %zu spills:\n%s\n", i, log);
+                failed++;
+            }
+            if (log && strstr(log, "'setmaxnreg' ignored")) {
+                print_message("config %zu: ptxas ignores setmaxnreg:\n%s\n", i, log);
+                failed++;
+            }
+            if (log && strstr(log, "wgmma.mma_async instructions are serialized")) {
+                print_message("config %zu: ptxas serializes the MMAs:\n%s\n", i, log);
+                failed++;
+            }
+        }
+        free(log);
+        free(bin);
+        free(src);
+        em_ir_kernel_free(k);
+    }
+    assert_int_equal(failed, 0);
+}
+
+int main(void)
+{
+    /* ptxas's report for test_matmul_tma_compiles (NVRTC reads the options once) */
+    setenv("EMBER_NVRTC_OPTIONS", "--ptxas-options=-v", 1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_boxes_on_cpu),
+        cmocka_unit_test(test_encode_rules),
+        cmocka_unit_test(test_cuda_source),
+        cmocka_unit_test(test_refused_elsewhere),
+        cmocka_unit_test(test_matmul_tma_compiles),
+    };
+    return cmocka_run_group_tests(tests, dev_setup, dev_teardown);
+}

@@ -1,0 +1,217 @@
+/* test_matmul_tma.c — the TMA-fed warp-specialized Hopper matmul (matmul_wgmma_tma.ek,
+ * configuration "wgmma-tma") forced through $EMBER_MATMUL_CONFIG on the CPU, whose tma_load
+ * copies boxes with the hardware's swizzle and zero fill and whose warpgroup MMAs read them as
+ * the hardware does (and natively on CUDA sm_90a devices): one to three consumers, BN 64 to 256,
+ * odd sizes (edges off every tile, K tails), all four operand layouts, batches (flattened and
+ * broadcast), split-K and the epilogue, against float64; the profiler shows that this kernel
+ * ran. Operands TMA cannot describe (K = 70: rows not 16-byte multiples; batch dims that do not
+ * flatten to one stride) must fall back to another kernel, still right. Also the configuration's
+ * text, its plan and its place in the default autotune candidates of an sm_90a device. */
+#include "tensor_util.h"
+#include "tensor/matmul_internal.h"
+
+/* a [Ba?, M, K] x b [Bb?, K, N] (+ bias[n], ReLU, + residual [M, N]) in float64; a batch of 1
+ * or none broadcasts. */
+static double *ref_mm(const em_tensor *a, const em_tensor *b, const em_matmul_epilogue *ep,
+                      int64_t *nb_out)
+{
+    em_shape as = em_shape_of(a), bs = em_shape_of(b);
+    int64_t M = as.d[as.rank - 2], K = as.d[as.rank - 1], N = bs.d[bs.rank - 1];
+    int64_t ba = as.rank > 2 ? as.d[0] : 1, bb = bs.rank > 2 ? bs.d[0] : 1;
+    int64_t nb = ba > bb ? ba : bb;
+    double *ad = tu_read(a), *bd = tu_read(b), *bias = NULL, *res = NULL;
+    if (ep && ep->bias) bias = tu_read(ep->bias);
+    if (ep && ep->residual) res = tu_read(ep->residual);
+    double *out = calloc((size_t)(nb * M * N), sizeof(double));
+    assert_non_null(out);
+    for (int64_t z = 0; z < nb; z++)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double s = 0;
+                const double *ar = ad + ((ba > 1 ? z : 0) * M + m) * K;
+                const double *bc = bd + (bb > 1 ? z : 0) * K * N + n;
+                for (int64_t k = 0; k < K; k++) s += ar[k] * bc[k * N];
+                if (bias) s += bias[n];
+                if (ep && ep->act == EM_MATMUL_ACT_RELU) s = s > 0 ? s : 0;
+                if (res) s += res[m * N + n];
+                out[(z * M + m) * N + n] = s;
+            }
+    free(ad), free(bd), free(bias), free(res);
+    *nb_out = nb;
+    return out;
+}
+
+static em_tensor *rnd(em_device *dev, em_scalar dt, em_shape s, uint32_t seed)
+{
+    size_t n = 1;
+    for (int i = 0; i < s.rank; i++) n *= (size_t)s.d[i];
+    double *v = malloc((n + 1) * sizeof(double));
+    assert_non_null(v);
+    tu_fill(v, n, -1, 1, seed);
+    em_tensor *t = tu_tensor(dev, dt, s, v);
+    free(v);
+    return t;
+}
+
+/* Checks a x b (+ ep) under the configuration `cfg` against float64, and whether the TMA kernel
+ * ran (tma) or another one did. */
+static void check_ref(const char *what, const char *cfg, bool tma, const em_tensor *a,
+                      const em_tensor *b, const em_matmul_epilogue *ep, const em_tensor *ref_a)
+{
+    assert_non_null(a);
+    assert_non_null(b);
+    setenv("EMBER_MATMUL_CONFIG", cfg, 1);
+    em_profile_reset();
+    em_tensor *y = em_matmul_ex(a, b, ep);
+    if (!y) fprintf(stderr, "%s: %s\n", what, em_last_error());
+    assert_non_null(y);
+    int64_t nb = 0;
+    double *ref = ref_mm(ref_a ? ref_a : a, b, ep, &nb);
+    em_shape rs = em_shape_of(y);
+    char label[256];
+    snprintf(label, sizeof label, "%s (%s, %s)", what, cfg, em_scalar_name(em_dtype(a)));
+    tu_check(label, y, rs, ref, tu_tol(em_dtype(a))); /* reading y runs the pending matmul */
+    em_profile_kernel pk;
+    bool ran = em_profile_kernel_get("matmul_wgmma_tma", &pk) && pk.launches > 0;
+    if (ran != tma) fail_msg("%s: the TMA kernel %s", what, ran ? "ran" : "did not run");
+    assert_int_equal(em_numel(y), nb * rs.d[rs.rank - 2] * rs.d[rs.rank - 1]);
+    free(ref);
+    em_release(y);
+    unsetenv("EMBER_MATMUL_CONFIG");
+}
+
+static void check(const char *what, const char *cfg, bool tma, const em_tensor *a,
+                  const em_tensor *b, const em_matmul_epilogue *ep)
+{
+    check_ref(what, cfg, tma, a, b, ep, NULL);
+}
+
+static void test_tma_kernel(void **state)
+{
+    (void)state;
+    em_profile_enable(true);
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        const em_caps *caps = em_device_caps(dev);
+        bool native = !strcmp(caps->target, "cuda") && !strcmp(caps->arch, "sm_90a");
+        if (strcmp(caps->target, "c") != 0 && !native) continue;
+        em_scope_begin();
+        const char *c2 = "wgmma-tma 128x128x64 2x1 s1";
+        check("2x128 row-major, edges and K tail", c2, true,
+              rnd(dev, EM_BF16, EM_SHAPE(257, 200), 1), rnd(dev, EM_BF16, EM_SHAPE(200, 136), 2),
+              NULL);
+        check("2x128 one row", c2, true, rnd(dev, EM_BF16, EM_SHAPE(1, 48), 3),
+              rnd(dev, EM_BF16, EM_SHAPE(48, 8), 4), NULL);
+        check("2x128 a^T b (MN-major a)", c2, true,
+              em_transpose(rnd(dev, EM_BF16, EM_SHAPE(136, 72), 5), 0, 1),
+              rnd(dev, EM_BF16, EM_SHAPE(136, 80), 6), NULL);
+        check("2x256 a b^T (K-major b), setmaxnreg", "wgmma-tma 128x256x64 2x1 s1", true,
+              rnd(dev, EM_F16, EM_SHAPE(70, 264), 7),
+              em_transpose(rnd(dev, EM_F16, EM_SHAPE(264, 264), 8), 0, 1), NULL);
+        check("1x256 batched both", "wgmma-tma 64x256x64 1x1 s1", true,
+              rnd(dev, EM_BF16, EM_SHAPE(3, 33, 72), 9), rnd(dev, EM_BF16, EM_SHAPE(3, 72, 40), 10),
+              NULL);
+        check("1x256 b broadcast over the batch", "wgmma-tma 64x256x64 1x1 s1", true,
+              rnd(dev, EM_BF16, EM_SHAPE(2, 65, 64), 11), rnd(dev, EM_BF16, EM_SHAPE(64, 24), 12),
+              NULL);
+        em_tensor *bias = rnd(dev, EM_BF16, EM_SHAPE(72), 13);
+        em_matmul_epilogue ep = {.bias = bias,
+                                 .act = EM_MATMUL_ACT_RELU,
+                                 .residual = rnd(dev, EM_BF16, EM_SHAPE(40, 72), 14)};
+        check("3x64 split-K, epilogue, both transposed", "wgmma-tma 192x64x64 3x1 s2", true,
+              em_transpose(rnd(dev, EM_BF16, EM_SHAPE(520, 40), 15), 0, 1),
+              em_transpose(rnd(dev, EM_BF16, EM_SHAPE(72, 520), 16), 0, 1), &ep);
+        /* K = 70: rows of a are not 16-byte multiples; the configuration is invalid and the
+         * heuristic's kernel runs */
+        check("K = 70 falls back", c2, false, rnd(dev, EM_BF16, EM_SHAPE(30, 70), 17),
+              rnd(dev, EM_BF16, EM_SHAPE(70, 24), 18), NULL);
+        /* batch dims that do not flatten to one stride (a [3, 2, ...] with its batch dims
+         * swapped): no 3-D map describes it */
+        em_tensor *sw = em_transpose(rnd(dev, EM_BF16, EM_SHAPE(3, 2, 16, 64), 19), 0, 1);
+        em_tensor *flat = em_reshape(em_contiguous(sw), EM_SHAPE(6, 16, 64));
+        check_ref("uneven batch falls back", c2, false, sw, rnd(dev, EM_BF16, EM_SHAPE(64, 16), 20),
+                  NULL, flat);
+        em_scope_end(NULL, 0);
+    }
+    em_profile_enable(false);
+}
+
+static mm_problem h200_problem(em_caps *caps, int64_t M, int64_t N, int64_t K, em_tensor *t)
+{
+    memset(caps, 0, sizeof *caps);
+    snprintf(caps->target, sizeof caps->target, "cuda");
+    snprintf(caps->arch, sizeof caps->arch, "sm_90a");
+    caps->plane_dim = 32;
+    caps->max_cube_units = 1024;
+    caps->max_cube_dim[0] = caps->max_cube_dim[1] = 1024;
+    caps->max_cube_dim[2] = 64;
+    caps->max_shared = 232448;
+    caps->compute_units = 132;
+    caps->matrix = caps->plane_ops = true;
+    mm_problem p;
+    memset(&p, 0, sizeof p);
+    p.dev = em_tensor_device(t);
+    p.caps = caps;
+    p.dt = EM_BF16;
+    p.ct = EM_F32;
+    p.R = 2;
+    p.M = M, p.N = N, p.K = K, p.batch = 1;
+    p.a = p.b = t;
+    p.ash[0] = M, p.ash[1] = K, p.ast[0] = K, p.ast[1] = 1;
+    p.bsh[0] = K, p.bsh[1] = N, p.bst[0] = N, p.bst[1] = 1;
+    p.osh[0] = M, p.osh[1] = N, p.ost[0] = N, p.ost[1] = 1;
+    return p;
+}
+
+static void test_tma_config(void **state)
+{
+    (void)state;
+    em_tensor *t = em_zeros(tu_devs[0], EM_F32, EM_SHAPE(1));
+    assert_non_null(t);
+    em_caps caps;
+    mm_problem p = h200_problem(&caps, 4096, 4096, 4096, t);
+    mm_config c;
+    assert_true(mm_config_parse("wgmma-tma 128x256x64 2x1 s1", &c));
+    assert_int_equal(c.kind, MM_WGMMA);
+    assert_int_equal(c.lanes, 3);
+    char text[64];
+    mm_config_format(&c, text, sizeof text);
+    assert_string_equal(text, "wgmma-tma 128x256x64 2x1 s1");
+    assert_true(mm_config_valid(&p, &c));
+    mm_wgmma_plan q;
+    assert_true(mm_wgmma_plan_of(&p, &c, &q));
+    assert_true(q.tma && q.ws && q.regs && q.units == 384 && q.stages == 4 && !q.az && !q.bz);
+    /* maps innermost first: a [4096 k, 4096 m] rows 4096 apart, one batch entry */
+    assert_int_equal(q.adim[0], 4096);
+    assert_int_equal(q.astr[1], 4096);
+    assert_int_equal(q.adim[2], 1);
+    /* in the default candidates of an sm_90a device, 2 x 256 and 2 x 128 */
+    mm_config cand[48];
+    int n = mm_candidates(&p, false, cand, 48), nt = 0;
+    for (int j = 0; j < n; j++) nt += cand[j].kind == MM_WGMMA && cand[j].lanes == 3;
+    assert_int_equal(nt, 2);
+    /* three consumers: no setmaxnreg, 512 units */
+    c.tm = 3, c.bm = 192, c.bn = 128;
+    assert_true(mm_wgmma_plan_of(&p, &c, &q) && q.tma && !q.regs && q.units == 512);
+    /* not on sm_90 (no TMA there as this runtime uses it) */
+    snprintf(caps.arch, sizeof caps.arch, "sm_90");
+    assert_false(mm_config_valid(&p, &c));
+    em_release(t);
+}
+
+static int setup(void **state)
+{
+    setenv("EMBER_AUTOTUNE", "off", 1);
+    unsetenv("EMBER_MATMUL_CONFIG");
+    setenv("EMBER_CFLAGS", "-O1", 0);
+    return tu_setup(state);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tma_kernel),
+        cmocka_unit_test(test_tma_config),
+    };
+    return cmocka_run_group_tests(tests, setup, tu_teardown);
+}
