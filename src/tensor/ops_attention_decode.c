@@ -1,8 +1,9 @@
 /* ops_attention_decode.c — em_attention_decode: one query per (row, head) against cached keys
  * whose visible length each row reads from device memory (tensor_attention_decode.ek). A decode
  * step built on it keeps one shape however long its sequences grow, so it can be recorded once
- * and replayed (docs/graphs.md), and it is one launch where q k^T, the mask, the softmax and the
- * product with v were four. */
+ * and replayed (docs/graphs.md), and it is one launch (two where the keys are split over several
+ * cubes: flash-decoding, docs/attention.md) where q k^T, the mask, the softmax and the product
+ * with v were four. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
