@@ -13,7 +13,13 @@
 /* Units per cube on GPUs (a multiple of their planes) and on the CPU (one pool thread loops over
  * them); key/value lines of at most 16 bytes; a split takes at least DEC_SPLIT_KEYS keys, and
  * there are at most DEC_SPLIT_MAX splits. */
-enum { DEC_CUBE = 128, DEC_CUBE_CPU = 16, DEC_LINE_BYTES = 16, DEC_SPLIT_KEYS = 32, DEC_SPLIT_MAX = 64 };
+enum {
+    DEC_CUBE = 128,
+    DEC_CUBE_CPU = 16,
+    DEC_LINE_BYTES = 16,
+    DEC_SPLIT_KEYS = 32,
+    DEC_SPLIT_MAX = 64
+};
 
 /* How the kernel runs for one shape on one device (nothing here depends on pos's values, so a
  * recorded step replays for every position). */
@@ -75,7 +81,7 @@ static dec_plan dec_plan_of(em_device *dev, const em_tensor *k, const em_tensor 
     size_t cs = em_scalar_size(tn_compute_type(k->dtype));
     /* the groups' statistics and accumulators in shared memory, within the device's limits */
     while (pl.cube > lo && (pl.cube > caps->max_cube_units ||
-                               (pl.cube / pl.kl) * ((size_t)D + 2) * cs > caps->max_shared))
+                            (pl.cube / pl.kl) * ((size_t)D + 2) * cs > caps->max_shared))
         pl.cube /= 2;
     int64_t tk = k->shape[2];
     pl.splits = dec_splits(caps, bh, tk);
@@ -135,16 +141,22 @@ static em_status dec_launch(const char *op, em_device *dev, const em_tensor *q, 
     int64_t n = split ? bh * pl.splits * (D + 2) : 1;
     em_tensor *part = tn_new(dev, ct, 1, &n);
     if (!part) return em_last_status();
-    em_lang_bind bind[8] = {em_lang_bind_type("T", q->dtype), em_lang_bind_type("C", ct),
-                            em_lang_bind_type("M", mt),         em_lang_bind_int("D", D),
-                            em_lang_bind_int("KL", pl.kl),      em_lang_bind_int("UK", pl.uk),
-                            em_lang_bind_int("CUBE", pl.cube),  em_lang_bind_bool("SPLIT", split)};
-    tn_arg args[8] = {tn_arg_t(q),     tn_arg_t(k),        tn_arg_t(v),
-                      tn_arg_flat(out), tn_arg_flat(part), tn_arg_flat(pos),
-                      tn_arg_s(tn_scalar_arg(ct, scale)), tn_arg_s(em_arg_u32(pl.chunk))};
+    em_lang_bind bind[8] = {em_lang_bind_type("T", q->dtype),  em_lang_bind_type("C", ct),
+                            em_lang_bind_type("M", mt),        em_lang_bind_int("D", D),
+                            em_lang_bind_int("KL", pl.kl),     em_lang_bind_int("UK", pl.uk),
+                            em_lang_bind_int("CUBE", pl.cube), em_lang_bind_bool("SPLIT", split)};
+    tn_arg args[8] = {tn_arg_t(q),
+                      tn_arg_t(k),
+                      tn_arg_t(v),
+                      tn_arg_flat(out),
+                      tn_arg_flat(part),
+                      tn_arg_flat(pos),
+                      tn_arg_s(tn_scalar_arg(ct, scale)),
+                      tn_arg_s(em_arg_u32(pl.chunk))};
     args[0].lanes = args[3].lanes = args[4].lanes = args[5].lanes = 1;
     uint32_t cubes[3] = {(uint32_t)bh, pl.splits, 1}, units[3] = {pl.cube, 1, 1};
-    em_status st = tn_launch(op, dev, "tensor_attention_decode", bind, 8, pl.v, cubes, units, args, 8);
+    em_status st =
+        tn_launch(op, dev, "tensor_attention_decode", bind, 8, pl.v, cubes, units, args, 8);
     if (st == EM_OK && split) {
         unsigned cu = D < 32 ? 32 : (unsigned)(D + 31) / 32 * 32;
         em_lang_bind cb[4] = {bind[0], bind[1], bind[2], bind[3]};
@@ -161,8 +173,7 @@ em_tensor *em_attention_decode(const em_tensor *q, const em_tensor *k, const em_
 {
     const char *op = "attention_decode";
     if (!q || !k || !v || !pos) {
-        if (em_last_status() == EM_OK)
-            em_set_error(EM_ERR_INVALID, "%s: NULL input", op);
+        if (em_last_status() == EM_OK) em_set_error(EM_ERR_INVALID, "%s: NULL input", op);
         return NULL;
     }
     if (!dec_check(op, q, k, v, pos, scale)) return NULL;

@@ -130,8 +130,8 @@ static void check_cache_case(em_device *dev, em_scalar dt, int R, int H, int D, 
     }
     em_tensor *tp = em_from_host(dev, EM_I64, EM_SHAPE(R), pos);
     assert_non_null(tp);
-    em_tensor *kk = em_narrow(em_select(tc, 1, 0), 2, 0, Tk);
-    em_tensor *vv = em_narrow(em_select(tc, 1, 1), 2, 0, Tk);
+    em_tensor *ks = em_select(tc, 1, 0), *vs = em_select(tc, 1, 1);
+    em_tensor *kk = em_narrow(ks, 2, 0, Tk), *vv = em_narrow(vs, 2, 0, Tk);
     assert_non_null(kk);
     assert_non_null(vv);
     double scale = 1.0 / sqrt((double)D);
@@ -147,6 +147,8 @@ static void check_cache_case(em_device *dev, em_scalar dt, int R, int H, int D, 
     }
     em_release(kk);
     em_release(vv);
+    em_release(ks);
+    em_release(vs);
     em_release(tq);
     em_release(tc);
     em_release(tp);
