@@ -1,13 +1,94 @@
 /* ops_attention_decode.c — em_attention_decode: one query per (row, head) against cached keys
  * whose visible length each row reads from device memory (tensor_attention_decode.ek). A decode
  * step built on it keeps one shape however long its sequences grow, so it can be recorded once
- * and replayed (docs/graphs.md), and it is one launch where q k^T, the mask, the softmax and the
- * product with v were four. */
+ * and replayed (docs/graphs.md), and it is one launch (two where the keys are split over several
+ * cubes: flash-decoding, docs/attention.md) where q k^T, the mask, the softmax and the product
+ * with v were four. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "tensor/internal.h"
 
-enum { DEC_CUBE = 256 }; /* units per cube: at least D (at most 256) */
+/* Units per cube on GPUs (a multiple of their planes) and on the CPU (one pool thread loops over
+ * them); key/value lines of at most 16 bytes; a split takes at least DEC_SPLIT_KEYS keys, and
+ * there are at most DEC_SPLIT_MAX splits. */
+enum {
+    DEC_CUBE = 128,
+    DEC_CUBE_CPU = 16,
+    DEC_LINE_BYTES = 16,
+    DEC_SPLIT_KEYS = 32,
+    DEC_SPLIT_MAX = 64
+};
+
+/* How the kernel runs for one shape on one device (nothing here depends on pos's values, so a
+ * recorded step replays for every position). */
+typedef struct dec_plan {
+    unsigned v;      /* lanes of the key/value lines (LINE_WIDTH) */
+    unsigned kl;     /* units reading one key row together (a power of two inside a plane) */
+    unsigned uk;     /* key runs a step, their loads in flight together */
+    unsigned cube;   /* units per cube */
+    unsigned splits; /* cubes per (row, head): S, the partials merged by a second launch if > 1 */
+    uint32_t chunk;  /* keys per split */
+} dec_plan;
+
+/* The widest line (at most 16 bytes) that divides D, k's and v's strides and offsets, else 1. */
+static unsigned dec_lanes(const em_tensor *k, const em_tensor *v, int64_t D)
+{
+    unsigned w = DEC_LINE_BYTES / (unsigned)em_scalar_size(k->dtype);
+    for (; w > 1; w /= 2) {
+        bool ok = D % w == 0 && k->offset % w == 0 && v->offset % w == 0;
+        for (int d = 0; d < 3 && ok; d++) ok = k->stride[d] % w == 0 && v->stride[d] % w == 0;
+        if (ok) return w;
+    }
+    return 1;
+}
+
+/* Splits of tk keys for bh (row, head) pairs: enough cubes for about two per compute unit, each
+ * split DEC_SPLIT_KEYS keys or more; 1 when the pairs alone fill the device or the keys are few.
+ * EMBER_ATTENTION_DECODE_SPLIT=S forces S (tests). */
+static unsigned dec_splits(const em_caps *caps, int64_t bh, int64_t tk)
+{
+    const char *env = getenv("EMBER_ATTENTION_DECODE_SPLIT");
+    int64_t s = env && *env ? atoll(env) : 0;
+    if (s <= 0) {
+        int64_t cus = caps->compute_units ? caps->compute_units : 1;
+        if (bh >= cus || tk < 2 * DEC_SPLIT_KEYS) return 1;
+        s = (2 * cus + bh - 1) / bh;
+        if (s > tk / DEC_SPLIT_KEYS) s = tk / DEC_SPLIT_KEYS;
+    }
+    if (s > DEC_SPLIT_MAX) s = DEC_SPLIT_MAX;
+    if (s > tk) s = tk;
+    return s < 1 ? 1 : (unsigned)s;
+}
+
+static dec_plan dec_plan_of(em_device *dev, const em_tensor *k, const em_tensor *v, int64_t D,
+                            int64_t bh)
+{
+    const em_caps *caps = em_device_caps(dev);
+    bool cpu = !strcmp(caps->target, "c");
+    dec_plan pl;
+    pl.v = dec_lanes(k, v, D);
+    pl.kl = 1;
+    unsigned P = caps->plane_ops ? caps->plane_dim : 1, rowlines = (unsigned)D / pl.v;
+    if (P >= 2 && P <= 64 && !(P & (P - 1)))
+        while (pl.kl < P && pl.kl < rowlines) pl.kl *= 2;
+    pl.uk = cpu ? 1 : 4;
+    pl.cube = cpu ? DEC_CUBE_CPU : DEC_CUBE;
+    /* whole planes where the groups shuffle */
+    unsigned lo = pl.kl > 1 ? P : 1;
+    if (pl.cube < lo) pl.cube = lo;
+    size_t cs = em_scalar_size(tn_compute_type(k->dtype));
+    /* the groups' statistics and accumulators in shared memory, within the device's limits */
+    while (pl.cube > lo && (pl.cube > caps->max_cube_units ||
+                            (pl.cube / pl.kl) * ((size_t)D + 2) * cs > caps->max_shared))
+        pl.cube /= 2;
+    int64_t tk = k->shape[2];
+    pl.splits = dec_splits(caps, bh, tk);
+    pl.chunk = (uint32_t)((tk + pl.splits - 1) / pl.splits);
+    if (pl.chunk) pl.splits = (unsigned)((tk + pl.chunk - 1) / pl.chunk); /* no split past tk */
+    return pl;
+}
 
 static bool dec_check(const char *op, const em_tensor *q, const em_tensor *k, const em_tensor *v,
                       const em_tensor *pos, double scale)
@@ -47,33 +128,61 @@ static bool dec_check(const char *op, const em_tensor *q, const em_tensor *k, co
     return true;
 }
 
+/* The launches: the partials kernel (writing out itself when there is one split), then the
+ * combine kernel over a workspace of S partials per (row, head). */
+static em_status dec_launch(const char *op, em_device *dev, const em_tensor *q, const em_tensor *k,
+                            const em_tensor *v, const em_tensor *pos, em_tensor *out, double scale)
+{
+    int64_t D = q->shape[3], bh = q->shape[0] * q->shape[1];
+    dec_plan pl = dec_plan_of(dev, k, v, D, bh);
+    em_scalar ct = tn_compute_type(q->dtype), mt = tn_math_type(dev, ct);
+    /* the partials (one element, unused, for one split: the kernel takes a buffer of C) */
+    bool split = pl.splits > 1;
+    int64_t n = split ? bh * pl.splits * (D + 2) : 1;
+    em_tensor *part = tn_new(dev, ct, 1, &n);
+    if (!part) return em_last_status();
+    em_lang_bind bind[8] = {em_lang_bind_type("T", q->dtype),  em_lang_bind_type("C", ct),
+                            em_lang_bind_type("M", mt),        em_lang_bind_int("D", D),
+                            em_lang_bind_int("KL", pl.kl),     em_lang_bind_int("UK", pl.uk),
+                            em_lang_bind_int("CUBE", pl.cube), em_lang_bind_bool("SPLIT", split)};
+    tn_arg args[8] = {tn_arg_t(q),
+                      tn_arg_t(k),
+                      tn_arg_t(v),
+                      tn_arg_flat(out),
+                      tn_arg_flat(part),
+                      tn_arg_flat(pos),
+                      tn_arg_s(tn_scalar_arg(ct, scale)),
+                      tn_arg_s(em_arg_u32(pl.chunk))};
+    args[0].lanes = args[3].lanes = args[4].lanes = args[5].lanes = 1;
+    uint32_t cubes[3] = {(uint32_t)bh, pl.splits, 1}, units[3] = {pl.cube, 1, 1};
+    em_status st =
+        tn_launch(op, dev, "tensor_attention_decode", bind, 8, pl.v, cubes, units, args, 8);
+    if (st == EM_OK && split) {
+        unsigned cu = D < 32 ? 32 : (unsigned)(D + 31) / 32 * 32;
+        em_lang_bind cb[4] = {bind[0], bind[1], bind[2], bind[3]};
+        tn_arg ca[3] = {tn_arg_flat(part), tn_arg_flat(out), tn_arg_s(em_arg_u32(pl.splits))};
+        uint32_t cc[3] = {(uint32_t)bh, 1, 1}, cun[3] = {cu > 256 ? 256 : cu, 1, 1};
+        st = tn_launch(op, dev, "tensor_attention_decode_combine", cb, 4, 1, cc, cun, ca, 3);
+    }
+    em_release(part);
+    return st;
+}
+
 em_tensor *em_attention_decode(const em_tensor *q, const em_tensor *k, const em_tensor *v,
                                const em_tensor *pos, double scale)
 {
     const char *op = "attention_decode";
     if (!q || !k || !v || !pos) {
-        if (em_last_status() == EM_OK)
-            em_set_error(EM_ERR_INVALID, "%s: NULL input", op);
+        if (em_last_status() == EM_OK) em_set_error(EM_ERR_INVALID, "%s: NULL input", op);
         return NULL;
     }
     if (!dec_check(op, q, k, v, pos, scale)) return NULL;
     em_device *dev = q->st->dev;
-    int64_t D = q->shape[3], bh = q->shape[0] * q->shape[1];
     em_tensor *out = tn_new(dev, q->dtype, 4, q->shape);
     em_tensor *qc = out ? tn_attn_view(q) : NULL, *kc = qc ? tn_attn_view(k) : NULL;
     em_tensor *vc = kc ? tn_attn_view(v) : NULL, *pc = vc ? tn_contig(pos) : NULL;
     em_status st = pc ? EM_OK : em_last_status();
-    if (pc) {
-        unsigned cube = DEC_CUBE;
-        em_scalar ct = tn_compute_type(q->dtype);
-        em_lang_bind bind[5] = {em_lang_bind_type("T", q->dtype), em_lang_bind_type("C", ct),
-                                em_lang_bind_type("M", tn_math_type(dev, ct)),
-                                em_lang_bind_int("D", D), em_lang_bind_int("CUBE", cube)};
-        tn_arg args[6] = {tn_arg_t(qc),       tn_arg_t(kc),        tn_arg_t(vc),
-                          tn_arg_flat(out), tn_arg_flat(pc), tn_arg_s(tn_scalar_arg(ct, scale))};
-        uint32_t cubes[3] = {(uint32_t)bh, 1, 1}, units[3] = {cube, 1, 1};
-        st = tn_launch(op, dev, "tensor_attention_decode", bind, 5, 1, cubes, units, args, 6);
-    }
+    if (pc) st = dec_launch(op, dev, qc, kc, vc, pc, out, scale);
     em_release(qc);
     em_release(kc);
     em_release(vc);

@@ -487,7 +487,7 @@ static void test_attention_compile(void **state)
     SKIP_WITHOUT_NVRTC();
     const em_lang_module *m = em_lang_builtins();
     assert_non_null(m);
-    spec_item items[32];
+    spec_item items[40];
     size_t n = 0;
     static const char *const simt[] = {"tensor_attention_fwd", "tensor_attention_bwd_kv",
                                        "tensor_attention_bwd_q"};
@@ -523,6 +523,20 @@ static void test_attention_compile(void **state)
                 items[n++] = item("tensor_attention_bwd_q_mma", 1, sizeof(g) / sizeof(g[0]), g);
             }
         }
+    /* decoding (ops_attention_decode.c): lines of 16 bytes, groups of KL units, split or not */
+    static const struct {
+        em_scalar t;
+        int d, v, kl;
+        bool split;
+    } dec[] = {{EM_F32, 64, 4, 16, true}, {EM_F32, 80, 4, 32, false}, {EM_BF16, 128, 8, 16, true}};
+    for (size_t c = 0; c < sizeof(dec) / sizeof(dec[0]); c++) {
+        em_lang_bind b[] = {em_lang_bind_type("T", dec[c].t),   em_lang_bind_type("C", EM_F32),
+                            em_lang_bind_type("M", EM_F32),     em_lang_bind_int("D", dec[c].d),
+                            em_lang_bind_int("KL", dec[c].kl),  em_lang_bind_int("UK", 4),
+                            em_lang_bind_int("CUBE", 128),      em_lang_bind_bool("SPLIT", dec[c].split)};
+        items[n++] = item("tensor_attention_decode", (unsigned)dec[c].v, 8, b);
+        items[n++] = item("tensor_attention_decode_combine", 1, 4, b);
+    }
     size_t compiled = 0, failed = 0, unspec = 0;
     compile_items(m, items, n, true, &compiled, &failed, &unspec);
     printf("attention kernels: %zu specializations compiled for sm_80 and sm_90, %zu failed\n",

@@ -1,7 +1,10 @@
 /* test_attention_decode.c — em_attention_decode on every device against a float64 reference:
- * rows that see 1 key, a few, more than one chunk of the kernel (256 keys) and none (pos -1), a
- * key range past the visible length whose contents must not matter, head sizes 64 (4 groups of
- * units), 48 (not a power of two: 5 groups) and 160 (one), strided k/v views of a larger cache, every float dtype;
+ * rows that see 1 key, a few, more than one chunk and none (pos -1), a key range past the visible
+ * length whose contents must not matter, head sizes 64, 48 and 160, strided k/v views of a
+ * larger cache, every float dtype; then a sweep over Tk 1, 7, 192, 1000, 2048, D 16, 64, 80, 128
+ * (and 1, 33, 256), R 1 and 3, positions -1, 0, Tk / 2, Tk - 1 and past Tk, with k and v views
+ * of a KV cache [R, 2, H, Tc, D] as the batched decode step reads them, with the default split
+ * and forced splits (EMBER_ATTENTION_DECODE_SPLIT), each result computed twice and bitwise equal;
  * and the errors for mismatched inputs. */
 #include "tensor_util.h"
 
@@ -84,6 +87,103 @@ static void test_values(void **state)
     }
 }
 
+/* o from the op with EMBER_ATTENTION_DECODE_SPLIT = split ("" for the host's choice), computed
+ * twice: the two must be bitwise equal (the op is deterministic). */
+static em_tensor *decode_twice(const char *what, const em_tensor *q, const em_tensor *k,
+                               const em_tensor *v, const em_tensor *pos, double scale,
+                               const char *split)
+{
+    if (*split) setenv("EMBER_ATTENTION_DECODE_SPLIT", split, 1);
+    em_tensor *a = em_attention_decode(q, k, v, pos, scale);
+    em_tensor *b = em_attention_decode(q, k, v, pos, scale);
+    unsetenv("EMBER_ATTENTION_DECODE_SPLIT");
+    if (!a || !b) fprintf(stderr, "%s split '%s': %s\n", what, split, em_last_error());
+    assert_non_null(a);
+    assert_non_null(b);
+    size_t bytes = (size_t)em_numel(a) * em_scalar_size(em_dtype(a));
+    uint8_t *ha = malloc(bytes + 1), *hb = malloc(bytes + 1);
+    assert_int_equal(em_to_host(a, ha, bytes), EM_OK);
+    assert_int_equal(em_to_host(b, hb, bytes), EM_OK);
+    if (memcmp(ha, hb, bytes)) fail_msg("%s split '%s': two runs differ", what, split);
+    free(ha), free(hb);
+    em_release(b);
+    return a;
+}
+
+/* R rows of H heads attending through views k = cache[:, 0, :, :Tk], v = cache[:, 1, :, :Tk] of
+ * a cache [R, 2, H, Tc, D]; checked with the host's split and with `split` forced. */
+static void check_cache_case(em_device *dev, em_scalar dt, int R, int H, int D, int Tk,
+                             const int64_t *pos, const char *split)
+{
+    int Tc = Tk + 5;
+    size_t nq = (size_t)R * H * D, nh = (size_t)R * H * Tc * D;
+    double *q = malloc(nq * 8), *cache = malloc(2 * nh * 8), *ref = malloc(nq * 8);
+    double *k = malloc(nh * 8), *v = malloc(nh * 8);
+    tu_fill(q, nq, -1, 1, 5u + (uint32_t)D);
+    tu_fill(cache, 2 * nh, -1.5, 1.5, 17u + (uint32_t)Tk);
+    em_tensor *tq = tu_tensor(dev, dt, EM_SHAPE(R, H, 1, D), q);
+    em_tensor *tc = tu_tensor(dev, dt, EM_SHAPE(R, 2, H, Tc, D), cache);
+    size_t per = (size_t)H * Tc * D; /* one row's keys (or values) */
+    for (int r = 0; r < R; r++) {
+        memcpy(k + r * per, cache + (2 * (size_t)r) * per, per * 8);
+        memcpy(v + r * per, cache + (2 * (size_t)r + 1) * per, per * 8);
+    }
+    em_tensor *tp = em_from_host(dev, EM_I64, EM_SHAPE(R), pos);
+    assert_non_null(tp);
+    em_tensor *ks = em_select(tc, 1, 0), *vs = em_select(tc, 1, 1);
+    em_tensor *kk = em_narrow(ks, 2, 0, Tk), *vv = em_narrow(vs, 2, 0, Tk);
+    assert_non_null(kk);
+    assert_non_null(vv);
+    double scale = 1.0 / sqrt((double)D);
+    reference(q, k, v, pos, R, H, Tk, D, Tc, scale, ref);
+    char what[128];
+    snprintf(what, sizeof what, "attention_decode %s R%d H%d D%d Tk%d", em_scalar_name(dt), R, H,
+             D, Tk);
+    const char *splits[2] = {"", split};
+    for (int i = 0; i < 2; i++) {
+        em_tensor *o = decode_twice(what, tq, kk, vv, tp, scale, splits[i]);
+        tu_check(what, o, EM_SHAPE(R, H, 1, D), ref, tu_tol_on(dev, dt));
+        em_release(o);
+    }
+    em_release(kk);
+    em_release(vv);
+    em_release(ks);
+    em_release(vs);
+    em_release(tq);
+    em_release(tc);
+    em_release(tp);
+    free(q), free(cache), free(ref), free(k), free(v);
+}
+
+/* Every Tk and head size of the sweep with three sets of positions, in f32; the 16-bit types
+ * and f64 on a subset; head sizes 1, 33 (no lines: scalar reads) and 256 (the largest). */
+static void test_sweep(void **state)
+{
+    (void)state;
+    static const int tks[] = {1, 7, 192, 1000, 2048}, ds[] = {16, 64, 80, 128};
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        for (size_t t = 0; t < 5; t++)
+            for (size_t d = 0; d < 4; d++) {
+                int Tk = tks[t], D = ds[d];
+                int64_t a[3] = {Tk - 1, -1, Tk / 2}, b[1] = {Tk + 3}, c[3] = {0, Tk / 3, Tk + 100};
+                const char *split = Tk >= 2048 ? "64" : "7";
+                check_cache_case(dev, EM_F32, 3, 2, D, Tk, a, split);
+                check_cache_case(dev, EM_F32, 1, 3, D, Tk, b, split);
+                check_cache_case(dev, EM_F32, 3, 1, D, Tk, c, "3");
+                if (D == 16 || D == 128 || Tk == 1 || Tk == 2048) continue;
+                for (size_t e = 1; e < sizeof tu_float_types / sizeof *tu_float_types; e++)
+                    if (tu_has(dev, tu_float_types[e]))
+                        check_cache_case(dev, tu_float_types[e], 3, 2, D, Tk, a, "5");
+            }
+        int64_t a[3] = {191, -1, 64};
+        check_cache_case(dev, EM_F32, 3, 2, 1, 192, a, "4");
+        check_cache_case(dev, EM_F32, 3, 2, 33, 192, a, "4");
+        check_cache_case(dev, EM_F32, 3, 2, 256, 192, a, "4");
+        if (tu_has(dev, EM_F16)) check_cache_case(dev, EM_F16, 3, 2, 33, 192, a, "4");
+    }
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -112,6 +212,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values),
+        cmocka_unit_test(test_sweep),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
