@@ -223,8 +223,10 @@ static void test_variants(void **state)
     }
 }
 
-/* The launches: one (the skinny kernel) for few rows; em_layer_norm's and the product's (two)
- * for many rows, which the skinny kernel does not take. */
+/* Launches: one row into a wide row-major b (decoding's c_attn / c_fc) is one skinny launch with
+ * the layer norm in it; 64 rows take another kernel, after the layer norm's own launch (at least
+ * two launches, the profiler's count). Between them (a few rows, many cubes) the choice follows
+ * the device's plan: fused while the cubes' reads of a stay below half of b (ops_matmul.c). */
 static void test_launches(void **state)
 {
     (void)state;
@@ -234,37 +236,31 @@ static void test_launches(void **state)
         em_scope_begin();
         em_tensor *w = rnd(dev, EM_F32, EM_SHAPE(768), 800, 0.5, 1.5);
         em_tensor *lb = rnd(dev, EM_F32, EM_SHAPE(768), 801, -1, 1);
-        em_tensor *wt = rnd(dev, EM_F32, EM_SHAPE(131, 768), 802, -1, 1);
+        em_tensor *wb = rnd(dev, EM_F32, EM_SHAPE(768, 4096), 802, -1, 1);
         em_matmul_epilogue ep = {.ln = true,
                                  .ln_weight = w,
                                  .ln_bias = lb,
                                  .ln_eps = 1e-5,
-                                 .bias = rnd(dev, EM_F32, EM_SHAPE(131), 803, -1, 1),
+                                 .bias = rnd(dev, EM_F32, EM_SHAPE(4096), 803, -1, 1),
                                  .act = EM_MATMUL_ACT_GELU_TANH};
-        static const int64_t rows[] = {1, 16, 64};
-        for (size_t i = 0; i < 3; i++) {
+        static const int64_t rows[] = {1, 64};
+        for (size_t i = 0; i < 2; i++) {
             em_tensor *a = rnd(dev, EM_F32, EM_SHAPE(rows[i], 768), 804 + (uint32_t)i, -1, 2);
             assert_int_equal(em_device_sync(dev), EM_OK);
             em_profile_reset();
-            em_tensor *y = em_matmul_ex(a, em_transpose(wt, 0, 1), &ep);
+            em_tensor *y = em_matmul_ex(a, wb, &ep);
             assert_non_null(y);
             assert_int_equal(em_realize(y), EM_OK);
             em_profile_counts c;
             em_profile_get(&c);
             em_profile_kernel k;
             bool skinny = em_profile_kernel_get("matmul_skinny", &k);
-            if (rows[i] <= 16) {
-                if (c.launches != 1)
-                    fprintf(stderr, "ln %lld rows on %s: %llu launches\n", (long long)rows[i],
-                            em_device_name(dev), (unsigned long long)c.launches);
-                assert_int_equal(c.launches, 1);
-                assert_true(skinny);
-                assert_int_equal(k.launches, 1);
-            } else {
-                /* the layer norm (the row-wise kernel, or the general one on PoCL), the product */
-                if (skinny || c.launches != 2) em_profile_report(stderr);
-                assert_false(skinny);
-                assert_int_equal(c.launches, 2);
+            bool fused = rows[i] == 1;
+            if (fused ? c.launches != 1 || !skinny : c.launches < 2) {
+                fprintf(stderr, "ln %lld rows on %s: %llu launches\n", (long long)rows[i],
+                        em_device_name(dev), (unsigned long long)c.launches);
+                em_profile_report(stderr);
+                fail();
             }
             em_release(y);
         }
