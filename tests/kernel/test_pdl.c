@@ -12,6 +12,7 @@
 #include "ember/kernel.h"
 #include "kernel/codegen/codegen.h"
 #include "runtime/drivers/nvrtc.h"
+#include "kernel/hopper_util.h"
 
 static const char *src_text =
     "kernel void axpy(const tensor(f32) x, tensor(f32) y, f32 a)\n"
@@ -44,23 +45,6 @@ static void test_cpu_results(void **state)
     em_buffer_free(bx);
     em_buffer_free(by);
     em_lang_module_free(m);
-}
-
-static em_caps caps_of(const char *target, const char *arch)
-{
-    em_caps c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.target, sizeof c.target, "%s", target);
-    snprintf(c.arch, sizeof c.arch, "%s", arch);
-    c.plane_dim = 32;
-    c.max_cube_units = 1024;
-    c.max_cube_dim[0] = c.max_cube_dim[1] = 1024;
-    c.max_cube_dim[2] = 64;
-    c.max_shared = 49152;
-    c.compute_units = 132;
-    for (int s = 0; s < EM_SCALAR_COUNT; s++) c.dtype[s] = true;
-    c.plane_ops = true;
-    return c;
 }
 
 /* The source of both kernels for caps (generator chosen by the target). */
@@ -101,7 +85,7 @@ static void test_cuda_source(void **state)
 {
     (void)state;
     em_lang_module *m = must_load(src_text);
-    em_caps caps = caps_of("cuda", "sm_90");
+    em_caps caps = hopper_caps_as("cuda", "sm_90");
     char *src = source_for(m, &caps);
     /* one wait per kernel: axpy's where it calls it, after its prefetch; plain's first */
     assert_int_equal(count_of(src, "griddepcontrol.wait;"), 2);
@@ -118,21 +102,10 @@ static void test_cuda_source(void **state)
     while (*body == ' ') body++;
     assert_int_equal(strncmp(body, "asm volatile(\"griddepcontrol.wait;\"", 34), 0);
     assert_non_null(strstr(src, "extern \"C\" __device__ int ember_pdl = 1;"));
-    char nv[512];
-    if (em_nvrtc_available(nv, sizeof nv)) {
-        char *log = NULL;
-        void *bin = NULL;
-        size_t size = 0;
-        if (em_nvrtc_compile(src, "sm_90", &log, &bin, &size) != EM_OK)
-            fail_msg("NVRTC: %s\n%s", em_last_error(), src);
-        free(log);
-        free(bin);
-    } else {
-        print_message("NVRTC compile skipped: %s\n", nv);
-    }
+    expect_nvrtc_compiles(src, "sm_90");
     free(src);
     /* sm_80: the prefetch stays, nothing waits (no programmatic launches there) */
-    caps = caps_of("cuda", "sm_80");
+    caps = hopper_caps_as("cuda", "sm_80");
     src = source_for(m, &caps);
     assert_null(strstr(src, "griddepcontrol"));
     assert_null(strstr(src, "ember_pdl"));
@@ -141,7 +114,7 @@ static void test_cuda_source(void **state)
     /* OpenCL and GLSL: neither */
     const char *targets[] = {"opencl", "glsl"};
     for (int t = 0; t < 2; t++) {
-        caps = caps_of(targets[t], "");
+        caps = hopper_caps_as(targets[t], "");
         src = source_for(m, &caps);
         assert_null(strstr(src, "griddepcontrol"));
         assert_null(strstr(src, "prefetch.global"));

@@ -15,6 +15,7 @@
 #include "kernel/codegen/codegen.h"
 #include "kernel/lang/wgmma.h"
 #include "runtime/drivers/nvrtc.h"
+#include "kernel/hopper_util.h"
 
 /* ---- arithmetic ------------------------------------------------------------------------------ */
 
@@ -219,23 +220,6 @@ static void test_emulated_on_cpu(void **state)
 
 /* ---- CUDA -------------------------------------------------------------------------------------
  */
-
-static em_caps cuda_caps(const char *arch)
-{
-    em_caps c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.target, sizeof c.target, "cuda");
-    snprintf(c.arch, sizeof c.arch, "%s", arch);
-    c.plane_dim = 32;
-    c.max_cube_units = 1024;
-    c.max_cube_dim[0] = c.max_cube_dim[1] = 1024;
-    c.max_cube_dim[2] = 64;
-    c.max_shared = 232448;
-    c.compute_units = 132;
-    for (int s = 0; s < EM_SCALAR_COUNT; s++) c.dtype[s] = true;
-    c.plane_ops = c.matrix = c.float_atomic_add = c.print = true;
-    return c;
-}
 
 /* The kernel `name` of m specialized for caps (simplified); NULL with the first diagnostic in
  * `why`. */

@@ -1,0 +1,56 @@
+/* hopper_util.h — what the kernel tests of CUDA-only language features share: the capabilities
+ * of an H200-like CUDA device for a given architecture (and another target's, for refusals),
+ * and "this source compiles through NVRTC" where NVRTC is installed. */
+#ifndef EMBER_TESTS_KERNEL_HOPPER_UTIL_H
+#define EMBER_TESTS_KERNEL_HOPPER_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ember/kernel.h"
+#include "runtime/drivers/nvrtc.h"
+
+/* An H200's capabilities as target `target` ("cuda", "opencl", ...) reports them, with `arch`. */
+static inline em_caps hopper_caps_as(const char *target, const char *arch)
+{
+    em_caps c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.target, sizeof c.target, "%s", target);
+    snprintf(c.arch, sizeof c.arch, "%s", arch);
+    c.plane_dim = 32;
+    c.max_cube_units = 1024;
+    c.max_cube_dim[0] = c.max_cube_dim[1] = 1024;
+    c.max_cube_dim[2] = 64;
+    c.max_shared = 232448;
+    c.compute_units = 132;
+    for (int s = 0; s < EM_SCALAR_COUNT; s++) c.dtype[s] = true;
+    c.plane_ops = c.matrix = c.float_atomic_add = c.print = true;
+    return c;
+}
+
+static inline em_caps cuda_caps(const char *arch)
+{
+    return hopper_caps_as("cuda", arch);
+}
+
+/* Fails the test when NVRTC (where installed) does not compile src for arch; says so when it is
+ * not installed. */
+static inline void expect_nvrtc_compiles(const char *src, const char *arch)
+{
+    char nv[512];
+    if (!em_nvrtc_available(nv, sizeof nv)) {
+        print_message("NVRTC compile skipped: %s\n", nv);
+        return;
+    }
+    char *log = NULL;
+    void *bin = NULL;
+    size_t size = 0;
+    if (em_nvrtc_compile(src, arch, &log, &bin, &size) != EM_OK)
+        fail_msg("NVRTC (%s): %s\n%s", arch, em_last_error(), src);
+    assert_true(size > 0);
+    free(log);
+    free(bin);
+}
+
+#endif
