@@ -17,8 +17,10 @@
  * cost on the host (docs/profiling.md):
  * - every linear layer is one em_matmul_ex with its bias, GELU and residual add in the matmul's
  *   epilogue (7 launches fewer per block than em_linear_forward + em_add + em_activate), and the
- *   layer norms before c_attn, c_fc and the head are that matmul's prologue (em_matmul_epilogue
- *   .ln: the skinny kernel normalizes the rows itself), so a block is 6 launches;
+ *   layer norms before c_attn, c_fc and the head are asked of that matmul as its prologue
+ *   (em_matmul_epilogue.ln: the skinny kernel normalizes the rows itself where that is cheap, at
+ *   one row into c_attn and c_fc; elsewhere, as the head, the norm is its own launch), so a
+ *   block is 6 launches at one row;
  * - each block's keys and values live in one tensor [slots, 2, heads, max_len, head_dim], so a
  *   row's new key and value (adjacent in the c_attn output) go to the cache in one launch;
  * - a greedy step ends in em_argmax on the device, so one i64 per row comes back instead of the
@@ -114,8 +116,9 @@ done:
     return y;
 }
 
-/* gpt_head of ln_f(x) in one launch: the head (lm_head, or the tied wte^T) with ln_f as its
- * matmul's prologue; f32 logits [1, rows, vocab]. */
+/* gpt_head of ln_f(x): the head (lm_head, or the tied wte^T) with ln_f asked as its matmul's
+ * prologue (which em_matmul_ex runs as a separate norm where fusing costs more); f32 logits
+ * [1, rows, vocab]. */
 static em_tensor *head_ln(em_gpt *g, const em_tensor *x)
 {
     em_scope_begin();
