@@ -142,7 +142,7 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
 {
     if (p->dt != EM_F16 && p->dt != EM_BF16) return false;
     if (c->tm < 1 || c->tm > 3 || c->tn != 1 || c->bm != 64 * c->tm || c->bk != 64 || c->bn < 64 ||
-        c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 3 || (c->lanes == 2 && c->tm != 2))
+        c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 5 || (c->lanes == 2 && c->tm != 2))
         return false;
     int R = p->R;
     const int64_t *as = p->ast, *bs = p->bst;
@@ -160,6 +160,13 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
      * warp-specialized kernel's two barrier arrays take a 1 KiB-aligned slot each */
     size_t stage = (size_t)(c->bm + c->bn) * 64 * 2;
     size_t extra = q.ws ? 3072 : 1024;
+    q.tma = c->lanes >= 3;
+    q.persist = c->lanes == 5;
+    /* the TMA kernel's 16-byte epilogue: out row-major, lines of 8 aligned, not the partials */
+    q.sepi = c->lanes >= 4 && (c->split < 2) && p->ost[R - 1] == 1;
+    for (int d = 0; d < R - 1 && q.sepi; d++) q.sepi = p->ost[d] % 8 == 0 || p->osh[d] == 1;
+    /* the TMA kernel's staging slot (1 KiB-aligned): f32 64 x 36 per consumer with sepi */
+    if (q.tma) extra += 1024 + (q.sepi ? (size_t)c->tm * 64 * 36 * 4 : 0);
     size_t have = p->caps && p->caps->max_shared ? p->caps->max_shared : (size_t)232448;
     int stages = have > extra ? (int)((have - extra) / stage) : 0;
     if (stages > 6) stages = 6;
@@ -167,8 +174,7 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     q.stages = stages;
     q.smem = (size_t)stages * stage + extra;
     /* setmaxnreg (two consumers only: 384 units launched at 168 registers, 65536 / 384) */
-    q.regs = c->lanes == 2 || (c->lanes == 3 && c->tm == 2);
-    q.tma = c->lanes == 3;
+    q.regs = c->lanes == 2 || (q.tma && c->tm == 2);
     if (q.tma && (!tma_map_of(p->ash, as, R, q.at ? R - 2 : R - 1, q.adim, q.astr, &q.az) ||
                   !tma_map_of(p->bsh, bs, R, q.bt ? R - 2 : R - 1, q.bdim, q.bstr, &q.bz)))
         return false;
@@ -249,6 +255,12 @@ static mm_config wgmma_ws(int wg, int bn, int split)
 static mm_config wgmma_tma(int wg, int bn, int split)
 {
     return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, split, 3};
+}
+
+/* It with the epilogue in 16-byte lines (lanes 4) and persistent cubes (lanes 5). */
+static mm_config wgmma_tma_lanes(int wg, int bn, int lanes)
+{
+    return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, 1, lanes};
 }
 
 /* The wgmma kernel's tile for p: 128 x 256 (two warpgroups of 64 x 256) when those tiles fill
@@ -539,6 +551,10 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
         /* the TMA-fed warp-specialized kernel (one producer unit, setmaxnreg with 2 consumers):
          * 2 x 256 and 2 x 128 in the default search, the ws shapes in the full one */
         for (int i = 0; i < (full ? 4 : 2); i++) all[n++] = wgmma_tma(ws[i][0], ws[i][1], 1);
+        /* its persistent form with the 16-byte epilogue (2 x 256 and 2 x 128; the full search
+         * also the one-tile form with that epilogue) */
+        for (int i = 0; i < 2; i++) all[n++] = wgmma_tma_lanes(ws[i][0], ws[i][1], 5);
+        for (int i = 0; full && i < 2; i++) all[n++] = wgmma_tma_lanes(ws[i][0], ws[i][1], 4);
     }
     if (mma_dtype_ok(p)) {
         /* planes x fragments per plane: 128 x 128 tiles of 8 planes of 32 x 64 (about 128
@@ -612,7 +628,11 @@ void mm_config_format(const mm_config *c, char *buf, size_t size)
     static const char *const names[] = {"simple", "simt", "mma", "cpu", "wgmma", "skinny"};
     const char *name = names[c->kind < 6 && c->kind >= 0 ? c->kind : 0];
     if (c->kind == MM_WGMMA && c->lanes >= 1)
-        name = c->lanes == 3 ? "wgmma-tma" : c->lanes == 2 ? "wgmma-ws-regs" : "wgmma-ws";
+        name = c->lanes == 5   ? "wgmma-tma-p"
+               : c->lanes == 4 ? "wgmma-tma-se"
+               : c->lanes == 3 ? "wgmma-tma"
+               : c->lanes == 2 ? "wgmma-ws-regs"
+                               : "wgmma-ws";
     if (c->kind == MM_CPU || c->kind == MM_SKINNY)
         snprintf(buf, size, "%s %dx%dx%d %dx%dx%d s%d", name, c->bm, c->bn, c->bk, c->tm, c->tn,
                  c->lanes, c->split);
@@ -643,6 +663,10 @@ bool mm_config_parse(const char *text, mm_config *c)
         r.kind = MM_WGMMA, r.lanes = 2;
     else if (!strcmp(kind, "wgmma-tma"))
         r.kind = MM_WGMMA, r.lanes = 3;
+    else if (!strcmp(kind, "wgmma-tma-se"))
+        r.kind = MM_WGMMA, r.lanes = 4;
+    else if (!strcmp(kind, "wgmma-tma-p"))
+        r.kind = MM_WGMMA, r.lanes = 5;
     else if (!strcmp(kind, "skinny"))
         r.kind = MM_SKINNY;
     else

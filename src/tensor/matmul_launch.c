@@ -189,6 +189,8 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         if (q.ws) bd[nb++] = em_lang_bind_int("PREGS", q.regs ? (q.tma ? 40 : 56) : 0);
         if (q.tma) bd[nb++] = em_lang_bind_bool("AZ", q.az);
         if (q.tma) bd[nb++] = em_lang_bind_bool("BZ", q.bz);
+        if (q.tma) bd[nb++] = em_lang_bind_bool("SEPI", q.sepi);
+        if (q.tma) bd[nb++] = em_lang_bind_bool("PERSIST", q.persist);
         units[0] = (uint32_t)q.units;
         wgq = q;
     } else if (c->kind == MM_CPU) {
@@ -212,7 +214,11 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         em_release(part);
         return em_error_context("matmul");
     }
-    tn_arg args[9] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
+    /* the TMA kernel's 16-byte stores: out's (or the partials') buffer as lines of 8 */
+    tn_arg outv = tn_arg_flat(outa.t);
+    outv.lanes = 8;
+    outv.offset = 0;
+    tn_arg args[10] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
                       tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset),
                       outa,
                       bias_arg(p),
@@ -220,16 +226,25 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
                       tn_arg_s(em_arg_u32((uint32_t)kchunk)),
                       tn_arg_s(em_arg_u32((uint32_t)split)),
                       tn_arg_s(em_arg_u32((akfast ? 1u : 0u) | (bnfast ? 2u : 0u))),
-                      maps ? tn_arg_t(maps) : tn_arg_s(em_arg_u32(0))};
+                      maps ? tn_arg_t(maps) : tn_arg_s(em_arg_u32(0)),
+                      outv};
     uint32_t cubes[3] = {(uint32_t)((p->N + c->bn - 1) / c->bn),
                          (uint32_t)((p->M + c->bm - 1) / c->bm), (uint32_t)(p->batch * split)};
+    if (wg && wgq.persist) {
+        /* persistent: one cube per compute unit (at most one per tile), looping over tiles */
+        uint64_t tiles = (uint64_t)cubes[0] * cubes[1] * cubes[2];
+        uint64_t cus = p->caps && p->caps->compute_units ? p->caps->compute_units : 1;
+        cubes[0] = (uint32_t)(tiles < cus ? tiles : cus);
+        cubes[1] = cubes[2] = 1;
+    }
     const char *kname = mma                 ? "matmul_mma"
                         : wg && wgq.tma     ? "matmul_wgmma_tma"
                         : wg && wgq.ws      ? "matmul_wgmma_ws"
                         : wg                ? "matmul_wgmma"
                         : c->kind == MM_CPU ? "matmul_cpu"
                                             : "matmul_simt";
-    em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, maps ? 9 : 8);
+    em_status st =
+        tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, maps ? 10 : 8);
     if (st == EM_OK && split > 1) st = launch_reduce(p, part, split);
     em_release(part);
     em_release(maps);

@@ -8,6 +8,7 @@
  *  - the rules em_tensor_map_encode enforces (alignment, strides, box, swizzle, bounds);
  *  - the CUDA source for an sm_90a device (cp.async.bulk.tensor, the tensor-map fence), compiled
  *    by NVRTC for sm_90a when it is installed; the refusal on other targets. */
+#include <ctype.h>
 #include "lang/lang_util.h"
 
 #include "ember/kernel.h"
@@ -256,9 +257,22 @@ static void test_refused_elsewhere(void **state)
                                "tensor maps", NULL));
 }
 
+/* Whether generated source src indexes an array whose name starts with prefix (prefix, more
+ * identifier characters, then '['). */
+static bool indexed(const char *src, const char *prefix)
+{
+    for (const char *p = strstr(src, prefix); p; p = strstr(p + 1, prefix)) {
+        const char *q = p + strlen(prefix);
+        while (isalnum((unsigned char)*q) || *q == '_') q++;
+        if (*q == '[') return true;
+    }
+    return false;
+}
+
 /* The built-in matmul_wgmma_tma (src/kernels/matmul_wgmma_tma.ek) in the configurations the
  * host picks (matmul_config.c: two consumers with setmaxnreg 40 / 232, three without; every
- * operand layout; batched, broadcast, split-K partials, the epilogue), through NVRTC for sm_90a
+ * operand layout; batched, broadcast, split-K partials, the epilogue; the 16-byte epilogue through
+ * shared memory and persistent cubes), through NVRTC for sm_90a
  * with ptxas's report: it must compile, spill nothing, keep setmaxnreg and not serialize the
  * MMAs; its source must hold the TMA loads and the maps' fence. */
 static void test_matmul_tma_compiles(void **state)
@@ -277,13 +291,19 @@ static void test_matmul_tma_compiles(void **state)
         bool at, bt, raw, epi, az, bz;
         em_scalar t;
         int r;
+        bool sepi, persist; /* "wgmma-tma-se" / "wgmma-tma-p" */
     } cfg[] = {
-        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2},
-        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2},
-        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3},
-        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3},
-        {3, 128, 5, false, false, false, false, false, false, EM_BF16, 2},
-        {1, 256, 6, false, false, false, false, false, false, EM_BF16, 2},
+        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, false},
+        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, false, false},
+        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, false},
+        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, false, false},
+        {3, 128, 5, false, false, false, false, false, false, EM_BF16, 2, false, false},
+        {1, 256, 6, false, false, false, false, false, false, EM_BF16, 2, false, false},
+        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, true, false},
+        {2, 256, 4, false, true, false, true, false, false, EM_BF16, 2, true, true},
+        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true},
+        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, true},
+        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, true, true},
     };
     size_t failed = 0;
     for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
@@ -302,7 +322,9 @@ static void test_matmul_tma_compiles(void **state)
                             em_lang_bind_bool("RES", cfg[i].epi),
                             em_lang_bind_int("PREGS", regs ? 40 : 0),
                             em_lang_bind_bool("AZ", cfg[i].az),
-                            em_lang_bind_bool("BZ", cfg[i].bz)};
+                            em_lang_bind_bool("BZ", cfg[i].bz),
+                            em_lang_bind_bool("SEPI", cfg[i].sepi),
+                            em_lang_bind_bool("PERSIST", cfg[i].persist)};
         em_lang_spec spec = {b, sizeof b / sizeof b[0], 1, &caps};
         em_lang_diags *d = em_lang_diags_new();
         em_ir_kernel *k = em_lang_specialize(m, "matmul_wgmma_tma", &spec, d);
@@ -322,6 +344,10 @@ static void test_matmul_tma_compiles(void **state)
         assert_null(strstr(src, "cp.async.ca.shared.global")); /* no per-unit copies left */
         assert_true((strstr(src, "setmaxnreg.dec.sync.aligned.u32 40;") != NULL) == regs);
         assert_true((strstr(src, "setmaxnreg.inc.sync.aligned.u32 232;") != NULL) == regs);
+        assert_true((strstr(src, "bar.sync 1, 128;") != NULL) == cfg[i].sepi); /* named */
+        /* the epilogue's 16-byte lines: stores through outv, out's buffer as lines of 8 */
+        assert_non_null(strstr(src, ", 8> *outv_m"));
+        assert_true(indexed(src, "outv_m") == cfg[i].sepi);
         char *log = NULL;
         void *bin = NULL;
         size_t size = 0;
@@ -331,8 +357,9 @@ static void test_matmul_tma_compiles(void **state)
             failed++;
         } else {
             const char *used = log ? strstr(log, "Used ") : NULL;
-            print_message("config %zu (wg %d, bn %d, %d stages): %.60s\n", i, cfg[i].wg,
-                          cfg[i].bn, cfg[i].stages, used ? used : "(no ptxas report)");
+            print_message("config %zu (wg %d, bn %d, %d stages%s%s): %.60s\n", i, cfg[i].wg,
+                          cfg[i].bn, cfg[i].stages, cfg[i].sepi ? ", 16-byte epilogue" : "",
+                          cfg[i].persist ? ", persistent" : "", used ? used : "(no ptxas report)");
             if (log && strstr(log, "bytes spill") && !strstr(log, " 0 bytes spill stores")) {
                 print_message("config %zu spills:\n%s\n", i, log);
                 failed++;

@@ -6,7 +6,9 @@
  * broadcast), split-K and the epilogue, against float64; the profiler shows that this kernel
  * ran. Operands TMA cannot describe (K = 70: rows not 16-byte multiples; batch dims that do not
  * flatten to one stride) must fall back to another kernel, still right. Also the configuration's
- * text, its plan and its place in the default autotune candidates of an sm_90a device. */
+ * text, its plan and its place in the default autotune candidates of an sm_90a device. All of it
+ * again for "wgmma-tma-se" (the epilogue in 16-byte lines through shared memory) and
+ * "wgmma-tma-p" (that and persistent cubes, also with more tiles than cubes). */
 #include "tensor_util.h"
 #include "tensor/matmul_internal.h"
 
@@ -86,6 +88,67 @@ static void check(const char *what, const char *cfg, bool tma, const em_tensor *
     check_ref(what, cfg, tma, a, b, ep, NULL);
 }
 
+/* The cases every form of the kernel must get right; kind is "wgmma-tma", "wgmma-tma-se"
+ * (the epilogue in 16-byte lines through shared memory) or "wgmma-tma-p" (that and persistent
+ * cubes). */
+static void tma_cases(em_device *dev, const char *kind)
+{
+    char c2[64], c256[64], c1[64], c3[64];
+    snprintf(c2, sizeof c2, "%s 128x128x64 2x1 s1", kind);
+    snprintf(c256, sizeof c256, "%s 128x256x64 2x1 s1", kind);
+    snprintf(c1, sizeof c1, "%s 64x256x64 1x1 s1", kind);
+    snprintf(c3, sizeof c3, "%s 192x64x64 3x1 s2", kind);
+    check("2x128 row-major, edges and K tail", c2, true, rnd(dev, EM_BF16, EM_SHAPE(257, 200), 1),
+          rnd(dev, EM_BF16, EM_SHAPE(200, 136), 2), NULL);
+    check("2x128 one row", c2, true, rnd(dev, EM_BF16, EM_SHAPE(1, 48), 3),
+          rnd(dev, EM_BF16, EM_SHAPE(48, 8), 4), NULL);
+    check("2x128 a^T b (MN-major a)", c2, true,
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(136, 72), 5), 0, 1),
+          rnd(dev, EM_BF16, EM_SHAPE(136, 80), 6), NULL);
+    check("2x256 a b^T (K-major b), setmaxnreg", c256, true,
+          rnd(dev, EM_F16, EM_SHAPE(70, 264), 7),
+          em_transpose(rnd(dev, EM_F16, EM_SHAPE(264, 264), 8), 0, 1), NULL);
+    check("1x256 batched both", c1, true, rnd(dev, EM_BF16, EM_SHAPE(3, 33, 72), 9),
+          rnd(dev, EM_BF16, EM_SHAPE(3, 72, 40), 10), NULL);
+    check("1x256 b broadcast over the batch", c1, true, rnd(dev, EM_BF16, EM_SHAPE(2, 65, 64), 11),
+          rnd(dev, EM_BF16, EM_SHAPE(64, 24), 12), NULL);
+    em_tensor *bias = rnd(dev, EM_BF16, EM_SHAPE(72), 13);
+    em_matmul_epilogue ep = {.bias = bias,
+                             .act = EM_MATMUL_ACT_RELU,
+                             .residual = rnd(dev, EM_BF16, EM_SHAPE(40, 72), 14)};
+    /* split-K: the partials go out element by element in every form */
+    check("3x64 split-K, epilogue, both transposed", c3, true,
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(520, 40), 15), 0, 1),
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(72, 520), 16), 0, 1), &ep);
+    /* N = 76 (b K-major): out's rows are not whole lines of 8, so the element-wise epilogue
+     * runs in every form; M ends inside a tile */
+    em_matmul_epilogue ep2 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(76), 21),
+                              .act = EM_MATMUL_ACT_RELU,
+                              .residual = rnd(dev, EM_BF16, EM_SHAPE(131, 76), 22)};
+    check("2x128 epilogue, N = 76", c2, true, rnd(dev, EM_BF16, EM_SHAPE(131, 96), 23),
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(76, 96), 24), 0, 1), &ep2);
+    /* the epilogue on the line path: N = 200 ends inside a chunk of 32, M inside a tile */
+    em_matmul_epilogue ep4 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(200), 28),
+                              .act = EM_MATMUL_ACT_RELU,
+                              .residual = rnd(dev, EM_BF16, EM_SHAPE(131, 200), 29)};
+    check("2x128 epilogue, edges", c2, true, rnd(dev, EM_BF16, EM_SHAPE(131, 96), 30),
+          rnd(dev, EM_BF16, EM_SHAPE(96, 200), 37), &ep4);
+    em_matmul_epilogue ep3 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(264), 25)};
+    check("2x256 bias, a^T b^T", c256, true,
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(64, 136), 26), 0, 1),
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(264, 64), 27), 0, 1), &ep3);
+    /* K = 70: rows of a are not 16-byte multiples; the configuration is invalid and the
+     * heuristic's kernel runs */
+    check("K = 70 falls back", c2, false, rnd(dev, EM_BF16, EM_SHAPE(30, 70), 17),
+          rnd(dev, EM_BF16, EM_SHAPE(70, 24), 18), NULL);
+    /* batch dims that do not flatten to one stride (a [3, 2, ...] with its batch dims
+     * swapped): no 3-D map describes it */
+    em_tensor *sw = em_transpose(rnd(dev, EM_BF16, EM_SHAPE(3, 2, 16, 64), 19), 0, 1);
+    em_tensor *flat = em_reshape(em_contiguous(sw), EM_SHAPE(6, 16, 64));
+    check_ref("uneven batch falls back", c2, false, sw, rnd(dev, EM_BF16, EM_SHAPE(64, 16), 20),
+              NULL, flat);
+}
+
 static void test_tma_kernel(void **state)
 {
     (void)state;
@@ -96,41 +159,41 @@ static void test_tma_kernel(void **state)
         bool native = !strcmp(caps->target, "cuda") && !strcmp(caps->arch, "sm_90a");
         if (strcmp(caps->target, "c") != 0 && !native) continue;
         em_scope_begin();
-        const char *c2 = "wgmma-tma 128x128x64 2x1 s1";
-        check("2x128 row-major, edges and K tail", c2, true,
-              rnd(dev, EM_BF16, EM_SHAPE(257, 200), 1), rnd(dev, EM_BF16, EM_SHAPE(200, 136), 2),
-              NULL);
-        check("2x128 one row", c2, true, rnd(dev, EM_BF16, EM_SHAPE(1, 48), 3),
-              rnd(dev, EM_BF16, EM_SHAPE(48, 8), 4), NULL);
-        check("2x128 a^T b (MN-major a)", c2, true,
-              em_transpose(rnd(dev, EM_BF16, EM_SHAPE(136, 72), 5), 0, 1),
-              rnd(dev, EM_BF16, EM_SHAPE(136, 80), 6), NULL);
-        check("2x256 a b^T (K-major b), setmaxnreg", "wgmma-tma 128x256x64 2x1 s1", true,
-              rnd(dev, EM_F16, EM_SHAPE(70, 264), 7),
-              em_transpose(rnd(dev, EM_F16, EM_SHAPE(264, 264), 8), 0, 1), NULL);
-        check("1x256 batched both", "wgmma-tma 64x256x64 1x1 s1", true,
-              rnd(dev, EM_BF16, EM_SHAPE(3, 33, 72), 9), rnd(dev, EM_BF16, EM_SHAPE(3, 72, 40), 10),
-              NULL);
-        check("1x256 b broadcast over the batch", "wgmma-tma 64x256x64 1x1 s1", true,
-              rnd(dev, EM_BF16, EM_SHAPE(2, 65, 64), 11), rnd(dev, EM_BF16, EM_SHAPE(64, 24), 12),
-              NULL);
-        em_tensor *bias = rnd(dev, EM_BF16, EM_SHAPE(72), 13);
-        em_matmul_epilogue ep = {.bias = bias,
+        tma_cases(dev, "wgmma-tma");
+        tma_cases(dev, "wgmma-tma-se");
+        tma_cases(dev, "wgmma-tma-p");
+        em_scope_end(NULL, 0);
+    }
+    em_profile_enable(false);
+}
+
+/* Persistent cubes with more tiles than cubes (a cube runs several, the ring's phases going on
+ * from tile to tile), over a batch and with the whole epilogue (GELU). */
+static void test_tma_persistent(void **state)
+{
+    (void)state;
+    em_profile_enable(true);
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        const em_caps *caps = em_device_caps(dev);
+        bool native = !strcmp(caps->target, "cuda") && !strcmp(caps->arch, "sm_90a");
+        if (strcmp(caps->target, "c") != 0 && !native) continue;
+        em_scope_begin();
+        /* 64 x 64 tiles, 3 along N: at least 2 compute units' worth of tiles plus one */
+        int64_t cus = caps->compute_units ? caps->compute_units : 1;
+        int64_t tiles = 2 * cus + 1, batch = 2;
+        int64_t m = ((tiles + 3 * batch - 1) / (3 * batch)) * 64 - 9;
+        const char *cfg = "wgmma-tma-p 64x64x64 1x1 s1";
+        em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(136), 31),
                                  .act = EM_MATMUL_ACT_RELU,
-                                 .residual = rnd(dev, EM_BF16, EM_SHAPE(40, 72), 14)};
-        check("3x64 split-K, epilogue, both transposed", "wgmma-tma 192x64x64 3x1 s2", true,
-              em_transpose(rnd(dev, EM_BF16, EM_SHAPE(520, 40), 15), 0, 1),
-              em_transpose(rnd(dev, EM_BF16, EM_SHAPE(72, 520), 16), 0, 1), &ep);
-        /* K = 70: rows of a are not 16-byte multiples; the configuration is invalid and the
-         * heuristic's kernel runs */
-        check("K = 70 falls back", c2, false, rnd(dev, EM_BF16, EM_SHAPE(30, 70), 17),
-              rnd(dev, EM_BF16, EM_SHAPE(70, 24), 18), NULL);
-        /* batch dims that do not flatten to one stride (a [3, 2, ...] with its batch dims
-         * swapped): no 3-D map describes it */
-        em_tensor *sw = em_transpose(rnd(dev, EM_BF16, EM_SHAPE(3, 2, 16, 64), 19), 0, 1);
-        em_tensor *flat = em_reshape(em_contiguous(sw), EM_SHAPE(6, 16, 64));
-        check_ref("uneven batch falls back", c2, false, sw, rnd(dev, EM_BF16, EM_SHAPE(64, 16), 20),
-                  NULL, flat);
+                                 .residual = rnd(dev, EM_BF16, EM_SHAPE(m, 136), 32)};
+        check("persistent 1x64, batch, epilogue", cfg, true,
+              rnd(dev, EM_BF16, EM_SHAPE(batch, m, 200), 33),
+              rnd(dev, EM_BF16, EM_SHAPE(batch, 200, 136), 34), &ep);
+        /* two consumers, K of one k tile (each tile is one ring use) */
+        check("persistent 2x128, K = 64", "wgmma-tma-p 128x128x64 2x1 s1", true,
+              rnd(dev, EM_BF16, EM_SHAPE(m * 2 + 3, 64), 35),
+              rnd(dev, EM_BF16, EM_SHAPE(64, 520), 36), NULL);
         em_scope_end(NULL, 0);
     }
     em_profile_enable(false);
@@ -190,6 +253,27 @@ static void test_tma_config(void **state)
     int n = mm_candidates(&p, false, cand, 48), nt = 0;
     for (int j = 0; j < n; j++) nt += cand[j].kind == MM_WGMMA && cand[j].lanes == 3;
     assert_int_equal(nt, 2);
+    /* the 16-byte epilogue and persistent forms: text both ways, their plans */
+    static const char *const forms[] = {"wgmma-tma-se 128x256x64 2x1 s1",
+                                        "wgmma-tma-p 128x128x64 2x1 s1"};
+    for (int i = 0; i < 2; i++) {
+        mm_config f;
+        assert_true(mm_config_parse(forms[i], &f));
+        assert_int_equal(f.lanes, 4 + i);
+        mm_config_format(&f, text, sizeof text);
+        assert_string_equal(text, forms[i]);
+        assert_true(mm_config_valid(&p, &f));
+        assert_true(mm_wgmma_plan_of(&p, &f, &q));
+        assert_true(q.tma && q.regs && q.sepi && q.persist == (i == 1));
+        assert_true(q.smem <= caps.max_shared);
+        f.split = 2; /* split-K partials go out element by element */
+        assert_true(mm_wgmma_plan_of(&p, &f, &q) && !q.sepi);
+    }
+    assert_true(mm_wgmma_plan_of(&p, &c, &q) && !q.sepi && !q.persist);
+    /* the persistent form's 2 x 256 and 2 x 128 are default candidates too */
+    int np = 0;
+    for (int j = 0; j < n; j++) np += cand[j].kind == MM_WGMMA && cand[j].lanes == 5;
+    assert_int_equal(np, 2);
     /* three consumers: no setmaxnreg, 512 units */
     c.tm = 3, c.bm = 192, c.bn = 128;
     assert_true(mm_wgmma_plan_of(&p, &c, &q) && q.tma && !q.regs && q.units == 512);
@@ -211,6 +295,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tma_kernel),
+        cmocka_unit_test(test_tma_persistent),
         cmocka_unit_test(test_tma_config),
     };
     return cmocka_run_group_tests(tests, setup, tu_teardown);
