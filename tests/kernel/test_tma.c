@@ -14,6 +14,7 @@
 #include "ember/kernel.h"
 #include "kernel/codegen/codegen.h"
 #include "runtime/drivers/nvrtc.h"
+#include "kernel/hopper_util.h"
 
 /* Copies the box of map 1 of `maps` at (x, y, z) into shared memory (N elements, the box's) and
  * then out; map 0 is left as garbage, so the map index is honoured. */
@@ -149,23 +150,6 @@ static void test_encode_rules(void **state)
 
 /* ---- CUDA ------------------------------------------------------------------------------------ */
 
-static em_caps cuda_caps(const char *arch)
-{
-    em_caps c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.target, sizeof c.target, "cuda");
-    snprintf(c.arch, sizeof c.arch, "%s", arch);
-    c.plane_dim = 32;
-    c.max_cube_units = 1024;
-    c.max_cube_dim[0] = c.max_cube_dim[1] = 1024;
-    c.max_cube_dim[2] = 64;
-    c.max_shared = 232448;
-    c.compute_units = 132;
-    for (int s = 0; s < EM_SCALAR_COUNT; s++) c.dtype[s] = true;
-    c.plane_ops = c.matrix = c.float_atomic_add = c.print = true;
-    return c;
-}
-
 /* Kernel box<bf16> of m for caps, simplified; NULL with the diagnostics in `why`. */
 static em_ir_kernel *specialize(const em_lang_module *m, const em_caps *caps, char *why,
                                 size_t whysize)
@@ -207,19 +191,7 @@ static void test_cuda_source(void **state)
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         if (!strstr(src, want[i])) fail_msg("no `%s` in the CUDA source:\n%s", want[i], src);
-    char nv[512];
-    if (em_nvrtc_available(nv, sizeof nv)) {
-        char *log = NULL;
-        void *bin = NULL;
-        size_t size = 0;
-        em_status st = em_nvrtc_compile(src, "sm_90a", &log, &bin, &size);
-        if (st != EM_OK) fail_msg("NVRTC: %s\n%s", em_last_error(), src);
-        assert_true(size > 0);
-        free(log);
-        free(bin);
-    } else {
-        print_message("NVRTC compile skipped: %s\n", nv);
-    }
+    expect_nvrtc_compiles(src, "sm_90a");
     free(src);
     em_caps old = cuda_caps("sm_90");
     src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &old);

@@ -11,6 +11,7 @@
 #include "attention_case.h"
 #include "kernel/codegen/codegen.h"
 #include "runtime/drivers/nvrtc.h"
+#include "kernel/hopper_util.h"
 
 /* Whether dev runs the wgmma kernels: the CPU (emulated) or CUDA on sm_90a. */
 static bool runs_wgmma(em_device *dev)
@@ -92,19 +93,8 @@ static void test_wgmma_fast_predicate(void **state)
 /* The capabilities of an H200 as the CUDA driver publishes them (sm_90a: warpgroup MMAs). */
 static em_caps h200_caps(void)
 {
-    em_caps caps;
-    memset(&caps, 0, sizeof caps);
-    snprintf(caps.target, sizeof caps.target, "cuda");
-    snprintf(caps.arch, sizeof caps.arch, "sm_90a");
+    em_caps caps = cuda_caps("sm_90a");
     snprintf(caps.device_name, sizeof caps.device_name, "sm_90a");
-    caps.plane_dim = 32;
-    caps.max_cube_units = 1024;
-    caps.max_cube_dim[0] = caps.max_cube_dim[1] = 1024;
-    caps.max_cube_dim[2] = 64;
-    caps.max_shared = 232448;
-    caps.compute_units = 132;
-    for (int s = 0; s < EM_SCALAR_COUNT; s++) caps.dtype[s] = true;
-    caps.float_atomic_add = caps.plane_ops = caps.matrix = caps.print = true;
     return caps;
 }
 

@@ -17,10 +17,9 @@
  * cost on the host (docs/profiling.md):
  * - every linear layer is one em_matmul_ex with its bias, GELU and residual add in the matmul's
  *   epilogue (7 launches fewer per block than em_linear_forward + em_add + em_activate), and the
- *   layer norms before c_attn, c_fc and the head are asked of that matmul as its prologue
+ *   layer norms before c_attn and c_fc are asked of that matmul as its prologue
  *   (em_matmul_epilogue.ln: the skinny kernel normalizes the rows itself where that is cheap, at
- *   one row into c_attn and c_fc; elsewhere, as the head, the norm is its own launch), so a
- *   block is 6 launches at one row;
+ *   one row; elsewhere the norm is its own launch), so a block is 6 launches at one row;
  * - each block's keys and values live in one tensor [slots, 2, heads, max_len, head_dim], so a
  *   row's new key and value (adjacent in the c_attn output) go to the cache in one launch;
  * - a greedy step ends in em_argmax on the device, so one i64 per row comes back instead of the
@@ -116,27 +115,6 @@ done:
     return y;
 }
 
-/* gpt_head of ln_f(x): the head (lm_head, or the tied wte^T) with ln_f asked as its matmul's
- * prologue (which em_matmul_ex runs as a separate norm where fusing costs more); f32 logits
- * [1, rows, vocab]. */
-static em_tensor *head_ln(em_gpt *g, const em_tensor *x)
-{
-    em_scope_begin();
-    em_tensor *logits;
-    if (g->lm_head) {
-        logits = linear(g->lm_head, g->ln_f, x, EM_ACT_NONE, NULL);
-    } else {
-        em_matmul_epilogue ep = {.ln = true,
-                                 .ln_weight = g->ln_f->weight,
-                                 .ln_bias = g->ln_f->bias,
-                                 .ln_eps = g->ln_f->eps};
-        logits = em_matmul_ex(x, em_transpose(g->wte->weight, 0, 1), &ep);
-    }
-    if (logits && em_dtype(logits) != EM_F32) logits = em_cast(em_take(logits), EM_F32);
-    em_scope_end(&logits, 1);
-    return logits;
-}
-
 em_tensor *gpt_step_forward_static(const gpt_step *s)
 {
     em_gpt_batch *b = s->b;
@@ -149,7 +127,9 @@ em_tensor *gpt_step_forward_static(const gpt_step *s)
     em_tensor *x = em_add(em_embedding_clamped(g->wte->weight, em_reshape(ids, EM_SHAPE(1, R))),
                           em_embedding_clamped(g->wpe->weight, em_reshape(pos, EM_SHAPE(1, R))));
     for (int64_t i = 0; x && i < g->cfg.n_layer; i++) x = block(s, g->h[i], i, x, pos);
-    em_tensor *out = x ? head_ln(g, x) : NULL;
+    x = em_layer_norm_forward(g->ln_f, x); /* its own launch: the head's 25,000 cubes would each
+                                             * normalize the row again (docs/matmul.md) */
+    em_tensor *out = x ? gpt_head(g, x) : NULL;
     if (s->greedy) out = em_argmax(em_take(out), -1, false); /* [1, rows] i64 */
     if (out && em_realize(out) != EM_OK) out = NULL;         /* launched, not waited for */
     em_scope_end(&out, 1);
