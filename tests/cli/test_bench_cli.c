@@ -173,6 +173,7 @@ static void test_matmul_graph_json(void **state)
     cJSON_Delete(o);
     o = bench_json("bench matmul --device cpu --shapes 3x40x24");
     assert_int_equal((int)number(o, "cold_copies"), 0);
+    assert_int_equal((int)number(o, "rounds"), 1); /* timed rounds: one on the CPU */
     cJSON_Delete(o);
     int code;
     char *out = ember("bench matmul --device cpu --shapes 3x40 --graph", "2>&1", &code);
