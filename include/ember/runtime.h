@@ -51,6 +51,13 @@ em_buffer *em_buffer_alloc(em_device *dev, size_t bytes);
 /* Returns the buffer to its device's pool. NULL is ignored. */
 void em_buffer_free(em_buffer *buf);
 size_t em_buffer_size(const em_buffer *buf);
+/* True when no launch that may still be running writes buf: every kernel launch given buf as a
+ * writable argument was issued before the device's last completed em_device_sync or
+ * em_buffer_read (each waits for the launches before it); a graph's replay unsettles what its
+ * recorded launches write, and a block the pool hands out again keeps its last writer. A kernel
+ * may then read buf before its dependency_wait() (docs/kernel-language.md), while the launches
+ * before it run out. */
+bool em_buffer_settled(const em_buffer *buf);
 em_device *em_buffer_device(const em_buffer *buf);
 em_status em_buffer_write(em_buffer *buf, size_t offset, const void *src, size_t bytes);
 em_status em_buffer_read(const em_buffer *buf, size_t offset, void *dst, size_t bytes);

@@ -81,6 +81,14 @@ unsigned em_line_lanes(const em_caps *caps, unsigned elem_bytes)
     return lanes > EM_MAX_LANES ? EM_MAX_LANES : lanes;
 }
 
+void em_rt_settle(em_device *dev, uint64_t seq)
+{
+    uint64_t cur = __atomic_load_n(&dev->settled, __ATOMIC_RELAXED);
+    while (cur < seq && !__atomic_compare_exchange_n(&dev->settled, &cur, seq, true,
+                                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+
 em_status em_device_sync(em_device *dev)
 {
     if (!dev)
@@ -89,11 +97,13 @@ em_status em_device_sync(em_device *dev)
         return em_rt_graph_refuse(dev, "a sync (em_device_sync)");
     if (em_rt_profiling())
         em_rt_profile_count(EM_RT_PROF_SYNC, 0);
-    if (!dev->drv->sync)
-        return EM_OK;
-    em_status st = dev->drv->sync(dev->state);
+    /* the launches numbered so far complete with the sync (em_buffer_settled) */
+    uint64_t seq = __atomic_load_n(&dev->launch_seq, __ATOMIC_RELAXED);
+    em_status st = dev->drv->sync ? dev->drv->sync(dev->state) : EM_OK;
     if (st != EM_OK)
         em_error_context("device %s", dev->name);
+    else
+        em_rt_settle(dev, seq);
     return st;
 }
 

@@ -49,6 +49,7 @@ struct em_graph {
     em_status failed;        /* EM_OK, or why the recording cannot become a graph */
     char why[512];           /* the failure's message */
     void *native;            /* the driver's executable graph, or NULL (replay call by call) */
+    uint64_t first_seq;      /* the device's number for its first recorded launch */
 };
 
 bool em_device_recording(const em_device *dev)
@@ -259,6 +260,7 @@ em_status em_graph_begin(em_device *dev)
     if (!g)
         return em_set_error(EM_ERR_NOMEM, "em_graph_begin: out of host memory");
     g->dev = dev;
+    g->first_seq = __atomic_load_n(&dev->launch_seq, __ATOMIC_RELAXED) + 1;
     const char *lim = getenv("EMBER_GRAPH_MAX_OPS");
     g->max_ops = lim && *lim ? (size_t)strtoull(lim, NULL, 10) : 0;
     pthread_mutex_lock(&dev->pool.lock);
@@ -336,6 +338,10 @@ em_status em_graph_launch(em_graph *g)
     if (dev->recording)
         return em_set_error(EM_ERR_INVALID, "em_graph_launch: device %s is recording",
                             dev->name);
+    /* what the recorded launches write (numbered from first_seq on) is in flight again */
+    uint64_t unsettled = g->first_seq - 1;
+    if (__atomic_load_n(&dev->settled, __ATOMIC_RELAXED) > unsettled)
+        __atomic_store_n(&dev->settled, unsettled, __ATOMIC_RELAXED);
     em_status st = g->native ? dev->drv->graph_launch(dev->state, g->native) : issue(g);
     if (st != EM_OK)
         em_error_context("graph on %s", dev->name);

@@ -294,6 +294,13 @@ em_status em_rt_launch(em_kernel *kernel, const uint32_t cube_count[3], const ui
         launch.args = resolved;
         launch.nargs = np;
         em_device *dev = kernel->dev;
+        /* number the launch and stamp the buffers it may write (em_buffer_settled) */
+        uint64_t seq = __atomic_add_fetch(&dev->launch_seq, 1, __ATOMIC_RELAXED);
+        for (size_t i = 0; i < np; i++) {
+            const em_ir_param *p = em_ir_param_at(ir, i);
+            if (p->kind == EM_PARAM_BUFFER && (em_ir_mem_at(ir, p->id)->access & EM_WRITE))
+                __atomic_store_n(&args[i].buf->written, seq, __ATOMIC_RELAXED);
+        }
         em_rt_pool_note_launch(dev, em_ir_kernel_name(ir));
         if (dev->recording)
             st = em_rt_graph_record_launch(dev->recording, kernel->fn, &launch);

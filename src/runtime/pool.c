@@ -310,6 +310,12 @@ size_t em_buffer_size(const em_buffer *buf)
     return buf ? buf->size : 0;
 }
 
+bool em_buffer_settled(const em_buffer *buf)
+{
+    return buf && __atomic_load_n(&buf->written, __ATOMIC_RELAXED) <=
+                      __atomic_load_n(&buf->dev->settled, __ATOMIC_RELAXED);
+}
+
 em_device *em_buffer_device(const em_buffer *buf)
 {
     return buf ? buf->dev : NULL;
@@ -357,7 +363,10 @@ em_status em_buffer_read(const em_buffer *buf, size_t offset, void *dst, size_t 
         return em_rt_graph_refuse(buf->dev, "a read (em_buffer_read)");
     if (em_rt_profiling())
         em_rt_profile_count(EM_RT_PROF_READ, bytes);
+    /* the read waits for the device's queue before it: what was launched so far has completed */
+    uint64_t seq = __atomic_load_n(&buf->dev->launch_seq, __ATOMIC_RELAXED);
     em_status st = buf->dev->drv->read(buf->dev->state, buf->mem, offset, dst, bytes);
+    if (st == EM_OK) em_rt_settle(buf->dev, seq);
     return st == EM_OK ? st : em_error_context("device %s: buffer read", buf->dev->name);
 }
 

@@ -28,6 +28,7 @@ struct em_buffer {
     int graph_refs;    /* graphs that hold it (graph.c): its free waits for them */
     bool user_freed;   /* em_buffer_free was called while a graph held it */
     em_graph *last_graph; /* the last graph that took hold of it (no double entries) */
+    uint64_t written;  /* the device's launch_seq of the last launch that may write it (launch.c) */
 };
 
 typedef struct em_rt_pool {
@@ -88,12 +89,19 @@ struct em_device {
     em_map modules;        /* binary path -> em_rt_module * */
     em_graph *recording;   /* the graph being recorded (graph.c), or NULL; set and read by the
                             * recording thread, read under the pool lock by alloc and free */
+    uint64_t launch_seq;   /* launches so far (em_rt_launch numbers them; atomic) */
+    uint64_t settled;      /* every launch numbered up to this has completed (em_rt_settle after
+                            * a sync or a read; lowered by a graph's replay: em_buffer_settled) */
 };
 
 /* Creates a device of `drv` (index i, canonical name) with one reference; NULL (error set). */
 em_device *em_rt_device_create(const em_driver *drv, int index, const char *name);
 /* Frees a device whose last reference went away. */
 void em_rt_device_destroy(em_device *dev);
+
+/* Every launch numbered up to seq has completed (a sync or a blocking read waited for it): raises
+ * dev->settled to seq (em_buffer_settled). */
+void em_rt_settle(em_device *dev, uint64_t seq);
 
 /* Host monotonic clock in seconds. */
 double em_rt_now(void);

@@ -433,17 +433,19 @@ static void test_matmul_configs_compile(void **state)
     /* the skinny kernel (few rows: decoding) as the H200's defaults make it: row-major b with
      * units side by side along N and a plane's rest along K, transposed b with a plane along K;
      * one row and sixteen, the epilogue and split-K's raw partial sums; lines of 16 bytes; the
-     * layer-norm prologue (ln: with its weight and bias) both ways */
+     * layer-norm prologue (ln: with its weight and bias) both ways; b's first lines loaded
+     * before the dependency wait (pre: settled weights) both ways */
     static const struct {
         int mr, nu, ks, pk, nl, uk;
-        bool bt, raw, epi, ln;
+        bool bt, raw, epi, ln, pre;
     } skinny[] = {
-        {1, 2, 16, 6, 1, 4, false, false, true, false},
-        {16, 2, 16, 4, 1, 4, false, true, false, false},
-        {1, 1, 32, 2, 2, 2, true, false, false, false},
-        {16, 1, 32, 2, 1, 2, true, false, true, false},
-        {1, 2, 16, 6, 1, 4, false, false, true, true},
-        {4, 1, 32, 2, 2, 2, true, false, false, true},
+        {1, 2, 16, 6, 1, 4, false, false, true, false, false},
+        {16, 2, 16, 4, 1, 4, false, true, false, false, false},
+        {1, 1, 32, 2, 2, 2, true, false, false, false, false},
+        {16, 1, 32, 2, 1, 2, true, false, true, false, false},
+        {1, 2, 16, 6, 1, 4, false, false, true, true, true},
+        {4, 1, 32, 2, 2, 2, true, false, false, true, true},
+        {1, 1, 32, 2, 2, 2, true, false, false, false, true},
     };
     for (size_t t = 0; t < 3; t++)
         for (size_t i = 0; i < sizeof(skinny) / sizeof(skinny[0]); i++) {
@@ -464,7 +466,8 @@ static void test_matmul_configs_compile(void **state)
                                 em_lang_bind_bool("RES", skinny[i].epi),
                                 em_lang_bind_bool("LN", skinny[i].ln),
                                 em_lang_bind_bool("LNW", skinny[i].ln),
-                                em_lang_bind_bool("LNB", skinny[i].ln)};
+                                em_lang_bind_bool("LNB", skinny[i].ln),
+                                em_lang_bind_bool("PRE", skinny[i].pre)};
             unsigned lw = mma_types[t] == EM_F32 ? 4 : 8;
             items[n++] = item("matmul_skinny", lw, sizeof(b) / sizeof(b[0]), b);
         }

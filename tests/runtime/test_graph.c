@@ -346,12 +346,46 @@ static void test_chain_values(void **state)
     em_buffer_free(out);
 }
 
+/* em_buffer_settled: after a sync a buffer written by host writes only is settled; a launch that may write it
+ * (a writable argument) unsettles it until the device syncs, one that only reads it does not; a
+ * graph's replay unsettles what its launches write until the next sync, and nothing else. */
+static void test_settled(void **state)
+{
+    (void)state;
+    em_buffer *x = filled(1, 1), *out = filled(0, 0), *other = filled(2, 0);
+    assert_int_equal(em_device_sync(dev), EM_OK); /* the pool's blocks keep their last writers */
+    assert_true(em_buffer_settled(x) && em_buffer_settled(out));
+    launch_acc(x, out);
+    assert_true(em_buffer_settled(x)); /* read only */
+    assert_false(em_buffer_settled(out));
+    assert_int_equal(em_device_sync(dev), EM_OK);
+    assert_true(em_buffer_settled(out));
+    assert_int_equal(em_graph_begin(dev), EM_OK);
+    launch_acc(x, out);
+    em_graph *g = NULL;
+    assert_int_equal(em_graph_end(dev, &g), EM_OK);
+    assert_int_equal(em_device_sync(dev), EM_OK);
+    assert_true(em_buffer_settled(out)); /* recorded, not run */
+    assert_int_equal(em_graph_launch(g), EM_OK);
+    assert_false(em_buffer_settled(out));
+    assert_true(em_buffer_settled(x) && em_buffer_settled(other));
+    float h[N];
+    read_all(other, h); /* a blocking read waits for the replay too */
+    assert_true(em_buffer_settled(out));
+    assert_false(em_buffer_settled(NULL));
+    em_graph_free(g);
+    em_buffer_free(x);
+    em_buffer_free(out);
+    em_buffer_free(other);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_record_and_replay), cmocka_unit_test(test_recorded_write),
         cmocka_unit_test(test_refused),           cmocka_unit_test(test_misuse),
         cmocka_unit_test(test_max_ops),           cmocka_unit_test(test_pool_rules),        cmocka_unit_test(test_pool_reuse_across_classes),        cmocka_unit_test(test_chain_values),
+        cmocka_unit_test(test_settled),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -837,6 +837,70 @@ static void test_skinny(void **state)
     }
 }
 
+/* The skinny kernel loading its first lines of b before its dependency_wait() (PRE: taken where
+ * b is settled, em_buffer_settled; EMBER_SKINNY_PRELOAD=1 takes it on every target, where the
+ * wait is nothing): a b made from host data is settled after a sync, one a launch just wrote is
+ * not until the device syncs again; the products on 1 to 16 rows, odd and aligned sizes, b both ways, the epilogue,
+ * the layer-norm prologue and split-K, against float64. */
+static void test_skinny_preload(void **state)
+{
+    (void)state;
+    setenv("EMBER_SKINNY_PRELOAD", "1", 1);
+    static const int64_t shapes[][3] = {{1, 33, 1031}, {3, 1040, 1000}, {16, 48, 160}, {1, 1, 1}};
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        em_scope_begin();
+        em_tensor *host = rnd(dev, EM_F32, EM_SHAPE(64, 40), 700);
+        assert_int_equal(em_device_sync(dev), EM_OK); /* pool blocks keep their last writers */
+        assert_true(em_buffer_settled(host->st->buf));
+        em_tensor *made = em_add(host, host);
+        assert_int_equal(em_realize(made), EM_OK);
+        assert_false(em_buffer_settled(made->st->buf));
+        assert_int_equal(em_device_sync(dev), EM_OK);
+        assert_true(em_buffer_settled(made->st->buf));
+        check_mm("skinny preload made b", rnd(dev, EM_F32, EM_SHAPE(2, 64), 701), made, NULL);
+        char what[96];
+        for (size_t i = 0; i < EM_ARRAY_LEN(shapes); i++) {
+            int64_t M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
+            em_tensor *a = rnd(dev, EM_F32, EM_SHAPE(M, K), 710 + (uint32_t)i);
+            snprintf(what, sizeof what, "skinny preload %lldx%lldx%lld", (long long)M, (long long)N,
+                     (long long)K);
+            check_mm(what, a, rnd(dev, EM_F32, EM_SHAPE(K, N), 720 + (uint32_t)i), NULL);
+            snprintf(what, sizeof what, "skinny preload %lldx%lldx%lld b^T", (long long)M,
+                     (long long)N, (long long)K);
+            check_mm(what, a,
+                     em_transpose(rnd(dev, EM_F32, EM_SHAPE(N, K), 730 + (uint32_t)i), 0, 1), NULL);
+        }
+        em_matmul_epilogue ep = {.bias = rnd(dev, EM_F32, EM_SHAPE(72), 740),
+                                 .act = EM_MATMUL_ACT_GELU_TANH,
+                                 .residual = rnd(dev, EM_F32, EM_SHAPE(72), 741),
+                                 .ln = true,
+                                 .ln_weight = rnd(dev, EM_F32, EM_SHAPE(96), 742),
+                                 .ln_bias = rnd(dev, EM_F32, EM_SHAPE(96), 743),
+                                 .ln_eps = 1e-5};
+        em_tensor *x = rnd(dev, EM_F32, EM_SHAPE(1, 96), 744),
+                  *w = rnd(dev, EM_F32, EM_SHAPE(96, 72), 745);
+        em_tensor *y = em_matmul_ex(x, w, &ep);
+        em_matmul_epilogue plain = ep;
+        plain.ln = false;
+        em_tensor *ref =
+            em_matmul_ex(em_layer_norm(x, 1, ep.ln_weight, ep.ln_bias, 1e-5), w, &plain);
+        assert_non_null(y);
+        assert_non_null(ref);
+        double *rd = tu_read(ref);
+        tu_check("skinny preload ln", y, em_shape_of(ref), rd, tol_of(dev, EM_F32, 96));
+        free(rd);
+        em_scope_end(NULL, 0);
+        setenv("EMBER_MATMUL_CONFIG", "skinny 2x1x16 1x1x1 s3", 1);
+        em_scope_begin();
+        check_mm("skinny preload split-K", rnd(dev, EM_F32, EM_SHAPE(3, 200), 750),
+                 em_transpose(rnd(dev, EM_F32, EM_SHAPE(40, 200), 751), 0, 1), NULL);
+        em_scope_end(NULL, 0);
+        unsetenv("EMBER_MATMUL_CONFIG");
+    }
+    unsetenv("EMBER_SKINNY_PRELOAD");
+}
+
 /* The skinny kernel is the choice for at most 16 rows on an H200 (f32 and bf16, x W and x W^T,
  * decoding's batches folded), with lines of 16 bytes and its butterfly inside a plane; 17 rows
  * are not skinny. */
@@ -939,6 +1003,7 @@ int main(void)
         cmocka_unit_test(test_cpu_kernel),
         cmocka_unit_test(test_split_k_default),
         cmocka_unit_test(test_skinny),
+        cmocka_unit_test(test_skinny_preload),
         cmocka_unit_test(test_skinny_choice_on_h200),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_errors),
