@@ -60,6 +60,13 @@ size_t em_buffer_size(const em_buffer *buf);
 bool em_buffer_settled(const em_buffer *buf);
 em_device *em_buffer_device(const em_buffer *buf);
 em_status em_buffer_write(em_buffer *buf, size_t offset, const void *src, size_t bytes);
+/* A device-owned copy of n <= 256 bytes that kernels read as launch-time constants (a TMA
+ * matmul's tensor maps): *buf and *offset name it; the same bytes give the same place, written
+ * once. Valid for launches issued before the device's next 255 calls with other bytes (a slot is
+ * rewritten in queue order after them) and until the device closes. Refused while the device
+ * records a graph (a replay could outlive the slot): allocate a buffer then. */
+em_status em_device_constant(em_device *dev, const void *data, size_t n, em_buffer **buf,
+                             size_t *offset);
 em_status em_buffer_read(const em_buffer *buf, size_t offset, void *dst, size_t bytes);
 em_status em_buffer_copy(em_buffer *dst, size_t dst_offset, const em_buffer *src, size_t src_offset,
                          size_t bytes);

@@ -33,6 +33,7 @@ em_device *em_rt_device_create(const em_driver *drv, int index, const char *name
     em_rt_pool_init(&dev->pool);
     pthread_mutex_init(&dev->kernel_lock, NULL);
     pthread_mutex_init(&dev->compile_lock, NULL);
+    pthread_mutex_init(&dev->consts.lock, NULL);
     em_map_init(&dev->kernels);
     em_map_init(&dev->modules);
     EM_LOGD("device %s opened: %s (%s, %s)", name, dev->caps.device_name, dev->caps.target,
@@ -46,6 +47,7 @@ void em_rt_device_destroy(em_device *dev)
         dev->drv->sync(dev->state);
     em_rt_profile_device_closing(dev); /* its pending timings, while its events still exist */
     em_rt_kernels_destroy(dev);
+    em_rt_constants_destroy(dev);
     size_t live = em_rt_pool_destroy(dev);
     if (live)
         EM_LOGW("device %s closed with %zu buffer%s still allocated (freed with it)", dev->name,

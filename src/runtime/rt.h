@@ -71,6 +71,18 @@ void em_rt_kernels_destroy(em_device *dev);
 
 /* ---- devices (device.c, registry.c) -------------------------------------------------------- */
 
+/* A device's constants (constants.c): EM_RT_CONST_SLOTS slots of EM_RT_CONST_BYTES in buf, a
+ * host copy of each slot's bytes (len 0: empty), the next slot to overwrite. */
+enum { EM_RT_CONST_SLOTS = 256, EM_RT_CONST_BYTES = 256 };
+typedef struct em_rt_constants {
+    pthread_mutex_t lock;
+    em_buffer *buf; /* allocated on first use */
+    unsigned char bytes[EM_RT_CONST_SLOTS][EM_RT_CONST_BYTES];
+    size_t len[EM_RT_CONST_SLOTS];
+    int used, next;
+} em_rt_constants;
+void em_rt_constants_destroy(em_device *dev);
+
 struct em_device {
     const em_driver *drv;  /* the backend's vtable */
     void *state;           /* the driver's device state */
@@ -89,6 +101,7 @@ struct em_device {
     em_map modules;        /* binary path -> em_rt_module * */
     em_graph *recording;   /* the graph being recorded (graph.c), or NULL; set and read by the
                             * recording thread, read under the pool lock by alloc and free */
+    em_rt_constants consts; /* em_device_constant's slots */
     uint64_t launch_seq;   /* launches so far (em_rt_launch numbers them; atomic) */
     uint64_t settled;      /* every launch numbered up to this has completed (em_rt_settle after
                             * a sync or a read; lowered by a graph's replay: em_buffer_settled) */

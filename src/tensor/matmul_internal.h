@@ -103,10 +103,13 @@ typedef struct mm_problem {
 /* Checks epilogue ep (NULL: none) against p, whose result has rank rr and shape rsh, and fills
  * p's epilogue fields (bias, residual, act, tf32). false with the error set (naming the shapes). */
 bool mm_setup_epilogue(mm_problem *p, const em_matmul_epilogue *ep, int rr, const int64_t *rsh);
-/* The tensor maps of the TMA-fed wgmma kernel (c, plan q with q->tma) on p: a's (map 0) and b's
- * (map 1) in a new u64 tensor of 32 words (the caller releases it); a and b realized first.
- * NULL with the error set (a device without tensor maps, a map the driver refuses). */
-em_tensor *mm_tma_maps(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q);
+/* The tensor maps of the TMA-fed wgmma kernel (c, plan q with q->tma) on p, a's (map 0) and b's
+ * (map 1), 32 words, as the kernel's `maps` and `maps_off` arguments (out[0], out[1]): a slot of
+ * the device's constants (em_device_constant), or while recording a graph a tensor of their own
+ * (*own: the caller releases it after the launch); a and b realized first. False with the error
+ * set (a device without tensor maps, a map the driver refuses). */
+bool mm_tma_maps(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q, tn_arg out[2],
+                 em_tensor **own);
 /* Runs p (its result's buffer allocated): the configuration mm_choose picks (autotuning
  * included), launched. EM_OK or the error set. */
 em_status mm_execute(const mm_problem *p);

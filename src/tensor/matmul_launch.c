@@ -223,8 +223,10 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         bd[nb++] = em_lang_bind_bool("LOOPS", !p->caps || strcmp(p->caps->target, "cuda") != 0);
         units[0] = (uint32_t)((c->bm / c->tm) * (c->bn / c->tn));
     }
-    em_tensor *maps = NULL;
-    if (wg && wgq.tma && !(maps = mm_tma_maps(p, c, &wgq))) {
+    em_tensor *maps = NULL; /* the maps' own tensor while recording */
+    tn_arg mapa[2];
+    bool tma = wg && wgq.tma;
+    if (tma && !mm_tma_maps(p, c, &wgq, mapa, &maps)) {
         em_release(part);
         return em_error_context("matmul");
     }
@@ -232,16 +234,17 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
     tn_arg outv = tn_arg_flat(outa.t);
     outv.lanes = 8;
     outv.offset = 0;
-    tn_arg args[10] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
-                      tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset),
-                      outa,
-                      bias_arg(p),
-                      res_arg(p),
-                      tn_arg_s(em_arg_u32((uint32_t)kchunk)),
-                      tn_arg_s(em_arg_u32((uint32_t)split)),
-                      tn_arg_s(em_arg_u32((akfast ? 1u : 0u) | (bnfast ? 2u : 0u))),
-                      maps ? tn_arg_t(maps) : tn_arg_s(em_arg_u32(0)),
-                      outv};
+    tn_arg args[11] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
+                       tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset),
+                       outa,
+                       bias_arg(p),
+                       res_arg(p),
+                       tn_arg_s(em_arg_u32((uint32_t)kchunk)),
+                       tn_arg_s(em_arg_u32((uint32_t)split)),
+                       tn_arg_s(em_arg_u32((akfast ? 1u : 0u) | (bnfast ? 2u : 0u))),
+                       tma ? mapa[0] : tn_arg_s(em_arg_u32(0)),
+                       tma ? mapa[1] : tn_arg_s(em_arg_u32(0)),
+                       outv};
     uint32_t cubes[3] = {(uint32_t)((p->N + c->bn - 1) / c->bn),
                          (uint32_t)((p->M + c->bm - 1) / c->bm), (uint32_t)(p->batch * split)};
     if (wg && wgq.persist) {
@@ -252,13 +255,13 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         cubes[1] = cubes[2] = 1;
     }
     const char *kname = mma                 ? "matmul_mma"
-                        : wg && wgq.tma     ? "matmul_wgmma_tma"
+                        : tma               ? "matmul_wgmma_tma"
                         : wg && wgq.ws      ? "matmul_wgmma_ws"
                         : wg                ? "matmul_wgmma"
                         : c->kind == MM_CPU ? "matmul_cpu"
                                             : "matmul_simt";
     em_status st =
-        tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, maps ? 10 : 8);
+        tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, tma ? 11 : 8);
     if (st == EM_OK && split > 1) st = launch_reduce(p, part, split);
     em_release(part);
     em_release(maps);

@@ -169,9 +169,11 @@ bool mm_setup_epilogue(mm_problem *p, const em_matmul_epilogue *ep, int rr, cons
     return true;
 }
 
-em_tensor *mm_tma_maps(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q)
+bool mm_tma_maps(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q, tn_arg out[2],
+                 em_tensor **own)
 {
-    if (fu_realize(p->a->st) != EM_OK || fu_realize(p->b->st) != EM_OK) return NULL;
+    *own = NULL;
+    if (fu_realize(p->a->st) != EM_OK || fu_realize(p->b->st) != EM_OK) return false;
     uint64_t words[2 * EM_TENSOR_MAP_WORDS];
     size_t es = em_scalar_size(p->dt);
     /* a K-major operand is one box of 64 x (its tile's rows) a stage, an MN-major one boxes of
@@ -187,17 +189,30 @@ em_tensor *mm_tma_maps(const mm_problem *p, const mm_config *c, const mm_wgmma_p
                                  words + i * EM_TENSOR_MAP_WORDS) != EM_OK) {
             em_error_context("matmul: the tensor map of %s (%lld x %lld x %lld)", i ? "b" : "a",
                              (long long)dims[i][0], (long long)dims[i][1], (long long)dims[i][2]);
-            return NULL;
+            return false;
         }
     }
-    int64_t len = 2 * EM_TENSOR_MAP_WORDS;
+    int64_t len = 2 * EM_TENSOR_MAP_WORDS, one = 1;
+    em_buffer *buf = NULL;
+    size_t at = 0;
+    /* the device's constants: the same maps (the same operands' places and shapes: a training
+     * step's or a benchmark's repeats) are written once, not queued before every launch */
+    if (!em_device_recording(p->dev) && em_device_constant(p->dev, words, sizeof words, &buf, &at) == EM_OK) {
+        out[0] = tn_arg_s(em_arg_tensor(buf, at, (uint64_t)len, 1, &len, &one));
+        out[1] = tn_arg_s(em_arg_u32(0));
+        return true;
+    }
+    /* while recording (a replay may outlive a constant's slot): the graph's own copy */
     em_tensor *maps = tn_new(p->dev, EM_I64, 1, &len); /* tensors hold no u64: the same bits */
-    if (!maps) return NULL;
+    if (!maps) return false;
     if (em_buffer_write(maps->st->buf, 0, words, sizeof words) != EM_OK) {
         em_release(maps);
-        return NULL;
+        return false;
     }
-    return maps;
+    *own = maps;
+    out[0] = tn_arg_s(em_arg_tensor(maps->st->buf, 0, (uint64_t)len, 1, &len, &one));
+    out[1] = tn_arg_s(em_arg_u32(0));
+    return true;
 }
 
 em_status mm_execute(const mm_problem *p)
