@@ -151,8 +151,8 @@ bool mm_cpu_fma(void);
 int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max);
 /* "simt 64x64x8 4x4 s1" ("cpu 64x256x256 8x32x16 s1": MR x NR x lanes; "wgmma-ws 128x256x64
  * 2x1 s1": the warp-specialized wgmma kernel, lanes 1; "wgmma-ws-regs": lanes 2; "wgmma-tma":
- * lanes 3; "wgmma-tma-se": lanes 4; "wgmma-tma-p": lanes 5; "wgmma-tma-pp": lanes 6) and back (false when text is not a
- * configuration). */
+ * lanes 3; "wgmma-tma-se": lanes 4; "wgmma-tma-p": lanes 5; "wgmma-tma-pp": lanes 6) and back
+ * (false when text is not a configuration). */
 void mm_config_format(const mm_config *c, char *buf, size_t size);
 bool mm_config_parse(const char *text, mm_config *c);
 /* The autotune key of p: device-independent parts (kernel family, dtype, layout, shape bucket). */

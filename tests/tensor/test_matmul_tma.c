@@ -276,8 +276,8 @@ static void test_tma_pingpong(void **state)
         em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(120), 71),
                                  .act = EM_MATMUL_ACT_RELU,
                                  .residual = rnd(dev, EM_BF16, EM_SHAPE(m, 120), 72)};
-        check("pp 128x128, 3 tiles a cube, batch, epilogue", "wgmma-tma-pp 128x128x64 2x1 s1",
-              true, rnd(dev, EM_BF16, EM_SHAPE(3, m, 200), 73),
+        check("pp 128x128, 3 tiles a cube, batch, epilogue", "wgmma-tma-pp 128x128x64 2x1 s1", true,
+              rnd(dev, EM_BF16, EM_SHAPE(3, m, 200), 73),
               rnd(dev, EM_BF16, EM_SHAPE(3, 200, 120), 74), &ep);
         check("pp 64x256, 3 tiles a cube, b broadcast", "wgmma-tma-pp 64x256x64 2x1 s1", true,
               rnd(dev, EM_BF16, EM_SHAPE(3, cus * 64 - 5, 136), 75),
@@ -368,6 +368,37 @@ static void test_tma_config(void **state)
     int np = 0;
     for (int j = 0; j < n; j++) np += cand[j].kind == MM_WGMMA && cand[j].lanes == 5;
     assert_int_equal(np, 2);
+    /* the ping-pong form: a consumer's tile of 128 x 128 or 64 x 256 (at most 128 accumulators
+     * a unit), two consumers, persistent, the 16-byte epilogue; a default candidate each */
+    static const char *const pp[] = {"wgmma-tma-pp 128x128x64 2x1 s1",
+                                     "wgmma-tma-pp 64x256x64 2x1 s1"};
+    for (int i = 0; i < 2; i++) {
+        mm_config f;
+        assert_true(mm_config_parse(pp[i], &f));
+        assert_int_equal(f.lanes, 6);
+        mm_config_format(&f, text, sizeof text);
+        assert_string_equal(text, pp[i]);
+        assert_true(mm_config_valid(&p, &f));
+        assert_true(mm_wgmma_plan_of(&p, &f, &q));
+        assert_true(q.tma && q.regs && q.sepi && q.persist && q.ping && q.units == 384);
+        assert_int_equal(q.stages, i == 0 ? 6 : 5); /* the ring holds one consumer's tiles */
+        assert_true(q.smem <= caps.max_shared);
+        int npp = 0;
+        for (int j = 0; j < n; j++) npp += !memcmp(&cand[j], &f, sizeof f);
+        assert_int_equal(npp, 1);
+        f.split = 2;
+        assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.ping && !q.sepi);
+    }
+    static const char *const bad[] = {"wgmma-tma-pp 128x256x64 2x1 s1", /* 256 accumulators */
+                                      "wgmma-tma-pp 64x128x64 1x1 s1",  /* one consumer */
+                                      "wgmma-tma-pp 192x64x64 3x1 s1",
+                                      "wgmma-tma-pp 256x64x64 2x1 s1"};
+    for (int i = 0; i < 4; i++) {
+        mm_config f;
+        assert_true(mm_config_parse(bad[i], &f));
+        assert_false(mm_wgmma_plan_of(&p, &f, &q));
+    }
+    assert_true(mm_wgmma_plan_of(&p, &c, &q) && !q.ping);
     /* three consumers: no setmaxnreg, 512 units */
     c.tm = 3, c.bm = 192, c.bn = 128;
     assert_true(mm_wgmma_plan_of(&p, &c, &q) && q.tma && !q.regs && q.units == 512);
