@@ -169,7 +169,6 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     q.tma = c->lanes >= 3;
     q.persist = c->lanes >= 5;
     q.ping = ping;
-    if (ping) extra += 1024; /* the consumers' turn barriers (order) */
     /* the TMA kernel's 16-byte epilogue: out row-major, lines of 8 aligned, not the partials */
     q.sepi = c->lanes >= 4 && (c->split < 2) && p->ost[R - 1] == 1;
     for (int d = 0; d < R - 1 && q.sepi; d++) q.sepi = p->ost[d] % 8 == 0 || p->osh[d] == 1;
