@@ -141,8 +141,14 @@ static bool tma_map_of(const int64_t *sh, const int64_t *st, int R, int fast, in
 bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *out)
 {
     if (p->dt != EM_F16 && p->dt != EM_BF16) return false;
-    if (c->tm < 1 || c->tm > 3 || c->tn != 1 || c->bm != 64 * c->tm || c->bk != 64 || c->bn < 64 ||
-        c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 5 || (c->lanes == 2 && c->tm != 2))
+    /* ping-pong (lanes 6): two consumers, each a tile of bm (64 or 128) x bn of its own, at most
+     * 128 f32 accumulators a unit (64 x 256 or 128 x 128) */
+    bool ping = c->lanes == 6;
+    if (ping && (c->tm != 2 || (c->bm != 64 && c->bm != 128) || c->bm * c->bn > 128 * 128))
+        return false;
+    if (c->tm < 1 || c->tm > 3 || c->tn != 1 || (!ping && c->bm != 64 * c->tm) || c->bk != 64 ||
+        c->bn < 64 || c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 6 ||
+        (c->lanes == 2 && c->tm != 2))
         return false;
     int R = p->R;
     const int64_t *as = p->ast, *bs = p->bst;
@@ -161,7 +167,8 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     size_t stage = (size_t)(c->bm + c->bn) * 64 * 2;
     size_t extra = q.ws ? 3072 : 1024;
     q.tma = c->lanes >= 3;
-    q.persist = c->lanes == 5;
+    q.persist = c->lanes >= 5;
+    q.ping = ping;
     /* the TMA kernel's 16-byte epilogue: out row-major, lines of 8 aligned, not the partials */
     q.sepi = c->lanes >= 4 && (c->split < 2) && p->ost[R - 1] == 1;
     for (int d = 0; d < R - 1 && q.sepi; d++) q.sepi = p->ost[d] % 8 == 0 || p->osh[d] == 1;
@@ -258,6 +265,12 @@ static mm_config wgmma_tma(int wg, int bn, int split)
 }
 
 /* It with the epilogue in 16-byte lines (lanes 4) and persistent cubes (lanes 5). */
+/* The ping-pong form (lanes 6): two consumers taking turns, each a tile of bm x bn. */
+static mm_config wgmma_tma_pp(int bm, int bn)
+{
+    return (mm_config){MM_WGMMA, bm, bn, 64, 2, 1, 1, 6};
+}
+
 static mm_config wgmma_tma_lanes(int wg, int bn, int lanes)
 {
     return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, 1, lanes};
@@ -555,6 +568,9 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
          * also the one-tile form with that epilogue) */
         for (int i = 0; i < 2; i++) all[n++] = wgmma_tma_lanes(ws[i][0], ws[i][1], 5);
         for (int i = 0; full && i < 2; i++) all[n++] = wgmma_tma_lanes(ws[i][0], ws[i][1], 4);
+        /* its ping-pong form: a consumer's tile of 128 x 128 (two accumulator sets) or 64 x 256 */
+        all[n++] = wgmma_tma_pp(128, 128);
+        all[n++] = wgmma_tma_pp(64, 256);
     }
     if (mma_dtype_ok(p)) {
         /* planes x fragments per plane: 128 x 128 tiles of 8 planes of 32 x 64 (about 128
@@ -628,7 +644,8 @@ void mm_config_format(const mm_config *c, char *buf, size_t size)
     static const char *const names[] = {"simple", "simt", "mma", "cpu", "wgmma", "skinny"};
     const char *name = names[c->kind < 6 && c->kind >= 0 ? c->kind : 0];
     if (c->kind == MM_WGMMA && c->lanes >= 1)
-        name = c->lanes == 5   ? "wgmma-tma-p"
+        name = c->lanes == 6   ? "wgmma-tma-pp"
+               : c->lanes == 5 ? "wgmma-tma-p"
                : c->lanes == 4 ? "wgmma-tma-se"
                : c->lanes == 3 ? "wgmma-tma"
                : c->lanes == 2 ? "wgmma-ws-regs"
@@ -667,6 +684,8 @@ bool mm_config_parse(const char *text, mm_config *c)
         r.kind = MM_WGMMA, r.lanes = 4;
     else if (!strcmp(kind, "wgmma-tma-p"))
         r.kind = MM_WGMMA, r.lanes = 5;
+    else if (!strcmp(kind, "wgmma-tma-pp"))
+        r.kind = MM_WGMMA, r.lanes = 6;
     else if (!strcmp(kind, "skinny"))
         r.kind = MM_SKINNY;
     else
@@ -694,7 +713,7 @@ void mm_tune_key(const mm_problem *p, char *buf, size_t size)
     int R = p->R;
     char la = p->ast[R - 1] == 1 ? 'n' : p->ast[R - 2] == 1 ? 't' : 's';
     char lb = p->bst[R - 1] == 1 ? 'n' : p->bst[R - 2] == 1 ? 't' : 's';
-    snprintf(buf, size, "matmul-v4 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s",
+    snprintf(buf, size, "matmul-v5 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s",
              em_scalar_name(p->dt), p->tf32 && p->dt == EM_F32 ? "+tf32" : "", la, lb, bucket(p->M),
              bucket(p->N), bucket(p->K), bucket(p->batch), p->bias != NULL, p->act, p->res != NULL,
              p->ln ? " ln" : "");

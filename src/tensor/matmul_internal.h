@@ -32,7 +32,8 @@ typedef struct mm_config {
                    with setmaxnreg (tm 2: 56 registers a producer unit, 224 a consumer's), 3 for
                    the TMA-fed one (matmul_wgmma_tma.ek; setmaxnreg 40 / 232 when tm is 2), 4
                    for it with the epilogue through shared memory in 16-byte lines, 5 for that
-                   and persistent cubes, else 0; 0 for the other kinds */
+                   and persistent cubes, 6 for that with ping-pong consumers (tm 2; bm x bn is
+                   the tile ONE consumer owns, bm 64 or 128), else 0; 0 for the other kinds */
 } mm_config;
 
 /* How the mma kernel runs one configuration on one problem (matmul_mma.ek's comptime values
@@ -55,7 +56,9 @@ typedef struct mm_wgmma_plan {
     bool az, bz; /* tma: a's / b's batch coordinate is the batch index (else broadcast: 0) */
     bool sepi;   /* tma (c->lanes 4, 5): the epilogue through shared memory in 16-byte lines (out
                     row-major, its rows and batch strides multiples of 8, no split-K) */
-    bool persist; /* tma (c->lanes 5): min(tiles, compute units) cubes loop over the tiles */
+    bool persist; /* tma (c->lanes 5, 6): min(tiles, compute units) cubes loop over the tiles */
+    bool ping;    /* tma (c->lanes 6): the two consumers take the cube's tiles in turns, each a
+                     bm x bn tile of its own (bm / 64 accumulator sets a unit) */
     int64_t adim[3], astr[3]; /* tma: a's map (elements; innermost first): contiguous dim, the
                                  other, the flattened batch */
     int64_t bdim[3], bstr[3]; /* tma: b's map */
@@ -133,7 +136,8 @@ bool mm_mma_plan_of(const mm_problem *p, const mm_config *c, mm_mma_plan *out);
 bool mm_wgmma_native(const em_caps *caps);
 /* The wgmma plan of c on p (false when c or p's operands do not fit the wgmma kernels: f16/bf16,
  * 16-byte aligned contiguous operands, 1 to 3 (consumer) warpgroups, BN a multiple of 64 up to
- * 256; c->lanes 0 for matmul_wgmma, 1 or 2 for matmul_wgmma_ws, 3 to 5 for matmul_wgmma_tma, which
+ * 256; c->lanes 0 for matmul_wgmma, 1 or 2 for matmul_wgmma_ws, 3 to 6 for matmul_wgmma_tma (6:
+ * two ping-pong consumers of bm 64 or 128 each, at most 128 x 128 or 64 x 256), which
  * also needs each operand's batch dims flattenable to one stride or broadcast, and rows that do
  * not overlap). */
 bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *out);
@@ -150,8 +154,8 @@ bool mm_cpu_fma(void);
 int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max);
 /* "simt 64x64x8 4x4 s1" ("cpu 64x256x256 8x32x16 s1": MR x NR x lanes; "wgmma-ws 128x256x64
  * 2x1 s1": the warp-specialized wgmma kernel, lanes 1; "wgmma-ws-regs": lanes 2; "wgmma-tma":
- * lanes 3; "wgmma-tma-se": lanes 4; "wgmma-tma-p": lanes 5) and back (false when text is not a
- * configuration). */
+ * lanes 3; "wgmma-tma-se": lanes 4; "wgmma-tma-p": lanes 5; "wgmma-tma-pp": lanes 6) and back
+ * (false when text is not a configuration). */
 void mm_config_format(const mm_config *c, char *buf, size_t size);
 bool mm_config_parse(const char *text, mm_config *c);
 /* The autotune key of p: device-independent parts (kernel family, dtype, layout, shape bucket). */

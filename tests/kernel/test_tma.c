@@ -244,7 +244,8 @@ static bool indexed(const char *src, const char *prefix)
 /* The built-in matmul_wgmma_tma (src/kernels/matmul_wgmma_tma.ek) in the configurations the
  * host picks (matmul_config.c: two consumers with setmaxnreg 40 / 232, three without; every
  * operand layout; batched, broadcast, split-K partials, the epilogue; the 16-byte epilogue through
- * shared memory and persistent cubes), through NVRTC for sm_90a
+ * shared memory and persistent cubes; ping-pong consumers of 128 x 128 and 64 x 256, PING), through
+ * NVRTC for sm_90a
  * with ptxas's report: it must compile, spill nothing, keep setmaxnreg and not serialize the
  * MMAs; its source must hold the TMA loads and the maps' fence. */
 static void test_matmul_tma_compiles(void **state)
@@ -264,18 +265,23 @@ static void test_matmul_tma_compiles(void **state)
         em_scalar t;
         int r;
         bool sepi, persist; /* "wgmma-tma-se" / "wgmma-tma-p" */
+        int mw; /* "wgmma-tma-pp": a consumer's tile of 64 mw rows (0: not ping-pong) */
     } cfg[] = {
-        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, false},
-        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, false, false},
-        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, false},
-        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, false, false},
-        {3, 128, 5, false, false, false, false, false, false, EM_BF16, 2, false, false},
-        {1, 256, 6, false, false, false, false, false, false, EM_BF16, 2, false, false},
-        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, true, false},
-        {2, 256, 4, false, true, false, true, false, false, EM_BF16, 2, true, true},
-        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true},
-        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, true},
-        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, true, true},
+        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, false, 0},
+        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, false, false, 0},
+        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, false, 0},
+        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, false, false, 0},
+        {3, 128, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0},
+        {1, 256, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0},
+        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, true, false, 0},
+        {2, 256, 4, false, true, false, true, false, false, EM_BF16, 2, true, true, 0},
+        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 0},
+        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0},
+        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0},
+        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 2},
+        {2, 256, 5, false, true, false, true, false, false, EM_BF16, 2, true, true, 1},
+        {2, 128, 6, true, true, true, false, true, false, EM_F16, 3, false, true, 2},
+        {2, 128, 6, true, false, false, true, true, true, EM_BF16, 3, true, true, 2},
     };
     size_t failed = 0;
     for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
@@ -296,7 +302,9 @@ static void test_matmul_tma_compiles(void **state)
                             em_lang_bind_bool("AZ", cfg[i].az),
                             em_lang_bind_bool("BZ", cfg[i].bz),
                             em_lang_bind_bool("SEPI", cfg[i].sepi),
-                            em_lang_bind_bool("PERSIST", cfg[i].persist)};
+                            em_lang_bind_bool("PERSIST", cfg[i].persist),
+                            em_lang_bind_bool("PING", cfg[i].mw > 0),
+                            em_lang_bind_int("MW", cfg[i].mw > 0 ? cfg[i].mw : 1)};
         em_lang_spec spec = {b, sizeof b / sizeof b[0], 1, &caps};
         em_lang_diags *d = em_lang_diags_new();
         em_ir_kernel *k = em_lang_specialize(m, "matmul_wgmma_tma", &spec, d);
@@ -310,6 +318,9 @@ static void test_matmul_tma_compiles(void **state)
         char *src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &caps);
         if (!src) fail_msg("config %zu: %s", i, em_last_error());
         assert_non_null(strstr(src, "wgmma.mma_async.sync.aligned"));
+        /* the stages the host's plan counted fit the H200's 227 KiB of shared memory */
+        size_t smem = em_codegen_cuda_dynamic_smem(k);
+        assert_true(smem > 0 && smem <= 232448);
         assert_non_null(strstr(src, "cp.async.bulk.tensor.3d.shared::cluster.global"));
         assert_non_null(strstr(src, "fence.proxy.tensormap::generic.acquire.sys"));
         assert_non_null(strstr(src, "mbarrier.arrive.expect_tx.shared::cta.b64"));
@@ -329,9 +340,14 @@ static void test_matmul_tma_compiles(void **state)
             failed++;
         } else {
             const char *used = log ? strstr(log, "Used ") : NULL;
-            print_message("config %zu (wg %d, bn %d, %d stages%s%s): %.60s\n", i, cfg[i].wg,
+            print_message("config %zu (wg %d, bn %d, %d stages%s%s%s, %zu B shared): %.60s\n", i,
+                          cfg[i].wg,
                           cfg[i].bn, cfg[i].stages, cfg[i].sepi ? ", 16-byte epilogue" : "",
-                          cfg[i].persist ? ", persistent" : "", used ? used : "(no ptxas report)");
+                          cfg[i].persist ? ", persistent" : "",
+                          cfg[i].mw == 2   ? ", ping-pong 128 rows"
+                          : cfg[i].mw == 1 ? ", ping-pong 64 rows"
+                                           : "",
+                          smem, used ? used : "(no ptxas report)");
             if (log && strstr(log, "bytes spill") && !strstr(log, " 0 bytes spill stores")) {
                 print_message("config %zu spills:\n%s\n", i, log);
                 failed++;

@@ -8,7 +8,9 @@
  * flatten to one stride) must fall back to another kernel, still right. Also the configuration's
  * text, its plan and its place in the default autotune candidates of an sm_90a device. All of it
  * again for "wgmma-tma-se" (the epilogue in 16-byte lines through shared memory) and
- * "wgmma-tma-p" (that and persistent cubes, also with more tiles than cubes). */
+ * "wgmma-tma-p" (that and persistent cubes, also with more tiles than cubes); and the ping-pong
+ * form "wgmma-tma-pp" (two consumers taking a cube's tiles in turns: 128 x 128 and 64 x 256 a
+ * consumer), with three tiles a cube so that one consumer skips the other's tile in the ring. */
 #include "tensor_util.h"
 #include "tensor/matmul_internal.h"
 
@@ -149,6 +151,59 @@ static void tma_cases(em_device *dev, const char *kind)
               NULL, flat);
 }
 
+/* The ping-pong form's cases: a consumer's tile of 128 x 128 (two accumulator sets) or 64 x 256,
+ * odd sizes, every operand layout, batches, the epilogue (16-byte lines and element-wise),
+ * split-K chunks of unequal length; and configurations it refuses. */
+static void pp_cases(em_device *dev)
+{
+    const char *p128 = "wgmma-tma-pp 128x128x64 2x1 s1", *p64 = "wgmma-tma-pp 64x256x64 2x1 s1";
+    check("pp 128x128 row-major, edges and K tail", p128, true,
+          rnd(dev, EM_BF16, EM_SHAPE(257, 200), 41), rnd(dev, EM_BF16, EM_SHAPE(200, 136), 42),
+          NULL);
+    check("pp 128x128 one row", p128, true, rnd(dev, EM_BF16, EM_SHAPE(1, 48), 43),
+          rnd(dev, EM_BF16, EM_SHAPE(48, 8), 44), NULL);
+    check("pp 128x128 a^T b (MN-major a)", p128, true,
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(136, 200), 45), 0, 1),
+          rnd(dev, EM_BF16, EM_SHAPE(136, 80), 46), NULL);
+    check("pp 64x256 a b^T (K-major b)", p64, true, rnd(dev, EM_F16, EM_SHAPE(70, 264), 47),
+          em_transpose(rnd(dev, EM_F16, EM_SHAPE(264, 264), 48), 0, 1), NULL);
+    check("pp 64x256 batched both", p64, true, rnd(dev, EM_BF16, EM_SHAPE(3, 133, 72), 49),
+          rnd(dev, EM_BF16, EM_SHAPE(3, 72, 40), 50), NULL);
+    check("pp 128x128 b broadcast over the batch", p128, true,
+          rnd(dev, EM_BF16, EM_SHAPE(2, 130, 64), 51), rnd(dev, EM_BF16, EM_SHAPE(64, 24), 52),
+          NULL);
+    em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(200), 53),
+                             .act = EM_MATMUL_ACT_RELU,
+                             .residual = rnd(dev, EM_BF16, EM_SHAPE(131, 200), 54)};
+    check("pp 128x128 epilogue, edges (16-byte lines)", p128, true,
+          rnd(dev, EM_BF16, EM_SHAPE(131, 96), 55), rnd(dev, EM_BF16, EM_SHAPE(96, 200), 56), &ep);
+    /* MN-major a: M a multiple of 8 (16-byte rows) */
+    em_matmul_epilogue ep1 = {.bias = ep.bias,
+                              .act = EM_MATMUL_ACT_RELU,
+                              .residual = rnd(dev, EM_BF16, EM_SHAPE(136, 200), 80)};
+    check("pp 64x256 epilogue, a^T b^T", p64, true,
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(96, 136), 57), 0, 1),
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(200, 96), 58), 0, 1), &ep1);
+    /* N = 76: rows not whole lines of 8, the element-wise epilogue */
+    em_matmul_epilogue ep2 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(76), 59),
+                              .act = EM_MATMUL_ACT_RELU,
+                              .residual = rnd(dev, EM_BF16, EM_SHAPE(131, 76), 60)};
+    check("pp 128x128 epilogue, N = 76", p128, true, rnd(dev, EM_BF16, EM_SHAPE(131, 96), 61),
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(76, 96), 62), 0, 1), &ep2);
+    /* split-K: K = 520 in chunks of 320 and 200 (5 and 4 k tiles), partials element-wise */
+    em_matmul_epilogue ep3 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(72), 63),
+                              .act = EM_MATMUL_ACT_RELU,
+                              .residual = rnd(dev, EM_BF16, EM_SHAPE(136, 72), 64)};
+    check("pp 128x128 split-K, epilogue, both transposed", "wgmma-tma-pp 128x128x64 2x1 s2", true,
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(520, 136), 65), 0, 1),
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(72, 520), 66), 0, 1), &ep3);
+    /* 128 x 256 a consumer (256 accumulators a unit) and one consumer are no ping-pong form */
+    check("pp 128x256 refused", "wgmma-tma-pp 128x256x64 2x1 s1", false,
+          rnd(dev, EM_BF16, EM_SHAPE(30, 64), 67), rnd(dev, EM_BF16, EM_SHAPE(64, 24), 68), NULL);
+    check("pp one consumer refused", "wgmma-tma-pp 64x128x64 1x1 s1", false,
+          rnd(dev, EM_BF16, EM_SHAPE(30, 64), 69), rnd(dev, EM_BF16, EM_SHAPE(64, 24), 70), NULL);
+}
+
 static void test_tma_kernel(void **state)
 {
     (void)state;
@@ -162,6 +217,7 @@ static void test_tma_kernel(void **state)
         tma_cases(dev, "wgmma-tma");
         tma_cases(dev, "wgmma-tma-se");
         tma_cases(dev, "wgmma-tma-p");
+        pp_cases(dev);
         em_scope_end(NULL, 0);
     }
     em_profile_enable(false);
@@ -194,6 +250,44 @@ static void test_tma_persistent(void **state)
         check("persistent 2x128, K = 64", "wgmma-tma-p 128x128x64 2x1 s1", true,
               rnd(dev, EM_BF16, EM_SHAPE(m * 2 + 3, 64), 35),
               rnd(dev, EM_BF16, EM_SHAPE(64, 520), 36), NULL);
+        em_scope_end(NULL, 0);
+    }
+    em_profile_enable(false);
+}
+
+/* The ping-pong form with three tiles a cube (one per compute unit: cube c runs tiles c, c + cus,
+ * c + 2 cus): consumer 1 runs the first and the third, counting the second's ring uses (consumer
+ * 2's) in between; k tiles a tile not a multiple of the ring's stages, so a wrong count reads
+ * another stage. Over a batch with the whole epilogue, b broadcast, and split-K chunks of 3, 3
+ * and 2 k tiles. */
+static void test_tma_pingpong(void **state)
+{
+    (void)state;
+    em_profile_enable(true);
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        const em_caps *caps = em_device_caps(dev);
+        bool native = !strcmp(caps->target, "cuda") && !strcmp(caps->arch, "sm_90a");
+        if (strcmp(caps->target, "c") != 0 && !native) continue;
+        em_scope_begin();
+        int64_t cus = caps->compute_units ? caps->compute_units : 1;
+        /* a batch of 3, one tile along N, cus along M: 3 cus tiles */
+        int64_t m = cus * 128 - 9;
+        em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(120), 71),
+                                 .act = EM_MATMUL_ACT_RELU,
+                                 .residual = rnd(dev, EM_BF16, EM_SHAPE(m, 120), 72)};
+        check("pp 128x128, 3 tiles a cube, batch, epilogue", "wgmma-tma-pp 128x128x64 2x1 s1", true,
+              rnd(dev, EM_BF16, EM_SHAPE(3, m, 200), 73),
+              rnd(dev, EM_BF16, EM_SHAPE(3, 200, 120), 74), &ep);
+        check("pp 64x256, 3 tiles a cube, b broadcast", "wgmma-tma-pp 64x256x64 2x1 s1", true,
+              rnd(dev, EM_BF16, EM_SHAPE(3, cus * 64 - 5, 136), 75),
+              rnd(dev, EM_BF16, EM_SHAPE(136, 200), 76), NULL);
+        /* split-K 3: K = 456 in chunks of 192, 192 and 72 (3, 3 and 2 k tiles); MN-major a */
+        em_matmul_epilogue ep2 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(72), 77),
+                                  .act = EM_MATMUL_ACT_RELU};
+        check("pp 128x128, 3 split-K chunks a cube", "wgmma-tma-pp 128x128x64 2x1 s3", true,
+              em_transpose(rnd(dev, EM_BF16, EM_SHAPE(456, cus * 128 - 8), 78), 0, 1),
+              rnd(dev, EM_BF16, EM_SHAPE(456, 72), 79), &ep2);
         em_scope_end(NULL, 0);
     }
     em_profile_enable(false);
@@ -274,6 +368,37 @@ static void test_tma_config(void **state)
     int np = 0;
     for (int j = 0; j < n; j++) np += cand[j].kind == MM_WGMMA && cand[j].lanes == 5;
     assert_int_equal(np, 2);
+    /* the ping-pong form: a consumer's tile of 128 x 128 or 64 x 256 (at most 128 accumulators
+     * a unit), two consumers, persistent, the 16-byte epilogue; a default candidate each */
+    static const char *const pp[] = {"wgmma-tma-pp 128x128x64 2x1 s1",
+                                     "wgmma-tma-pp 64x256x64 2x1 s1"};
+    for (int i = 0; i < 2; i++) {
+        mm_config f;
+        assert_true(mm_config_parse(pp[i], &f));
+        assert_int_equal(f.lanes, 6);
+        mm_config_format(&f, text, sizeof text);
+        assert_string_equal(text, pp[i]);
+        assert_true(mm_config_valid(&p, &f));
+        assert_true(mm_wgmma_plan_of(&p, &f, &q));
+        assert_true(q.tma && q.regs && q.sepi && q.persist && q.ping && q.units == 384);
+        assert_int_equal(q.stages, i == 0 ? 6 : 5); /* the ring holds one consumer's tiles */
+        assert_true(q.smem <= caps.max_shared);
+        int npp = 0;
+        for (int j = 0; j < n; j++) npp += !memcmp(&cand[j], &f, sizeof f);
+        assert_int_equal(npp, 1);
+        f.split = 2;
+        assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.ping && !q.sepi);
+    }
+    static const char *const bad[] = {"wgmma-tma-pp 128x256x64 2x1 s1", /* 256 accumulators */
+                                      "wgmma-tma-pp 64x128x64 1x1 s1",  /* one consumer */
+                                      "wgmma-tma-pp 192x64x64 3x1 s1",
+                                      "wgmma-tma-pp 256x64x64 2x1 s1"};
+    for (int i = 0; i < 4; i++) {
+        mm_config f;
+        assert_true(mm_config_parse(bad[i], &f));
+        assert_false(mm_wgmma_plan_of(&p, &f, &q));
+    }
+    assert_true(mm_wgmma_plan_of(&p, &c, &q) && !q.ping);
     /* three consumers: no setmaxnreg, 512 units */
     c.tm = 3, c.bm = 192, c.bn = 128;
     assert_true(mm_wgmma_plan_of(&p, &c, &q) && q.tma && !q.regs && q.units == 512);
@@ -296,6 +421,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tma_kernel),
         cmocka_unit_test(test_tma_persistent),
+        cmocka_unit_test(test_tma_pingpong),
         cmocka_unit_test(test_tma_config),
     };
     return cmocka_run_group_tests(tests, setup, tu_teardown);
