@@ -168,10 +168,10 @@ static em_status dec_launch(const char *op, em_device *dev, const em_tensor *q, 
     int64_t n = split ? bh * pl.splits * (D + 2) : 1;
     em_tensor *part = tn_new(dev, ct, 1, &n);
     if (!part) return em_last_status();
-    em_lang_bind bind[10] = {em_lang_bind_type("T", q->dtype),  em_lang_bind_type("C", ct),
-                             em_lang_bind_type("M", mt),        em_lang_bind_int("D", D),
-                             em_lang_bind_int("KL", pl.kl),     em_lang_bind_int("UK", pl.uk),
-                             em_lang_bind_int("CUBE", pl.cube), em_lang_bind_bool("SPLIT", split),
+    em_lang_bind bind[10] = {em_lang_bind_type("T", q->dtype),    em_lang_bind_type("C", ct),
+                             em_lang_bind_type("M", mt),          em_lang_bind_int("D", D),
+                             em_lang_bind_int("KL", pl.kl),       em_lang_bind_int("UK", pl.uk),
+                             em_lang_bind_int("CUBE", pl.cube),   em_lang_bind_bool("SPLIT", split),
                              em_lang_bind_bool("APPEND", append), em_lang_bind_bool("LAST", last)};
     /* without them, kn and vn are q and count is part: bound, never read */
     tn_arg args[11] = {tn_arg_t(q),
@@ -251,7 +251,8 @@ static bool dec_check_append(const char *op, const em_tensor *q, const em_tensor
 {
     char a[96], b[96], c[96];
     bool ok = kn->rank == 4 && vn->rank == 4 && kn->dtype == q->dtype && vn->dtype == q->dtype;
-    for (int i = 0; ok && i < 4; i++) ok = kn->shape[i] == q->shape[i] && vn->shape[i] == q->shape[i];
+    for (int i = 0; ok && i < 4; i++)
+        ok = kn->shape[i] == q->shape[i] && vn->shape[i] == q->shape[i];
     if (!ok) {
         em_set_error(EM_ERR_INVALID,
                      "%s: k_new %s and v_new %s must have q's shape and dtype (q %s)", op,
@@ -269,8 +270,7 @@ static bool dec_check_append(const char *op, const em_tensor *q, const em_tensor
                          em_describe(counters, a, sizeof a), (long long)bh);
             return false;
         }
-        if (!tn_same_device(op, q, counters) || tn_check_write(counters, op) != EM_OK)
-            return false;
+        if (!tn_same_device(op, q, counters) || tn_check_write(counters, op) != EM_OK) return false;
     }
     return dec_writable(op, "k", k) && dec_writable(op, "v", v);
 }
