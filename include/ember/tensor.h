@@ -249,6 +249,20 @@ em_tensor *em_attention(const em_tensor *q, const em_tensor *k, const em_tensor 
  * recorded): for inference. */
 em_tensor *em_attention_decode(const em_tensor *q, const em_tensor *k, const em_tensor *v,
                                const em_tensor *pos, double scale);
+/* em_attention_decode that also appends, in the same launch: k_new and v_new [R, H, 1, D] (q's
+ * dtype) are each row's new key and value, used for key position pos[r] (the cache's entry there
+ * is not read) and stored into k and v at pos[r] when 0 <= pos[r] < Tk (a row whose pos lies
+ * outside writes nothing); the result equals em_scatter_rows_ of them into k and v followed by
+ * em_attention_decode. k and v are views of the cache written in place (a contiguous last dim
+ * and a buffer of at most 2^32 elements, else an error). counters (may be NULL) is u32 or i32
+ * [n >= R H], contiguous, all zeros, on q's device: with it, where the keys are split over
+ * several cubes, the last cube of each (row, head) merges the splits in the same launch and sets
+ * its counter back to 0 (keep one such tensor for every call: a recorded step replays with it;
+ * calls on the device must not overlap in time); without it (or where the device's memory model
+ * does not allow it: OpenCL, Vulkan) a second launch merges, as in em_attention_decode. */
+em_tensor *em_attention_decode_append(const em_tensor *q, const em_tensor *k_new,
+                                      const em_tensor *v_new, em_tensor *k, em_tensor *v,
+                                      const em_tensor *pos, em_tensor *counters, double scale);
 /* The largest head size D em_attention takes. */
 #define EM_ATTENTION_MAX_HEAD_DIM 256
 /* Whether em_attention runs its matrix-op (tensor-core) kernels for q's device, dtype and head

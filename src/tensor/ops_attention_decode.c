@@ -3,7 +3,9 @@
  * step built on it keeps one shape however long its sequences grow, so it can be recorded once
  * and replayed (docs/graphs.md), and it is one launch (two where the keys are split over several
  * cubes: flash-decoding, docs/attention.md) where q k^T, the mask, the softmax and the product
- * with v were four. */
+ * with v were four. em_attention_decode_append also stores the rows' new keys and values into
+ * the cache in that launch, and with a counter buffer merges the splits there too (the last cube
+ * of each (row, head) to finish does it), where the target's atomics and fences make that safe. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +30,8 @@ typedef struct dec_plan {
     unsigned kl;     /* units reading one key row together (a power of two inside a plane) */
     unsigned uk;     /* key runs a step, their loads in flight together */
     unsigned cube;   /* units per cube */
-    unsigned splits; /* cubes per (row, head): S, the partials merged by a second launch if > 1 */
+    unsigned splits; /* cubes per (row, head): S, the partials merged (if > 1) by the last cube
+                      * or by a second launch */
     uint32_t chunk;  /* keys per split */
 } dec_plan;
 
@@ -128,36 +131,66 @@ static bool dec_check(const char *op, const em_tensor *q, const em_tensor *k, co
     return true;
 }
 
-/* The launches: the partials kernel (writing out itself when there is one split), then the
- * combine kernel over a workspace of S partials per (row, head). */
+/* Whether the last cube of a (row, head) may merge the splits in the same launch on this
+ * device: where a device-scope fence makes one cube's stores visible to the cube that sees its
+ * atomic count (CUDA, and the CPU, whose cubes are threads of one process). OpenCL and Vulkan
+ * keep the second launch: their plain global stores need not be visible to another cube inside
+ * one launch. EMBER_ATTENTION_DECODE_COMBINE=launch forces the second launch, =last the merge
+ * by the last cube on any target (tests on PoCL and lavapipe, whose cubes are CPU threads). */
+static bool dec_last_ok(const em_caps *caps)
+{
+    const char *env = getenv("EMBER_ATTENTION_DECODE_COMBINE");
+    if (env && !strcmp(env, "launch")) return false;
+    if (env && !strcmp(env, "last")) return true;
+    return !strcmp(caps->target, "c") || !strcmp(caps->target, "cuda");
+}
+
+/* What one launch reads and writes besides q, k, v, pos and out: the new keys and values to
+ * append (NULL: none) and the split counters (NULL: a second launch merges). */
+typedef struct dec_extra {
+    const em_tensor *k_new, *v_new; /* [R, H, 1, D] for key position pos[r], or NULL */
+    const em_tensor *counters;      /* u32/i32, R H zeros left zero, or NULL */
+} dec_extra;
+
+/* The launches: the partials kernel (writing out itself when there is one split, or when its
+ * last cube per (row, head) merges), then, if needed, the combine kernel over a workspace of S
+ * partials per (row, head). */
 static em_status dec_launch(const char *op, em_device *dev, const em_tensor *q, const em_tensor *k,
-                            const em_tensor *v, const em_tensor *pos, em_tensor *out, double scale)
+                            const em_tensor *v, const em_tensor *pos, em_tensor *out, double scale,
+                            const dec_extra *x)
 {
     int64_t D = q->shape[3], bh = q->shape[0] * q->shape[1];
     dec_plan pl = dec_plan_of(dev, k, v, D, bh);
     em_scalar ct = tn_compute_type(q->dtype), mt = tn_math_type(dev, ct);
     /* the partials (one element, unused, for one split: the kernel takes a buffer of C) */
-    bool split = pl.splits > 1;
+    bool split = pl.splits > 1, append = x->k_new != NULL;
+    bool last = split && x->counters && dec_last_ok(em_device_caps(dev));
     int64_t n = split ? bh * pl.splits * (D + 2) : 1;
     em_tensor *part = tn_new(dev, ct, 1, &n);
     if (!part) return em_last_status();
-    em_lang_bind bind[8] = {em_lang_bind_type("T", q->dtype),  em_lang_bind_type("C", ct),
-                            em_lang_bind_type("M", mt),        em_lang_bind_int("D", D),
-                            em_lang_bind_int("KL", pl.kl),     em_lang_bind_int("UK", pl.uk),
-                            em_lang_bind_int("CUBE", pl.cube), em_lang_bind_bool("SPLIT", split)};
-    tn_arg args[8] = {tn_arg_t(q),
-                      tn_arg_t(k),
-                      tn_arg_t(v),
-                      tn_arg_flat(out),
-                      tn_arg_flat(part),
-                      tn_arg_flat(pos),
-                      tn_arg_s(tn_scalar_arg(ct, scale)),
-                      tn_arg_s(em_arg_u32(pl.chunk))};
+    em_lang_bind bind[10] = {em_lang_bind_type("T", q->dtype),    em_lang_bind_type("C", ct),
+                             em_lang_bind_type("M", mt),          em_lang_bind_int("D", D),
+                             em_lang_bind_int("KL", pl.kl),       em_lang_bind_int("UK", pl.uk),
+                             em_lang_bind_int("CUBE", pl.cube),   em_lang_bind_bool("SPLIT", split),
+                             em_lang_bind_bool("APPEND", append), em_lang_bind_bool("LAST", last)};
+    /* without them, kn and vn are q and count is part: bound, never read */
+    tn_arg args[11] = {tn_arg_t(q),
+                       tn_arg_t(k),
+                       tn_arg_t(v),
+                       tn_arg_flat(out),
+                       tn_arg_flat(part),
+                       tn_arg_flat(pos),
+                       tn_arg_s(tn_scalar_arg(ct, scale)),
+                       tn_arg_s(em_arg_u32(pl.chunk)),
+                       tn_arg_t(append ? x->k_new : q),
+                       tn_arg_t(append ? x->v_new : q),
+                       tn_arg_flat(last ? x->counters : part)};
     args[0].lanes = args[3].lanes = args[4].lanes = args[5].lanes = 1;
+    args[8].lanes = args[9].lanes = args[10].lanes = 1;
     uint32_t cubes[3] = {(uint32_t)bh, pl.splits, 1}, units[3] = {pl.cube, 1, 1};
     em_status st =
-        tn_launch(op, dev, "tensor_attention_decode", bind, 8, pl.v, cubes, units, args, 8);
-    if (st == EM_OK && split) {
+        tn_launch(op, dev, "tensor_attention_decode", bind, 10, pl.v, cubes, units, args, 11);
+    if (st == EM_OK && split && !last) {
         unsigned cu = D < 32 ? 32 : (unsigned)(D + 31) / 32 * 32;
         em_lang_bind cb[4] = {bind[0], bind[1], bind[2], bind[3]};
         tn_arg ca[3] = {tn_arg_flat(part), tn_arg_flat(out), tn_arg_s(em_arg_u32(pl.splits))};
@@ -182,11 +215,92 @@ em_tensor *em_attention_decode(const em_tensor *q, const em_tensor *k, const em_
     em_tensor *qc = out ? tn_attn_view(q) : NULL, *kc = qc ? tn_attn_view(k) : NULL;
     em_tensor *vc = kc ? tn_attn_view(v) : NULL, *pc = vc ? tn_contig(pos) : NULL;
     em_status st = pc ? EM_OK : em_last_status();
-    if (pc) st = dec_launch(op, dev, qc, kc, vc, pc, out, scale);
+    dec_extra none = {NULL, NULL, NULL};
+    if (pc) st = dec_launch(op, dev, qc, kc, vc, pc, out, scale, &none);
     em_release(qc);
     em_release(kc);
     em_release(vc);
     em_release(pc);
+    if (st != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* Whether t (a cache k or v) can be written in place by the kernel: its last dim contiguous (or
+ * of size 1) and every element index of its storage within u32; else the error, naming it. */
+static bool dec_writable(const char *op, const char *what, const em_tensor *t)
+{
+    char a[96];
+    size_t elems = t->st->bytes / em_scalar_size(t->dtype);
+    if ((t->stride[3] == 1 || t->shape[3] == 1) && elems <= UINT32_MAX)
+        return tn_check_write(t, op) == EM_OK;
+    em_set_error(EM_ERR_INVALID,
+                 "%s: %s %s cannot be written in place (it needs a contiguous last dim and at "
+                 "most 2^32 elements in its buffer)",
+                 op, what, em_describe(t, a, sizeof a));
+    return false;
+}
+
+/* The appending form's own inputs: k_new and v_new like q, counters NULL or u32/i32 [n >= R H]
+ * contiguous, all on q's device; k and v writable in place. */
+static bool dec_check_append(const char *op, const em_tensor *q, const em_tensor *kn,
+                             const em_tensor *vn, const em_tensor *k, const em_tensor *v,
+                             const em_tensor *counters)
+{
+    char a[96], b[96], c[96];
+    bool ok = kn->rank == 4 && vn->rank == 4 && kn->dtype == q->dtype && vn->dtype == q->dtype;
+    for (int i = 0; ok && i < 4; i++)
+        ok = kn->shape[i] == q->shape[i] && vn->shape[i] == q->shape[i];
+    if (!ok) {
+        em_set_error(EM_ERR_INVALID,
+                     "%s: k_new %s and v_new %s must have q's shape and dtype (q %s)", op,
+                     em_describe(kn, a, sizeof a), em_describe(vn, b, sizeof b),
+                     em_describe(q, c, sizeof c));
+        return false;
+    }
+    if (!tn_same_device(op, q, kn) || !tn_same_device(op, q, vn)) return false;
+    if (counters) {
+        int64_t bh = q->shape[0] * q->shape[1];
+        if (counters->rank != 1 || counters->stride[0] != 1 || counters->shape[0] < bh ||
+            (counters->dtype != EM_U32 && counters->dtype != EM_I32)) {
+            em_set_error(EM_ERR_INVALID,
+                         "%s: counters %s must be u32 or i32 [n], contiguous, n >= R H = %lld", op,
+                         em_describe(counters, a, sizeof a), (long long)bh);
+            return false;
+        }
+        if (!tn_same_device(op, q, counters) || tn_check_write(counters, op) != EM_OK) return false;
+    }
+    return dec_writable(op, "k", k) && dec_writable(op, "v", v);
+}
+
+em_tensor *em_attention_decode_append(const em_tensor *q, const em_tensor *k_new,
+                                      const em_tensor *v_new, em_tensor *k, em_tensor *v,
+                                      const em_tensor *pos, em_tensor *counters, double scale)
+{
+    const char *op = "attention_decode_append";
+    if (!q || !k_new || !v_new || !k || !v || !pos) {
+        if (em_last_status() == EM_OK) em_set_error(EM_ERR_INVALID, "%s: NULL input", op);
+        return NULL;
+    }
+    if (!dec_check(op, q, k, v, pos, scale) ||
+        !dec_check_append(op, q, k_new, v_new, k, v, counters))
+        return NULL;
+    em_device *dev = q->st->dev;
+    em_tensor *out = tn_new(dev, q->dtype, 4, q->shape);
+    em_tensor *qc = out ? tn_attn_view(q) : NULL, *kc = qc ? tn_attn_view(k) : NULL;
+    em_tensor *vc = kc ? tn_attn_view(v) : NULL, *pc = vc ? tn_contig(pos) : NULL;
+    em_tensor *knc = pc ? tn_attn_view(k_new) : NULL, *vnc = knc ? tn_attn_view(v_new) : NULL;
+    em_status st = vnc ? EM_OK : em_last_status();
+    dec_extra x = {knc, vnc, counters}; /* the launch realizes a pending counters tensor */
+    if (st == EM_OK) st = dec_launch(op, dev, qc, kc, vc, pc, out, scale, &x);
+    em_release(qc);
+    em_release(kc);
+    em_release(vc);
+    em_release(pc);
+    em_release(knc);
+    em_release(vnc);
     if (st != EM_OK) {
         em_release(out);
         return NULL;

@@ -490,7 +490,7 @@ static void test_attention_compile(void **state)
     SKIP_WITHOUT_NVRTC();
     const em_lang_module *m = em_lang_builtins();
     assert_non_null(m);
-    spec_item items[40];
+    spec_item items[48];
     size_t n = 0;
     static const char *const simt[] = {"tensor_attention_fwd", "tensor_attention_bwd_kv",
                                        "tensor_attention_bwd_q"};
@@ -539,6 +539,11 @@ static void test_attention_compile(void **state)
                             em_lang_bind_int("CUBE", 128),      em_lang_bind_bool("SPLIT", dec[c].split)};
         items[n++] = item("tensor_attention_decode", (unsigned)dec[c].v, 8, b);
         items[n++] = item("tensor_attention_decode_combine", 1, 4, b);
+        /* em_attention_decode_append: the new keys stored, the splits merged by the last cube */
+        em_lang_bind ba[10] = {b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+                               em_lang_bind_bool("APPEND", true),
+                               em_lang_bind_bool("LAST", dec[c].split)};
+        items[n++] = item("tensor_attention_decode", (unsigned)dec[c].v, 10, ba);
     }
     size_t compiled = 0, failed = 0, unspec = 0;
     compile_items(m, items, n, true, &compiled, &failed, &unspec);

@@ -5,7 +5,10 @@
  * (and 1, 33, 256), R 1 and 3, positions -1, 0, Tk / 2, Tk - 1 and past Tk, with k and v views
  * of a KV cache [R, 2, H, Tc, D] as the batched decode step reads them, with the default split
  * and forced splits (EMBER_ATTENTION_DECODE_SPLIT), each result computed twice and bitwise equal;
- * and the errors for mismatched inputs. */
+ * em_attention_decode_append against em_scatter_rows_ + em_attention_decode (outputs and whole
+ * caches bitwise equal, rows whose position is negative or past the attended keys, the splits
+ * merged by a second launch and by the last cube, counters back at zero, a second call); and the
+ * errors for mismatched inputs. */
 #include "tensor_util.h"
 
 /* ref[r, h, e] = softmax over j <= pos[r] of (q . k_j) * scale, times v_j. */
@@ -184,6 +187,117 @@ static void test_sweep(void **state)
     }
 }
 
+/* The bytes of t (realized) into a malloc'd buffer; *bytes receives the size. */
+static uint8_t *host_bytes(const em_tensor *t, size_t *bytes)
+{
+    *bytes = (size_t)em_numel(t) * em_scalar_size(em_dtype(t));
+    uint8_t *h = malloc(*bytes + 1);
+    assert_int_equal(em_to_host(t, h, *bytes), EM_OK);
+    return h;
+}
+
+/* Fails the test, naming what and part, unless a and b hold the same bytes. */
+static void expect_same(const char *what, const char *part, const em_tensor *a, const em_tensor *b)
+{
+    size_t na, nb;
+    assert_non_null(a);
+    assert_non_null(b);
+    uint8_t *ha = host_bytes(a, &na), *hb = host_bytes(b, &nb);
+    assert_int_equal(na, nb);
+    bool same = !memcmp(ha, hb, na);
+    free(ha), free(hb);
+    if (!same) fail_msg("%s: %s differs", what, part);
+}
+
+/* A cache [R, 2, H, Tc, D] as the batched step holds it, attended through its first Tk positions;
+ * each row's new key and value [R, 2, H, 1, D] appended at pos by em_attention_decode_append
+ * (with counters) and by em_scatter_rows_ + em_attention_decode: the outputs and the whole caches
+ * must be equal bitwise, the counters zero again, and a second append call (the cache now holds
+ * the new entries) gives the same output. split: EMBER_ATTENTION_DECODE_SPLIT ("" the host's);
+ * combine: EMBER_ATTENTION_DECODE_COMBINE ("" by capability). */
+static void check_append_case(em_device *dev, em_scalar dt, int R, int H, int D, int Tk,
+                              const int64_t *pos, const char *split, const char *combine)
+{
+    int Tc = Tk + 6;
+    size_t nq = (size_t)R * H * D, nc = (size_t)R * 2 * H * Tc * D;
+    double *q = malloc(nq * 8), *cache = malloc(nc * 8), *kv = malloc(2 * nq * 8);
+    tu_fill(q, nq, -1, 1, 3u + (uint32_t)D);
+    tu_fill(cache, nc, -1.5, 1.5, 7u + (uint32_t)Tk);
+    tu_fill(kv, 2 * nq, -2, 2, 13u + (uint32_t)H);
+    em_tensor *tq = tu_tensor(dev, dt, EM_SHAPE(R, H, 1, D), q);
+    em_tensor *ca = tu_tensor(dev, dt, EM_SHAPE(R, 2, H, Tc, D), cache);
+    em_tensor *cb = tu_tensor(dev, dt, EM_SHAPE(R, 2, H, Tc, D), cache);
+    em_tensor *tkv = tu_tensor(dev, dt, EM_SHAPE(R, 2, H, 1, D), kv);
+    em_tensor *tp = em_from_host(dev, EM_I64, EM_SHAPE(R), pos);
+    em_tensor *cnt = em_zeros(dev, EM_I32, EM_SHAPE(R * H + 3));
+    if (!cnt) fprintf(stderr, "zeros: %s\n", em_last_error());
+    assert_non_null(tp);
+    assert_non_null(cnt);
+    em_tensor *kn = em_select(tkv, 1, 0), *vn = em_select(tkv, 1, 1);
+    em_tensor *ka = em_narrow(em_select(ca, 1, 0), 2, 0, Tk),
+              *va = em_narrow(em_select(ca, 1, 1), 2, 0, Tk);
+    em_tensor *kb = em_narrow(em_select(cb, 1, 0), 2, 0, Tk),
+              *vb = em_narrow(em_select(cb, 1, 1), 2, 0, Tk);
+    assert_non_null(ka);
+    assert_non_null(kb);
+    double scale = 1.0 / sqrt((double)D);
+    if (*split) setenv("EMBER_ATTENTION_DECODE_SPLIT", split, 1);
+    if (*combine) setenv("EMBER_ATTENTION_DECODE_COMBINE", combine, 1);
+    /* the reference: scatter, then attend */
+    assert_int_equal(em_scatter_rows_(ka, 2, tp, kn), EM_OK);
+    assert_int_equal(em_scatter_rows_(va, 2, tp, vn), EM_OK);
+    em_tensor *oa = em_attention_decode(tq, ka, va, tp, scale);
+    /* before each call, other partials in the workspace the pool will hand out again (the
+     * reference's would hide a merge that ran before every split was in) */
+    em_release(em_attention_decode(kn, ka, va, tp, scale));
+    em_tensor *ob = em_attention_decode_append(tq, kn, vn, kb, vb, tp, cnt, scale);
+    em_release(em_attention_decode(vn, ka, va, tp, scale));
+    em_tensor *ob2 = em_attention_decode_append(tq, kn, vn, kb, vb, tp, cnt, scale);
+    unsetenv("EMBER_ATTENTION_DECODE_SPLIT");
+    unsetenv("EMBER_ATTENTION_DECODE_COMBINE");
+    if (!oa || !ob || !ob2) fprintf(stderr, "append: %s\n", em_last_error());
+    char what[160];
+    snprintf(what, sizeof what,
+             "attention_decode_append %s on %s R%d H%d D%d Tk%d split '%s' combine '%s'",
+             em_scalar_name(dt), em_device_name(dev), R, H, D, Tk, split, combine);
+    expect_same(what, "the output", oa, ob);
+    expect_same(what, "the second call's output", ob, ob2);
+    expect_same(what, "the cache", ca, cb);
+    size_t nb;
+    uint32_t *hc = (uint32_t *)host_bytes(cnt, &nb);
+    for (int i = 0; i < R * H + 3; i++)
+        if (hc[i]) fail_msg("%s: counter %d is %u after the call", what, i, hc[i]);
+    free(hc);
+    em_release(oa), em_release(ob), em_release(ob2);
+    em_release(ka), em_release(va), em_release(kb), em_release(vb), em_release(kn), em_release(vn);
+    em_release(tq), em_release(ca), em_release(cb), em_release(tkv);
+    em_release(tp), em_release(cnt);
+    free(q), free(cache), free(kv);
+}
+
+/* The appending form on every device: positions inside, negative and past the attended keys
+ * (but inside the cache: a write there would show), lines and scalar reads, one split and
+ * several, merged as the device does by default and the other way too (a second launch on the
+ * CPU, the last cube on PoCL and lavapipe). */
+static void test_append(void **state)
+{
+    (void)state;
+    static const int64_t a[3] = {100, -1, 191}, b[4] = {0, 194, 64, 31};
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        const char *other = tu_is_cpu(dev) ? "launch" : "last";
+        em_scope_begin();
+        check_append_case(dev, EM_F32, 3, 2, 64, 192, a, "", "");
+        check_append_case(dev, EM_F32, 4, 1, 16, 9, b, "1", "");
+        for (int c = 0; c < 2; c++) {
+            check_append_case(dev, EM_F32, 3, 2, 64, 192, a, "7", c ? other : "");
+            check_append_case(dev, EM_F32, 4, 3, 33, 192, b, "4", c ? other : "");
+        }
+        if (tu_has(dev, EM_F16)) check_append_case(dev, EM_F16, 3, 2, 64, 192, a, "5", "");
+        em_scope_end(NULL, 0);
+    }
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -201,6 +315,21 @@ static void test_errors(void **state)
     tu_expect_error(em_attention_decode(q, k, k, pos, NAN), "scale must be finite");
     em_clear_error();
     tu_expect_error(em_attention_decode(q, k, NULL, pos, 1.0), "NULL");
+    /* the appending form: new keys shaped like q, counters for every (row, head), a cache it can
+     * write in place (a contiguous last dim) */
+    em_tensor *c1 = em_from_host(dev, EM_I64, EM_SHAPE(1), p);
+    em_tensor *kt = em_transpose(k, 2, 3); /* [2, 1, 4, 8] with a strided last dim */
+    em_tensor *q8 = tu_tensor(dev, EM_F32, EM_SHAPE(2, 1, 1, 8), z);
+    tu_expect_error(em_attention_decode_append(q, k, q, k, k, pos, NULL, 1.0),
+                    "attention_decode_append: k_new f32[2, 1, 8, 4] and v_new f32[2, 1, 1, 4] must");
+    tu_expect_error(em_attention_decode_append(q, q, q, k, k, pos, c1, 1.0), "n >= R H = 2");
+    tu_expect_error(em_attention_decode_append(q8, q8, q8, kt, kt, pos, NULL, 1.0),
+                    "cannot be written in place");
+    em_clear_error();
+    tu_expect_error(em_attention_decode_append(q, NULL, q, k, k, pos, NULL, 1.0), "NULL");
+    em_release(c1);
+    em_release(kt);
+    em_release(q8);
     em_release(q);
     em_release(k);
     em_release(k3);
@@ -213,7 +342,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values),
         cmocka_unit_test(test_sweep),
+        cmocka_unit_test(test_append),
         cmocka_unit_test(test_errors),
     };
+    const char *only = getenv("EMBER_TEST_FILTER"); /* one test by name (cmocka's pattern) */
+    if (only && *only) cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }

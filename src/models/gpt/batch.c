@@ -79,7 +79,8 @@ em_gpt_batch *em_gpt_batch_new(em_gpt *g, int64_t slots, int64_t max_len)
     }
     /* from_host, not zeros: the buffer exists now (no pending fill) for write_inputs */
     b->inputs = em_from_host(g->dev, EM_I64, EM_SHAPE(2, slots), b->ids);
-    if (!b->inputs) {
+    b->counters = em_zeros(g->dev, EM_I32, EM_SHAPE(slots * g->cfg.n_head));
+    if (!b->inputs || !b->counters || em_realize(b->counters) != EM_OK) {
         em_error_context("em_gpt_batch_new");
         em_gpt_batch_free(b);
         return NULL;
@@ -93,6 +94,7 @@ void em_gpt_batch_free(em_gpt_batch *b)
     for (int64_t i = 0; b->layers && i < b->g->cfg.n_layer; i++) em_kv_cache_free(b->layers[i]);
     for (int64_t i = 0; b->kv && i < b->g->cfg.n_layer; i++) em_release(b->kv[i]);
     em_release(b->inputs);
+    em_release(b->counters);
     for (int i = 0; i < b->ngraphs; i++) {
         em_graph_free(b->graphs[i].g);
         em_release(b->graphs[i].out);

@@ -6,12 +6,12 @@
  * and positions are read from the batch's device inputs (written by batch.c before the pass), and
  * nothing of it depends on their values on the host. So the pass gathers the embeddings on the
  * device (em_embedding_clamped: the planner checked every token and position, so the ids need no
- * read-back), writes each row's new key and value into the cache at its own device position
- * (em_scatter_rows_, one in-place launch per layer; an unlisted row's position max_len is out of
- * range and writes nothing), and attends a bucketed number of keys with em_attention_decode,
- * which reads each row's position on the device (row r sees the keys j <= pos[r]) and computes
- * q k^T, the softmax and the product with v in one launch; the logits are em_gpt_forward's up to
- * rounding.
+ * read-back), and attends a bucketed number of keys with em_attention_decode_append, which reads
+ * each row's position on the device (row r sees the keys j <= pos[r]), computes q k^T, the
+ * softmax and the product with v, and writes the row's new key and value into the cache at its
+ * position, all in one launch (an unlisted row's position max_len is out of range and writes
+ * nothing; the batch's counters let the last cube of each (row, head) merge the key splits in
+ * that launch where the device allows); the logits are em_gpt_forward's up to rounding.
  *
  * It is also written for few launches, since at small batches a step costs what its launches
  * cost on the host (docs/profiling.md):
@@ -19,9 +19,10 @@
  *   epilogue (7 launches fewer per block than em_linear_forward + em_add + em_activate), and the
  *   layer norms before c_attn and c_fc are asked of that matmul as its prologue
  *   (em_matmul_epilogue.ln: the skinny kernel normalizes the rows itself where that is cheap, at
- *   one row; elsewhere the norm is its own launch), so a block is 6 launches at one row;
- * - each block's keys and values live in one tensor [slots, 2, heads, max_len, head_dim], so a
- *   row's new key and value (adjacent in the c_attn output) go to the cache in one launch;
+ *   one row; elsewhere the norm is its own launch), so a block is 5 launches at one row (the
+ *   four matmuls and attention);
+ * - attention stores the new keys and values itself and merges its splits itself: one launch
+ *   per block where a scatter, the attention and its combine were three;
  * - a greedy step ends in em_argmax on the device, so one i64 per row comes back instead of the
  *   rows' logits.
  * Unlisted rows below the highest listed slot compute throw-away values and write nothing. */
@@ -97,15 +98,16 @@ static em_tensor *block(const gpt_step *s, em_block *blk, int64_t layer, const e
     em_tensor *qkv = em_reshape(linear(m->c_attn, blk->ln_1, x, EM_ACT_NONE, NULL),
                                 EM_SHAPE(R, 1, 3 * C));
     em_tensor *q = qkv ? heads_of(qkv, 0, H, C) : NULL;
-    /* the rows' new keys and values, [rows, 2, H, 1, D], to their positions in the cache */
-    em_tensor *kv_new = em_reshape(em_narrow(qkv, 2, C, 2 * C), EM_SHAPE(R, 2, H, 1, D));
-    em_tensor *kv_rows = em_narrow(b->kv[layer], 0, 0, R);
-    if (!q || !kv_new || !kv_rows || em_scatter_rows_(kv_rows, 3, pos, kv_new) != EM_OK) goto done;
+    em_tensor *k_new = qkv ? heads_of(qkv, 1, H, C) : NULL; /* the rows' new keys and values */
+    em_tensor *v_new = qkv ? heads_of(qkv, 2, H, C) : NULL;
     em_kv_cache *c = b->layers[layer];
     em_tensor *keys = em_narrow(em_narrow(c->k, 0, 0, R), 2, 0, s->keys);
     em_tensor *vals = em_narrow(em_narrow(c->v, 0, 0, R), 2, 0, s->keys);
-    /* row r sees the keys j <= pos[r], read on the device: one launch */
-    em_tensor *o = em_attention_decode(q, keys, vals, pos, 1.0 / sqrt((double)D)); /* [R, H, 1, D] */
+    /* row r sees the keys j <= pos[r], read on the device, its new key and value among them,
+     * which the same launch stores at pos[r] (an unlisted row's max_len: nowhere) */
+    em_tensor *o = em_attention_decode_append(q, k_new, v_new, keys, vals, pos, b->counters,
+                                              1.0 / sqrt((double)D)); /* [R, H, 1, D] */
+    if (!o) goto done;
     o = em_reshape(em_transpose(em_take(o), 1, 2), EM_SHAPE(1, R, C)); /* heads merged */
     em_tensor *h = linear(m->c_proj, NULL, o, EM_ACT_NONE, x);         /* x + attn */
     em_tensor *f = linear(blk->mlp->c_fc, blk->ln_2, h, blk->mlp->act, NULL);

@@ -47,6 +47,8 @@ struct em_gpt_batch {
     em_kv_cache **layers;  /* one per block: k, v [slots, heads, max_len, head_dim], views of kv */
     em_tensor *inputs;     /* i64 [2, slots] on the device: a step's token (row 0) and position
                             * (row 1) per slot, written once per step; max_len: slot not listed */
+    em_tensor *counters;   /* i32 [slots * heads] zeros, left zero by every step: the split
+                            * counters of em_attention_decode_append, shared by the layers */
     int64_t *len;          /* positions held by each slot */
     int64_t slots;         /* number of slots */
     int64_t max_len;       /* positions per slot */
