@@ -481,7 +481,9 @@ static mm_config skinny_default(const mm_problem *p)
     int64_t cubes =
         (p->N + nout - 1) / nout * ((rows + mr - 1) / mr) * (skinny_fold(p) ? 1 : p->batch);
     int64_t cus = caps && caps->compute_units ? caps->compute_units : 1;
-    int64_t room = cus * 1024 / (cubes > 0 ? cubes : 1), most = mr <= 2 ? 1024 : 256;
+    const char *env = getenv("EMBER_SKINNY_ROOM"); /* units a multiprocessor (measurements) */
+    int64_t per = env && atoll(env) >= 32 ? atoll(env) : 1024;
+    int64_t room = cus * per / (cubes > 0 ? cubes : 1), most = mr <= 2 ? 1024 : 256;
     if (room > most) room = most; /* more rows, more registers a unit: measured for 1 row */
     if (room < 2 * nu * ks) room = 2 * nu * ks;
     int64_t pk = room / (nu * ks), pkmax = (steps + ks - 1) / ks;
