@@ -115,6 +115,12 @@ typedef struct em_pool_stats {
                              * program was ("" before any launch) */
     uint64_t peak_launch;   /* launches on the device from the last peak reset to that kernel */
     uint64_t peak_largest[8]; /* the sizes asked for of the largest live buffers at the peak */
+    uint64_t requested_in_use; /* bytes asked for by live buffers (bytes_in_use before rounding
+                                * to size classes) */
+    uint64_t requested_in_graphs; /* the same for the buffers graphs hold */
+    uint64_t peak_requested; /* high-water mark of the two above (since the last reset): what
+                              * PyTorch's max_memory_allocated counts, where peak_in_use counts
+                              * what the pool holds */
 } em_pool_stats;
 /* The live buffers at the peak, by size: bucket k holds blocks of [2^k, 2^(k+1)) bytes. Fills up
  * to max buckets that held any (largest first) and returns how many. */

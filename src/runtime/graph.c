@@ -368,6 +368,7 @@ void em_graph_free(em_graph *g)
         if (--b->graph_refs == 0 && b->user_freed) {
             b->user_freed = false;
             dev->pool.stats.bytes_in_graphs -= b->capacity;
+            dev->pool.stats.requested_in_graphs -= b->size;
             em_rt_pool_release_locked(dev, b);
         }
     }

@@ -158,8 +158,10 @@ em_buffer *em_buffer_alloc(em_device *dev, size_t bytes)
     pthread_mutex_lock(&pool->lock);
     em_graph *g = dev->recording;
     em_buffer *b = g ? em_rt_graph_take_free(g, cls) : NULL;
-    if (b)
+    if (b) {
         pool->stats.bytes_in_graphs -= b->capacity; /* the graph's again in use */
+        pool->stats.requested_in_graphs -= b->size;
+    }
     if (!b) {
         b = take_block(dev, cls, cap);
         if (b && g)
@@ -178,6 +180,10 @@ em_buffer *em_buffer_alloc(em_device *dev, size_t bytes)
         pool->live = b;
         pool->stats.allocs++;
         pool->stats.bytes_in_use += cap;
+        pool->stats.requested_in_use += bytes;
+        uint64_t asked = pool->stats.requested_in_use + pool->stats.requested_in_graphs;
+        if (asked > pool->stats.peak_requested)
+            pool->stats.peak_requested = asked;
         uint64_t held = pool->stats.bytes_in_use + pool->stats.bytes_in_graphs;
         if (held > pool->stats.peak_in_use) {
             pool->stats.peak_in_use = held;
@@ -210,15 +216,18 @@ void em_buffer_free(em_buffer *buf)
         buf->next->prev = buf->prev;
     pool->stats.frees++;
     pool->stats.bytes_in_use -= buf->capacity;
+    pool->stats.requested_in_use -= buf->size;
     unsigned k = 63u - (unsigned)__builtin_clzll((unsigned long long)buf->capacity);
     pool->live_count[k]--;
     pool->live_bytes[k] -= buf->capacity;
     if (dev->recording) {
         em_rt_graph_put_free(dev->recording, buf); /* reused by this recording only */
         pool->stats.bytes_in_graphs += buf->capacity;
+        pool->stats.requested_in_graphs += buf->size;
     } else if (buf->graph_refs > 0) {
         buf->user_freed = true; /* graph.c returns it when its last graph is freed */
         pool->stats.bytes_in_graphs += buf->capacity;
+        pool->stats.requested_in_graphs += buf->size;
     } else
         em_rt_pool_release_locked(dev, buf);
     pthread_mutex_unlock(&pool->lock);
@@ -258,6 +267,7 @@ void em_device_pool_reset_peak(em_device *dev)
     em_rt_pool *pool = &dev->pool;
     pthread_mutex_lock(&pool->lock);
     pool->stats.peak_in_use = pool->stats.bytes_in_use + pool->stats.bytes_in_graphs;
+    pool->stats.peak_requested = pool->stats.requested_in_use + pool->stats.requested_in_graphs;
     memcpy(pool->peak_count, pool->live_count, sizeof(pool->peak_count));
     memcpy(pool->peak_bytes, pool->live_bytes, sizeof(pool->peak_bytes));
     pool->stats.peak_kernel[0] = '\0';

@@ -128,6 +128,9 @@ static void test_train_json(void **state)
     assert_true(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(o, "recompute")));
     /* the warm-up's peak is reported apart from the timed steps' (reset after the warm-up) */
     assert_true(number(o, "peak_mem_warmup_gib") > 0);
+    /* the bytes asked for never exceed the blocks the pool holds for them */
+    assert_true(number(o, "peak_mem_requested_gib") > 0 &&
+                number(o, "peak_mem_requested_gib") <= number(o, "peak_mem_gib"));
     cJSON_Delete(o);
     /* recomputing in the backward trains the same model: the same loss after the same steps */
     o = bench_json("bench train-gpt2 --device cpu --preset tiny --batch 2 --seq 32 --steps 2 "

@@ -271,13 +271,17 @@ static void test_pool_rules(void **state)
     uint64_t in_use = ps.bytes_in_use, cap = t1->capacity;
     /* t1 and t2 freed by the caller, held by the graph: counted, and in the peak */
     assert_int_equal(ps.bytes_in_graphs, 2 * cap);
+    assert_int_equal(ps.requested_in_graphs, 2 * N * sizeof(float));
+    uint64_t asked = ps.requested_in_use;
     em_device_pool_reset_peak(dev);
     em_device_pool_stats(dev, &ps);
     assert_int_equal(ps.peak_in_use, in_use + 2 * cap);
+    assert_int_equal(ps.peak_requested, asked + 2 * N * sizeof(float));
     em_graph_free(g); /* t1 (= t3) and t2 go back to the pool */
     em_device_pool_stats(dev, &ps);
     assert_int_equal(ps.bytes_in_use, in_use);
     assert_int_equal(ps.bytes_in_graphs, 0);
+    assert_int_equal(ps.requested_in_graphs, 0);
     em_buffer *back[2] = {em_buffer_alloc(dev, N * sizeof(float)),
                           em_buffer_alloc(dev, N * sizeof(float))};
     assert_true((back[0] == t1 || back[0] == t2) && (back[1] == t1 || back[1] == t2));

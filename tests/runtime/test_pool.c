@@ -55,6 +55,8 @@ static void test_reuse_and_stats(void **state)
     assert_int_equal(st.device_allocs, 2);
     assert_int_equal(st.bytes_in_use, 1024 + 256);
     assert_int_equal(st.peak_in_use, 1024 + 256);
+    assert_int_equal(st.requested_in_use, 1000 + 100); /* before rounding to classes */
+    assert_int_equal(st.peak_requested, 1000 + 100);
     em_buffer_free(a);
     em_device_pool_stats(dev, &st);
     assert_int_equal(st.frees, 1);
@@ -72,11 +74,14 @@ static void test_reuse_and_stats(void **state)
     em_device_pool_stats(dev, &st);
     assert_int_equal(st.device_allocs, 3);
     assert_int_equal(st.peak_in_use, 1024 + 256 + 2048);
+    assert_int_equal(st.requested_in_use, 100 + 900 + 2000);
+    assert_int_equal(st.peak_requested, 100 + 900 + 2000);
     em_buffer_free(b);
     em_buffer_free(c);
     em_buffer_free(d);
     em_device_pool_stats(dev, &st);
     assert_int_equal(st.bytes_in_use, 0);
+    assert_int_equal(st.requested_in_use, 0);
     assert_int_equal(st.bytes_cached, 1024 + 256 + 2048);
     assert_int_equal(st.allocs, st.frees);
     em_device_pool_trim(dev);

@@ -18,7 +18,9 @@
  * model_tflops counts 6 * params + 6 * layers * dim * seq FLOPs per token, as the reference
  * (and llm.c) does; peak_mem_gib is the device pool's high-water mark over the timed steps (the
  * counter is reset after the warm-up, as the reference resets its own), peak_mem_warmup_gib that
- * of the warm-up (whose first step autotunes the matmuls). The random tokens are written as one shard in a temporary folder, removed at exit.
+ * of the warm-up (whose first step autotunes the matmuls); both count the blocks the pool holds
+ * (sizes rounded up to its classes). peak_mem_requested_gib is the timed steps' peak of the bytes
+ * asked for — what the reference's torch.cuda.max_memory_allocated counts. The random tokens are written as one shard in a temporary folder, removed at exit.
  * With EMBER_PROFILE=1 the profiler's report of the timed steps (docs/profiling.md) goes to
  * stderr: launches, host and device time per kernel. */
 #include <errno.h>
@@ -276,7 +278,7 @@ static int run(const train_opts *o, const char *dir)
                "\"model_tflops\":%.1f,\"peak_mem_gib\":%.2f,\"loss\":%.4f,\"fusion\":%s,"
                "\"launches_per_step\":%.0f,\"fused_launches_per_step\":%.0f,"
                "\"gib_read_per_step\":%.4f,\"gib_written_per_step\":%.4f,\"recompute\":%s,"
-               "\"peak_mem_warmup_gib\":%.2f,\"graph\":%s}\n",
+               "\"peak_mem_warmup_gib\":%.2f,\"peak_mem_requested_gib\":%.2f,\"graph\":%s}\n",
                info.device, info.device_desc, info.bf16 ? "bf16" : "fp32", (long long)o->batch,
                (long long)o->seq, (long long)c.model.n_layer, (long long)c.model.n_embd,
                (long long)info.num_params, dt * 1e3, tokens / dt, flops * tokens / dt / 1e12,
@@ -285,7 +287,7 @@ static int run(const train_opts *o, const char *dir)
                (double)(s1.bytes_read - s0.bytes_read) / per / gib,
                (double)(s1.bytes_written - s0.bytes_written) / per / gib,
                o->recompute ? "true" : "false", (double)pw.peak_in_use / gib,
-               em_trainer_graph(t) ? "true" : "false");
+               (double)ps.peak_requested / gib, em_trainer_graph(t) ? "true" : "false");
         fflush(stdout);
     }
     em_trainer_free(t);
