@@ -146,7 +146,13 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     bool ping = c->lanes == 6;
     if (ping && (c->tm != 2 || (c->bm != 64 && c->bm != 128) || c->bm * c->bn > 128 * 128))
         return false;
-    if (c->tm < 1 || c->tm > 3 || c->tn != 1 || (!ping && c->bm != 64 * c->tm) || c->bk != 64 ||
+    /* the cooperative 256-row tile (lanes 5, tm 2, bm 256): each consumer 128 x bn as two
+     * accumulator sets, bn f32 accumulators a unit (bn 64 to 192: ptxas fits 192 into the
+     * consumers' 232 registers without spills) */
+    bool coop2 = c->lanes == 5 && c->tm == 2 && c->bm == 256;
+    if (coop2 && c->bn > 192) return false;
+    if (c->tm < 1 || c->tm > 3 || c->tn != 1 || (!ping && !coop2 && c->bm != 64 * c->tm) ||
+        c->bk != 64 ||
         c->bn < 64 || c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 6 ||
         (c->lanes == 2 && c->tm != 2))
         return false;
@@ -169,6 +175,7 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     q.tma = c->lanes >= 3;
     q.persist = c->lanes >= 5;
     q.ping = ping;
+    q.mw = ping ? c->bm / 64 : c->bm / (64 * c->tm);
     /* the TMA kernel's 16-byte epilogue: out row-major, lines of 8 aligned, not the partials */
     q.sepi = c->lanes >= 4 && (c->split < 2) && p->ost[R - 1] == 1;
     for (int d = 0; d < R - 1 && q.sepi; d++) q.sepi = p->ost[d] % 8 == 0 || p->osh[d] == 1;
@@ -264,13 +271,13 @@ static mm_config wgmma_tma(int wg, int bn, int split)
     return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, split, 3};
 }
 
-/* It with the epilogue in 16-byte lines (lanes 4) and persistent cubes (lanes 5). */
 /* The ping-pong form (lanes 6): two consumers taking turns, each a tile of bm x bn. */
 static mm_config wgmma_tma_pp(int bm, int bn)
 {
     return (mm_config){MM_WGMMA, bm, bn, 64, 2, 1, 1, 6};
 }
 
+/* It with the epilogue in 16-byte lines (lanes 4) and persistent cubes (lanes 5). */
 static mm_config wgmma_tma_lanes(int wg, int bn, int lanes)
 {
     return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, 1, lanes};
@@ -575,6 +582,9 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
         /* its ping-pong form: a consumer's tile of 128 x 128 (two accumulator sets) or 64 x 256 */
         all[n++] = wgmma_tma_pp(128, 128);
         all[n++] = wgmma_tma_pp(64, 256);
+        /* the cooperative persistent 256 x 128 tile: two consumers of 128 x 128 (cuBLAS's
+         * choice for the K = 768 GPT-2 shapes on the H200) */
+        all[n++] = (mm_config){MM_WGMMA, 256, 128, 64, 2, 1, 1, 5};
     }
     if (mma_dtype_ok(p)) {
         /* planes x fragments per plane: 128 x 128 tiles of 8 planes of 32 x 64 (about 128
@@ -717,7 +727,7 @@ void mm_tune_key(const mm_problem *p, char *buf, size_t size)
     int R = p->R;
     char la = p->ast[R - 1] == 1 ? 'n' : p->ast[R - 2] == 1 ? 't' : 's';
     char lb = p->bst[R - 1] == 1 ? 'n' : p->bst[R - 2] == 1 ? 't' : 's';
-    snprintf(buf, size, "matmul-v5 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s",
+    snprintf(buf, size, "matmul-v6 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s",
              em_scalar_name(p->dt), p->tf32 && p->dt == EM_F32 ? "+tf32" : "", la, lb, bucket(p->M),
              bucket(p->N), bucket(p->K), bucket(p->batch), p->bias != NULL, p->act, p->res != NULL,
              p->ln ? " ln" : "");

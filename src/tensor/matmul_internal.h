@@ -33,7 +33,9 @@ typedef struct mm_config {
                    the TMA-fed one (matmul_wgmma_tma.ek; setmaxnreg 40 / 232 when tm is 2), 4
                    for it with the epilogue through shared memory in 16-byte lines, 5 for that
                    and persistent cubes, 6 for that with ping-pong consumers (tm 2; bm x bn is
-                   the tile ONE consumer owns, bm 64 or 128), else 0; 0 for the other kinds */
+                   the tile ONE consumer owns, bm 64 or 128), else 0; 0 for the other kinds.
+                   WGMMA bm is 64 x tm, except for lanes 6 and lanes 5 with tm 2 and bm 256
+                   (two consumers of 128 x bn on one tile) */
 } mm_config;
 
 /* How the mma kernel runs one configuration on one problem (matmul_mma.ek's comptime values
@@ -59,6 +61,9 @@ typedef struct mm_wgmma_plan {
     bool persist; /* tma (c->lanes 5, 6): min(tiles, compute units) cubes loop over the tiles */
     bool ping;    /* tma (c->lanes 6): the two consumers take the cube's tiles in turns, each a
                      bm x bn tile of its own (bm / 64 accumulator sets a unit) */
+    int mw;       /* accumulator sets of 64 rows a consumer unit holds (the kernel's MW): 1, or 2
+                     for ping with bm 128 and for the cooperative 256-row tile (lanes 5, tm 2,
+                     bm 256: each consumer 128 x bn) */
     int64_t adim[3], astr[3]; /* tma: a's map (elements; innermost first): contiguous dim, the
                                  other, the flattened batch */
     int64_t bdim[3], bstr[3]; /* tma: b's map */
@@ -137,7 +142,8 @@ bool mm_wgmma_native(const em_caps *caps);
 /* The wgmma plan of c on p (false when c or p's operands do not fit the wgmma kernels: f16/bf16,
  * 16-byte aligned contiguous operands, 1 to 3 (consumer) warpgroups, BN a multiple of 64 up to
  * 256; c->lanes 0 for matmul_wgmma, 1 or 2 for matmul_wgmma_ws, 3 to 6 for matmul_wgmma_tma (6:
- * two ping-pong consumers of bm 64 or 128 each, at most 128 x 128 or 64 x 256), which
+ * two ping-pong consumers of bm 64 or 128 each, at most 128 x 128 or 64 x 256; 5 also with bm
+ * 256 and tm 2: two cooperative consumers of 128 x bn, bn at most 192), which
  * also needs each operand's batch dims flattenable to one stride or broadcast, and rows that do
  * not overlap). */
 bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *out);

@@ -206,7 +206,7 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         if (q.tma) bd[nb++] = em_lang_bind_bool("SEPI", q.sepi);
         if (q.tma) bd[nb++] = em_lang_bind_bool("PERSIST", q.persist);
         if (q.tma) bd[nb++] = em_lang_bind_bool("PING", q.ping);
-        if (q.ping) bd[nb++] = em_lang_bind_int("MW", c->bm / 64);
+        if (q.ping || q.mw > 1) bd[nb++] = em_lang_bind_int("MW", q.mw);
         units[0] = (uint32_t)q.units;
         wgq = q;
     } else if (c->kind == MM_CPU) {

@@ -266,22 +266,27 @@ static void test_matmul_tma_compiles(void **state)
         int r;
         bool sepi, persist; /* "wgmma-tma-se" / "wgmma-tma-p" */
         int mw; /* "wgmma-tma-pp": a consumer's tile of 64 mw rows (0: not ping-pong) */
+        int cmw; /* "wgmma-tma-p 256x..": 2, both consumers 64 cmw rows of one tile (0: 64) */
     } cfg[] = {
-        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, false, 0},
-        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, false, false, 0},
-        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, false, 0},
-        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, false, false, 0},
-        {3, 128, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0},
-        {1, 256, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0},
-        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, true, false, 0},
-        {2, 256, 4, false, true, false, true, false, false, EM_BF16, 2, true, true, 0},
-        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 0},
-        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0},
-        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0},
-        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 2},
-        {2, 256, 5, false, true, false, true, false, false, EM_BF16, 2, true, true, 1},
-        {2, 128, 6, true, true, true, false, true, false, EM_F16, 3, false, true, 2},
-        {2, 128, 6, true, false, false, true, true, true, EM_BF16, 3, true, true, 2},
+        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0},
+        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, false, false, 0, 0},
+        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, false, 0, 0},
+        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, false, false, 0, 0},
+        {3, 128, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0},
+        {1, 256, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0},
+        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, true, false, 0, 0},
+        {2, 256, 4, false, true, false, true, false, false, EM_BF16, 2, true, true, 0, 0},
+        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 0},
+        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0, 0},
+        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 0},
+        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 2, 0},
+        {2, 256, 5, false, true, false, true, false, false, EM_BF16, 2, true, true, 1, 0},
+        {2, 128, 6, true, true, true, false, true, false, EM_F16, 3, false, true, 2, 0},
+        {2, 128, 6, true, false, false, true, true, true, EM_BF16, 3, true, true, 2, 0},
+        {2, 128, 4, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 2},
+        {2, 128, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 2},
+        {2, 128, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0, 2},
+        {2, 192, 3, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 2},
     };
     size_t failed = 0;
     for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
@@ -304,7 +309,9 @@ static void test_matmul_tma_compiles(void **state)
                             em_lang_bind_bool("SEPI", cfg[i].sepi),
                             em_lang_bind_bool("PERSIST", cfg[i].persist),
                             em_lang_bind_bool("PING", cfg[i].mw > 0),
-                            em_lang_bind_int("MW", cfg[i].mw > 0 ? cfg[i].mw : 1)};
+                            em_lang_bind_int("MW", cfg[i].mw > 0    ? cfg[i].mw
+                                                   : cfg[i].cmw > 0 ? cfg[i].cmw
+                                                                    : 1)};
         em_lang_spec spec = {b, sizeof b / sizeof b[0], 1, &caps};
         em_lang_diags *d = em_lang_diags_new();
         em_ir_kernel *k = em_lang_specialize(m, "matmul_wgmma_tma", &spec, d);
@@ -344,9 +351,10 @@ static void test_matmul_tma_compiles(void **state)
                           cfg[i].wg,
                           cfg[i].bn, cfg[i].stages, cfg[i].sepi ? ", 16-byte epilogue" : "",
                           cfg[i].persist ? ", persistent" : "",
-                          cfg[i].mw == 2   ? ", ping-pong 128 rows"
-                          : cfg[i].mw == 1 ? ", ping-pong 64 rows"
-                                           : "",
+                          cfg[i].mw == 2    ? ", ping-pong 128 rows"
+                          : cfg[i].mw == 1  ? ", ping-pong 64 rows"
+                          : cfg[i].cmw == 2 ? ", cooperative 256 rows"
+                                            : "",
                           smem, used ? used : "(no ptxas report)");
             if (log && strstr(log, "bytes spill") && !strstr(log, " 0 bytes spill stores")) {
                 print_message("config %zu spills:\n%s\n", i, log);

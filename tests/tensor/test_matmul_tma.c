@@ -10,7 +10,9 @@
  * again for "wgmma-tma-se" (the epilogue in 16-byte lines through shared memory) and
  * "wgmma-tma-p" (that and persistent cubes, also with more tiles than cubes); and the ping-pong
  * form "wgmma-tma-pp" (two consumers taking a cube's tiles in turns: 128 x 128 and 64 x 256 a
- * consumer), with three tiles a cube so that one consumer skips the other's tile in the ring. */
+ * consumer), with three tiles a cube so that one consumer skips the other's tile in the ring;
+ * and the cooperative 256 x 128 (and 256 x 192) tile "wgmma-tma-p 256x128x64 2x1" (two consumers
+ * of 128 rows each on one tile, two accumulator sets a unit). */
 #include "tensor_util.h"
 #include "tensor/matmul_internal.h"
 
@@ -204,6 +206,63 @@ static void pp_cases(em_device *dev)
           rnd(dev, EM_BF16, EM_SHAPE(30, 64), 69), rnd(dev, EM_BF16, EM_SHAPE(64, 24), 70), NULL);
 }
 
+/* The cooperative 256-row tile's cases (consumer 2's second accumulator set, rows 192 .. 255,
+ * in use in every case but the one-row one): M, N and K edges, every operand layout, batches,
+ * the epilogue (16-byte lines and element-wise), split-K, bn 192; and what it refuses. */
+static void coop_cases(em_device *dev)
+{
+    const char *c128 = "wgmma-tma-p 256x128x64 2x1 s1", *c192 = "wgmma-tma-p 256x192x64 2x1 s1";
+    check("coop 256x128 row-major, edges and K tail", c128, true,
+          rnd(dev, EM_BF16, EM_SHAPE(301, 200), 81), rnd(dev, EM_BF16, EM_SHAPE(200, 136), 82),
+          NULL);
+    check("coop 256x128 one row", c128, true, rnd(dev, EM_BF16, EM_SHAPE(1, 48), 83),
+          rnd(dev, EM_BF16, EM_SHAPE(48, 8), 84), NULL);
+    check("coop 256x128 a^T b (MN-major a)", c128, true,
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(136, 264), 85), 0, 1),
+          rnd(dev, EM_BF16, EM_SHAPE(136, 80), 86), NULL);
+    check("coop 256x128 a b^T (K-major b)", c128, true, rnd(dev, EM_F16, EM_SHAPE(250, 264), 87),
+          em_transpose(rnd(dev, EM_F16, EM_SHAPE(136, 264), 88), 0, 1), NULL);
+    check("coop 256x128 batched both", c128, true, rnd(dev, EM_BF16, EM_SHAPE(3, 233, 72), 89),
+          rnd(dev, EM_BF16, EM_SHAPE(3, 72, 40), 90), NULL);
+    check("coop 256x128 b broadcast over the batch", c128, true,
+          rnd(dev, EM_BF16, EM_SHAPE(2, 260, 64), 91), rnd(dev, EM_BF16, EM_SHAPE(64, 24), 92),
+          NULL);
+    em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(200), 93),
+                             .act = EM_MATMUL_ACT_RELU,
+                             .residual = rnd(dev, EM_BF16, EM_SHAPE(251, 200), 94)};
+    check("coop 256x128 epilogue, edges (16-byte lines)", c128, true,
+          rnd(dev, EM_BF16, EM_SHAPE(251, 96), 95), rnd(dev, EM_BF16, EM_SHAPE(96, 200), 96), &ep);
+    /* MN-major a and K-major b: M a multiple of 8 (16-byte rows) */
+    em_matmul_epilogue ep1 = {.bias = ep.bias,
+                              .act = EM_MATMUL_ACT_RELU,
+                              .residual = rnd(dev, EM_BF16, EM_SHAPE(248, 200), 97)};
+    check("coop 256x128 epilogue, a^T b^T", c128, true,
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(96, 248), 98), 0, 1),
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(200, 96), 99), 0, 1), &ep1);
+    /* N = 76: rows not whole lines of 8, the element-wise epilogue */
+    em_matmul_epilogue ep2 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(76), 100),
+                              .act = EM_MATMUL_ACT_RELU,
+                              .residual = rnd(dev, EM_BF16, EM_SHAPE(231, 76), 101)};
+    check("coop 256x128 epilogue, N = 76", c128, true, rnd(dev, EM_BF16, EM_SHAPE(231, 96), 102),
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(76, 96), 103), 0, 1), &ep2);
+    /* split-K: K = 520 in chunks of 320 and 200, partials element-wise */
+    em_matmul_epilogue ep3 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(72), 104),
+                              .act = EM_MATMUL_ACT_RELU,
+                              .residual = rnd(dev, EM_BF16, EM_SHAPE(256, 72), 105)};
+    check("coop 256x128 split-K, epilogue, both transposed", "wgmma-tma-p 256x128x64 2x1 s2", true,
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(520, 256), 106), 0, 1),
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(72, 520), 107), 0, 1), &ep3);
+    check("coop 256x192 row-major, edges", c192, true, rnd(dev, EM_BF16, EM_SHAPE(253, 136), 108),
+          rnd(dev, EM_BF16, EM_SHAPE(136, 200), 109), NULL);
+    /* 256 x 256 (256 accumulators a unit), one consumer, the other forms: refused */
+    static const char *const bad[] = {
+        "wgmma-tma-p 256x256x64 2x1 s1", "wgmma-tma-p 256x128x64 1x1 s1",
+        "wgmma-tma-se 256x128x64 2x1 s1", "wgmma-tma 256x128x64 2x1 s1"};
+    for (int i = 0; i < 4; i++)
+        check("coop refused", bad[i], false, rnd(dev, EM_BF16, EM_SHAPE(30, 64), 110),
+              rnd(dev, EM_BF16, EM_SHAPE(64, 24), 111), NULL);
+}
+
 static void test_tma_kernel(void **state)
 {
     (void)state;
@@ -218,6 +277,7 @@ static void test_tma_kernel(void **state)
         tma_cases(dev, "wgmma-tma-se");
         tma_cases(dev, "wgmma-tma-p");
         pp_cases(dev);
+        coop_cases(dev);
         em_scope_end(NULL, 0);
     }
     em_profile_enable(false);
@@ -288,6 +348,38 @@ static void test_tma_pingpong(void **state)
         check("pp 128x128, 3 split-K chunks a cube", "wgmma-tma-pp 128x128x64 2x1 s3", true,
               em_transpose(rnd(dev, EM_BF16, EM_SHAPE(456, cus * 128 - 8), 78), 0, 1),
               rnd(dev, EM_BF16, EM_SHAPE(456, 72), 79), &ep2);
+        em_scope_end(NULL, 0);
+    }
+    em_profile_enable(false);
+}
+
+/* The cooperative 256 x 128 tile with more tiles than cubes (2 cus + 1: a cube runs two or three,
+ * the ring's phases going on from tile to tile, k tiles a tile not a multiple of the 4 stages),
+ * over a batch with the whole epilogue; and MN-major a with split-K chunks of 3 and 2 k tiles. */
+static void test_tma_coop(void **state)
+{
+    (void)state;
+    em_profile_enable(true);
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        const em_caps *caps = em_device_caps(dev);
+        bool native = !strcmp(caps->target, "cuda") && !strcmp(caps->arch, "sm_90a");
+        if (strcmp(caps->target, "c") != 0 && !native) continue;
+        em_scope_begin();
+        int64_t cus = caps->compute_units ? caps->compute_units : 1;
+        int64_t tiles = 2 * cus + 1, batch = 2;
+        /* 2 tiles along N (200), (tiles / 4 rounded up) along M a batch entry */
+        int64_t m = ((tiles + 2 * batch - 1) / (2 * batch)) * 256 - 13;
+        em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(200), 112),
+                                 .act = EM_MATMUL_ACT_RELU,
+                                 .residual = rnd(dev, EM_BF16, EM_SHAPE(m, 200), 113)};
+        check("coop 256x128, more tiles than cubes, batch, epilogue",
+              "wgmma-tma-p 256x128x64 2x1 s1", true,
+              rnd(dev, EM_BF16, EM_SHAPE(batch, m, 328), 114),
+              rnd(dev, EM_BF16, EM_SHAPE(batch, 328, 200), 115), &ep);
+        check("coop 256x128, split-K 2, MN-major a", "wgmma-tma-p 256x128x64 2x1 s2", true,
+              em_transpose(rnd(dev, EM_BF16, EM_SHAPE(320, cus * 256 - 8), 116), 0, 1),
+              rnd(dev, EM_BF16, EM_SHAPE(320, 72), 117), NULL);
         em_scope_end(NULL, 0);
     }
     em_profile_enable(false);
@@ -364,10 +456,45 @@ static void test_tma_config(void **state)
         assert_true(mm_wgmma_plan_of(&p, &f, &q) && !q.sepi);
     }
     assert_true(mm_wgmma_plan_of(&p, &c, &q) && !q.sepi && !q.persist);
-    /* the persistent form's 2 x 256 and 2 x 128 are default candidates too */
+    /* the persistent form's 2 x 256 and 2 x 128 are default candidates too, and its
+     * cooperative 256 x 128 tile */
     int np = 0;
     for (int j = 0; j < n; j++) np += cand[j].kind == MM_WGMMA && cand[j].lanes == 5;
-    assert_int_equal(np, 2);
+    assert_int_equal(np, 3);
+    {
+        /* "wgmma-tma-p 256x128x64 2x1 s1": two consumers of 128 x 128 (MW 2) on one tile, 4
+         * stages of 48 KiB and the staging buffers in the H200's 227 KiB */
+        mm_config f;
+        assert_true(mm_config_parse("wgmma-tma-p 256x128x64 2x1 s1", &f));
+        assert_true(f.kind == MM_WGMMA && f.lanes == 5 && f.bm == 256 && f.bn == 128 && f.tm == 2);
+        mm_config_format(&f, text, sizeof text);
+        assert_string_equal(text, "wgmma-tma-p 256x128x64 2x1 s1");
+        assert_true(mm_config_valid(&p, &f));
+        assert_true(mm_wgmma_plan_of(&p, &f, &q));
+        assert_true(q.tma && q.regs && q.sepi && q.persist && !q.ping && q.units == 384);
+        assert_int_equal(q.mw, 2);
+        assert_int_equal(q.stages, 4);
+        assert_true(q.smem <= caps.max_shared);
+        int nc = 0;
+        for (int j = 0; j < n; j++) nc += !memcmp(&cand[j], &f, sizeof f);
+        assert_int_equal(nc, 1);
+        f.bn = 192; /* 3 stages of 56 KiB */
+        assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.mw == 2 && q.stages == 3);
+        assert_true(q.smem <= caps.max_shared);
+        static const char *const cbad[] = {"wgmma-tma-p 256x256x64 2x1 s1",
+                                           "wgmma-tma-p 256x128x64 1x1 s1",
+                                           "wgmma-tma-p 256x128x64 3x1 s1",
+                                           "wgmma-tma-se 256x128x64 2x1 s1"};
+        for (int i = 0; i < 4; i++) {
+            assert_true(mm_config_parse(cbad[i], &f));
+            assert_false(mm_wgmma_plan_of(&p, &f, &q));
+        }
+        /* the existing strings keep their meaning: one accumulator set a consumer */
+        assert_true(mm_config_parse("wgmma-tma-p 128x256x64 2x1 s1", &f));
+        assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.mw == 1 && !q.ping);
+        assert_true(mm_config_parse("wgmma-tma-pp 128x128x64 2x1 s1", &f));
+        assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.mw == 2 && q.ping);
+    }
     /* the ping-pong form: a consumer's tile of 128 x 128 or 64 x 256 (at most 128 accumulators
      * a unit), two consumers, persistent, the 16-byte epilogue; a default candidate each */
     static const char *const pp[] = {"wgmma-tma-pp 128x128x64 2x1 s1",
@@ -422,6 +549,7 @@ int main(void)
         cmocka_unit_test(test_tma_kernel),
         cmocka_unit_test(test_tma_persistent),
         cmocka_unit_test(test_tma_pingpong),
+        cmocka_unit_test(test_tma_coop),
         cmocka_unit_test(test_tma_config),
     };
     return cmocka_run_group_tests(tests, setup, tu_teardown);
