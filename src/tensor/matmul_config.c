@@ -418,8 +418,6 @@ bool mm_skinny_plan_of(const mm_problem *p, const mm_config *c, mm_skinny_plan *
     q.rows = skinny_rows(p);
     q.v = skinny_lanes(p, q.bt, is_cpu(p) ? host_vector_bytes() : 16);
     q.uk = is_cpu(p) ? 1 : q.bt ? 2 : 4;
-    const char *uk = getenv("EMBER_SKINNY_UK"); /* lines in flight a unit (measurements) */
-    if (uk && atoi(uk) >= 1 && atoi(uk) <= 16) q.uk = atoi(uk);
     q.nout = q.bt ? nu * nl : nu * nl * q.v;
     int64_t units = (int64_t)pk * ks * nu;
     q.smem = ((size_t)pk * (size_t)mr * (size_t)q.nout + (p->ln ? (size_t)(mr * units) : 0)) *
