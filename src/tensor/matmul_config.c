@@ -480,7 +480,8 @@ static mm_config skinny_default(const mm_problem *p)
     }
     /* b streams from memory once, so the time is a few rounds of load latency: the more of K's
      * lines are in flight at once the better. PK takes the units left when the cubes share
-     * 1024 units a multiprocessor (half of what one holds, for registers: one wave), at least 2
+     * 768 units a multiprocessor (so that the cubes of the next launch fit beside them and load
+     * their first lines of b while these run out: the preload, PRE), at least 2
      * groups' worth of a plane, at most 1024 a cube (256 from 4 rows up) and one line a unit. Measured on the H200
      * with b cold (`ember bench matmul --graph --cold`, docs/benchmarks.md): 2 to 4 lines a unit
      * took 1x768x768 from 6.1 to 3.6 us and 1x768x3072 from 14.8 to 6.3. */
@@ -489,7 +490,7 @@ static mm_config skinny_default(const mm_problem *p)
         (p->N + nout - 1) / nout * ((rows + mr - 1) / mr) * (skinny_fold(p) ? 1 : p->batch);
     int64_t cus = caps && caps->compute_units ? caps->compute_units : 1;
     const char *env = getenv("EMBER_SKINNY_ROOM"); /* units a multiprocessor (measurements) */
-    int64_t per = env && atoll(env) >= 32 ? atoll(env) : 1024;
+    int64_t per = env && atoll(env) >= 32 ? atoll(env) : 768;
     int64_t room = cus * per / (cubes > 0 ? cubes : 1), most = mr <= 2 ? 1024 : 256;
     if (room > most) room = most; /* more rows, more registers a unit: measured for 1 row */
     if (room < 2 * nu * ks) room = 2 * nu * ks;
