@@ -153,114 +153,91 @@ static void tma_cases(em_device *dev, const char *kind)
               NULL, flat);
 }
 
-/* The ping-pong form's cases: a consumer's tile of 128 x 128 (two accumulator sets) or 64 x 256,
- * odd sizes, every operand layout, batches, the epilogue (16-byte lines and element-wise),
- * split-K chunks of unequal length; and configurations it refuses. */
-static void pp_cases(em_device *dev)
+/* A multi-tile form's cases (the ping-pong consumers', the cooperative 256-row tile's): rows
+ * around its tile's edges, every operand layout, batches, the epilogue (16-byte lines and
+ * element-wise), split-K chunks of unequal length; and the configurations it refuses. main is
+ * the form's usual configuration, alt another tile of it (used where the field says), split
+ * main's split-K form; the row counts are chosen per form so that the edges fall inside tiles
+ * (m_mn, m_lines and m_split multiples of 8: 16-byte rows of an MN-major a or the result). */
+typedef struct tile_form {
+    const char *name, *main, *alt, *split;
+    bool alt_kb, alt_batch, alt_tt; /* which cases take alt */
+    int64_t m_edge, m_mn, m_kb, m_batch, m_bcast, m_lines, m_mn_epi, m_elem, m_split;
+    const char *refused[4];
+} tile_form;
+
+static void tile_form_cases(em_device *dev, const tile_form *f, uint32_t seed)
 {
-    const char *p128 = "wgmma-tma-pp 128x128x64 2x1 s1", *p64 = "wgmma-tma-pp 64x256x64 2x1 s1";
-    check("pp 128x128 row-major, edges and K tail", p128, true,
-          rnd(dev, EM_BF16, EM_SHAPE(257, 200), 41), rnd(dev, EM_BF16, EM_SHAPE(200, 136), 42),
+    char what[128];
+#define CASE(txt) (snprintf(what, sizeof what, "%s %s", f->name, txt), what)
+    check(CASE("row-major, edges and K tail"), f->main, true,
+          rnd(dev, EM_BF16, EM_SHAPE(f->m_edge, 200), seed), rnd(dev, EM_BF16, EM_SHAPE(200, 136), seed + 1),
           NULL);
-    check("pp 128x128 one row", p128, true, rnd(dev, EM_BF16, EM_SHAPE(1, 48), 43),
-          rnd(dev, EM_BF16, EM_SHAPE(48, 8), 44), NULL);
-    check("pp 128x128 a^T b (MN-major a)", p128, true,
-          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(136, 200), 45), 0, 1),
-          rnd(dev, EM_BF16, EM_SHAPE(136, 80), 46), NULL);
-    check("pp 64x256 a b^T (K-major b)", p64, true, rnd(dev, EM_F16, EM_SHAPE(70, 264), 47),
-          em_transpose(rnd(dev, EM_F16, EM_SHAPE(264, 264), 48), 0, 1), NULL);
-    check("pp 64x256 batched both", p64, true, rnd(dev, EM_BF16, EM_SHAPE(3, 133, 72), 49),
-          rnd(dev, EM_BF16, EM_SHAPE(3, 72, 40), 50), NULL);
-    check("pp 128x128 b broadcast over the batch", p128, true,
-          rnd(dev, EM_BF16, EM_SHAPE(2, 130, 64), 51), rnd(dev, EM_BF16, EM_SHAPE(64, 24), 52),
-          NULL);
-    em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(200), 53),
+    check(CASE("one row"), f->main, true, rnd(dev, EM_BF16, EM_SHAPE(1, 48), seed + 2),
+          rnd(dev, EM_BF16, EM_SHAPE(48, 8), seed + 3), NULL);
+    check(CASE("a^T b (MN-major a)"), f->main, true,
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(136, f->m_mn), seed + 4), 0, 1),
+          rnd(dev, EM_BF16, EM_SHAPE(136, 80), seed + 5), NULL);
+    check(CASE("a b^T (K-major b), f16"), f->alt_kb ? f->alt : f->main, true,
+          rnd(dev, EM_F16, EM_SHAPE(f->m_kb, 264), seed + 6),
+          em_transpose(rnd(dev, EM_F16, EM_SHAPE(264, 264), seed + 7), 0, 1), NULL);
+    check(CASE("batched both"), f->alt_batch ? f->alt : f->main, true,
+          rnd(dev, EM_BF16, EM_SHAPE(3, f->m_batch, 72), seed + 8),
+          rnd(dev, EM_BF16, EM_SHAPE(3, 72, 40), seed + 9), NULL);
+    check(CASE("b broadcast over the batch"), f->main, true,
+          rnd(dev, EM_BF16, EM_SHAPE(2, f->m_bcast, 64), seed + 10),
+          rnd(dev, EM_BF16, EM_SHAPE(64, 24), seed + 11), NULL);
+    em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(200), seed + 12),
                              .act = EM_MATMUL_ACT_RELU,
-                             .residual = rnd(dev, EM_BF16, EM_SHAPE(131, 200), 54)};
-    check("pp 128x128 epilogue, edges (16-byte lines)", p128, true,
-          rnd(dev, EM_BF16, EM_SHAPE(131, 96), 55), rnd(dev, EM_BF16, EM_SHAPE(96, 200), 56), &ep);
-    /* MN-major a: M a multiple of 8 (16-byte rows) */
+                             .residual = rnd(dev, EM_BF16, EM_SHAPE(f->m_lines, 200), seed + 13)};
+    check(CASE("epilogue, edges (16-byte lines)"), f->main, true,
+          rnd(dev, EM_BF16, EM_SHAPE(f->m_lines, 96), seed + 14),
+          rnd(dev, EM_BF16, EM_SHAPE(96, 200), seed + 15), &ep);
     em_matmul_epilogue ep1 = {.bias = ep.bias,
                               .act = EM_MATMUL_ACT_RELU,
-                              .residual = rnd(dev, EM_BF16, EM_SHAPE(136, 200), 80)};
-    check("pp 64x256 epilogue, a^T b^T", p64, true,
-          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(96, 136), 57), 0, 1),
-          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(200, 96), 58), 0, 1), &ep1);
+                              .residual = rnd(dev, EM_BF16, EM_SHAPE(f->m_mn_epi, 200), seed + 16)};
+    check(CASE("epilogue, a^T b^T"), f->alt_tt ? f->alt : f->main, true,
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(96, f->m_mn_epi), seed + 17), 0, 1),
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(200, 96), seed + 18), 0, 1), &ep1);
     /* N = 76: rows not whole lines of 8, the element-wise epilogue */
-    em_matmul_epilogue ep2 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(76), 59),
+    em_matmul_epilogue ep2 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(76), seed + 19),
                               .act = EM_MATMUL_ACT_RELU,
-                              .residual = rnd(dev, EM_BF16, EM_SHAPE(131, 76), 60)};
-    check("pp 128x128 epilogue, N = 76", p128, true, rnd(dev, EM_BF16, EM_SHAPE(131, 96), 61),
-          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(76, 96), 62), 0, 1), &ep2);
+                              .residual = rnd(dev, EM_BF16, EM_SHAPE(f->m_elem, 76), seed + 20)};
+    check(CASE("epilogue, N = 76"), f->main, true, rnd(dev, EM_BF16, EM_SHAPE(f->m_elem, 96), seed + 21),
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(76, 96), seed + 22), 0, 1), &ep2);
     /* split-K: K = 520 in chunks of 320 and 200 (5 and 4 k tiles), partials element-wise */
-    em_matmul_epilogue ep3 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(72), 63),
+    em_matmul_epilogue ep3 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(72), seed + 23),
                               .act = EM_MATMUL_ACT_RELU,
-                              .residual = rnd(dev, EM_BF16, EM_SHAPE(136, 72), 64)};
-    check("pp 128x128 split-K, epilogue, both transposed", "wgmma-tma-pp 128x128x64 2x1 s2", true,
-          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(520, 136), 65), 0, 1),
-          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(72, 520), 66), 0, 1), &ep3);
-    /* 128 x 256 a consumer (256 accumulators a unit) and one consumer are no ping-pong form */
-    check("pp 128x256 refused", "wgmma-tma-pp 128x256x64 2x1 s1", false,
-          rnd(dev, EM_BF16, EM_SHAPE(30, 64), 67), rnd(dev, EM_BF16, EM_SHAPE(64, 24), 68), NULL);
-    check("pp one consumer refused", "wgmma-tma-pp 64x128x64 1x1 s1", false,
-          rnd(dev, EM_BF16, EM_SHAPE(30, 64), 69), rnd(dev, EM_BF16, EM_SHAPE(64, 24), 70), NULL);
+                              .residual = rnd(dev, EM_BF16, EM_SHAPE(f->m_split, 72), seed + 24)};
+    check(CASE("split-K, epilogue, both transposed"), f->split, true,
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(520, f->m_split), seed + 25), 0, 1),
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(72, 520), seed + 26), 0, 1), &ep3);
+    for (int i = 0; i < 4 && f->refused[i]; i++)
+        check(CASE("refused form"), f->refused[i], false, rnd(dev, EM_BF16, EM_SHAPE(30, 64), seed + 27),
+              rnd(dev, EM_BF16, EM_SHAPE(64, 24), seed + 28), NULL);
+#undef CASE
 }
 
-/* The cooperative 256-row tile's cases (consumer 2's second accumulator set, rows 192 .. 255,
- * in use in every case but the one-row one): M, N and K edges, every operand layout, batches,
- * the epilogue (16-byte lines and element-wise), split-K, bn 192; and what it refuses. */
-static void coop_cases(em_device *dev)
+/* The ping-pong form (a consumer's tile of 128 x 128: two accumulator sets; or 64 x 256) and the
+ * cooperative 256-row tile (consumer 2's second accumulator set, rows 192 .. 255, in use in every
+ * case but the one-row one; bn 192 too). */
+static void multi_tile_cases(em_device *dev)
 {
-    const char *c128 = "wgmma-tma-p 256x128x64 2x1 s1", *c192 = "wgmma-tma-p 256x192x64 2x1 s1";
-    check("coop 256x128 row-major, edges and K tail", c128, true,
-          rnd(dev, EM_BF16, EM_SHAPE(301, 200), 81), rnd(dev, EM_BF16, EM_SHAPE(200, 136), 82),
-          NULL);
-    check("coop 256x128 one row", c128, true, rnd(dev, EM_BF16, EM_SHAPE(1, 48), 83),
-          rnd(dev, EM_BF16, EM_SHAPE(48, 8), 84), NULL);
-    check("coop 256x128 a^T b (MN-major a)", c128, true,
-          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(136, 264), 85), 0, 1),
-          rnd(dev, EM_BF16, EM_SHAPE(136, 80), 86), NULL);
-    check("coop 256x128 a b^T (K-major b)", c128, true, rnd(dev, EM_F16, EM_SHAPE(250, 264), 87),
-          em_transpose(rnd(dev, EM_F16, EM_SHAPE(136, 264), 88), 0, 1), NULL);
-    check("coop 256x128 batched both", c128, true, rnd(dev, EM_BF16, EM_SHAPE(3, 233, 72), 89),
-          rnd(dev, EM_BF16, EM_SHAPE(3, 72, 40), 90), NULL);
-    check("coop 256x128 b broadcast over the batch", c128, true,
-          rnd(dev, EM_BF16, EM_SHAPE(2, 260, 64), 91), rnd(dev, EM_BF16, EM_SHAPE(64, 24), 92),
-          NULL);
-    em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(200), 93),
-                             .act = EM_MATMUL_ACT_RELU,
-                             .residual = rnd(dev, EM_BF16, EM_SHAPE(251, 200), 94)};
-    check("coop 256x128 epilogue, edges (16-byte lines)", c128, true,
-          rnd(dev, EM_BF16, EM_SHAPE(251, 96), 95), rnd(dev, EM_BF16, EM_SHAPE(96, 200), 96), &ep);
-    /* MN-major a and K-major b: M a multiple of 8 (16-byte rows) */
-    em_matmul_epilogue ep1 = {.bias = ep.bias,
-                              .act = EM_MATMUL_ACT_RELU,
-                              .residual = rnd(dev, EM_BF16, EM_SHAPE(248, 200), 97)};
-    check("coop 256x128 epilogue, a^T b^T", c128, true,
-          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(96, 248), 98), 0, 1),
-          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(200, 96), 99), 0, 1), &ep1);
-    /* N = 76: rows not whole lines of 8, the element-wise epilogue */
-    em_matmul_epilogue ep2 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(76), 100),
-                              .act = EM_MATMUL_ACT_RELU,
-                              .residual = rnd(dev, EM_BF16, EM_SHAPE(231, 76), 101)};
-    check("coop 256x128 epilogue, N = 76", c128, true, rnd(dev, EM_BF16, EM_SHAPE(231, 96), 102),
-          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(76, 96), 103), 0, 1), &ep2);
-    /* split-K: K = 520 in chunks of 320 and 200, partials element-wise */
-    em_matmul_epilogue ep3 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(72), 104),
-                              .act = EM_MATMUL_ACT_RELU,
-                              .residual = rnd(dev, EM_BF16, EM_SHAPE(256, 72), 105)};
-    check("coop 256x128 split-K, epilogue, both transposed", "wgmma-tma-p 256x128x64 2x1 s2", true,
-          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(520, 256), 106), 0, 1),
-          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(72, 520), 107), 0, 1), &ep3);
-    check("coop 256x192 row-major, edges", c192, true, rnd(dev, EM_BF16, EM_SHAPE(253, 136), 108),
+    static const tile_form pp = {"pp", "wgmma-tma-pp 128x128x64 2x1 s1",
+                                 "wgmma-tma-pp 64x256x64 2x1 s1", "wgmma-tma-pp 128x128x64 2x1 s2",
+                                 true, true, true, 257, 200, 70, 133, 130, 131, 136, 131, 136,
+                                 /* 256 accumulators a unit; one consumer */
+                                 {"wgmma-tma-pp 128x256x64 2x1 s1", "wgmma-tma-pp 64x128x64 1x1 s1"}};
+    static const tile_form coop = {"coop", "wgmma-tma-p 256x128x64 2x1 s1",
+                                   "wgmma-tma-p 256x192x64 2x1 s1", "wgmma-tma-p 256x128x64 2x1 s2",
+                                   false, false, false, 301, 264, 250, 233, 260, 251, 248, 231, 256,
+                                   /* 256 accumulators a unit, one consumer, the other forms */
+                                   {"wgmma-tma-p 256x256x64 2x1 s1", "wgmma-tma-p 256x128x64 1x1 s1",
+                                    "wgmma-tma-se 256x128x64 2x1 s1", "wgmma-tma 256x128x64 2x1 s1"}};
+    tile_form_cases(dev, &pp, 41);
+    tile_form_cases(dev, &coop, 81);
+    check("coop 256x192 row-major, edges", coop.alt, true, rnd(dev, EM_BF16, EM_SHAPE(253, 136), 108),
           rnd(dev, EM_BF16, EM_SHAPE(136, 200), 109), NULL);
-    /* 256 x 256 (256 accumulators a unit), one consumer, the other forms: refused */
-    static const char *const bad[] = {
-        "wgmma-tma-p 256x256x64 2x1 s1", "wgmma-tma-p 256x128x64 1x1 s1",
-        "wgmma-tma-se 256x128x64 2x1 s1", "wgmma-tma 256x128x64 2x1 s1"};
-    for (int i = 0; i < 4; i++)
-        check("coop refused", bad[i], false, rnd(dev, EM_BF16, EM_SHAPE(30, 64), 110),
-              rnd(dev, EM_BF16, EM_SHAPE(64, 24), 111), NULL);
 }
 
 static void test_tma_kernel(void **state)
@@ -276,8 +253,7 @@ static void test_tma_kernel(void **state)
         tma_cases(dev, "wgmma-tma");
         tma_cases(dev, "wgmma-tma-se");
         tma_cases(dev, "wgmma-tma-p");
-        pp_cases(dev);
-        coop_cases(dev);
+        multi_tile_cases(dev);
         em_scope_end(NULL, 0);
     }
     em_profile_enable(false);
