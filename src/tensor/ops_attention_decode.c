@@ -147,6 +147,20 @@ static bool dec_last_ok(const em_caps *caps)
 
 /* What one launch reads and writes besides q, k, v, pos and out: the new keys and values to
  * append (NULL: none) and the split counters (NULL: a second launch merges). */
+/* Whether the kernel loads its first keys and values before its dependency_wait() (PRE): on CUDA
+ * where k's and v's buffers are settled (em_buffer_settled: no launch that may still run writes
+ * them; a decode step's cache, which only this kernel writes, at pos). EMBER_ATTENTION_DECODE_
+ * PRELOAD=0 turns it off, =1 takes it on every target where they are settled (tests). */
+static bool dec_preload(em_device *dev, const em_tensor *k, const em_tensor *v)
+{
+    const char *env = getenv("EMBER_ATTENTION_DECODE_PRELOAD");
+    if (env && !strcmp(env, "0")) return false;
+    bool cuda = !strcmp(em_device_caps(dev)->target, "cuda");
+    if (!(env && !strcmp(env, "1")) && !cuda) return false;
+    return k->st->buf && v->st->buf && em_buffer_settled(k->st->buf) &&
+           em_buffer_settled(v->st->buf);
+}
+
 typedef struct dec_extra {
     const em_tensor *k_new, *v_new; /* [R, H, 1, D] for key position pos[r], or NULL */
     const em_tensor *counters;      /* u32/i32, R H zeros left zero, or NULL */
@@ -168,11 +182,12 @@ static em_status dec_launch(const char *op, em_device *dev, const em_tensor *q, 
     int64_t n = split ? bh * pl.splits * (D + 2) : 1;
     em_tensor *part = tn_new(dev, ct, 1, &n);
     if (!part) return em_last_status();
-    em_lang_bind bind[10] = {em_lang_bind_type("T", q->dtype),    em_lang_bind_type("C", ct),
+    em_lang_bind bind[11] = {em_lang_bind_type("T", q->dtype),    em_lang_bind_type("C", ct),
                              em_lang_bind_type("M", mt),          em_lang_bind_int("D", D),
                              em_lang_bind_int("KL", pl.kl),       em_lang_bind_int("UK", pl.uk),
                              em_lang_bind_int("CUBE", pl.cube),   em_lang_bind_bool("SPLIT", split),
-                             em_lang_bind_bool("APPEND", append), em_lang_bind_bool("LAST", last)};
+                             em_lang_bind_bool("APPEND", append), em_lang_bind_bool("LAST", last),
+                             em_lang_bind_bool("PRE", dec_preload(dev, k, v))};
     /* without them, kn and vn are q and count is part: bound, never read */
     tn_arg args[11] = {tn_arg_t(q),
                        tn_arg_t(k),
@@ -189,7 +204,7 @@ static em_status dec_launch(const char *op, em_device *dev, const em_tensor *q, 
     args[8].lanes = args[9].lanes = args[10].lanes = 1;
     uint32_t cubes[3] = {(uint32_t)bh, pl.splits, 1}, units[3] = {pl.cube, 1, 1};
     em_status st =
-        tn_launch(op, dev, "tensor_attention_decode", bind, 10, pl.v, cubes, units, args, 11);
+        tn_launch(op, dev, "tensor_attention_decode", bind, 11, pl.v, cubes, units, args, 11);
     if (st == EM_OK && split && !last) {
         unsigned cu = D < 32 ? 32 : (unsigned)(D + 31) / 32 * 32;
         em_lang_bind cb[4] = {bind[0], bind[1], bind[2], bind[3]};

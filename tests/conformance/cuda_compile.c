@@ -539,11 +539,14 @@ static void test_attention_compile(void **state)
                             em_lang_bind_int("CUBE", 128),      em_lang_bind_bool("SPLIT", dec[c].split)};
         items[n++] = item("tensor_attention_decode", (unsigned)dec[c].v, 8, b);
         items[n++] = item("tensor_attention_decode_combine", 1, 4, b);
-        /* em_attention_decode_append: the new keys stored, the splits merged by the last cube */
-        em_lang_bind ba[10] = {b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+        /* em_attention_decode_append: the new keys stored, the splits merged by the last cube;
+         * and the same with the first keys and values loaded before the dependency wait */
+        em_lang_bind ba[11] = {b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
                                em_lang_bind_bool("APPEND", true),
-                               em_lang_bind_bool("LAST", dec[c].split)};
+                               em_lang_bind_bool("LAST", dec[c].split),
+                               em_lang_bind_bool("PRE", true)};
         items[n++] = item("tensor_attention_decode", (unsigned)dec[c].v, 10, ba);
+        items[n++] = item("tensor_attention_decode", (unsigned)dec[c].v, 11, ba);
     }
     size_t compiled = 0, failed = 0, unspec = 0;
     compile_items(m, items, n, true, &compiled, &failed, &unspec);

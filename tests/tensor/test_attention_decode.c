@@ -215,6 +215,10 @@ static void expect_same(const char *what, const char *part, const em_tensor *a, 
  * must be equal bitwise, the counters zero again, and a second append call (the cache now holds
  * the new entries) gives the same output. split: EMBER_ATTENTION_DECODE_SPLIT ("" the host's);
  * combine: EMBER_ATTENTION_DECODE_COMBINE ("" by capability). */
+/* test_append_preload: the appending call finds its cache settled (a sync just before), so with
+ * EMBER_ATTENTION_DECODE_PRELOAD=1 it loads its first keys and values before the wait */
+static bool g_preload;
+
 static void check_append_case(em_device *dev, em_scalar dt, int R, int H, int D, int Tk,
                               const int64_t *pos, const char *split, const char *combine)
 {
@@ -250,6 +254,10 @@ static void check_append_case(em_device *dev, em_scalar dt, int R, int H, int D,
     /* before each call, other partials in the workspace the pool will hand out again (the
      * reference's would hide a merge that ran before every split was in) */
     em_release(em_attention_decode(kn, ka, va, tp, scale));
+    if (g_preload) {
+        assert_int_equal(em_device_sync(dev), EM_OK);
+        assert_true(em_buffer_settled(kb->st->buf) && em_buffer_settled(vb->st->buf));
+    }
     em_tensor *ob = em_attention_decode_append(tq, kn, vn, kb, vb, tp, cnt, scale);
     em_release(em_attention_decode(vn, ka, va, tp, scale));
     em_tensor *ob2 = em_attention_decode_append(tq, kn, vn, kb, vb, tp, cnt, scale);
@@ -298,6 +306,28 @@ static void test_append(void **state)
     }
 }
 
+/* The appending form loading its first keys and values before its dependency_wait() (PRE: where
+ * the cache is settled; EMBER_ATTENTION_DECODE_PRELOAD=1 takes it on every target, where the
+ * wait is nothing): the same results as scatter + attention, one split and several, lines and
+ * scalar reads, a position past the attended keys. */
+static void test_append_preload(void **state)
+{
+    (void)state;
+    static const int64_t a[3] = {100, -1, 191}, b[4] = {0, 194, 64, 31};
+    setenv("EMBER_ATTENTION_DECODE_PRELOAD", "1", 1);
+    g_preload = true;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        em_scope_begin();
+        check_append_case(dev, EM_F32, 3, 2, 64, 192, a, "", "");
+        check_append_case(dev, EM_F32, 3, 2, 64, 192, a, "7", "");
+        check_append_case(dev, EM_F32, 4, 3, 33, 192, b, "4", "");
+        em_scope_end(NULL, 0);
+    }
+    g_preload = false;
+    unsetenv("EMBER_ATTENTION_DECODE_PRELOAD");
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -343,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_values),
         cmocka_unit_test(test_sweep),
         cmocka_unit_test(test_append),
+        cmocka_unit_test(test_append_preload),
         cmocka_unit_test(test_errors),
     };
     const char *only = getenv("EMBER_TEST_FILTER"); /* one test by name (cmocka's pattern) */
