@@ -12,6 +12,15 @@
 
 #include "runtime/rt.h"
 
+/* FNV-1a over n bytes. */
+static uint64_t fnv1a(const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
 em_status em_device_constant(em_device *dev, const void *data, size_t n, em_buffer **buf,
                              size_t *offset)
 {
@@ -33,8 +42,9 @@ em_status em_device_constant(em_device *dev, const void *data, size_t n, em_buff
         st = em_error_context("em_device_constant");
     } else {
         int hit = -1;
+        uint64_t h = fnv1a(data, n);
         for (int i = 0; i < c->used && hit < 0; i++)
-            if (c->len[i] == n && !memcmp(c->bytes[i], data, n)) hit = i;
+            if (c->hash[i] == h && c->len[i] == n && !memcmp(c->bytes[i], data, n)) hit = i;
         if (hit < 0) {
             hit = c->next;
             c->next = (c->next + 1) % EM_RT_CONST_SLOTS;
@@ -44,6 +54,7 @@ em_status em_device_constant(em_device *dev, const void *data, size_t n, em_buff
             if (st == EM_OK) {
                 memcpy(c->bytes[hit], data, n);
                 c->len[hit] = n;
+                c->hash[hit] = h;
             }
         }
         if (st == EM_OK) {

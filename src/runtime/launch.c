@@ -280,11 +280,17 @@ em_status em_rt_launch(em_kernel *kernel, const uint32_t cube_count[3], const ui
     em_drv_arg *resolved = np <= STACK_ARGS ? stack : calloc(np, sizeof(*resolved));
     if (!resolved)
         return em_set_error(EM_ERR_NOMEM, "em_launch: out of memory");
+    /* the launch's number, stamped on the buffers it may write (em_buffer_settled) */
+    em_device *dev = kernel->dev;
+    uint64_t seq = __atomic_add_fetch(&dev->launch_seq, 1, __ATOMIC_RELAXED);
     for (size_t i = 0; i < np && st == EM_OK; i++) {
         const em_ir_param *p = em_ir_param_at(ir, i);
-        if (p->kind == EM_PARAM_BUFFER)
-            st = check_buffer(kernel, i, em_ir_mem_at(ir, p->id), &args[i], &resolved[i]);
-        else
+        if (p->kind == EM_PARAM_BUFFER) {
+            const em_ir_memory *mem = em_ir_mem_at(ir, p->id);
+            st = check_buffer(kernel, i, mem, &args[i], &resolved[i]);
+            if (st == EM_OK && (mem->access & EM_WRITE))
+                __atomic_store_n(&args[i].buf->written, seq, __ATOMIC_RELAXED);
+        } else
             st = check_scalar(kernel, i, em_ir_value_at(ir, p->id), &args[i], &resolved[i]);
     }
     if (st == EM_OK && cubes) {
@@ -293,14 +299,6 @@ em_status em_rt_launch(em_kernel *kernel, const uint32_t cube_count[3], const ui
         memcpy(launch.cube_dim, cube_dim, sizeof(launch.cube_dim));
         launch.args = resolved;
         launch.nargs = np;
-        em_device *dev = kernel->dev;
-        /* number the launch and stamp the buffers it may write (em_buffer_settled) */
-        uint64_t seq = __atomic_add_fetch(&dev->launch_seq, 1, __ATOMIC_RELAXED);
-        for (size_t i = 0; i < np; i++) {
-            const em_ir_param *p = em_ir_param_at(ir, i);
-            if (p->kind == EM_PARAM_BUFFER && (em_ir_mem_at(ir, p->id)->access & EM_WRITE))
-                __atomic_store_n(&args[i].buf->written, seq, __ATOMIC_RELAXED);
-        }
         em_rt_pool_note_launch(dev, em_ir_kernel_name(ir));
         if (dev->recording)
             st = em_rt_graph_record_launch(dev->recording, kernel->fn, &launch);

@@ -72,13 +72,14 @@ void em_rt_kernels_destroy(em_device *dev);
 /* ---- devices (device.c, registry.c) -------------------------------------------------------- */
 
 /* A device's constants (constants.c): EM_RT_CONST_SLOTS slots of EM_RT_CONST_BYTES in buf, a
- * host copy of each slot's bytes (len 0: empty), the next slot to overwrite. */
+ * host copy of each slot's bytes (len 0: empty) and their hash, the next slot to overwrite. */
 enum { EM_RT_CONST_SLOTS = 256, EM_RT_CONST_BYTES = 256 };
 typedef struct em_rt_constants {
     pthread_mutex_t lock;
     em_buffer *buf; /* allocated on first use */
     unsigned char bytes[EM_RT_CONST_SLOTS][EM_RT_CONST_BYTES];
     size_t len[EM_RT_CONST_SLOTS];
+    uint64_t hash[EM_RT_CONST_SLOTS]; /* of each slot's bytes: most misses skip the compare */
     int used, next;
 } em_rt_constants;
 void em_rt_constants_destroy(em_device *dev);

@@ -189,6 +189,11 @@ em_status tn_fill(em_tensor *out, double value);
 
 /* Scalars passed to kernels as the compute type of dt. */
 em_arg tn_scalar_arg(em_scalar dt, double v);
+/* Whether a kernel may load the n tensors' buffers before its dependency_wait() (a comptime PRE
+ * flag): where each is settled (em_buffer_settled: no launch that may still run writes it) on
+ * CUDA, the one target whose wait lets the launches before run out meanwhile. The environment
+ * variable env: "0" never, "1" on any target where they are settled (tests). */
+bool tn_preload_ok(em_device *dev, const char *env, const em_tensor *const *ts, int n);
 
 /* Elementwise entry points shared by several files (ops_elementwise.c). */
 enum {

@@ -5,6 +5,7 @@
  * realized, and pending computations reading a buffer the kernel writes run first (fusion.h). Each
  * launch counts the bytes of the views it binds: const ones read, the others written. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tensor/fusion.h"
@@ -25,6 +26,16 @@ em_scalar tn_math_type(em_device *dev, em_scalar ct)
     const em_caps *c = em_device_caps(dev);
     if (ct == EM_F64 && c && !strcmp(c->target, "glsl")) return EM_F32; /* GLSL has no f64 exp/log */
     return ct;
+}
+
+bool tn_preload_ok(em_device *dev, const char *env, const em_tensor *const *ts, int n)
+{
+    const char *v = getenv(env);
+    if (v && !strcmp(v, "0")) return false;
+    if (!(v && !strcmp(v, "1")) && strcmp(em_device_caps(dev)->target, "cuda") != 0) return false;
+    for (int i = 0; i < n; i++)
+        if (!ts[i]->st->buf || !em_buffer_settled(ts[i]->st->buf)) return false;
+    return true;
 }
 
 em_arg tn_scalar_arg(em_scalar dt, double v)

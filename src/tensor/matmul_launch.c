@@ -2,7 +2,6 @@
  * operands, the epilogue tensors (or placeholders the kernel never reads, since its comptime
  * flags are off) and, for split-K, a contiguous workspace of partial sums in the accumulation
  * type that matmul_splitk_reduce adds up and finishes with the epilogue. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "tensor/fusion.h"
@@ -58,18 +57,6 @@ static tn_arg ln_arg(const mm_problem *p, const em_tensor *t)
     return tn_arg_geom(t ? t : p->a, 1, &shape, &stride, t ? t->offset : p->a->offset);
 }
 
-/* Whether the skinny kernel loads its first lines of b before its dependency_wait(), while the
- * launches before it run out: where b is settled (no launch still running writes it:
- * em_buffer_settled; a model's weights while decoding) and the target has dependent launches
- * (PTX griddepcontrol: elsewhere the wait is nothing). EMBER_SKINNY_PRELOAD=0 turns it off. */
-static bool skinny_preload(const mm_problem *p)
-{
-    const char *env = getenv("EMBER_SKINNY_PRELOAD");
-    if (env && !strcmp(env, "0")) return false;
-    if (env && !strcmp(env, "1")) return em_buffer_settled(p->b->st->buf); /* tests: any target */
-    return p->caps && !strcmp(p->caps->target, "cuda") && em_buffer_settled(p->b->st->buf);
-}
-
 /* The skinny kernel (matmul_skinny.ek) with b read in lines of the plan's width; outa is out or
  * the split's partial-sum workspace; with p->ln it layer-normalizes a's rows as it reads them. */
 static em_status launch_skinny(const mm_problem *p, const mm_config *c, tn_arg outa,
@@ -98,7 +85,9 @@ static em_status launch_skinny(const mm_problem *p, const mm_config *c, tn_arg o
     bd[nb++] = em_lang_bind_bool("LN", p->ln);
     bd[nb++] = em_lang_bind_bool("LNW", p->ln && p->ln_w);
     bd[nb++] = em_lang_bind_bool("LNB", p->ln && p->ln_b);
-    bd[nb++] = em_lang_bind_bool("PRE", skinny_preload(p));
+    /* b's first lines before the dependency wait where it is settled (a model's weights while
+     * decoding); EMBER_SKINNY_PRELOAD=0 / 1 */
+    bd[nb++] = em_lang_bind_bool("PRE", tn_preload_ok(p->dev, "EMBER_SKINNY_PRELOAD", &p->b, 1));
     tn_arg ts[7] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
                     tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset),
                     outa,

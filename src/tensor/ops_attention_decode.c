@@ -147,20 +147,6 @@ static bool dec_last_ok(const em_caps *caps)
 
 /* What one launch reads and writes besides q, k, v, pos and out: the new keys and values to
  * append (NULL: none) and the split counters (NULL: a second launch merges). */
-/* Whether the kernel loads its first keys and values before its dependency_wait() (PRE): on CUDA
- * where k's and v's buffers are settled (em_buffer_settled: no launch that may still run writes
- * them; a decode step's cache, which only this kernel writes, at pos). EMBER_ATTENTION_DECODE_
- * PRELOAD=0 turns it off, =1 takes it on every target where they are settled (tests). */
-static bool dec_preload(em_device *dev, const em_tensor *k, const em_tensor *v)
-{
-    const char *env = getenv("EMBER_ATTENTION_DECODE_PRELOAD");
-    if (env && !strcmp(env, "0")) return false;
-    bool cuda = !strcmp(em_device_caps(dev)->target, "cuda");
-    if (!(env && !strcmp(env, "1")) && !cuda) return false;
-    return k->st->buf && v->st->buf && em_buffer_settled(k->st->buf) &&
-           em_buffer_settled(v->st->buf);
-}
-
 typedef struct dec_extra {
     const em_tensor *k_new, *v_new; /* [R, H, 1, D] for key position pos[r], or NULL */
     const em_tensor *counters;      /* u32/i32, R H zeros left zero, or NULL */
@@ -182,12 +168,21 @@ static em_status dec_launch(const char *op, em_device *dev, const em_tensor *q, 
     int64_t n = split ? bh * pl.splits * (D + 2) : 1;
     em_tensor *part = tn_new(dev, ct, 1, &n);
     if (!part) return em_last_status();
-    em_lang_bind bind[11] = {em_lang_bind_type("T", q->dtype),    em_lang_bind_type("C", ct),
-                             em_lang_bind_type("M", mt),          em_lang_bind_int("D", D),
-                             em_lang_bind_int("KL", pl.kl),       em_lang_bind_int("UK", pl.uk),
-                             em_lang_bind_int("CUBE", pl.cube),   em_lang_bind_bool("SPLIT", split),
-                             em_lang_bind_bool("APPEND", append), em_lang_bind_bool("LAST", last),
-                             em_lang_bind_bool("PRE", dec_preload(dev, k, v))};
+    /* the cache's first keys and values before the dependency wait where it is settled (a decode
+     * step's: only this kernel writes it, at pos); EMBER_ATTENTION_DECODE_PRELOAD=0 / 1 */
+    const em_tensor *kv[2] = {k, v};
+    em_lang_bind bind[11] = {
+        em_lang_bind_type("T", q->dtype),
+        em_lang_bind_type("C", ct),
+        em_lang_bind_type("M", mt),
+        em_lang_bind_int("D", D),
+        em_lang_bind_int("KL", pl.kl),
+        em_lang_bind_int("UK", pl.uk),
+        em_lang_bind_int("CUBE", pl.cube),
+        em_lang_bind_bool("SPLIT", split),
+        em_lang_bind_bool("APPEND", append),
+        em_lang_bind_bool("LAST", last),
+        em_lang_bind_bool("PRE", tn_preload_ok(dev, "EMBER_ATTENTION_DECODE_PRELOAD", kv, 2))};
     /* without them, kn and vn are q and count is part: bound, never read */
     tn_arg args[11] = {tn_arg_t(q),
                        tn_arg_t(k),
@@ -216,6 +211,34 @@ static em_status dec_launch(const char *op, em_device *dev, const em_tensor *q, 
     return st;
 }
 
+/* The checked op: the kernel's views of the inputs (k_new and v_new too for the appending form,
+ * else NULL), the launches, the result; NULL with the error set. */
+static em_tensor *dec_run(const char *op, const em_tensor *q, const em_tensor *k,
+                          const em_tensor *v, const em_tensor *pos, double scale,
+                          const em_tensor *k_new, const em_tensor *v_new, const em_tensor *counters)
+{
+    em_device *dev = q->st->dev;
+    em_tensor *out = tn_new(dev, q->dtype, 4, q->shape);
+    em_tensor *qc = out ? tn_attn_view(q) : NULL, *kc = qc ? tn_attn_view(k) : NULL;
+    em_tensor *vc = kc ? tn_attn_view(v) : NULL, *pc = vc ? tn_contig(pos) : NULL;
+    em_tensor *knc = pc && k_new ? tn_attn_view(k_new) : NULL;
+    em_tensor *vnc = knc ? tn_attn_view(v_new) : NULL;
+    em_status st = pc && (!k_new || vnc) ? EM_OK : em_last_status();
+    dec_extra x = {knc, vnc, counters}; /* the launch realizes a pending counters tensor */
+    if (st == EM_OK) st = dec_launch(op, dev, qc, kc, vc, pc, out, scale, &x);
+    em_release(qc);
+    em_release(kc);
+    em_release(vc);
+    em_release(pc);
+    em_release(knc);
+    em_release(vnc);
+    if (st != EM_OK) {
+        em_release(out);
+        return NULL;
+    }
+    return out;
+}
+
 em_tensor *em_attention_decode(const em_tensor *q, const em_tensor *k, const em_tensor *v,
                                const em_tensor *pos, double scale)
 {
@@ -225,22 +248,7 @@ em_tensor *em_attention_decode(const em_tensor *q, const em_tensor *k, const em_
         return NULL;
     }
     if (!dec_check(op, q, k, v, pos, scale)) return NULL;
-    em_device *dev = q->st->dev;
-    em_tensor *out = tn_new(dev, q->dtype, 4, q->shape);
-    em_tensor *qc = out ? tn_attn_view(q) : NULL, *kc = qc ? tn_attn_view(k) : NULL;
-    em_tensor *vc = kc ? tn_attn_view(v) : NULL, *pc = vc ? tn_contig(pos) : NULL;
-    em_status st = pc ? EM_OK : em_last_status();
-    dec_extra none = {NULL, NULL, NULL};
-    if (pc) st = dec_launch(op, dev, qc, kc, vc, pc, out, scale, &none);
-    em_release(qc);
-    em_release(kc);
-    em_release(vc);
-    em_release(pc);
-    if (st != EM_OK) {
-        em_release(out);
-        return NULL;
-    }
-    return out;
+    return dec_run(op, q, k, v, pos, scale, NULL, NULL, NULL);
 }
 
 /* Whether t (a cache k or v) can be written in place by the kernel: its last dim contiguous (or
@@ -302,23 +310,5 @@ em_tensor *em_attention_decode_append(const em_tensor *q, const em_tensor *k_new
     if (!dec_check(op, q, k, v, pos, scale) ||
         !dec_check_append(op, q, k_new, v_new, k, v, counters))
         return NULL;
-    em_device *dev = q->st->dev;
-    em_tensor *out = tn_new(dev, q->dtype, 4, q->shape);
-    em_tensor *qc = out ? tn_attn_view(q) : NULL, *kc = qc ? tn_attn_view(k) : NULL;
-    em_tensor *vc = kc ? tn_attn_view(v) : NULL, *pc = vc ? tn_contig(pos) : NULL;
-    em_tensor *knc = pc ? tn_attn_view(k_new) : NULL, *vnc = knc ? tn_attn_view(v_new) : NULL;
-    em_status st = vnc ? EM_OK : em_last_status();
-    dec_extra x = {knc, vnc, counters}; /* the launch realizes a pending counters tensor */
-    if (st == EM_OK) st = dec_launch(op, dev, qc, kc, vc, pc, out, scale, &x);
-    em_release(qc);
-    em_release(kc);
-    em_release(vc);
-    em_release(pc);
-    em_release(knc);
-    em_release(vnc);
-    if (st != EM_OK) {
-        em_release(out);
-        return NULL;
-    }
-    return out;
+    return dec_run(op, q, k, v, pos, scale, k_new, v_new, counters);
 }

@@ -197,10 +197,13 @@ bool mm_tma_maps(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q
     size_t at = 0;
     /* the device's constants: the same maps (the same operands' places and shapes: a training
      * step's or a benchmark's repeats) are written once, not queued before every launch */
-    if (!em_device_recording(p->dev) && em_device_constant(p->dev, words, sizeof words, &buf, &at) == EM_OK) {
-        out[0] = tn_arg_s(em_arg_tensor(buf, at, (uint64_t)len, 1, &len, &one));
-        out[1] = tn_arg_s(em_arg_u32(0));
-        return true;
+    if (!em_device_recording(p->dev)) {
+        if (em_device_constant(p->dev, words, sizeof words, &buf, &at) == EM_OK) {
+            out[0] = tn_arg_s(em_arg_tensor(buf, at, (uint64_t)len, 1, &len, &one));
+            out[1] = tn_arg_s(em_arg_u32(0));
+            return true;
+        }
+        em_clear_error(); /* no slot (out of memory): a tensor of their own, as below */
     }
     /* while recording (a replay may outlive a constant's slot): the graph's own copy */
     em_tensor *maps = tn_new(p->dev, EM_I64, 1, &len); /* tensors hold no u64: the same bits */

@@ -856,8 +856,19 @@ static void test_skinny_preload(void **state)
         em_tensor *made = em_add(host, host);
         assert_int_equal(em_realize(made), EM_OK);
         assert_false(em_buffer_settled(made->st->buf));
+        const em_tensor *pair[2] = {host, made};
+        assert_false(tn_preload_ok(dev, "EMBER_SKINNY_PRELOAD", pair, 2)); /* made: in flight */
         assert_int_equal(em_device_sync(dev), EM_OK);
         assert_true(em_buffer_settled(made->st->buf));
+        /* the kernel's choice: settled buffers with the variable at 1 on any target; at 0
+         * never; unset, on CUDA only */
+        assert_true(tn_preload_ok(dev, "EMBER_SKINNY_PRELOAD", pair, 2));
+        setenv("EMBER_SKINNY_PRELOAD", "0", 1);
+        assert_false(tn_preload_ok(dev, "EMBER_SKINNY_PRELOAD", pair, 2));
+        unsetenv("EMBER_SKINNY_PRELOAD");
+        assert_int_equal(tn_preload_ok(dev, "EMBER_SKINNY_PRELOAD", pair, 2),
+                         !strcmp(em_device_caps(dev)->target, "cuda"));
+        setenv("EMBER_SKINNY_PRELOAD", "1", 1);
         check_mm("skinny preload made b", rnd(dev, EM_F32, EM_SHAPE(2, 64), 701), made, NULL);
         char what[96];
         for (size_t i = 0; i < EM_ARRAY_LEN(shapes); i++) {

@@ -240,9 +240,17 @@ static void multi_tile_cases(em_device *dev)
           rnd(dev, EM_BF16, EM_SHAPE(136, 200), 109), NULL);
 }
 
-static void test_tma_kernel(void **state)
+/* dev's compute units (1 where it does not say). */
+static int64_t compute_units(em_device *dev)
 {
-    (void)state;
+    uint32_t n = em_device_caps(dev)->compute_units;
+    return n ? n : 1;
+}
+
+/* Runs cases on every test device that runs the TMA kernel (the CPU target's emulation, or an
+ * sm_90a GPU), with launch profiling on so that check() can see which kernel ran. */
+static void on_tma_devices(void (*cases)(em_device *))
+{
     em_profile_enable(true);
     for (int di = 0; di < tu_ndev; di++) {
         em_device *dev = tu_devs[di];
@@ -250,45 +258,51 @@ static void test_tma_kernel(void **state)
         bool native = !strcmp(caps->target, "cuda") && !strcmp(caps->arch, "sm_90a");
         if (strcmp(caps->target, "c") != 0 && !native) continue;
         em_scope_begin();
-        tma_cases(dev, "wgmma-tma");
-        tma_cases(dev, "wgmma-tma-se");
-        tma_cases(dev, "wgmma-tma-p");
-        multi_tile_cases(dev);
+        cases(dev);
         em_scope_end(NULL, 0);
     }
     em_profile_enable(false);
 }
 
+static void tma_kernel_cases(em_device *dev)
+{
+    tma_cases(dev, "wgmma-tma");
+    tma_cases(dev, "wgmma-tma-se");
+    tma_cases(dev, "wgmma-tma-p");
+    multi_tile_cases(dev);
+}
+
+static void test_tma_kernel(void **state)
+{
+    (void)state;
+    on_tma_devices(tma_kernel_cases);
+}
+
 /* Persistent cubes with more tiles than cubes (a cube runs several, the ring's phases going on
  * from tile to tile), over a batch and with the whole epilogue (GELU). */
+static void tma_persistent_cases(em_device *dev)
+{
+    /* 64 x 64 tiles, 3 along N: at least 2 compute units' worth of tiles plus one */
+    int64_t cus = compute_units(dev);
+    int64_t tiles = 2 * cus + 1, batch = 2;
+    int64_t m = ((tiles + 3 * batch - 1) / (3 * batch)) * 64 - 9;
+    const char *cfg = "wgmma-tma-p 64x64x64 1x1 s1";
+    em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(136), 31),
+                             .act = EM_MATMUL_ACT_RELU,
+                             .residual = rnd(dev, EM_BF16, EM_SHAPE(m, 136), 32)};
+    check("persistent 1x64, batch, epilogue", cfg, true,
+          rnd(dev, EM_BF16, EM_SHAPE(batch, m, 200), 33),
+          rnd(dev, EM_BF16, EM_SHAPE(batch, 200, 136), 34), &ep);
+    /* two consumers, K of one k tile (each tile is one ring use) */
+    check("persistent 2x128, K = 64", "wgmma-tma-p 128x128x64 2x1 s1", true,
+          rnd(dev, EM_BF16, EM_SHAPE(m * 2 + 3, 64), 35),
+          rnd(dev, EM_BF16, EM_SHAPE(64, 520), 36), NULL);
+}
+
 static void test_tma_persistent(void **state)
 {
     (void)state;
-    em_profile_enable(true);
-    for (int di = 0; di < tu_ndev; di++) {
-        em_device *dev = tu_devs[di];
-        const em_caps *caps = em_device_caps(dev);
-        bool native = !strcmp(caps->target, "cuda") && !strcmp(caps->arch, "sm_90a");
-        if (strcmp(caps->target, "c") != 0 && !native) continue;
-        em_scope_begin();
-        /* 64 x 64 tiles, 3 along N: at least 2 compute units' worth of tiles plus one */
-        int64_t cus = caps->compute_units ? caps->compute_units : 1;
-        int64_t tiles = 2 * cus + 1, batch = 2;
-        int64_t m = ((tiles + 3 * batch - 1) / (3 * batch)) * 64 - 9;
-        const char *cfg = "wgmma-tma-p 64x64x64 1x1 s1";
-        em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(136), 31),
-                                 .act = EM_MATMUL_ACT_RELU,
-                                 .residual = rnd(dev, EM_BF16, EM_SHAPE(m, 136), 32)};
-        check("persistent 1x64, batch, epilogue", cfg, true,
-              rnd(dev, EM_BF16, EM_SHAPE(batch, m, 200), 33),
-              rnd(dev, EM_BF16, EM_SHAPE(batch, 200, 136), 34), &ep);
-        /* two consumers, K of one k tile (each tile is one ring use) */
-        check("persistent 2x128, K = 64", "wgmma-tma-p 128x128x64 2x1 s1", true,
-              rnd(dev, EM_BF16, EM_SHAPE(m * 2 + 3, 64), 35),
-              rnd(dev, EM_BF16, EM_SHAPE(64, 520), 36), NULL);
-        em_scope_end(NULL, 0);
-    }
-    em_profile_enable(false);
+    on_tma_devices(tma_persistent_cases);
 }
 
 /* The ping-pong form with three tiles a cube (one per compute unit: cube c runs tiles c, c + cus,
@@ -296,69 +310,59 @@ static void test_tma_persistent(void **state)
  * 2's) in between; k tiles a tile not a multiple of the ring's stages, so a wrong count reads
  * another stage. Over a batch with the whole epilogue, b broadcast, and split-K chunks of 3, 3
  * and 2 k tiles. */
+static void tma_pingpong_cases(em_device *dev)
+{
+    int64_t cus = compute_units(dev);
+    /* a batch of 3, one tile along N, cus along M: 3 cus tiles */
+    int64_t m = cus * 128 - 9;
+    em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(120), 71),
+                             .act = EM_MATMUL_ACT_RELU,
+                             .residual = rnd(dev, EM_BF16, EM_SHAPE(m, 120), 72)};
+    check("pp 128x128, 3 tiles a cube, batch, epilogue", "wgmma-tma-pp 128x128x64 2x1 s1", true,
+          rnd(dev, EM_BF16, EM_SHAPE(3, m, 200), 73),
+          rnd(dev, EM_BF16, EM_SHAPE(3, 200, 120), 74), &ep);
+    check("pp 64x256, 3 tiles a cube, b broadcast", "wgmma-tma-pp 64x256x64 2x1 s1", true,
+          rnd(dev, EM_BF16, EM_SHAPE(3, cus * 64 - 5, 136), 75),
+          rnd(dev, EM_BF16, EM_SHAPE(136, 200), 76), NULL);
+    /* split-K 3: K = 456 in chunks of 192, 192 and 72 (3, 3 and 2 k tiles); MN-major a */
+    em_matmul_epilogue ep2 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(72), 77),
+                              .act = EM_MATMUL_ACT_RELU};
+    check("pp 128x128, 3 split-K chunks a cube", "wgmma-tma-pp 128x128x64 2x1 s3", true,
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(456, cus * 128 - 8), 78), 0, 1),
+          rnd(dev, EM_BF16, EM_SHAPE(456, 72), 79), &ep2);
+}
+
 static void test_tma_pingpong(void **state)
 {
     (void)state;
-    em_profile_enable(true);
-    for (int di = 0; di < tu_ndev; di++) {
-        em_device *dev = tu_devs[di];
-        const em_caps *caps = em_device_caps(dev);
-        bool native = !strcmp(caps->target, "cuda") && !strcmp(caps->arch, "sm_90a");
-        if (strcmp(caps->target, "c") != 0 && !native) continue;
-        em_scope_begin();
-        int64_t cus = caps->compute_units ? caps->compute_units : 1;
-        /* a batch of 3, one tile along N, cus along M: 3 cus tiles */
-        int64_t m = cus * 128 - 9;
-        em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(120), 71),
-                                 .act = EM_MATMUL_ACT_RELU,
-                                 .residual = rnd(dev, EM_BF16, EM_SHAPE(m, 120), 72)};
-        check("pp 128x128, 3 tiles a cube, batch, epilogue", "wgmma-tma-pp 128x128x64 2x1 s1", true,
-              rnd(dev, EM_BF16, EM_SHAPE(3, m, 200), 73),
-              rnd(dev, EM_BF16, EM_SHAPE(3, 200, 120), 74), &ep);
-        check("pp 64x256, 3 tiles a cube, b broadcast", "wgmma-tma-pp 64x256x64 2x1 s1", true,
-              rnd(dev, EM_BF16, EM_SHAPE(3, cus * 64 - 5, 136), 75),
-              rnd(dev, EM_BF16, EM_SHAPE(136, 200), 76), NULL);
-        /* split-K 3: K = 456 in chunks of 192, 192 and 72 (3, 3 and 2 k tiles); MN-major a */
-        em_matmul_epilogue ep2 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(72), 77),
-                                  .act = EM_MATMUL_ACT_RELU};
-        check("pp 128x128, 3 split-K chunks a cube", "wgmma-tma-pp 128x128x64 2x1 s3", true,
-              em_transpose(rnd(dev, EM_BF16, EM_SHAPE(456, cus * 128 - 8), 78), 0, 1),
-              rnd(dev, EM_BF16, EM_SHAPE(456, 72), 79), &ep2);
-        em_scope_end(NULL, 0);
-    }
-    em_profile_enable(false);
+    on_tma_devices(tma_pingpong_cases);
 }
 
 /* The cooperative 256 x 128 tile with more tiles than cubes (2 cus + 1: a cube runs two or three,
  * the ring's phases going on from tile to tile, k tiles a tile not a multiple of the 4 stages),
  * over a batch with the whole epilogue; and MN-major a with split-K chunks of 3 and 2 k tiles. */
+static void tma_coop_cases(em_device *dev)
+{
+    int64_t cus = compute_units(dev);
+    int64_t tiles = 2 * cus + 1, batch = 2;
+    /* 2 tiles along N (200), (tiles / 4 rounded up) along M a batch entry */
+    int64_t m = ((tiles + 2 * batch - 1) / (2 * batch)) * 256 - 13;
+    em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(200), 112),
+                             .act = EM_MATMUL_ACT_RELU,
+                             .residual = rnd(dev, EM_BF16, EM_SHAPE(m, 200), 113)};
+    check("coop 256x128, more tiles than cubes, batch, epilogue",
+          "wgmma-tma-p 256x128x64 2x1 s1", true,
+          rnd(dev, EM_BF16, EM_SHAPE(batch, m, 328), 114),
+          rnd(dev, EM_BF16, EM_SHAPE(batch, 328, 200), 115), &ep);
+    check("coop 256x128, split-K 2, MN-major a", "wgmma-tma-p 256x128x64 2x1 s2", true,
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(320, cus * 256 - 8), 116), 0, 1),
+          rnd(dev, EM_BF16, EM_SHAPE(320, 72), 117), NULL);
+}
+
 static void test_tma_coop(void **state)
 {
     (void)state;
-    em_profile_enable(true);
-    for (int di = 0; di < tu_ndev; di++) {
-        em_device *dev = tu_devs[di];
-        const em_caps *caps = em_device_caps(dev);
-        bool native = !strcmp(caps->target, "cuda") && !strcmp(caps->arch, "sm_90a");
-        if (strcmp(caps->target, "c") != 0 && !native) continue;
-        em_scope_begin();
-        int64_t cus = caps->compute_units ? caps->compute_units : 1;
-        int64_t tiles = 2 * cus + 1, batch = 2;
-        /* 2 tiles along N (200), (tiles / 4 rounded up) along M a batch entry */
-        int64_t m = ((tiles + 2 * batch - 1) / (2 * batch)) * 256 - 13;
-        em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(200), 112),
-                                 .act = EM_MATMUL_ACT_RELU,
-                                 .residual = rnd(dev, EM_BF16, EM_SHAPE(m, 200), 113)};
-        check("coop 256x128, more tiles than cubes, batch, epilogue",
-              "wgmma-tma-p 256x128x64 2x1 s1", true,
-              rnd(dev, EM_BF16, EM_SHAPE(batch, m, 328), 114),
-              rnd(dev, EM_BF16, EM_SHAPE(batch, 328, 200), 115), &ep);
-        check("coop 256x128, split-K 2, MN-major a", "wgmma-tma-p 256x128x64 2x1 s2", true,
-              em_transpose(rnd(dev, EM_BF16, EM_SHAPE(320, cus * 256 - 8), 116), 0, 1),
-              rnd(dev, EM_BF16, EM_SHAPE(320, 72), 117), NULL);
-        em_scope_end(NULL, 0);
-    }
-    em_profile_enable(false);
+    on_tma_devices(tma_coop_cases);
 }
 
 static mm_problem h200_problem(em_caps *caps, int64_t M, int64_t N, int64_t K, em_tensor *t)
