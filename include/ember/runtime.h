@@ -156,6 +156,9 @@ const em_ir_kernel *em_kernel_ir(const em_kernel *kernel);
 /* The generated source for a kernel on a target ("c", "cuda", ...) without compiling it;
  * malloc'd, the caller frees it. NULL with the error set when the target does not exist. */
 char *em_kernel_source(const em_ir_kernel *k, const char *target);
+/* The same for a target described by caps (caps->target; caps->arch, e.g. "sm_90a", selects the
+ * architecture-specific code: warpgroup MMAs, TMA). */
+char *em_kernel_source_caps(const em_ir_kernel *k, const em_caps *caps);
 
 /* How a scalar argument's `value` is to be read: as the parameter's own type (for arguments
  * written by hand), or as what an em_arg_* helper stored. An integer value passed to a float

@@ -758,10 +758,22 @@ em_kernel *em_kernel_compile(em_device *dev, const em_ir_kernel *k)
 
 char *em_kernel_source(const em_ir_kernel *k, const char *target)
 {
-    if (!k || !target) {
+    if (!target) {
         em_set_error(EM_ERR_INVALID, "em_kernel_source: no kernel or target");
         return NULL;
     }
+    em_caps caps = {0};
+    snprintf(caps.target, sizeof caps.target, "%s", target);
+    return em_kernel_source_caps(k, &caps);
+}
+
+char *em_kernel_source_caps(const em_ir_kernel *k, const em_caps *caps)
+{
+    if (!k || !caps || !caps->target[0]) {
+        em_set_error(EM_ERR_INVALID, "em_kernel_source: no kernel or target");
+        return NULL;
+    }
+    const char *target = caps->target;
     if (em_ir_verify(k, 0) != EM_OK) {
         em_error_context("kernel %s", em_ir_kernel_name(k));
         return NULL;
@@ -772,7 +784,7 @@ char *em_kernel_source(const em_ir_kernel *k, const char *target)
     char *source = NULL;
     if (em_ir_simplify(c) == EM_OK) {
         const em_ir_kernel *one = c;
-        source = em_codegen(target, &one, 1, NULL);
+        source = em_codegen(target, &one, 1, caps->arch[0] ? caps : NULL);
     }
     em_ir_kernel_free(c);
     return source;

@@ -815,6 +815,12 @@ static void test_skinny(void **state)
                                       .residual = rnd(dev, EM_BF16, EM_SHAPE(1, 1, 64), 621)};
             check_mm("skinny epilogue bf16", rnd(dev, EM_BF16, EM_SHAPE(1, 1, 256), 622),
                      rnd(dev, EM_BF16, EM_SHAPE(256, 64), 623), &ep3);
+            /* GPT-2's attention projection while decoding: the default cube is 1024 units,
+             * which a CUDA kernel fits only with its registers capped (it once asked for 72) */
+            em_matmul_epilogue ep5 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(768), 636),
+                                      .residual = rnd(dev, EM_BF16, EM_SHAPE(1, 1, 768), 637)};
+            check_mm("skinny epilogue bf16 768", rnd(dev, EM_BF16, EM_SHAPE(1, 1, 768), 638),
+                     rnd(dev, EM_BF16, EM_SHAPE(768, 768), 639), &ep5);
         }
         em_scope_end(NULL, 0);
         /* forced: 3 groups along K of 2 units x 2 lines (shared-memory sums), split-K partials

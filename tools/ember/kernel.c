@@ -19,7 +19,7 @@ static void usage(FILE *out)
             "usage: ember kernel check FILE...\n"
             "       ember kernel list [FILE]\n"
             "       ember kernel dump FILE|--builtin [--kernel NAME] [--target TARGET]\n"
-            "                         [--set NAME=VALUE]... [--line-width N]\n"
+            "                         [--arch ARCH] [--set NAME=VALUE]... [--line-width N]\n"
             "       ember kernel dump --example NAME [--target TARGET]\n"
             "\n"
             "  check       parse and type-check every kernel of each file (comptime parameters\n"
@@ -27,6 +27,7 @@ static void usage(FILE *out)
             "  list        the kernels of FILE, or the built-in kernels\n"
             "  dump        print the IR of a kernel specialized with the bindings, and with\n"
             "              --target the code generated for it (c, cuda, opencl, glsl)\n"
+            "  --arch A    the target's architecture (cuda: sm_90a turns on wgmma and TMA)\n"
             "  --set N=V   bind generic N to a type (F=f16) or comptime parameter N to a value\n"
             "              (TILE=16, FLAG=true); LINE_WIDTH=4 sets the line width\n"
             "  --example   a sample kernel built with the IR builder:");
@@ -83,7 +84,7 @@ static int list_kernels(int argc, char **argv)
 
 /* Prints the IR of k, then (when simplification changes it) the simplified IR that the targets
  * compile, then the code for `target` when given. */
-static int dump_one(const em_ir_kernel *k, const char *target)
+static int dump_one(const em_ir_kernel *k, const em_caps *caps)
 {
     char *ir = em_ir_print_kernel(k);
     if (!ir) {
@@ -100,8 +101,9 @@ static int dump_one(const em_ir_kernel *k, const char *target)
     }
     em_ir_kernel_free(simple);
     free(ir);
-    if (!target) return 0;
-    char *src = em_kernel_source(k, target);
+    if (!caps) return 0;
+    const char *target = caps->target;
+    char *src = em_kernel_source_caps(k, caps);
     if (!src) {
         fprintf(stderr, "ember kernel: target '%s': %s\n", target, em_last_error());
         return 1;
@@ -118,14 +120,16 @@ static int dump_example(const char *name, const char *target)
         fprintf(stderr, "ember kernel: %s\n", em_last_error());
         return 1;
     }
-    int rc = dump_one(k, target);
+    em_caps caps = {0};
+    if (target) snprintf(caps.target, sizeof(caps.target), "%s", target);
+    int rc = dump_one(k, target ? &caps : NULL);
     em_ir_kernel_free(k);
     return rc;
 }
 
 static int dump(int argc, char **argv)
 {
-    const char *file = NULL, *kernel = NULL, *target = NULL, *example = NULL;
+    const char *file = NULL, *kernel = NULL, *target = NULL, *example = NULL, *arch = NULL;
     bool builtin = false;
     em_lang_bind binds[MAX_SETS];
     size_t nbinds = 0;
@@ -137,6 +141,8 @@ static int dump(int argc, char **argv)
             kernel = argv[++i];
         } else if (!strcmp(a, "--target") && has_next) {
             target = argv[++i];
+        } else if (!strcmp(a, "--arch") && has_next) {
+            arch = argv[++i];
         } else if (!strcmp(a, "--example") && has_next) {
             example = argv[++i];
         } else if (!strcmp(a, "--line-width") && has_next) {
@@ -170,6 +176,7 @@ static int dump(int argc, char **argv)
     int rc = 0;
     em_caps caps = {0};
     if (target) snprintf(caps.target, sizeof(caps.target), "%s", target);
+    if (arch) snprintf(caps.arch, sizeof(caps.arch), "%s", arch);
     em_lang_spec spec = {binds, nbinds, width, target ? &caps : NULL};
     for (size_t i = 0; m && i < em_lang_kernel_count(m) && !rc; i++) {
         const char *name = em_lang_kernel_name(m, i);
@@ -179,7 +186,7 @@ static int dump(int argc, char **argv)
             rc = 1;
             break;
         }
-        rc = dump_one(k, target);
+        rc = dump_one(k, target ? &caps : NULL);
         em_ir_kernel_free(k);
         if (kernel) break;
     }

@@ -770,7 +770,8 @@ static const char *ptx_constraint(em_type t)
  *   "cuda.wgmma.desc:LBO@M"       the u64 descriptor of shared array M (in->mem) at element a
  *   "cuda.wgmma.mma:N,T,TA,TB@M"  acc (local f32 array M, N/2 elements) += A * B, descriptors a, b
  *   "cuda.wgmma.wait:P@M"         wait until at most P groups are pending; pins M's registers
- *   "cuda.wgmma.fence", "cuda.wgmma.commit"
+ *   "cuda.wgmma.fence", "cuda.wgmma.fence_regs" (no proxy fence: the operands came through
+ *   the async proxy, e.g. TMA), "cuda.wgmma.commit"
  * The accumulator's elements are "+f" operands of the mma and of the wait, so the compiler keeps
  * them in registers and reads them only after the wait. */
 
@@ -796,6 +797,8 @@ static bool cu_wgmma(em_spmd *e, const em_ir_inst *in, const char *what, em_strb
          * through; then wgmma's own fence on registers and shared memory */
         em_spmd_line(e, "asm volatile(\"fence.proxy.async.shared::cta;\\n"
                         "wgmma.fence.sync.aligned;\" ::: \"memory\");");
+    } else if (!strcmp(what, "fence_regs")) {
+        em_spmd_line(e, "asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");");
     } else if (!strcmp(what, "commit")) {
         em_spmd_line(e, "asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");");
     } else if (!strncmp(what, "desc:", 5) && m && m->space == EM_MEM_SHARED && in->dst) {
@@ -940,7 +943,10 @@ static bool cu_intrinsic(em_spmd *e, const em_ir_inst *in, em_strbuf *sb)
         em_spmd_val(e, in->args[i], &ins);
         em_sb_append(&ins, ")");
     }
-    em_spmd_line(e, "asm volatile(\"%s\" : %s : %s);", text.data, outs.data, ins.data);
+    /* a "memory" clobber: the compiler keeps memory accesses on their side of the PTX (a
+     * named barrier, a fence written by hand) */
+    em_spmd_line(e, "asm volatile(\"%s\" : %s : %s : \"memory\");", text.data, outs.data,
+                 ins.data);
     if (in->dst)
         em_sb_append(sb, result);
     else

@@ -79,6 +79,7 @@ const lang_builtin em_lang_builtins_table[] = {
     {"copy_async_commit", BI_COPY_SYNC, 0, 0, EM_OP_COPY_COMMIT, 0},
     {"copy_async_wait", BI_COPY_SYNC, 1, 1, EM_OP_COPY_WAIT, 0},
     {"wgmma_fence", BI_WGMMA, 0, 0, 0, WGMMA_FENCE},
+    {"wgmma_fence_regs", BI_WGMMA, 0, 0, 0, WGMMA_FENCE_REGS},
     {"wgmma_commit", BI_WGMMA, 0, 0, 0, WGMMA_COMMIT},
     {"wgmma_wait", BI_WGMMA, 2, 2, 0, WGMMA_WAIT},
     {"wgmma_mma", BI_WGMMA, 7, 7, 0, WGMMA_MMA},

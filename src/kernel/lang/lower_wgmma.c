@@ -2,7 +2,7 @@
  * "Warpgroup matrix multiply-accumulate"):
  *
  *   wgmma_mma(acc, a, a_off, a_mn, b, b_off, b_mn)   acc (64 x N, f32) += A (64 x 16) * B (16 x N)
- *   wgmma_fence()  wgmma_commit()  wgmma_wait(acc, pending)
+ *   wgmma_fence()  wgmma_fence_regs()  wgmma_commit()  wgmma_wait(acc, pending)
  *
  * acc is a local f32 array of N/2 elements (N = 8 .. 256, a multiple of 8) holding the unit's
  * part of the warpgroup's accumulator (wgmma.h: em_wgmma_d_coord); a and b are shared arrays of
@@ -12,12 +12,12 @@
  *
  * On CUDA for compute capability 9.0 they become intrinsics that codegen/cuda.c writes as PTX
  * ("cuda.wgmma.desc:LBO@MEM" -> the u64 descriptor of a shared array at an offset,
- * "cuda.wgmma.mma:N,TYPE,TA,TB@MEM", "cuda.wgmma.fence", "cuda.wgmma.commit",
- * "cuda.wgmma.wait:N@MEM"; MEM, the memory's id, is also the instruction's memory, and is in the
+ * "cuda.wgmma.mma:N,TYPE,TA,TB@MEM", "cuda.wgmma.fence", "cuda.wgmma.fence_regs",
+ * "cuda.wgmma.commit", "cuda.wgmma.wait:N@MEM"; MEM, the memory's id, is also the instruction's memory, and is in the
  * name so that the IR's text form and hash tell kernels apart by it). On the C target and without
  * a target they are emulated: wgmma_mma becomes loops in which each unit computes its own
  * accumulator elements from the shared operands, addressed as the hardware addresses them
- * (wgmma.h: em_wgmma_byte), and the other three do nothing. Other targets reject them. */
+ * (wgmma.h: em_wgmma_byte), and the others do nothing. Other targets reject them. */
 #include <stdio.h>
 #include <string.h>
 
@@ -244,7 +244,10 @@ lv em_lang_lower_wgmma(lower *L, const ast_expr *e, const lang_builtin *b, lv *a
     }
     default:
         if (!emulated(L))
-            em_ir_intrinsic(k, b->imm == WGMMA_FENCE ? "cuda.wgmma.fence" : "cuda.wgmma.commit",
+            em_ir_intrinsic(k,
+                            b->imm == WGMMA_FENCE        ? "cuda.wgmma.fence"
+                            : b->imm == WGMMA_FENCE_REGS ? "cuda.wgmma.fence_regs"
+                                                         : "cuda.wgmma.commit",
                             (em_type){0, 0}, NULL, 0);
         return em_lang_lv_void();
     }
