@@ -337,6 +337,10 @@ em_ir_kernel *em_ir_kernel_clone(const em_ir_kernel *k);
 /* Fixes the cube dimensions the kernel must be launched with (0 = chosen at launch). Targets that
  * need them at compile time (Vulkan) use these when set. */
 void em_ir_set_cube_dim(em_ir_kernel *k, uint32_t x, uint32_t y, uint32_t z);
+/* Groups the cubes into clusters of x consecutive cubes along x (CUDA thread-block clusters:
+ * their shared memory and barriers reachable from each other; elsewhere ordinary cubes). A
+ * launch's cube count along x must be a multiple of it. 0 or 1: clusters of one. */
+void em_ir_set_cluster_dim(em_ir_kernel *k, uint32_t x);
 /* Records where subsequent instructions come from (for diagnostics); 0,0 clears. */
 void em_ir_set_loc(em_ir_kernel *k, uint32_t line, uint32_t col);
 
@@ -422,6 +426,7 @@ void em_ir_return(em_ir_kernel *k);
 
 const char *em_ir_kernel_name(const em_ir_kernel *k);
 void em_ir_cube_dim(const em_ir_kernel *k, uint32_t dim[3]);
+uint32_t em_ir_cluster_dim(const em_ir_kernel *k); /* 1 unless set above 1 */
 size_t em_ir_param_count(const em_ir_kernel *k);
 const em_ir_param *em_ir_param_at(const em_ir_kernel *k, size_t i);
 size_t em_ir_value_count(const em_ir_kernel *k);  /* ids run 1..count */

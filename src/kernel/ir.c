@@ -112,6 +112,7 @@ em_ir_kernel *em_ir_kernel_clone(const em_ir_kernel *k)
         return NULL;
     }
     memcpy(c->cube_dim, k->cube_dim, sizeof(c->cube_dim));
+    c->cluster_dim = k->cluster_dim;
     memcpy(c->open, k->open, sizeof(c->open));
     c->depth = k->depth;
     memcpy(c->build_error, k->build_error, sizeof(c->build_error));
@@ -124,6 +125,11 @@ void em_ir_set_cube_dim(em_ir_kernel *k, uint32_t x, uint32_t y, uint32_t z)
     k->cube_dim[0] = x;
     k->cube_dim[1] = y;
     k->cube_dim[2] = z;
+}
+
+void em_ir_set_cluster_dim(em_ir_kernel *k, uint32_t x)
+{
+    if (k) k->cluster_dim = x;
 }
 
 void em_ir_set_loc(em_ir_kernel *k, uint32_t line, uint32_t col)
@@ -612,6 +618,11 @@ const char *em_ir_kernel_name(const em_ir_kernel *k) { return k ? k->name : NULL
 void em_ir_cube_dim(const em_ir_kernel *k, uint32_t dim[3])
 {
     for (int i = 0; i < 3; i++) dim[i] = k ? k->cube_dim[i] : 0;
+}
+
+uint32_t em_ir_cluster_dim(const em_ir_kernel *k)
+{
+    return k && k->cluster_dim > 1 ? k->cluster_dim : 1;
 }
 
 size_t em_ir_param_count(const em_ir_kernel *k) { return k ? k->params.len : 0; }

@@ -23,6 +23,7 @@ struct em_ir_kernel {
     struct { em_ir_block *items; size_t len, cap; } blocks; /* index 0 unused; 1 is the body */
     struct { em_ir_param *items; size_t len, cap; } params;
     uint32_t cube_dim[3]; /* fixed cube dims, 0 = chosen at launch */
+    uint32_t cluster_dim; /* cubes of a cluster along x (0 or 1: clusters of one) */
     em_ir_open open[EM_IR_MAX_DEPTH]; /* builder: open control flow, innermost last */
     unsigned depth;                   /* builder: entries in open[] */
     uint32_t line, col;               /* builder: current source position */

@@ -314,6 +314,7 @@ void em_ir_printer_kernel(em_ir_printer *p)
     em_sb_append(p->sb, ")");
     if (k->cube_dim[0] || k->cube_dim[1] || k->cube_dim[2])
         em_sb_printf(p->sb, " cube_dim(%u, %u, %u)", k->cube_dim[0], k->cube_dim[1], k->cube_dim[2]);
+    if (k->cluster_dim > 1) em_sb_printf(p->sb, " cluster_dim(%u)", k->cluster_dim);
     em_sb_append(p->sb, " {\n");
     for (size_t m = 1; m < k->mems.len; m++) {
         if (k->mems.items[m].space == EM_MEM_GLOBAL) continue;

@@ -234,6 +234,12 @@ static em_status check_grid(const em_kernel *kern, const uint32_t count[3], cons
                             "kernel %s: was built for cubes of %u x %u x %u units, launched with "
                             "%u x %u x %u",
                             name, fixed[0], fixed[1], fixed[2], dim[0], dim[1], dim[2]);
+    uint32_t cl = em_ir_cluster_dim(kern->ir);
+    if (count[0] % cl)
+        return em_set_error(EM_ERR_INVALID,
+                            "kernel %s: its clusters are of %u cubes along x, launched with %u "
+                            "cubes along x (not a multiple)",
+                            name, cl, count[0]);
     *cubes = (uint64_t)count[0] * count[1] * count[2];
     if (*cubes && units * *cubes > ((uint64_t)1 << 32))
         return em_set_error(EM_ERR_INVALID,

@@ -151,7 +151,10 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
      * consumers' 232 registers without spills) */
     bool coop2 = c->lanes == 5 && c->tm == 2 && c->bm == 256;
     if (coop2 && c->bn > 192) return false;
-    if (c->tm < 1 || c->tm > 3 || c->tn != 1 || (!ping && !coop2 && c->bm != 64 * c->tm) ||
+    /* tn: cubes of a cluster along M (2: the persistent TMA forms, b's tile multicast in halves
+     * of whole 64-column boxes when b is N-major) */
+    bool cl_ok = c->tn == 1 || (c->tn == 2 && c->lanes >= 5 && (c->bn / 64) % 2 == 0);
+    if (c->tm < 1 || c->tm > 3 || !cl_ok || (!ping && !coop2 && c->bm != 64 * c->tm) ||
         c->bk != 64 ||
         c->bn < 64 || c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 6 ||
         (c->lanes == 2 && c->tm != 2))
@@ -176,6 +179,8 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     q.persist = c->lanes >= 5;
     q.ping = ping;
     q.mw = ping ? c->bm / 64 : c->bm / (64 * c->tm);
+    q.cluster = c->tn;
+    q.multicast = q.cluster > 1 && wgmma_device(p) && p->caps && !strcmp(p->caps->target, "cuda");
     /* the TMA kernel's 16-byte epilogue: out row-major, lines of 8 aligned, not the partials */
     q.sepi = c->lanes >= 4 && (c->split < 2) && p->ost[R - 1] == 1;
     for (int d = 0; d < R - 1 && q.sepi; d++) q.sepi = p->ost[d] % 8 == 0 || p->osh[d] == 1;
@@ -584,6 +589,13 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
         /* the cooperative persistent 256 x 128 tile: two consumers of 128 x 128 (cuBLAS's
          * choice for the K = 768 GPT-2 shapes on the H200) */
         all[n++] = (mm_config){MM_WGMMA, 256, 128, 64, 2, 1, 1, 5};
+        /* the persistent forms in clusters of two cubes on two row tiles, which load b's tile
+         * once between them (multicast: less traffic from L2 a multiply-add, what limited the
+         * K = 768 shapes) */
+        all[n++] = (mm_config){MM_WGMMA, 64, 256, 64, 2, 2, 1, 6};
+        all[n++] = (mm_config){MM_WGMMA, 128, 128, 64, 2, 2, 1, 6};
+        all[n++] = (mm_config){MM_WGMMA, 128, 256, 64, 2, 2, 1, 5};
+        all[n++] = (mm_config){MM_WGMMA, 256, 128, 64, 2, 2, 1, 5};
     }
     if (mma_dtype_ok(p)) {
         /* planes x fragments per plane: 128 x 128 tiles of 8 planes of 32 x 64 (about 128
@@ -726,7 +738,7 @@ void mm_tune_key(const mm_problem *p, char *buf, size_t size)
     int R = p->R;
     char la = p->ast[R - 1] == 1 ? 'n' : p->ast[R - 2] == 1 ? 't' : 's';
     char lb = p->bst[R - 1] == 1 ? 'n' : p->bst[R - 2] == 1 ? 't' : 's';
-    snprintf(buf, size, "matmul-v6 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s",
+    snprintf(buf, size, "matmul-v7 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s",
              em_scalar_name(p->dt), p->tf32 && p->dt == EM_F32 ? "+tf32" : "", la, lb, bucket(p->M),
              bucket(p->N), bucket(p->K), bucket(p->batch), p->bias != NULL, p->act, p->res != NULL,
              p->ln ? " ln" : "");

@@ -23,7 +23,8 @@ typedef struct mm_config {
     int bm, bn; /* output tile of a cube (MMA: wm x wn planes of (16 FM) x (16 FN), FM, FN <= 4) */
     int bk;     /* K step staged in shared memory */
     int tm, tn; /* SIMT: the block of one unit; MMA: planes along M and N; CPU: the micro-kernel's
-                   MR x NR block; WGMMA: warpgroups x 1; SKINNY: KS units along K in a plane x PK
+                   MR x NR block; WGMMA: warpgroups x cubes of a cluster along M (1, or 2 for
+                   lanes 5 and 6: the cubes of a cluster share b's tile); SKINNY: KS units along K in a plane x PK
                    groups along K (bm: rows MR, bn: units NU along N, bk: 16, the split's grain) */
     int split;  /* split-K factor (1: none) */
     int lanes;  /* CPU kernel: lanes of a line in its micro-kernel; SKINNY: NL, lines (b row-major)
@@ -61,6 +62,9 @@ typedef struct mm_wgmma_plan {
     bool persist; /* tma (c->lanes 5, 6): min(tiles, compute units) cubes loop over the tiles */
     bool ping;    /* tma (c->lanes 6): the two consumers take the cube's tiles in turns, each a
                      bm x bn tile of its own (bm / 64 accumulator sets a unit) */
+    int cluster;    /* tma persist: cubes of a cluster, on row tiles of the same columns (c->tn) */
+    bool multicast; /* cluster > 1 on CUDA: the cluster's cubes load b's tile once, each a
+                       1 / cluster of it to all (b's map box: 64 x bn / cluster when K-major) */
     int mw;       /* accumulator sets of 64 rows a consumer unit holds (the kernel's MW): 1, or 2
                      for ping with bm 128 and for the cooperative 256-row tile (lanes 5, tm 2,
                      bm 256: each consumer 128 x bn) */

@@ -196,6 +196,7 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         if (q.tma) bd[nb++] = em_lang_bind_bool("PERSIST", q.persist);
         if (q.tma) bd[nb++] = em_lang_bind_bool("PING", q.ping);
         if (q.ping || q.mw > 1) bd[nb++] = em_lang_bind_int("MW", q.mw);
+        if (q.cluster > 1) bd[nb++] = em_lang_bind_int("CL", q.cluster);
         units[0] = (uint32_t)q.units;
         wgq = q;
     } else if (c->kind == MM_CPU) {
@@ -239,10 +240,13 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
     uint32_t cubes[3] = {(uint32_t)((p->N + c->bn - 1) / c->bn),
                          (uint32_t)((p->M + c->bm - 1) / c->bm), (uint32_t)(p->batch * split)};
     if (wg && wgq.persist) {
-        /* persistent: one cube per compute unit (at most one per tile), looping over tiles */
-        uint64_t tiles = (uint64_t)cubes[0] * cubes[1] * cubes[2];
+        /* persistent: one cube per compute unit (at most one per tile), looping over tiles; with
+         * clusters of cl cubes on cl row tiles, one cluster per cl compute units */
+        uint64_t cl = (uint64_t)wgq.cluster;
+        uint64_t tiles = (uint64_t)cubes[0] * ((cubes[1] + cl - 1) / cl) * cubes[2];
         uint64_t cus = p->caps && p->caps->compute_units ? p->caps->compute_units : 1;
-        cubes[0] = (uint32_t)(tiles < cus ? tiles : cus);
+        uint64_t most = cus / cl ? cus / cl : 1;
+        cubes[0] = (uint32_t)((tiles < most ? tiles : most) * cl);
         cubes[1] = cubes[2] = 1;
     }
     const char *kname = mma                 ? "matmul_mma"

@@ -177,10 +177,11 @@ bool mm_tma_maps(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q
     uint64_t words[2 * EM_TENSOR_MAP_WORDS];
     size_t es = em_scalar_size(p->dt);
     /* a K-major operand is one box of 64 x (its tile's rows) a stage, an MN-major one boxes of
-     * 64 x 64 (matmul_wgmma_tma.ek) */
+     * 64 x 64 (matmul_wgmma_tma.ek); a multicast K-major b a cube's share of its rows */
     const em_tensor *ops[2] = {p->a, p->b};
     const int64_t *dims[2] = {q->adim, q->bdim}, *strs[2] = {q->astr, q->bstr};
-    uint32_t rows[2] = {q->at ? 64u : (uint32_t)c->bm, q->bt ? (uint32_t)c->bn : 64u};
+    uint32_t rows[2] = {q->at ? 64u : (uint32_t)c->bm,
+                        q->bt ? (uint32_t)(c->bn / (q->multicast ? q->cluster : 1)) : 64u};
     for (int i = 0; i < 2; i++) {
         em_tensor_map_desc d = {p->dt, 3, {0}, {0}, {64, rows[i], 1}, 128};
         for (int j = 0; j < 3; j++)

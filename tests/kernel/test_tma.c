@@ -267,26 +267,31 @@ static void test_matmul_tma_compiles(void **state)
         bool sepi, persist; /* "wgmma-tma-se" / "wgmma-tma-p" */
         int mw; /* "wgmma-tma-pp": a consumer's tile of 64 mw rows (0: not ping-pong) */
         int cmw; /* "wgmma-tma-p 256x..": 2, both consumers 64 cmw rows of one tile (0: 64) */
+        int cl;  /* "... 2x2": clusters of two cubes sharing b's tile by multicast (0: none) */
     } cfg[] = {
-        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0},
-        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, false, false, 0, 0},
-        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, false, 0, 0},
-        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, false, false, 0, 0},
-        {3, 128, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0},
-        {1, 256, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0},
-        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, true, false, 0, 0},
-        {2, 256, 4, false, true, false, true, false, false, EM_BF16, 2, true, true, 0, 0},
-        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 0},
-        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0, 0},
-        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 0},
-        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 2, 0},
-        {2, 256, 5, false, true, false, true, false, false, EM_BF16, 2, true, true, 1, 0},
-        {2, 128, 6, true, true, true, false, true, false, EM_F16, 3, false, true, 2, 0},
-        {2, 128, 6, true, false, false, true, true, true, EM_BF16, 3, true, true, 2, 0},
-        {2, 128, 4, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 2},
-        {2, 128, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 2},
-        {2, 128, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0, 2},
-        {2, 192, 3, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 2},
+        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0},
+        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, false, false, 0, 0, 0},
+        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, false, 0, 0, 0},
+        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, false, false, 0, 0, 0},
+        {3, 128, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0},
+        {1, 256, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0},
+        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, true, false, 0, 0, 0},
+        {2, 256, 4, false, true, false, true, false, false, EM_BF16, 2, true, true, 0, 0, 0},
+        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 0, 0},
+        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0, 0, 0},
+        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 0, 0},
+        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 2, 0, 0},
+        {2, 256, 5, false, true, false, true, false, false, EM_BF16, 2, true, true, 1, 0, 0},
+        {2, 128, 6, true, true, true, false, true, false, EM_F16, 3, false, true, 2, 0, 0},
+        {2, 128, 6, true, false, false, true, true, true, EM_BF16, 3, true, true, 2, 0, 0},
+        {2, 128, 4, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 2, 0},
+        {2, 128, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 2, 0},
+        {2, 128, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0, 2, 0},
+        {2, 192, 3, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 2, 0},
+        {2, 256, 5, false, false, false, false, false, false, EM_BF16, 2, true, true, 1, 0, 2},
+        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, true, true, 2, 0, 2},
+        {2, 256, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 0, 2},
+        {2, 128, 4, false, false, true, false, false, false, EM_F16, 2, false, true, 0, 2, 2},
     };
     size_t failed = 0;
     for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
@@ -311,7 +316,8 @@ static void test_matmul_tma_compiles(void **state)
                             em_lang_bind_bool("PING", cfg[i].mw > 0),
                             em_lang_bind_int("MW", cfg[i].mw > 0    ? cfg[i].mw
                                                    : cfg[i].cmw > 0 ? cfg[i].cmw
-                                                                    : 1)};
+                                                                    : 1),
+                            em_lang_bind_int("CL", cfg[i].cl > 0 ? cfg[i].cl : 1)};
         em_lang_spec spec = {b, sizeof b / sizeof b[0], 1, &caps};
         em_lang_diags *d = em_lang_diags_new();
         em_ir_kernel *k = em_lang_specialize(m, "matmul_wgmma_tma", &spec, d);
@@ -338,6 +344,13 @@ static void test_matmul_tma_compiles(void **state)
         /* the epilogue's 16-byte lines: stores through outv, out's buffer as lines of 8 */
         assert_non_null(strstr(src, ", 8> *outv_m"));
         assert_true(indexed(src, "outv_m") == cfg[i].sepi);
+        /* clusters: the launch attribute, b's multicast copies, the consumers' arrivals on the
+         * other cube's barriers, the cluster barrier after the inits */
+        bool cl = cfg[i].cl > 1;
+        assert_true((strstr(src, "__cluster_dims__(2, 1, 1)") != NULL) == cl);
+        assert_true((strstr(src, "complete_tx::bytes.multicast::cluster") != NULL) == cl);
+        assert_true((strstr(src, "mapa.shared::cluster.u32") != NULL) == cl);
+        assert_true((strstr(src, "barrier.cluster.wait.acquire.aligned") != NULL) == cl);
         char *log = NULL;
         void *bin = NULL;
         size_t size = 0;
@@ -347,7 +360,7 @@ static void test_matmul_tma_compiles(void **state)
             failed++;
         } else {
             const char *used = log ? strstr(log, "Used ") : NULL;
-            print_message("config %zu (wg %d, bn %d, %d stages%s%s%s, %zu B shared): %.60s\n", i,
+            print_message("config %zu (wg %d, bn %d, %d stages%s%s%s%s, %zu B shared): %.60s\n", i,
                           cfg[i].wg,
                           cfg[i].bn, cfg[i].stages, cfg[i].sepi ? ", 16-byte epilogue" : "",
                           cfg[i].persist ? ", persistent" : "",
@@ -355,6 +368,7 @@ static void test_matmul_tma_compiles(void **state)
                           : cfg[i].mw == 1  ? ", ping-pong 64 rows"
                           : cfg[i].cmw == 2 ? ", cooperative 256 rows"
                                             : "",
+                          cl ? ", clusters of 2" : "",
                           smem, used ? used : "(no ptxas report)");
             if (log && strstr(log, "bytes spill") && !strstr(log, " 0 bytes spill stores")) {
                 print_message("config %zu spills:\n%s\n", i, log);

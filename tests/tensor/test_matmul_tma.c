@@ -234,8 +234,23 @@ static void multi_tile_cases(em_device *dev)
                                    /* 256 accumulators a unit, one consumer, the other forms */
                                    {"wgmma-tma-p 256x256x64 2x1 s1", "wgmma-tma-p 256x128x64 1x1 s1",
                                     "wgmma-tma-se 256x128x64 2x1 s1", "wgmma-tma 256x128x64 2x1 s1"}};
+    /* both in clusters of two cubes on two row tiles (b's tile multicast on CUDA; on the CPU the
+     * cluster's order of tiles, with the second row tile past M where the rows of tiles are
+     * odd: the ping-pong form there, whose binaries are the slow part of this test); refused:
+     * no persistent form, b's tile not whole 64-column boxes a cube, 3 cubes */
+    static const tile_form ppc = {"pp cluster", "wgmma-tma-pp 128x128x64 2x2 s1",
+                                  "wgmma-tma-pp 64x256x64 2x2 s1", "wgmma-tma-pp 128x128x64 2x2 s2",
+                                  true, true, true, 257, 200, 70, 133, 130, 131, 136, 131, 136,
+                                  {"wgmma-tma-se 128x128x64 2x2 s1", "wgmma-tma-p 128x192x64 2x2 s1",
+                                   "wgmma-tma-pp 128x128x64 2x3 s1"}};
+    static const tile_form coopc = {"coop cluster", "wgmma-tma-p 256x128x64 2x2 s1",
+                                    "wgmma-tma-p 128x256x64 2x2 s1", "wgmma-tma-p 256x128x64 2x2 s2",
+                                    true, false, true, 301, 264, 250, 233, 260, 251, 248, 231, 256,
+                                    {"wgmma-tma 128x128x64 2x2 s1", "wgmma-tma-p 256x192x64 2x2 s1"}};
     tile_form_cases(dev, &pp, 41);
     tile_form_cases(dev, &coop, 81);
+    tile_form_cases(dev, &ppc, 121);
+    if (!strcmp(em_device_caps(dev)->target, "cuda")) tile_form_cases(dev, &coopc, 161);
     check("coop 256x192 row-major, edges", coop.alt, true, rnd(dev, EM_BF16, EM_SHAPE(253, 136), 108),
           rnd(dev, EM_BF16, EM_SHAPE(136, 200), 109), NULL);
 }
@@ -439,8 +454,32 @@ static void test_tma_config(void **state)
     /* the persistent form's 2 x 256 and 2 x 128 are default candidates too, and its
      * cooperative 256 x 128 tile */
     int np = 0;
-    for (int j = 0; j < n; j++) np += cand[j].kind == MM_WGMMA && cand[j].lanes == 5;
+    for (int j = 0; j < n; j++) np += cand[j].kind == MM_WGMMA && cand[j].lanes == 5 && cand[j].tn == 1;
     assert_int_equal(np, 3);
+    {
+        /* clusters of two cubes (TN 2): text both ways, the plan (multicast on CUDA), four
+         * default candidates (pp 64 x 256 and 128 x 128, p 128 x 256 and 256 x 128) */
+        mm_config f;
+        assert_true(mm_config_parse("wgmma-tma-pp 64x256x64 2x2 s1", &f));
+        assert_true(f.lanes == 6 && f.tm == 2 && f.tn == 2);
+        mm_config_format(&f, text, sizeof text);
+        assert_string_equal(text, "wgmma-tma-pp 64x256x64 2x2 s1");
+        assert_true(mm_config_valid(&p, &f));
+        assert_true(mm_wgmma_plan_of(&p, &f, &q));
+        assert_true(q.cluster == 2 && q.multicast && q.ping && q.persist);
+        f.tn = 1;
+        assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.cluster == 1 && !q.multicast);
+        int ncl = 0;
+        for (int j = 0; j < n; j++) ncl += cand[j].kind == MM_WGMMA && cand[j].tn == 2;
+        assert_int_equal(ncl, 4);
+        static const char *const clbad[] = {"wgmma-tma-se 128x256x64 2x2 s1", /* not persistent */
+                                            "wgmma-tma-p 128x192x64 2x2 s1",  /* 3 boxes of b */
+                                            "wgmma-tma-pp 64x256x64 2x3 s1"};
+        for (int i = 0; i < 3; i++) {
+            assert_true(mm_config_parse(clbad[i], &f));
+            assert_false(mm_wgmma_plan_of(&p, &f, &q));
+        }
+    }
     {
         /* "wgmma-tma-p 256x128x64 2x1 s1": two consumers of 128 x 128 (MW 2) on one tile, 4
          * stages of 48 KiB and the staging buffers in the H200's 227 KiB */

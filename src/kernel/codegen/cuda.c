@@ -1068,6 +1068,7 @@ static void cu_open(em_spmd *e)
     em_sb_append(sb, "extern \"C\" __global__ void ");
     if (dim[0] && dim[1] && dim[2])
         em_sb_printf(sb, "__launch_bounds__(%u) ", dim[0] * dim[1] * dim[2]);
+    if (em_ir_cluster_dim(k) > 1) em_sb_printf(sb, "__cluster_dims__(%u, 1, 1) ", em_ir_cluster_dim(k));
     em_sb_printf(sb, "%s(", em_ir_kernel_name(k));
     for (size_t i = 0; i < em_ir_param_count(k); i++) {
         const em_ir_param *p = em_ir_param_at(k, i);

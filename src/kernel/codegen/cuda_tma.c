@@ -4,8 +4,11 @@
  *       the tensor map at M + 16 mi (a u64 tensor parameter: a global-memory CUtensorMap) at
  *       coordinates (x, y, z) into shared array D from element di, its bytes counted on barrier
  *       B[bi] (complete_tx). The map's generic address is the operand; D's and B's are 32-bit
- *       shared-window addresses (__cvta_generic_to_shared). A cube is a cluster of one, so
- *       shared::cluster addresses are the cube's own.
+ *       shared-window addresses (__cvta_generic_to_shared): a shared::cta address is a valid
+ *       shared::cluster one naming the cube's own memory.
+ *   "cuda.tma.load_mc:D,B,M@D"  (mask << 32 | di, ...)
+ *       its .multicast::cluster form: the box lands at the same offset of D in every cube of the
+ *       cluster whose rank is a bit of the mask (16 bits), counted on each one's B[bi].
  *   "cuda.tma.acquire:M@M"   (mi)
  *       fence.proxy.tensormap::generic.acquire.sys on the 128 bytes of that map: the host wrote
  *       it (cuMemcpyHtoD), so the tensor-map proxy must not use what it cached of that address.
@@ -36,7 +39,7 @@ static bool mem_is(em_spmd *e, em_ir_mem m, em_mem_space space, em_scalar scalar
     return x && x->space == space && (scalar == EM_SCALAR_COUNT || x->elem.scalar == scalar);
 }
 
-static void load(em_spmd *e, const em_ir_inst *in, const char *what)
+static void load(em_spmd *e, const em_ir_inst *in, const char *what, bool multicast)
 {
     em_ir_mem m[3];
     if (!parse_ids(what, 3, m) || in->imm != 4 || !mem_is(e, m[0], EM_MEM_SHARED, EM_SCALAR_COUNT) ||
@@ -46,20 +49,37 @@ static void load(em_spmd *e, const em_ir_inst *in, const char *what)
     }
     em_strbuf di, bm, xy, z;
     em_sb_init(&di), em_sb_init(&bm), em_sb_init(&xy), em_sb_init(&z);
-    em_spmd_val_u32(e, in->args[0], &di);
+    if (multicast)
+        em_spmd_val(e, in->args[0], &di); /* the u64 mask << 32 | di */
+    else
+        em_spmd_val_u32(e, in->args[0], &di);
     em_spmd_val(e, in->args[1], &bm);
     em_spmd_val(e, in->args[2], &xy);
     em_spmd_val_u32(e, in->args[3], &z);
-    em_spmd_line(e,
-                 "asm volatile(\"cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::"
-                 "complete_tx::bytes [%%0], [%%1, {%%2, %%3, %%4}], [%%5];\" :: "
-                 "\"r\"((unsigned)__cvta_generic_to_shared(%s + (%s))), "
-                 "\"l\"((unsigned long long)(%s + (unsigned)(%s) * 16u)), "
-                 "\"r\"((unsigned)(%s)), \"r\"((unsigned)((%s) >> 32)), \"r\"(%s), "
-                 "\"r\"((unsigned)__cvta_generic_to_shared(%s + (unsigned)((%s) >> 32))) : "
-                 "\"memory\");",
-                 e->mname[m[0]], di.data, e->mname[m[2]], bm.data, xy.data, xy.data, z.data,
-                 e->mname[m[1]], bm.data);
+    if (multicast) {
+        em_spmd_line(e,
+                     "asm volatile(\"cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::"
+                     "complete_tx::bytes.multicast::cluster [%%0], [%%1, {%%2, %%3, %%4}], [%%5], "
+                     "%%6;\" :: "
+                     "\"r\"((unsigned)__cvta_generic_to_shared(%s + (unsigned)(%s))), "
+                     "\"l\"((unsigned long long)(%s + (unsigned)(%s) * 16u)), "
+                     "\"r\"((unsigned)(%s)), \"r\"((unsigned)((%s) >> 32)), \"r\"(%s), "
+                     "\"r\"((unsigned)__cvta_generic_to_shared(%s + (unsigned)((%s) >> 32))), "
+                     "\"h\"((unsigned short)((%s) >> 32)) : \"memory\");",
+                     e->mname[m[0]], di.data, e->mname[m[2]], bm.data, xy.data, xy.data, z.data,
+                     e->mname[m[1]], bm.data, di.data);
+    } else {
+        em_spmd_line(e,
+                     "asm volatile(\"cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::"
+                     "complete_tx::bytes [%%0], [%%1, {%%2, %%3, %%4}], [%%5];\" :: "
+                     "\"r\"((unsigned)__cvta_generic_to_shared(%s + (%s))), "
+                     "\"l\"((unsigned long long)(%s + (unsigned)(%s) * 16u)), "
+                     "\"r\"((unsigned)(%s)), \"r\"((unsigned)((%s) >> 32)), \"r\"(%s), "
+                     "\"r\"((unsigned)__cvta_generic_to_shared(%s + (unsigned)((%s) >> 32))) : "
+                     "\"memory\");",
+                     e->mname[m[0]], di.data, e->mname[m[2]], bm.data, xy.data, xy.data, z.data,
+                     e->mname[m[1]], bm.data);
+    }
     em_sb_free(&di), em_sb_free(&bm), em_sb_free(&xy), em_sb_free(&z);
 }
 
@@ -91,7 +111,9 @@ void em_cuda_tma(em_spmd *e, const em_ir_inst *in, const char *what, em_strbuf *
         return;
     }
     if (!strncmp(what, "load:", 5))
-        load(e, in, what + 5);
+        load(e, in, what + 5, false);
+    else if (!strncmp(what, "load_mc:", 8))
+        load(e, in, what + 8, true);
     else if (!strncmp(what, "acquire:", 8))
         acquire(e, in, what + 8);
     else if (!strcmp(what, "fence_async"))

@@ -144,6 +144,7 @@ typedef enum tok_kind {
     T_BITCAST,
     T_INTRINSIC,
     T_CUBE_DIM,
+    T_CLUSTER_DIM,
     T_COUNT
 } tok_kind;
 
@@ -334,6 +335,7 @@ struct ast_func {
     ast_type *ret;         /* return type (void for kernels) */
     ast_stmt *body;        /* the body block */
     ast_expr *cube_dim[3]; /* kernels: fixed cube dims (NULL = chosen at launch) */
+    ast_expr *cluster_dim; /* kernels: cubes of a cluster along x (NULL = clusters of one) */
     uint32_t nslots;       /* resolve: parameters + local declarations */
     uint32_t index;        /* position in the module's function list */
 };
@@ -425,11 +427,12 @@ enum {
     MBAR_COPY_ARRIVE,
     MBAR_WAIT,
     MBAR_TRY_WAIT,
+    MBAR_ARRIVE_CLUSTER,
     MBAR_SETMAXNREG_INC,
     MBAR_SETMAXNREG_DEC
 };
 /* The tensor-memory-accelerator builtins (the imm of their BI_TMA entries). */
-enum { TMA_LOAD, TMA_ACQUIRE, TMA_FENCE_ASYNC };
+enum { TMA_LOAD, TMA_ACQUIRE, TMA_FENCE_ASYNC, TMA_LOAD_MULTICAST };
 
 /* An intrinsic (as em_ir_intrinsic) that names the memory `mem` it works on (defined in
  * src/kernel/ir.c; the warpgroup MMA's lowering uses it). */

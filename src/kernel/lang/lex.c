@@ -49,6 +49,7 @@ static const struct {
     {"bitcast", T_BITCAST},
     {"intrinsic", T_INTRINSIC},
     {"cube_dim", T_CUBE_DIM},
+    {"cluster_dim", T_CLUSTER_DIM},
 };
 
 static const char *const tok_names[T_COUNT] = {
@@ -126,6 +127,7 @@ static const char *const tok_names[T_COUNT] = {
     [T_BITCAST] = "'bitcast'",
     [T_INTRINSIC] = "'intrinsic'",
     [T_CUBE_DIM] = "'cube_dim'",
+    [T_CLUSTER_DIM] = "'cluster_dim'",
 };
 
 const char *em_lang_tok_name(tok_kind k)

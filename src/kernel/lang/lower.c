@@ -640,6 +640,16 @@ static void set_cube_dim(lower *L, const ast_func *f)
         dim[d] = (uint32_t)v;
     }
     em_ir_set_cube_dim(L->k, dim[0], dim[1], dim[2]);
+    if (!f->cluster_dim) return;
+    lv x = em_lang_lower_expr(L, f->cluster_dim, NULL);
+    int64_t v;
+    if (!em_lang_comptime_int(L, &x, f->cluster_dim->pos, "a cluster size", &v)) return;
+    if (v < 1 || v > 8) {
+        em_lang_lerr(L, f->cluster_dim->pos, "CUDA's portable cluster sizes are 1 to 8",
+                     "a cluster size must be between 1 and 8, got %lld", (long long)v);
+        return;
+    }
+    em_ir_set_cluster_dim(L->k, (uint32_t)v);
 }
 
 em_ir_kernel *em_lang_lower(const ast_module *mod, const ast_func *f, const lang_binding *b,

@@ -9,6 +9,9 @@
  *                                       (cp.async.mbarrier.arrive.noinc: counted in `count`)
  *   mbarrier_wait(bar, i, parity)       waits until the phase of that parity completed (acquire)
  *   mbarrier_try_wait(bar, i, parity)   true when it has (waits a bounded time first)
+ *   mbarrier_arrive_cluster(bar, i, c)  one arrival (release, cluster scope) on bar[i] of cube c
+ *                                       of the cluster (its rank: cluster_dim; the same
+ *                                       shared-memory offset in that cube)
  *   setmaxnreg_inc(n)  setmaxnreg_dec(n)  the warpgroup's registers per unit become n (comptime)
  *
  * bar is a shared array of u64, i its index. On CUDA for sm_90a they become intrinsics that
@@ -85,6 +88,7 @@ static const char *const op_names[] = {
     [MBAR_INIT] = "init",           [MBAR_ARRIVE] = "arrive",
     [MBAR_ARRIVE_TX] = "arrive_tx", [MBAR_COPY_ARRIVE] = "copy_arrive",
     [MBAR_WAIT] = "wait",           [MBAR_TRY_WAIT] = "try_wait",
+    [MBAR_ARRIVE_CLUSTER] = "arrive_cluster",
 };
 
 lv em_lang_lower_mbarrier(lower *L, const ast_expr *e, const lang_builtin *b, lv *a)
@@ -101,7 +105,8 @@ lv em_lang_lower_mbarrier(lower *L, const ast_expr *e, const lang_builtin *b, lv
         static const char *const what[] = {[MBAR_INIT] = "the arrival count",
                                            [MBAR_ARRIVE_TX] = "the transaction bytes",
                                            [MBAR_WAIT] = "the phase parity",
-                                           [MBAR_TRY_WAIT] = "the phase parity"};
+                                           [MBAR_TRY_WAIT] = "the phase parity",
+                                           [MBAR_ARRIVE_CLUSTER] = "the cube's rank"};
         if (!u32_arg(L, e, a, 2, what[b->imm], &args[1])) return em_lang_lv_err();
         nargs = 2;
     }

@@ -10,6 +10,9 @@
  *       describes, of dst's element type. Elements outside the map's dims arrive as zeros. With
  *       a 128-byte swizzle the box lands in the layout warpgroup MMAs read (dst + di 1024-byte
  *       aligned): its 128-byte rows one after another, 16-byte chunk c of row r at c ^ (r % 8).
+ *   tma_load_multicast(dst, di, bar, bi, map, mi, src, x, y, z, mask)
+ *       the same box into dst at element di of every cube of the cluster whose rank is a bit of
+ *       mask (comptime or not), each counting the bytes on its own bar[bi] (cluster_dim).
  *   tma_acquire(map, mi)
  *       makes map mi, written by the host, safe to use by this unit (once, before its loads).
  *   fence_proxy_async()
@@ -19,10 +22,12 @@
  * On CUDA for sm_90a they become intrinsics that codegen/cuda_tma.c writes as PTX
  * ("cuda.tma.load:DST,BAR,MAP@DST" with (di, bi << 32 | mi, y << 32 | x, z), the
  * packing because an IR instruction has four operands: cp.async.bulk.tensor.3d;
+ * "cuda.tma.load_mc:DST,BAR,MAP@DST" with (mask << 32 | di, ...): its .multicast::cluster form;
  * "cuda.tma.acquire:MAP@MAP" with (mi): fence.proxy.tensormap::generic.acquire;
  * "cuda.tma.fence_async": fence.proxy.async.shared::cta); the map's
  * address is all the instruction needs, and src is not read. On the C target (and without a
- * target) the copy happens at once, in loops that read src with the geometry of the CPU form
+ * target) the copy happens at once (a multicast one into the cube's own array only: cubes there
+ * are clusters of one), in loops that read src with the geometry of the CPU form
  * of the map (tma.h), zero-fill outside its dims and apply the same swizzle; the barrier is
  * left alone (as every barrier op there: lower_mbarrier.c), and the fences do nothing.
  * Other targets reject both. */
@@ -146,9 +151,9 @@ static bool emulate_load(lower *L, const ast_expr *e, const lv *dst, em_ir_val d
     return true;
 }
 
-static lv load(lower *L, const ast_expr *e, lv *a)
+static lv load(lower *L, const ast_expr *e, lv *a, bool multicast)
 {
-    const char *fn = "tma_load";
+    const char *fn = multicast ? "tma_load_multicast" : "tma_load";
     if (!mem_of(L, e, &a[0], 0, EM_MEM_SHARED, EM_SCALAR_COUNT, fn,
                 "a shared array of numbers as its destination") ||
         !mem_of(L, e, &a[2], 2, EM_MEM_SHARED, EM_U64, fn,
@@ -158,11 +163,19 @@ static lv load(lower *L, const ast_expr *e, lv *a)
         !mem_of(L, e, &a[6], 6, EM_MEM_GLOBAL, (em_scalar)a[0].ty.scalar, fn,
                 "the tensor the map describes: a tensor parameter of the destination's type"))
         return em_lang_lv_err();
-    static const char *const what[] = {NULL, "the destination index", NULL, "the barrier's index",
-                                       NULL, "the map's index", NULL, "the x coordinate",
-                                       "the y coordinate", "the z coordinate"};
-    em_ir_val v[10] = {0};
-    for (unsigned i = 1; i < 10; i++)
+    static const char *const what[] = {NULL,
+                                       "the destination index",
+                                       NULL,
+                                       "the barrier's index",
+                                       NULL,
+                                       "the map's index",
+                                       NULL,
+                                       "the x coordinate",
+                                       "the y coordinate",
+                                       "the z coordinate",
+                                       "the mask of destination cubes"};
+    em_ir_val v[11] = {0};
+    for (unsigned i = 1; i < (multicast ? 11u : 10u); i++)
         if (what[i] && !index_arg(L, e, a, i, what[i], &v[i])) return em_lang_lv_err();
     em_ir_val c[3] = {v[7], v[8], v[9]};
     if (emulated(L)) {
@@ -170,11 +183,13 @@ static lv load(lower *L, const ast_expr *e, lv *a)
         return em_lang_lv_void();
     }
     char name[80];
-    snprintf(name, sizeof name, "cuda.tma.load:%u,%u,%u@%u", (unsigned)a[0].mem,
-             (unsigned)a[2].mem, (unsigned)a[4].mem, (unsigned)a[0].mem);
-    /* an instruction has four operands: (di, bi << 32 | mi, y << 32 | x, z) */
+    snprintf(name, sizeof name, "cuda.tma.%s:%u,%u,%u@%u", multicast ? "load_mc" : "load",
+             (unsigned)a[0].mem, (unsigned)a[2].mem, (unsigned)a[4].mem, (unsigned)a[0].mem);
+    /* an instruction has four operands: (di, bi << 32 | mi, y << 32 | x, z); multicast: the
+     * mask above di */
     em_ir_kernel *k = L->k;
-    em_ir_val args[4] = {v[1], pack(k, v[3], v[5]), pack(k, c[1], c[0]), c[2]};
+    em_ir_val args[4] = {multicast ? pack(k, v[10], v[1]) : v[1], pack(k, v[3], v[5]),
+                         pack(k, c[1], c[0]), c[2]};
     em_ir_intrinsic_mem(k, name, (em_type){0, 0}, a[0].mem, args, 4);
     return em_lang_lv_void();
 }
@@ -183,7 +198,8 @@ lv em_lang_lower_tma(lower *L, const ast_expr *e, const lang_builtin *b, lv *a)
 {
     if (!em_lang_hopper_target(L, e, b->name, "tma", "the tensor memory accelerator"))
         return em_lang_lv_err();
-    if (b->imm == TMA_LOAD) return load(L, e, a);
+    if (b->imm == TMA_LOAD || b->imm == TMA_LOAD_MULTICAST)
+        return load(L, e, a, b->imm == TMA_LOAD_MULTICAST);
     if (b->imm == TMA_FENCE_ASYNC) {
         if (!emulated(L)) em_ir_intrinsic(L->k, "cuda.tma.fence_async", (em_type){0, 0}, NULL, 0);
         return em_lang_lv_void();

@@ -1149,6 +1149,15 @@ static bool parse_func(parser *p)
         if (nargs < 1 || nargs > 3) return error_at(p, cpos, NULL, "cube_dim takes 1 to 3 sizes");
         for (uint32_t i = 0; i < nargs; i++) f->cube_dim[i] = args[i];
     }
+    if (f->is_kernel && accept(p, T_CLUSTER_DIM)) {
+        ast_expr **args = NULL;
+        uint32_t nargs = 0;
+        lpos cpos = p->t[p->i - 1].pos;
+        if (!parse_args(p, &args, &nargs, false)) return false;
+        if (nargs != 1)
+            return error_at(p, cpos, NULL, "cluster_dim takes one size (cubes along x)");
+        f->cluster_dim = args[0];
+    }
     if (!at_kind(p, T_LBRACE)) {
         char found[64];
         describe(peek(p), found, sizeof(found));

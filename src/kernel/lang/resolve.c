@@ -752,6 +752,7 @@ static bool resolve_func(resolver *r, ast_func *f)
     if (f->is_kernel) {
         for (int d = 0; d < 3; d++)
             if (f->cube_dim[d]) ok &= resolve_expr(r, f->cube_dim[d], false);
+        if (f->cluster_dim) ok &= resolve_expr(r, f->cluster_dim, false);
     }
     r->depth = 1;
     ok &= resolve_stmt(r, f->body);
