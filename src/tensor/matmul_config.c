@@ -184,6 +184,10 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     /* the TMA kernel's 16-byte epilogue: out row-major, lines of 8 aligned, not the partials */
     q.sepi = c->lanes >= 4 && (c->split < 2) && p->ost[R - 1] == 1;
     for (int d = 0; d < R - 1 && q.sepi; d++) q.sepi = p->ost[d] % 8 == 0 || p->osh[d] == 1;
+    /* EMBER_MATMUL_EPILOGUE=pairs: that epilogue's results as lines of 2 straight from the
+     * registers instead (no staging buffer) */
+    const char *epi = getenv("EMBER_MATMUL_EPILOGUE");
+    if (q.sepi && epi && !strcmp(epi, "pairs")) q.sepi = false, q.pairs = true;
     /* the TMA kernel's staging slot (1 KiB-aligned): f32 64 x 36 per consumer with sepi */
     if (q.tma) extra += 1024 + (q.sepi ? (size_t)c->tm * 64 * 36 * 4 : 0);
     size_t have = p->caps && p->caps->max_shared ? p->caps->max_shared : (size_t)232448;

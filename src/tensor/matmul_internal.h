@@ -59,6 +59,8 @@ typedef struct mm_wgmma_plan {
     bool az, bz; /* tma: a's / b's batch coordinate is the batch index (else broadcast: 0) */
     bool sepi;   /* tma (c->lanes 4, 5): the epilogue through shared memory in 16-byte lines (out
                     row-major, its rows and batch strides multiples of 8, no split-K) */
+    bool pairs;   /* tma, in place of sepi with EMBER_MATMUL_EPILOGUE=pairs: results out as lines
+                     of 2 from the registers */
     bool persist; /* tma (c->lanes 5, 6): min(tiles, compute units) cubes loop over the tiles */
     bool ping;    /* tma (c->lanes 6): the two consumers take the cube's tiles in turns, each a
                      bm x bn tile of its own (bm / 64 accumulator sets a unit) */

@@ -197,6 +197,8 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         if (q.tma) bd[nb++] = em_lang_bind_bool("PING", q.ping);
         if (q.ping || q.mw > 1) bd[nb++] = em_lang_bind_int("MW", q.mw);
         if (q.cluster > 1) bd[nb++] = em_lang_bind_int("CL", q.cluster);
+        if (q.pairs) bd[nb++] = em_lang_bind_bool("PAIRS", true);
+        if (q.pairs) bd[nb++] = em_lang_bind_int("OW", 2);
         units[0] = (uint32_t)q.units;
         wgq = q;
     } else if (c->kind == MM_CPU) {
@@ -222,9 +224,10 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         em_release(part);
         return em_error_context("matmul");
     }
-    /* the TMA kernel's 16-byte stores: out's (or the partials') buffer as lines of 8 */
+    /* the TMA kernel's 16-byte stores: out's (or the partials') buffer as lines of 8 (of 2 for
+     * its pairs) */
     tn_arg outv = tn_arg_flat(outa.t);
-    outv.lanes = 8;
+    outv.lanes = wgq.pairs ? 2 : 8;
     outv.offset = 0;
     tn_arg args[11] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
                        tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset),

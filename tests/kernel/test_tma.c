@@ -268,30 +268,33 @@ static void test_matmul_tma_compiles(void **state)
         int mw; /* "wgmma-tma-pp": a consumer's tile of 64 mw rows (0: not ping-pong) */
         int cmw; /* "wgmma-tma-p 256x..": 2, both consumers 64 cmw rows of one tile (0: 64) */
         int cl;  /* "... 2x2": clusters of two cubes sharing b's tile by multicast (0: none) */
+        bool pairs; /* EMBER_MATMUL_EPILOGUE=pairs: lines of 2 from the registers, no staging */
     } cfg[] = {
-        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0},
-        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, false, false, 0, 0, 0},
-        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, false, 0, 0, 0},
-        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, false, false, 0, 0, 0},
-        {3, 128, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0},
-        {1, 256, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0},
-        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, true, false, 0, 0, 0},
-        {2, 256, 4, false, true, false, true, false, false, EM_BF16, 2, true, true, 0, 0, 0},
-        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 0, 0},
-        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0, 0, 0},
-        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 0, 0},
-        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 2, 0, 0},
-        {2, 256, 5, false, true, false, true, false, false, EM_BF16, 2, true, true, 1, 0, 0},
-        {2, 128, 6, true, true, true, false, true, false, EM_F16, 3, false, true, 2, 0, 0},
-        {2, 128, 6, true, false, false, true, true, true, EM_BF16, 3, true, true, 2, 0, 0},
-        {2, 128, 4, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 2, 0},
-        {2, 128, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 2, 0},
-        {2, 128, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0, 2, 0},
-        {2, 192, 3, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 2, 0},
-        {2, 256, 5, false, false, false, false, false, false, EM_BF16, 2, true, true, 1, 0, 2},
-        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, true, true, 2, 0, 2},
-        {2, 256, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 0, 2},
-        {2, 128, 4, false, false, true, false, false, false, EM_F16, 2, false, true, 0, 2, 2},
+        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0, false},
+        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, false, false, 0, 0, 0, false},
+        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, false, 0, 0, 0, false},
+        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, false, false, 0, 0, 0, false},
+        {3, 128, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0, false},
+        {1, 256, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0, false},
+        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, true, false, 0, 0, 0, false},
+        {2, 256, 4, false, true, false, true, false, false, EM_BF16, 2, true, true, 0, 0, 0, false},
+        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 0, 0, false},
+        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0, 0, 0, false},
+        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 0, 0, false},
+        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 2, 0, 0, false},
+        {2, 256, 5, false, true, false, true, false, false, EM_BF16, 2, true, true, 1, 0, 0, false},
+        {2, 128, 6, true, true, true, false, true, false, EM_F16, 3, false, true, 2, 0, 0, false},
+        {2, 128, 6, true, false, false, true, true, true, EM_BF16, 3, true, true, 2, 0, 0, false},
+        {2, 128, 4, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 2, 0, false},
+        {2, 128, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 2, 0, false},
+        {2, 128, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0, 2, 0, false},
+        {2, 192, 3, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 2, 0, false},
+        {2, 256, 5, false, false, false, false, false, false, EM_BF16, 2, true, true, 1, 0, 2, false},
+        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, true, true, 2, 0, 2, false},
+        {2, 256, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 0, 2, false},
+        {2, 128, 4, false, false, true, false, false, false, EM_F16, 2, false, true, 0, 2, 2, false},
+        {2, 256, 5, false, false, false, true, false, false, EM_BF16, 2, false, true, 1, 0, 1, true},
+        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, true, 0, 0, 2, true},
     };
     size_t failed = 0;
     for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
@@ -317,7 +320,9 @@ static void test_matmul_tma_compiles(void **state)
                             em_lang_bind_int("MW", cfg[i].mw > 0    ? cfg[i].mw
                                                    : cfg[i].cmw > 0 ? cfg[i].cmw
                                                                     : 1),
-                            em_lang_bind_int("CL", cfg[i].cl > 0 ? cfg[i].cl : 1)};
+                            em_lang_bind_int("CL", cfg[i].cl > 0 ? cfg[i].cl : 1),
+                            em_lang_bind_bool("PAIRS", cfg[i].pairs),
+                            em_lang_bind_int("OW", cfg[i].pairs ? 2 : 8)};
         em_lang_spec spec = {b, sizeof b / sizeof b[0], 1, &caps};
         em_lang_diags *d = em_lang_diags_new();
         em_ir_kernel *k = em_lang_specialize(m, "matmul_wgmma_tma", &spec, d);
@@ -342,8 +347,8 @@ static void test_matmul_tma_compiles(void **state)
         assert_true((strstr(src, "setmaxnreg.inc.sync.aligned.u32 232;") != NULL) == regs);
         assert_true((strstr(src, "bar.sync 1, 128;") != NULL) == cfg[i].sepi); /* named */
         /* the epilogue's 16-byte lines: stores through outv, out's buffer as lines of 8 */
-        assert_non_null(strstr(src, ", 8> *outv_m"));
-        assert_true(indexed(src, "outv_m") == cfg[i].sepi);
+        assert_non_null(strstr(src, cfg[i].pairs ? ", 2> *outv_m" : ", 8> *outv_m"));
+        assert_true(indexed(src, "outv_m") == (cfg[i].sepi || cfg[i].pairs));
         /* clusters: the launch attribute, b's multicast copies, the consumers' arrivals on the
          * other cube's barriers, the cluster barrier after the inits */
         bool cl = cfg[i].cl > 1;

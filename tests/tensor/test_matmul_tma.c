@@ -380,6 +380,31 @@ static void test_tma_coop(void **state)
     on_tma_devices(tma_coop_cases);
 }
 
+/* EMBER_MATMUL_EPILOGUE=pairs: the results as lines of 2 straight from the registers in place of
+ * the staged 16-byte epilogue: edges, the epilogue, a batch, clusters. */
+static void tma_pairs_cases(em_device *dev)
+{
+    setenv("EMBER_MATMUL_EPILOGUE", "pairs", 1);
+    check("pairs pp 64x256, edges", "wgmma-tma-pp 64x256x64 2x1 s1", true,
+          rnd(dev, EM_BF16, EM_SHAPE(131, 200), 201), rnd(dev, EM_BF16, EM_SHAPE(200, 264), 202),
+          NULL);
+    em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(88), 203),
+                             .act = EM_MATMUL_ACT_RELU,
+                             .residual = rnd(dev, EM_BF16, EM_SHAPE(70, 88), 204)};
+    check("pairs p 128x128 clusters, epilogue, N = 88", "wgmma-tma-p 128x128x64 2x2 s1", true,
+          rnd(dev, EM_BF16, EM_SHAPE(70, 96), 205), rnd(dev, EM_BF16, EM_SHAPE(96, 88), 206), &ep);
+    check("pairs pp 128x128, batched", "wgmma-tma-pp 128x128x64 2x1 s1", true,
+          rnd(dev, EM_BF16, EM_SHAPE(2, 140, 64), 207), rnd(dev, EM_BF16, EM_SHAPE(2, 64, 72), 208),
+          NULL);
+    unsetenv("EMBER_MATMUL_EPILOGUE");
+}
+
+static void test_tma_pairs(void **state)
+{
+    (void)state;
+    on_tma_devices(tma_pairs_cases);
+}
+
 static mm_problem h200_problem(em_caps *caps, int64_t M, int64_t N, int64_t K, em_tensor *t)
 {
     memset(caps, 0, sizeof *caps);
@@ -569,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_tma_persistent),
         cmocka_unit_test(test_tma_pingpong),
         cmocka_unit_test(test_tma_coop),
+        cmocka_unit_test(test_tma_pairs),
         cmocka_unit_test(test_tma_config),
     };
     return cmocka_run_group_tests(tests, setup, tu_teardown);

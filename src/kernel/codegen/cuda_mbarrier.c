@@ -9,7 +9,10 @@
  *   "cuda.mbar.wait@M"        (i, parity)  mbarrier.try_wait.parity in a loop (acquire)
  *   "cuda.mbar.try_wait@M"    (i, parity)  one try_wait.parity: its predicate as a bool
  *   "cuda.mbar.arrive_cluster@M" (i, c)    mapa to cube c of the cluster, then mbarrier.arrive
- *                                          (release, cluster scope) on that cube's bar[i]
+ *                                          on that cube's bar[i] (the default semantics, a
+ *                                          CTA-scope release: a buffer's reads are all it hands
+ *                                          back; a cluster-scope one would also wait for the
+ *                                          unit's earlier global stores)
  *   "cuda.setmaxnreg:inc,N" / ":dec,N"     setmaxnreg.{inc,dec}.sync.aligned.u32 N
  * M is the shared u64 array of barriers; bar[i]'s shared-window address is taken with
  * __cvta_generic_to_shared. All need sm_90a (try_wait.parity, expect_tx and setmaxnreg). */
@@ -89,7 +92,7 @@ bool em_cuda_mbarrier(em_spmd *e, const em_ir_inst *in, const char *what, em_str
     } else if (IS("arrive_cluster") && in->imm == 2) {
         em_spmd_line(e,
                      "asm volatile(\"{\\n.reg .b32 ra;\\nmapa.shared::cluster.u32 ra, %%0, %%1;\\n"
-                     "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\\n}\" :: "
+                     "mbarrier.arrive.shared::cluster.b64 _, [ra];\\n}\" :: "
                      "\"r\"(%s), \"r\"(%s) : \"memory\");",
                      addr.data, x.data);
     } else if (IS("copy_arrive")) {

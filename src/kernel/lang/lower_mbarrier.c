@@ -9,7 +9,7 @@
  *                                       (cp.async.mbarrier.arrive.noinc: counted in `count`)
  *   mbarrier_wait(bar, i, parity)       waits until the phase of that parity completed (acquire)
  *   mbarrier_try_wait(bar, i, parity)   true when it has (waits a bounded time first)
- *   mbarrier_arrive_cluster(bar, i, c)  one arrival (release, cluster scope) on bar[i] of cube c
+ *   mbarrier_arrive_cluster(bar, i, c)  one arrival (a CTA-scope release) on bar[i] of cube c
  *                                       of the cluster (its rank: cluster_dim; the same
  *                                       shared-memory offset in that cube)
  *   setmaxnreg_inc(n)  setmaxnreg_dec(n)  the warpgroup's registers per unit become n (comptime)
