@@ -143,7 +143,7 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     if (p->dt != EM_F16 && p->dt != EM_BF16) return false;
     /* ping-pong (lanes 6): two consumers, each a tile of bm (64 or 128) x bn of its own, at most
      * 128 f32 accumulators a unit (64 x 256 or 128 x 128) */
-    bool ping = c->lanes == 6;
+    bool ping = c->lanes == 6 || c->lanes == 7; /* 7: with the epilogue from the registers */
     if (ping && (c->tm != 2 || (c->bm != 64 && c->bm != 128) || c->bm * c->bn > 128 * 128))
         return false;
     /* the cooperative 256-row tile (lanes 5, tm 2, bm 256): each consumer 128 x bn as two
@@ -156,7 +156,7 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     bool cl_ok = c->tn == 1 || (c->tn == 2 && c->lanes >= 5 && (c->bn / 64) % 2 == 0);
     if (c->tm < 1 || c->tm > 3 || !cl_ok || (!ping && !coop2 && c->bm != 64 * c->tm) ||
         c->bk != 64 ||
-        c->bn < 64 || c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 6 ||
+        c->bn < 64 || c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 7 ||
         (c->lanes == 2 && c->tm != 2))
         return false;
     int R = p->R;
@@ -184,10 +184,10 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     /* the TMA kernel's 16-byte epilogue: out row-major, lines of 8 aligned, not the partials */
     q.sepi = c->lanes >= 4 && (c->split < 2) && p->ost[R - 1] == 1;
     for (int d = 0; d < R - 1 && q.sepi; d++) q.sepi = p->ost[d] % 8 == 0 || p->osh[d] == 1;
-    /* EMBER_MATMUL_EPILOGUE=pairs: that epilogue's results as lines of 2 straight from the
-     * registers instead (no staging buffer) */
-    const char *epi = getenv("EMBER_MATMUL_EPILOGUE");
-    if (q.sepi && epi && !strcmp(epi, "pairs")) q.sepi = false, q.pairs = true;
+    /* lanes 7: that epilogue's results as lines of 2 straight from the registers instead (no
+     * staging buffer): the ping-pong consumers' epilogues then leave the shared memory to the
+     * other consumer's MMAs */
+    if (q.sepi && c->lanes == 7) q.sepi = false, q.pairs = true;
     /* the TMA kernel's staging slot (1 KiB-aligned): f32 64 x 36 per consumer with sepi */
     if (q.tma) extra += 1024 + (q.sepi ? (size_t)c->tm * 64 * 36 * 4 : 0);
     size_t have = p->caps && p->caps->max_shared ? p->caps->max_shared : (size_t)232448;
@@ -600,6 +600,10 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
         all[n++] = (mm_config){MM_WGMMA, 128, 128, 64, 2, 2, 1, 6};
         all[n++] = (mm_config){MM_WGMMA, 128, 256, 64, 2, 2, 1, 5};
         all[n++] = (mm_config){MM_WGMMA, 256, 128, 64, 2, 2, 1, 5};
+        /* the ping-pong form with the epilogue from the registers, in clusters (measured, session
+         * 12: the fastest at three of the four K = 768 GPT-2 shapes) */
+        all[n++] = (mm_config){MM_WGMMA, 128, 128, 64, 2, 2, 1, 7};
+        all[n++] = (mm_config){MM_WGMMA, 64, 256, 64, 2, 2, 1, 7};
     }
     if (mma_dtype_ok(p)) {
         /* planes x fragments per plane: 128 x 128 tiles of 8 planes of 32 x 64 (about 128
@@ -673,7 +677,8 @@ void mm_config_format(const mm_config *c, char *buf, size_t size)
     static const char *const names[] = {"simple", "simt", "mma", "cpu", "wgmma", "skinny"};
     const char *name = names[c->kind < 6 && c->kind >= 0 ? c->kind : 0];
     if (c->kind == MM_WGMMA && c->lanes >= 1)
-        name = c->lanes == 6   ? "wgmma-tma-pp"
+        name = c->lanes == 7   ? "wgmma-tma-ppr"
+               : c->lanes == 6 ? "wgmma-tma-pp"
                : c->lanes == 5 ? "wgmma-tma-p"
                : c->lanes == 4 ? "wgmma-tma-se"
                : c->lanes == 3 ? "wgmma-tma"
@@ -715,6 +720,8 @@ bool mm_config_parse(const char *text, mm_config *c)
         r.kind = MM_WGMMA, r.lanes = 5;
     else if (!strcmp(kind, "wgmma-tma-pp"))
         r.kind = MM_WGMMA, r.lanes = 6;
+    else if (!strcmp(kind, "wgmma-tma-ppr"))
+        r.kind = MM_WGMMA, r.lanes = 7;
     else if (!strcmp(kind, "skinny"))
         r.kind = MM_SKINNY;
     else
@@ -742,7 +749,7 @@ void mm_tune_key(const mm_problem *p, char *buf, size_t size)
     int R = p->R;
     char la = p->ast[R - 1] == 1 ? 'n' : p->ast[R - 2] == 1 ? 't' : 's';
     char lb = p->bst[R - 1] == 1 ? 'n' : p->bst[R - 2] == 1 ? 't' : 's';
-    snprintf(buf, size, "matmul-v7 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s",
+    snprintf(buf, size, "matmul-v8 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s",
              em_scalar_name(p->dt), p->tf32 && p->dt == EM_F32 ? "+tf32" : "", la, lb, bucket(p->M),
              bucket(p->N), bucket(p->K), bucket(p->batch), p->bias != NULL, p->act, p->res != NULL,
              p->ln ? " ln" : "");

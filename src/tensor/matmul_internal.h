@@ -34,7 +34,8 @@ typedef struct mm_config {
                    the TMA-fed one (matmul_wgmma_tma.ek; setmaxnreg 40 / 232 when tm is 2), 4
                    for it with the epilogue through shared memory in 16-byte lines, 5 for that
                    and persistent cubes, 6 for that with ping-pong consumers (tm 2; bm x bn is
-                   the tile ONE consumer owns, bm 64 or 128), else 0; 0 for the other kinds.
+                   the tile ONE consumer owns, bm 64 or 128), 7 for that with the results as
+                   lines of 2 from the registers (no staging), else 0; 0 for the other kinds.
                    WGMMA bm is 64 x tm, except for lanes 6 and lanes 5 with tm 2 and bm 256
                    (two consumers of 128 x bn on one tile) */
 } mm_config;
@@ -59,8 +60,8 @@ typedef struct mm_wgmma_plan {
     bool az, bz; /* tma: a's / b's batch coordinate is the batch index (else broadcast: 0) */
     bool sepi;   /* tma (c->lanes 4, 5): the epilogue through shared memory in 16-byte lines (out
                     row-major, its rows and batch strides multiples of 8, no split-K) */
-    bool pairs;   /* tma, in place of sepi with EMBER_MATMUL_EPILOGUE=pairs: results out as lines
-                     of 2 from the registers */
+    bool pairs;   /* tma, in place of sepi with lanes 7: results out as lines of 2 from the
+                     registers */
     bool persist; /* tma (c->lanes 5, 6): min(tiles, compute units) cubes loop over the tiles */
     bool ping;    /* tma (c->lanes 6): the two consumers take the cube's tiles in turns, each a
                      bm x bn tile of its own (bm / 64 accumulator sets a unit) */

@@ -268,7 +268,7 @@ static void test_matmul_tma_compiles(void **state)
         int mw; /* "wgmma-tma-pp": a consumer's tile of 64 mw rows (0: not ping-pong) */
         int cmw; /* "wgmma-tma-p 256x..": 2, both consumers 64 cmw rows of one tile (0: 64) */
         int cl;  /* "... 2x2": clusters of two cubes sharing b's tile by multicast (0: none) */
-        bool pairs; /* EMBER_MATMUL_EPILOGUE=pairs: lines of 2 from the registers, no staging */
+        bool pairs; /* "wgmma-tma-ppr": lines of 2 from the registers, no staging */
     } cfg[] = {
         {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0, false},
         {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, false, false, 0, 0, 0, false},

@@ -380,23 +380,21 @@ static void test_tma_coop(void **state)
     on_tma_devices(tma_coop_cases);
 }
 
-/* EMBER_MATMUL_EPILOGUE=pairs: the results as lines of 2 straight from the registers in place of
- * the staged 16-byte epilogue: edges, the epilogue, a batch, clusters. */
+/* "wgmma-tma-ppr": the ping-pong form with the results as lines of 2 straight from the
+ * registers in place of the staged 16-byte epilogue: edges, the epilogue, a batch, clusters. */
 static void tma_pairs_cases(em_device *dev)
 {
-    setenv("EMBER_MATMUL_EPILOGUE", "pairs", 1);
-    check("pairs pp 64x256, edges", "wgmma-tma-pp 64x256x64 2x1 s1", true,
+    check("pairs pp 64x256, edges", "wgmma-tma-ppr 64x256x64 2x1 s1", true,
           rnd(dev, EM_BF16, EM_SHAPE(131, 200), 201), rnd(dev, EM_BF16, EM_SHAPE(200, 264), 202),
           NULL);
     em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(88), 203),
                              .act = EM_MATMUL_ACT_RELU,
                              .residual = rnd(dev, EM_BF16, EM_SHAPE(70, 88), 204)};
-    check("pairs p 128x128 clusters, epilogue, N = 88", "wgmma-tma-p 128x128x64 2x2 s1", true,
+    check("pairs pp 128x128 clusters, epilogue, N = 88", "wgmma-tma-ppr 128x128x64 2x2 s1", true,
           rnd(dev, EM_BF16, EM_SHAPE(70, 96), 205), rnd(dev, EM_BF16, EM_SHAPE(96, 88), 206), &ep);
-    check("pairs pp 128x128, batched", "wgmma-tma-pp 128x128x64 2x1 s1", true,
+    check("pairs pp 128x128, batched", "wgmma-tma-ppr 128x128x64 2x1 s1", true,
           rnd(dev, EM_BF16, EM_SHAPE(2, 140, 64), 207), rnd(dev, EM_BF16, EM_SHAPE(2, 64, 72), 208),
           NULL);
-    unsetenv("EMBER_MATMUL_EPILOGUE");
 }
 
 static void test_tma_pairs(void **state)
@@ -482,8 +480,9 @@ static void test_tma_config(void **state)
     for (int j = 0; j < n; j++) np += cand[j].kind == MM_WGMMA && cand[j].lanes == 5 && cand[j].tn == 1;
     assert_int_equal(np, 3);
     {
-        /* clusters of two cubes (TN 2): text both ways, the plan (multicast on CUDA), four
-         * default candidates (pp 64 x 256 and 128 x 128, p 128 x 256 and 256 x 128) */
+        /* clusters of two cubes (TN 2): text both ways, the plan (multicast on CUDA), six
+         * default candidates (pp 64 x 256 and 128 x 128, p 128 x 256 and 256 x 128, ppr 128 x
+         * 128 and 64 x 256) */
         mm_config f;
         assert_true(mm_config_parse("wgmma-tma-pp 64x256x64 2x2 s1", &f));
         assert_true(f.lanes == 6 && f.tm == 2 && f.tn == 2);
@@ -496,7 +495,13 @@ static void test_tma_config(void **state)
         assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.cluster == 1 && !q.multicast);
         int ncl = 0;
         for (int j = 0; j < n; j++) ncl += cand[j].kind == MM_WGMMA && cand[j].tn == 2;
-        assert_int_equal(ncl, 4);
+        assert_int_equal(ncl, 6);
+        /* the ping-pong form with the epilogue from the registers: no staging buffer */
+        assert_true(mm_config_parse("wgmma-tma-ppr 128x128x64 2x2 s1", &f));
+        assert_true(f.lanes == 7);
+        mm_config_format(&f, text, sizeof text);
+        assert_string_equal(text, "wgmma-tma-ppr 128x128x64 2x2 s1");
+        assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.pairs && !q.sepi && q.ping && q.cluster == 2);
         static const char *const clbad[] = {"wgmma-tma-se 128x256x64 2x2 s1", /* not persistent */
                                             "wgmma-tma-p 128x192x64 2x2 s1",  /* 3 boxes of b */
                                             "wgmma-tma-pp 64x256x64 2x3 s1"};
