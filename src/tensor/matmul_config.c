@@ -429,8 +429,8 @@ bool mm_skinny_plan_of(const mm_problem *p, const mm_config *c, mm_skinny_plan *
     q.uk = is_cpu(p) ? 1 : q.bt ? 2 : 4;
     q.nout = q.bt ? nu * nl : nu * nl * q.v;
     int64_t units = (int64_t)pk * ks * nu;
-    q.smem = ((size_t)pk * (size_t)mr * (size_t)q.nout + (p->ln ? (size_t)(mr * units) : 0)) *
-             em_scalar_size(p->ct);
+    size_t ln_sums = p->ln ? (size_t)(2 * mr * units) : 0; /* LN: sums of d and d * d a row */
+    q.smem = ((size_t)pk * (size_t)mr * (size_t)q.nout + ln_sums) * em_scalar_size(p->ct);
     if ((q.rows + mr - 1) / mr > 65535 || units > 1024) return false;
     if (ks > 1 &&
         (!caps || !caps->plane_ops || !caps->plane_dim || caps->plane_dim % (uint32_t)(nu * ks)))
