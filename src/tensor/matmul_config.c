@@ -498,6 +498,18 @@ static mm_config skinny_default(const mm_problem *p)
     int64_t cubes =
         (p->N + nout - 1) / nout * ((rows + mr - 1) / mr) * (skinny_fold(p) ? 1 : p->batch);
     int64_t cus = caps && caps->compute_units ? caps->compute_units : 1;
+    /* row-major b with fewer cubes than multiprocessors (a 768-wide bf16 weight: 48 cubes of 16
+     * columns): one line a k per group instead of a whole 32-byte sector, twice the cubes, so
+     * that more multiprocessors stream b (the two halves of a sector meet in L2).
+     * EMBER_SKINNY_NARROW=0 turns it off (measurements). */
+    const char *narrow = getenv("EMBER_SKINNY_NARROW");
+    if (!bt && planes && nu > 1 && cubes < cus && !(narrow && !strcmp(narrow, "0"))) {
+        nu /= 2;
+        ks = P / nu;
+        nout = nu * nl * v;
+        cubes = (p->N + nout - 1) / nout * ((rows + mr - 1) / mr) *
+                (skinny_fold(p) ? 1 : p->batch);
+    }
     const char *env = getenv("EMBER_SKINNY_ROOM"); /* units a multiprocessor (measurements) */
     int64_t per = env && atoll(env) >= 32 ? atoll(env) : 768;
     int64_t room = cus * per / (cubes > 0 ? cubes : 1), most = mr <= 2 ? 1024 : 256;
@@ -604,6 +616,7 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
          * 12: the fastest at three of the four K = 768 GPT-2 shapes) */
         all[n++] = (mm_config){MM_WGMMA, 128, 128, 64, 2, 2, 1, 7};
         all[n++] = (mm_config){MM_WGMMA, 64, 256, 64, 2, 2, 1, 7};
+        all[n++] = (mm_config){MM_WGMMA, 128, 128, 64, 2, 1, 1, 7};
     }
     if (mma_dtype_ok(p)) {
         /* planes x fragments per plane: 128 x 128 tiles of 8 planes of 32 x 64 (about 128
@@ -749,7 +762,7 @@ void mm_tune_key(const mm_problem *p, char *buf, size_t size)
     int R = p->R;
     char la = p->ast[R - 1] == 1 ? 'n' : p->ast[R - 2] == 1 ? 't' : 's';
     char lb = p->bst[R - 1] == 1 ? 'n' : p->bst[R - 2] == 1 ? 't' : 's';
-    snprintf(buf, size, "matmul-v8 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s",
+    snprintf(buf, size, "matmul-v9 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s",
              em_scalar_name(p->dt), p->tf32 && p->dt == EM_F32 ? "+tf32" : "", la, lb, bucket(p->M),
              bucket(p->N), bucket(p->K), bucket(p->batch), p->bias != NULL, p->act, p->res != NULL,
              p->ln ? " ln" : "");
