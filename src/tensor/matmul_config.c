@@ -498,12 +498,15 @@ static mm_config skinny_default(const mm_problem *p)
     int64_t cubes =
         (p->N + nout - 1) / nout * ((rows + mr - 1) / mr) * (skinny_fold(p) ? 1 : p->batch);
     int64_t cus = caps && caps->compute_units ? caps->compute_units : 1;
-    /* row-major b with fewer cubes than multiprocessors (a 768-wide bf16 weight: 48 cubes of 16
-     * columns): one line a k per group instead of a whole 32-byte sector, twice the cubes, so
-     * that more multiprocessors stream b (the two halves of a sector meet in L2).
-     * EMBER_SKINNY_NARROW=0 turns it off (measurements). */
+    /* 2-byte row-major b with fewer cubes than multiprocessors (a 768-wide bf16 weight: 48 cubes
+     * of 16 columns): one line a k per group instead of a whole 32-byte sector, twice the cubes,
+     * so that more multiprocessors stream b (the two halves of a sector meet in L2). Measured on
+     * the H200 (session 12, call 9): bf16 decode 2103 -> 2323 tokens/s; f32 lost by it (2536 ->
+     * 2403: 96 cubes of 8 columns are enough there), so not for 4-byte types.
+     * EMBER_SKINNY_NARROW=0 turns it off, =1 on for every type (measurements). */
     const char *narrow = getenv("EMBER_SKINNY_NARROW");
-    if (!bt && planes && nu > 1 && cubes < cus && !(narrow && !strcmp(narrow, "0"))) {
+    bool narrow_on = narrow ? strcmp(narrow, "0") != 0 : es < 4;
+    if (!bt && planes && nu > 1 && cubes < cus && narrow_on) {
         nu /= 2;
         ks = P / nu;
         nout = nu * nl * v;
