@@ -448,6 +448,56 @@ static void test_copy_async(void **state)
     em_lang_module_free(m);
 }
 
+/* ---- clusters: cluster_dim ---------------------------------------------------------------------
+ * The IR keeps the size, CUDA compiles it as __cluster_dims__, the CPU runs the cubes as ordinary
+ * ones (a rank each from CUBE_POS_X), a launch whose cubes along x are no multiple is refused,
+ * and sizes outside 1..8 or more than one of them are diagnosed at their position. */
+
+static const char *cluster_src =
+    "kernel void ranks(tensor(u32) out, comptime u32 CL = 2) cube_dim(4) cluster_dim(CL)\n"
+    "{\n"
+    "    out[ABSOLUTE_POS] = CUBE_POS_X % CL + 10 * (CUBE_POS_X / CL);\n"
+    "}\n";
+
+static void test_cluster_dim(void **state)
+{
+    (void)state;
+    em_lang_module *m = must_load(cluster_src);
+    em_ir_kernel *k = em_lang_specialize(m, "ranks", NULL, NULL);
+    assert_non_null(k);
+    assert_int_equal(em_ir_cluster_dim(k), 2);
+    em_caps caps = {0};
+    snprintf(caps.target, sizeof caps.target, "cuda");
+    char *src = em_kernel_source_caps(k, &caps);
+    assert_non_null(src);
+    assert_non_null(strstr(src, "__cluster_dims__(2, 1, 1)"));
+    free(src);
+    em_ir_kernel_free(k);
+    em_buffer *b = buf_new(NULL, 6 * 4 * sizeof(uint32_t));
+    em_arg args[] = {em_arg_buffer(b, 6 * 4)};
+    launch_x(m, "ranks", NULL, 6, 4, args, 1);
+    uint32_t out[24];
+    buf_get(b, out, sizeof out);
+    for (uint32_t i = 0; i < 24; i++) assert_int_equal(out[i], (i / 4) % 2 + 10 * (i / 8));
+    uint32_t cc[3] = {3, 1, 1}, cd[3] = {4, 1, 1};
+    assert_int_equal(em_lang_launch(g_dev, m, "ranks", NULL, cc, cd, args, 1), EM_ERR_INVALID);
+    assert_non_null(strstr(em_last_error(), "not a multiple"));
+    em_buffer_free(b);
+    em_lang_module_free(m);
+    /* the size is comptime, so it is checked where the kernel is specialized */
+    m = must_load("kernel void k(tensor(u32) o, comptime u32 C = 9) cluster_dim(C)\n{\n}\n");
+    em_lang_diags *d = em_lang_diags_new();
+    assert_null(em_lang_specialize(m, "k", NULL, d));
+    char *text = em_lang_diags_format(d);
+    if (!strstr(text, "test.ek:1:62: error: a cluster size must be between 1 and 8, got 9"))
+        fail_msg("got: %s", text);
+    free(text);
+    em_lang_diags_free(d);
+    em_lang_module_free(m);
+    assert_true(check_error_at("kernel void k(tensor(u32) o) cluster_dim(2, 1)\n{\n}\n", 1, 30,
+                               "cluster_dim takes one size (cubes along x)", NULL));
+}
+
 /* ---- positions ---------------------------------------------------------------------------------
  */
 
@@ -649,6 +699,7 @@ int main(void)
         cmocka_unit_test(test_matrix_layout_comptime),
         cmocka_unit_test(test_copy_async),
         cmocka_unit_test(test_positions_3d),
+        cmocka_unit_test(test_cluster_dim),
         cmocka_unit_test(test_line_width_picked_for_layout),
         cmocka_unit_test(test_generic_f16_f32_f64),
     };

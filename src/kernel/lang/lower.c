@@ -624,9 +624,24 @@ static void lower_param(lower *L, const ast_param *q, uint32_t i)
     fr->slots[i] = em_lang_bind_local(L, em_lang_lv_rt(ty, v), ty, q->assigned, q->name);
 }
 
+static void set_cluster_dim(lower *L, const ast_func *f)
+{
+    if (!f->cluster_dim) return;
+    lv x = em_lang_lower_expr(L, f->cluster_dim, NULL);
+    int64_t v;
+    if (!em_lang_comptime_int(L, &x, f->cluster_dim->pos, "a cluster size", &v)) return;
+    if (v < 1 || v > 8) {
+        em_lang_lerr(L, f->cluster_dim->pos, "CUDA's portable cluster sizes are 1 to 8",
+                     "a cluster size must be between 1 and 8, got %lld", (long long)v);
+        return;
+    }
+    em_ir_set_cluster_dim(L->k, (uint32_t)v);
+}
+
 static void set_cube_dim(lower *L, const ast_func *f)
 {
     uint32_t dim[3] = {1, 1, 1};
+    set_cluster_dim(L, f);
     if (!f->cube_dim[0]) return;
     for (int d = 0; d < 3 && f->cube_dim[d]; d++) {
         lv x = em_lang_lower_expr(L, f->cube_dim[d], NULL);
@@ -640,17 +655,8 @@ static void set_cube_dim(lower *L, const ast_func *f)
         dim[d] = (uint32_t)v;
     }
     em_ir_set_cube_dim(L->k, dim[0], dim[1], dim[2]);
-    if (!f->cluster_dim) return;
-    lv x = em_lang_lower_expr(L, f->cluster_dim, NULL);
-    int64_t v;
-    if (!em_lang_comptime_int(L, &x, f->cluster_dim->pos, "a cluster size", &v)) return;
-    if (v < 1 || v > 8) {
-        em_lang_lerr(L, f->cluster_dim->pos, "CUDA's portable cluster sizes are 1 to 8",
-                     "a cluster size must be between 1 and 8, got %lld", (long long)v);
-        return;
-    }
-    em_ir_set_cluster_dim(L->k, (uint32_t)v);
 }
+
 
 em_ir_kernel *em_lang_lower(const ast_module *mod, const ast_func *f, const lang_binding *b,
                             lang_sink *sink)
