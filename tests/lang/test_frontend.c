@@ -311,6 +311,19 @@ static void test_cli(void **state)
     assert_int_equal(run(cmd, out, sizeof(out)), 0);
     assert_non_null(strstr(out, "erf"));
 
+    /* --arch: the architecture's features (has(wgmma) on sm_90a) reach the specialization */
+    const char *hop = EMBER_TEST_TMP "/cli_arch.ek";
+    const char *hop_src = "kernel void w(tensor(u32) o)\n{\n    comptime if (has(wgmma)) { o[0] = "
+                          "71u; } else { o[0] = 72u; }\n}\n";
+    assert_int_equal(em_file_write_atomic(hop, hop_src, strlen(hop_src)), EM_OK);
+    snprintf(cmd, sizeof(cmd), "%s kernel dump %s --target cuda --arch sm_90a", EMBER_CLI_PATH,
+             hop);
+    assert_int_equal(run(cmd, out, sizeof(out)), 0);
+    assert_true(strstr(out, "71") && !strstr(out, "72"));
+    snprintf(cmd, sizeof(cmd), "%s kernel dump %s --target cuda", EMBER_CLI_PATH, hop);
+    assert_int_equal(run(cmd, out, sizeof(out)), 0);
+    assert_true(strstr(out, "72") && !strstr(out, "71"));
+
     snprintf(cmd, sizeof(cmd), "%s kernel list", EMBER_CLI_PATH);
     assert_int_equal(run(cmd, out, sizeof(out)), 0);
     assert_non_null(strstr(out, "gelu\n"));
