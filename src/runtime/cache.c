@@ -758,12 +758,8 @@ em_kernel *em_kernel_compile(em_device *dev, const em_ir_kernel *k)
 
 char *em_kernel_source(const em_ir_kernel *k, const char *target)
 {
-    if (!target) {
-        em_set_error(EM_ERR_INVALID, "em_kernel_source: no kernel or target");
-        return NULL;
-    }
     em_caps caps = {0};
-    snprintf(caps.target, sizeof caps.target, "%s", target);
+    snprintf(caps.target, sizeof caps.target, "%s", target ? target : "");
     return em_kernel_source_caps(k, &caps);
 }
 

@@ -180,7 +180,7 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     q.ping = ping;
     q.mw = ping ? c->bm / 64 : c->bm / (64 * c->tm);
     q.cluster = c->tn;
-    q.multicast = q.cluster > 1 && wgmma_device(p) && p->caps && !strcmp(p->caps->target, "cuda");
+    q.multicast = q.cluster > 1 && wgmma_device(p); /* CUDA sm_90a: the kernel's MC */
     /* the TMA kernel's 16-byte epilogue: out row-major, lines of 8 aligned, not the partials */
     q.sepi = c->lanes >= 4 && (c->split < 2) && p->ost[R - 1] == 1;
     for (int d = 0; d < R - 1 && q.sepi; d++) q.sepi = p->ost[d] % 8 == 0 || p->osh[d] == 1;
@@ -442,6 +442,13 @@ bool mm_skinny_plan_of(const mm_problem *p, const mm_config *c, mm_skinny_plan *
     return true;
 }
 
+/* The skinny kernel's cubes for p with nout output columns and mr rows a cube. */
+static int64_t skinny_cubes(const mm_problem *p, int64_t nout, int mr)
+{
+    int64_t rows = skinny_rows(p);
+    return (p->N + nout - 1) / nout * ((rows + mr - 1) / mr) * (skinny_fold(p) ? 1 : p->batch);
+}
+
 static mm_config skinny(int mr, int nu, int ks, int pk, int nl, int split)
 {
     return (mm_config){MM_SKINNY, mr, nu, 16, ks, pk, split, nl};
@@ -495,8 +502,7 @@ static mm_config skinny_default(const mm_problem *p)
      * with b cold (`ember bench matmul --graph --cold`, docs/benchmarks.md): 2 to 4 lines a unit
      * took 1x768x768 from 6.1 to 3.6 us and 1x768x3072 from 14.8 to 6.3. */
     int64_t nout = bt ? nu * nl : nu * nl * v;
-    int64_t cubes =
-        (p->N + nout - 1) / nout * ((rows + mr - 1) / mr) * (skinny_fold(p) ? 1 : p->batch);
+    int64_t cubes = skinny_cubes(p, nout, mr);
     int64_t cus = caps && caps->compute_units ? caps->compute_units : 1;
     /* 2-byte row-major b with fewer cubes than multiprocessors (a 768-wide bf16 weight: 48 cubes
      * of 16 columns): one line a k per group instead of a whole 32-byte sector, twice the cubes,
@@ -510,8 +516,7 @@ static mm_config skinny_default(const mm_problem *p)
         nu /= 2;
         ks = P / nu;
         nout = nu * nl * v;
-        cubes = (p->N + nout - 1) / nout * ((rows + mr - 1) / mr) *
-                (skinny_fold(p) ? 1 : p->batch);
+        cubes = skinny_cubes(p, nout, mr);
     }
     const char *env = getenv("EMBER_SKINNY_ROOM"); /* units a multiprocessor (measurements) */
     int64_t per = env && atoll(env) >= 32 ? atoll(env) : 768;

@@ -197,8 +197,10 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         if (q.tma) bd[nb++] = em_lang_bind_bool("PING", q.ping);
         if (q.ping || q.mw > 1) bd[nb++] = em_lang_bind_int("MW", q.mw);
         if (q.cluster > 1) bd[nb++] = em_lang_bind_int("CL", q.cluster);
-        if (q.pairs) bd[nb++] = em_lang_bind_bool("PAIRS", true);
-        if (q.pairs) bd[nb++] = em_lang_bind_int("OW", 2);
+        if (q.pairs) {
+            bd[nb++] = em_lang_bind_bool("PAIRS", true);
+            bd[nb++] = em_lang_bind_int("OW", 2); /* outv as lines of 2 */
+        }
         units[0] = (uint32_t)q.units;
         wgq = q;
     } else if (c->kind == MM_CPU) {

@@ -346,6 +346,12 @@ static void test_matmul_tma_compiles(void **state)
         assert_true((strstr(src, "setmaxnreg.dec.sync.aligned.u32 40;") != NULL) == regs);
         assert_true((strstr(src, "setmaxnreg.inc.sync.aligned.u32 232;") != NULL) == regs);
         assert_true((strstr(src, "bar.sync 1, 128;") != NULL) == cfg[i].sepi); /* named */
+        /* the named barriers as inline PTX with a memory clobber (no fences around them), and
+         * the MMAs' fence without a proxy fence (wgmma_fence_regs: the operands came by TMA) */
+        if (cfg[i].sepi) assert_non_null(strstr(src, "bar.sync 1, 128;\" :  :  : \"memory\")"));
+        assert_null(strstr(src, "__threadfence_block"));
+        assert_non_null(strstr(src, "asm volatile(\"wgmma.fence.sync.aligned;\""));
+        assert_null(strstr(src, "fence.proxy.async.shared::cta;\\nwgmma.fence"));
         /* the epilogue's 16-byte lines: stores through outv, out's buffer as lines of 8 */
         assert_non_null(strstr(src, cfg[i].pairs ? ", 2> *outv_m" : ", 8> *outv_m"));
         assert_true(indexed(src, "outv_m") == (cfg[i].sepi || cfg[i].pairs));

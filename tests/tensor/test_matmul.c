@@ -430,6 +430,18 @@ static void test_mma_choice_on_h200(void **state)
     /* exact f32 stays exact: the SIMT kernel */
     p = h200_problem(&caps, EM_F32, false, 4096, 4096, 4096, false, false, t);
     assert_int_equal(mm_heuristic(&p).kind, MM_SIMT);
+    /* decoding's 1 x 768 . 768 x 768: f32 groups of 2 units of 4-lane lines (a 32-byte sector a
+     * k, 96 cubes); bf16 the narrow groups, 1 unit of an 8-lane line (96 cubes, not 48) */
+    p = h200_problem(&caps, EM_F32, false, 1, 768, 768, false, false, t);
+    c = mm_heuristic(&p);
+    assert_true(c.kind == MM_SKINNY && c.bn == 2 && c.tm == 16);
+    p = h200_problem(&caps, EM_BF16, false, 1, 768, 768, false, false, t);
+    c = mm_heuristic(&p);
+    assert_true(c.kind == MM_SKINNY && c.bn == 1 && c.tm == 32);
+    setenv("EMBER_SKINNY_NARROW", "0", 1);
+    c = mm_heuristic(&p);
+    assert_true(c.kind == MM_SKINNY && c.bn == 2 && c.tm == 16);
+    unsetenv("EMBER_SKINNY_NARROW");
     em_release(t);
 }
 

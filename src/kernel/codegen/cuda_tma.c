@@ -56,31 +56,22 @@ static void load(em_spmd *e, const em_ir_inst *in, const char *what, bool multic
     em_spmd_val(e, in->args[1], &bm);
     em_spmd_val(e, in->args[2], &xy);
     em_spmd_val_u32(e, in->args[3], &z);
-    if (multicast) {
-        em_spmd_line(e,
-                     "asm volatile(\"cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::"
-                     "complete_tx::bytes.multicast::cluster [%%0], [%%1, {%%2, %%3, %%4}], [%%5], "
-                     "%%6;\" :: "
-                     "\"r\"((unsigned)__cvta_generic_to_shared(%s + (unsigned)(%s))), "
-                     "\"l\"((unsigned long long)(%s + (unsigned)(%s) * 16u)), "
-                     "\"r\"((unsigned)(%s)), \"r\"((unsigned)((%s) >> 32)), \"r\"(%s), "
-                     "\"r\"((unsigned)__cvta_generic_to_shared(%s + (unsigned)((%s) >> 32))), "
-                     "\"h\"((unsigned short)((%s) >> 32)) : \"memory\");",
-                     e->mname[m[0]], di.data, e->mname[m[2]], bm.data, xy.data, xy.data, z.data,
-                     e->mname[m[1]], bm.data, di.data);
-    } else {
-        em_spmd_line(e,
-                     "asm volatile(\"cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::"
-                     "complete_tx::bytes [%%0], [%%1, {%%2, %%3, %%4}], [%%5];\" :: "
-                     "\"r\"((unsigned)__cvta_generic_to_shared(%s + (%s))), "
-                     "\"l\"((unsigned long long)(%s + (unsigned)(%s) * 16u)), "
-                     "\"r\"((unsigned)(%s)), \"r\"((unsigned)((%s) >> 32)), \"r\"(%s), "
-                     "\"r\"((unsigned)__cvta_generic_to_shared(%s + (unsigned)((%s) >> 32))) : "
-                     "\"memory\");",
-                     e->mname[m[0]], di.data, e->mname[m[2]], bm.data, xy.data, xy.data, z.data,
-                     e->mname[m[1]], bm.data);
-    }
-    em_sb_free(&di), em_sb_free(&bm), em_sb_free(&xy), em_sb_free(&z);
+    /* multicast: the mask (the u64 operand's high half) as one more 16-bit operand */
+    em_strbuf mask;
+    em_sb_init(&mask);
+    if (multicast) em_sb_printf(&mask, ", \"h\"((unsigned short)((%s) >> 32))", di.data);
+    em_spmd_line(e,
+                 "asm volatile(\"cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::"
+                 "complete_tx::bytes%s [%%0], [%%1, {%%2, %%3, %%4}], [%%5]%s;\" :: "
+                 "\"r\"((unsigned)__cvta_generic_to_shared(%s + (unsigned)(%s))), "
+                 "\"l\"((unsigned long long)(%s + (unsigned)(%s) * 16u)), "
+                 "\"r\"((unsigned)(%s)), \"r\"((unsigned)((%s) >> 32)), \"r\"(%s), "
+                 "\"r\"((unsigned)__cvta_generic_to_shared(%s + (unsigned)((%s) >> 32)))%s : "
+                 "\"memory\");",
+                 multicast ? ".multicast::cluster" : "", multicast ? ", %6" : "", e->mname[m[0]],
+                 di.data, e->mname[m[2]], bm.data, xy.data, xy.data, z.data, e->mname[m[1]],
+                 bm.data, mask.data);
+    em_sb_free(&di), em_sb_free(&bm), em_sb_free(&xy), em_sb_free(&z), em_sb_free(&mask);
 }
 
 static void acquire(em_spmd *e, const em_ir_inst *in, const char *what)
