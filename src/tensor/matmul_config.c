@@ -149,14 +149,14 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     /* the cooperative 256-row tile (lanes 5, tm 2, bm 256): each consumer 128 x bn as two
      * accumulator sets, bn f32 accumulators a unit (bn 64 to 192: ptxas fits 192 into the
      * consumers' 232 registers without spills) */
-    bool coop2 = c->lanes == 5 && c->tm == 2 && c->bm == 256;
+    bool coop2 = (c->lanes == 5 || c->lanes == 8) && c->tm == 2 && c->bm == 256;
     if (coop2 && c->bn > 192) return false;
     /* tn: cubes of a cluster along M (2: the persistent TMA forms, b's tile multicast in halves
      * of whole 64-column boxes when b is N-major) */
     bool cl_ok = c->tn == 1 || (c->tn == 2 && c->lanes >= 5 && (c->bn / 64) % 2 == 0);
     if (c->tm < 1 || c->tm > 3 || !cl_ok || (!ping && !coop2 && c->bm != 64 * c->tm) ||
         c->bk != 64 ||
-        c->bn < 64 || c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 7 ||
+        c->bn < 64 || c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 8 ||
         (c->lanes == 2 && c->tm != 2))
         return false;
     int R = p->R;
@@ -184,10 +184,11 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     /* the TMA kernel's 16-byte epilogue: out row-major, lines of 8 aligned, not the partials */
     q.sepi = c->lanes >= 4 && (c->split < 2) && p->ost[R - 1] == 1;
     for (int d = 0; d < R - 1 && q.sepi; d++) q.sepi = p->ost[d] % 8 == 0 || p->osh[d] == 1;
-    /* lanes 7: that epilogue's results as lines of 2 straight from the registers instead (no
-     * staging buffer): the ping-pong consumers' epilogues then leave the shared memory to the
-     * other consumer's MMAs */
-    if (q.sepi && c->lanes == 7) q.sepi = false, q.pairs = true;
+    /* lanes 7 (ping-pong) and 8 (the persistent cooperative form): that epilogue's results as
+     * lines of 2 straight from the registers instead (no staging buffer): the ping-pong
+     * consumers' epilogues then leave the shared memory to the other consumer's MMAs, and the
+     * cooperative form has no staging slot, so its ring may take that room */
+    if (q.sepi && (c->lanes == 7 || c->lanes == 8)) q.sepi = false, q.pairs = true;
     /* the TMA kernel's staging slot (1 KiB-aligned): f32 64 x 36 per consumer with sepi */
     if (q.tma) extra += 1024 + (q.sepi ? (size_t)c->tm * 64 * 36 * 4 : 0);
     size_t have = p->caps && p->caps->max_shared ? p->caps->max_shared : (size_t)232448;
@@ -574,7 +575,7 @@ mm_config mm_heuristic(const mm_problem *p)
 
 int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
 {
-    mm_config all[56];
+    mm_config all[64];
     int n = 0;
     all[n++] = mm_heuristic(p);
     if (p->K > 0 && skinny_rows(p) <= 16) {
@@ -625,6 +626,12 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
         all[n++] = (mm_config){MM_WGMMA, 128, 128, 64, 2, 2, 1, 7};
         all[n++] = (mm_config){MM_WGMMA, 64, 256, 64, 2, 2, 1, 7};
         all[n++] = (mm_config){MM_WGMMA, 128, 128, 64, 2, 1, 1, 7};
+        /* the cooperative persistent forms with the epilogue from the registers (cuBLAS's
+         * 256 x 128 tile in clusters of two: a quarter fewer bytes from L2 a multiply-add than
+         * the ping-pong 128 x 128 tiles, its epilogue without staging) */
+        all[n++] = (mm_config){MM_WGMMA, 256, 128, 64, 2, 2, 1, 8};
+        all[n++] = (mm_config){MM_WGMMA, 256, 128, 64, 2, 1, 1, 8};
+        all[n++] = (mm_config){MM_WGMMA, 128, 256, 64, 2, 2, 1, 8};
     }
     if (mma_dtype_ok(p)) {
         /* planes x fragments per plane: 128 x 128 tiles of 8 planes of 32 x 64 (about 128
@@ -674,7 +681,7 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
     }
     /* split-K variants of every candidate for skinny shapes */
     int base = n;
-    for (int i = 0; i < base && n + 2 <= 56; i++) {
+    for (int i = 0; i < base && n + 2 <= 64; i++) {
         if (all[i].split > 1 || all[i].kind == MM_SKINNY) continue;
         int64_t tiles = ((p->M + all[i].bm - 1) / all[i].bm) * ((p->N + all[i].bn - 1) / all[i].bn);
         int s = pick_split(p, tiles, all[i].bk);
@@ -698,7 +705,8 @@ void mm_config_format(const mm_config *c, char *buf, size_t size)
     static const char *const names[] = {"simple", "simt", "mma", "cpu", "wgmma", "skinny"};
     const char *name = names[c->kind < 6 && c->kind >= 0 ? c->kind : 0];
     if (c->kind == MM_WGMMA && c->lanes >= 1)
-        name = c->lanes == 7   ? "wgmma-tma-ppr"
+        name = c->lanes == 8   ? "wgmma-tma-pr"
+               : c->lanes == 7 ? "wgmma-tma-ppr"
                : c->lanes == 6 ? "wgmma-tma-pp"
                : c->lanes == 5 ? "wgmma-tma-p"
                : c->lanes == 4 ? "wgmma-tma-se"
@@ -743,6 +751,8 @@ bool mm_config_parse(const char *text, mm_config *c)
         r.kind = MM_WGMMA, r.lanes = 6;
     else if (!strcmp(kind, "wgmma-tma-ppr"))
         r.kind = MM_WGMMA, r.lanes = 7;
+    else if (!strcmp(kind, "wgmma-tma-pr"))
+        r.kind = MM_WGMMA, r.lanes = 8;
     else if (!strcmp(kind, "skinny"))
         r.kind = MM_SKINNY;
     else
@@ -770,7 +780,7 @@ void mm_tune_key(const mm_problem *p, char *buf, size_t size)
     int R = p->R;
     char la = p->ast[R - 1] == 1 ? 'n' : p->ast[R - 2] == 1 ? 't' : 's';
     char lb = p->bst[R - 1] == 1 ? 'n' : p->bst[R - 2] == 1 ? 't' : 's';
-    snprintf(buf, size, "matmul-v9 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s",
+    snprintf(buf, size, "matmul-v10 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s",
              em_scalar_name(p->dt), p->tf32 && p->dt == EM_F32 ? "+tf32" : "", la, lb, bucket(p->M),
              bucket(p->N), bucket(p->K), bucket(p->batch), p->bias != NULL, p->act, p->res != NULL,
              p->ln ? " ln" : "");

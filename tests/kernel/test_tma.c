@@ -295,6 +295,8 @@ static void test_matmul_tma_compiles(void **state)
         {2, 128, 4, false, false, true, false, false, false, EM_F16, 2, false, true, 0, 2, 2, false},
         {2, 256, 5, false, false, false, true, false, false, EM_BF16, 2, false, true, 1, 0, 1, true},
         {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, true, 0, 0, 2, true},
+        {2, 128, 4, false, false, false, true, false, false, EM_BF16, 2, false, true, 0, 2, 2, true},
+        {2, 128, 4, true, true, false, false, true, true, EM_F16, 3, false, true, 0, 2, 1, true},
     };
     size_t failed = 0;
     for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {

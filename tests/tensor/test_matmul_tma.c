@@ -395,6 +395,15 @@ static void tma_pairs_cases(em_device *dev)
     check("pairs pp 128x128, batched", "wgmma-tma-ppr 128x128x64 2x1 s1", true,
           rnd(dev, EM_BF16, EM_SHAPE(2, 140, 64), 207), rnd(dev, EM_BF16, EM_SHAPE(2, 64, 72), 208),
           NULL);
+    /* "wgmma-tma-pr": the persistent cooperative forms with that epilogue */
+    check("pairs coop 256x128, edges", "wgmma-tma-pr 256x128x64 2x1 s1", true,
+          rnd(dev, EM_BF16, EM_SHAPE(300, 136), 209), rnd(dev, EM_BF16, EM_SHAPE(136, 200), 210),
+          NULL);
+    check("pairs coop 256x128 clusters, epilogue, N = 88", "wgmma-tma-pr 256x128x64 2x2 s1", true,
+          rnd(dev, EM_BF16, EM_SHAPE(70, 96), 205), rnd(dev, EM_BF16, EM_SHAPE(96, 88), 206), &ep);
+    check("pairs coop 128x256 clusters, batched, K-major b", "wgmma-tma-pr 128x256x64 2x2 s1",
+          true, rnd(dev, EM_F16, EM_SHAPE(2, 140, 72), 211),
+          em_transpose(rnd(dev, EM_F16, EM_SHAPE(2, 264, 72), 212), 1, 2), NULL);
 }
 
 static void test_tma_pairs(void **state)
@@ -480,9 +489,9 @@ static void test_tma_config(void **state)
     for (int j = 0; j < n; j++) np += cand[j].kind == MM_WGMMA && cand[j].lanes == 5 && cand[j].tn == 1;
     assert_int_equal(np, 3);
     {
-        /* clusters of two cubes (TN 2): text both ways, the plan (multicast on CUDA), six
+        /* clusters of two cubes (TN 2): text both ways, the plan (multicast on CUDA), eight
          * default candidates (pp 64 x 256 and 128 x 128, p 128 x 256 and 256 x 128, ppr 128 x
-         * 128 and 64 x 256) */
+         * 128 and 64 x 256, pr 256 x 128 and 128 x 256) */
         mm_config f;
         assert_true(mm_config_parse("wgmma-tma-pp 64x256x64 2x2 s1", &f));
         assert_true(f.lanes == 6 && f.tm == 2 && f.tn == 2);
@@ -495,13 +504,27 @@ static void test_tma_config(void **state)
         assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.cluster == 1 && !q.multicast);
         int ncl = 0;
         for (int j = 0; j < n; j++) ncl += cand[j].kind == MM_WGMMA && cand[j].tn == 2;
-        assert_int_equal(ncl, 6);
+        assert_int_equal(ncl, 8);
         /* the ping-pong form with the epilogue from the registers: no staging buffer */
         assert_true(mm_config_parse("wgmma-tma-ppr 128x128x64 2x2 s1", &f));
         assert_true(f.lanes == 7);
         mm_config_format(&f, text, sizeof text);
         assert_string_equal(text, "wgmma-tma-ppr 128x128x64 2x2 s1");
         assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.pairs && !q.sepi && q.ping && q.cluster == 2);
+        /* the cooperative persistent form with it: 256 x 128 (MW 2) keeps 4 stages, no
+         * staging slot; a default candidate alone and in clusters */
+        assert_true(mm_config_parse("wgmma-tma-pr 256x128x64 2x2 s1", &f));
+        assert_true(f.lanes == 8 && f.bm == 256 && f.tm == 2 && f.tn == 2);
+        mm_config_format(&f, text, sizeof text);
+        assert_string_equal(text, "wgmma-tma-pr 256x128x64 2x2 s1");
+        assert_true(mm_config_valid(&p, &f));
+        assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.pairs && !q.sepi && !q.ping && q.persist);
+        assert_true(q.mw == 2 && q.stages == 4 && q.cluster == 2 && q.smem <= caps.max_shared);
+        int npr = 0;
+        for (int j = 0; j < n; j++) npr += cand[j].kind == MM_WGMMA && cand[j].lanes == 8;
+        assert_int_equal(npr, 3);
+        assert_true(mm_config_parse("wgmma-tma-pr 256x256x64 2x1 s1", &f)); /* 256 accumulators */
+        assert_false(mm_wgmma_plan_of(&p, &f, &q));
         static const char *const clbad[] = {"wgmma-tma-se 128x256x64 2x2 s1", /* not persistent */
                                             "wgmma-tma-p 128x192x64 2x2 s1",  /* 3 boxes of b */
                                             "wgmma-tma-pp 64x256x64 2x3 s1"};
