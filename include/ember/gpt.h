@@ -136,6 +136,15 @@ em_status em_gpt_batch_prefill_greedy(em_gpt_batch *b, int64_t slot, const int64
  * tokens (each token is replaced by its successor). */
 em_status em_gpt_batch_step_greedy(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens,
                                    int64_t n, int64_t *next);
+/* `steps` greedy steps of the same n slots in a row (each must have room for `steps` more
+ * positions): step 0 feeds tokens, step k > 0 each slot's token of step k - 1, and
+ * next[k * n + i] receives slots[i]'s token of step k. The tokens are em_gpt_batch_step_greedy's
+ * over `steps` calls, but they are fed on the device and come back together in one read, so the
+ * host queues every step before it waits (no host round trip between steps). tokens are read
+ * before next is written, so next may be tokens (with room for steps * n). On failure the listed
+ * slots are left empty; a slot without room is an error before anything runs. */
+em_status em_gpt_batch_steps_greedy(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens,
+                                    int64_t n, int64_t steps, int64_t *next);
 
 /* Empties a slot (its sequence left the batch). */
 void em_gpt_batch_clear(em_gpt_batch *b, int64_t slot);

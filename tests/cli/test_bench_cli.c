@@ -92,6 +92,13 @@ static void test_decode_json(void **state)
     assert_true(number(o, "new_tokens") == 2);
     assert_true(number(o, "prompt_tokens") == 3);
     assert_true(number(o, "tokens_per_s") > 0);
+    assert_true(number(o, "steps_per_sync") == 1);
+    cJSON_Delete(o);
+    /* 9 steps 4 at a time: chunks of 4, 4 and 1 */
+    o = decode("bench decode --device cpu --preset tiny --batch 2 --new 10 --steps-per-sync 4");
+    assert_true(number(o, "steps_per_sync") == 4);
+    assert_true(number(o, "new_tokens") == 10);
+    assert_true(number(o, "ms_per_step") > 0);
     cJSON_Delete(o);
 }
 
@@ -200,6 +207,8 @@ static void test_bad_arguments(void **state)
         "bench decode --preset tiny --prompt 100 --new 100", /* past the context of 128 */
         "bench decode --seed -1",
         "bench decode --frobnicate 1",
+        "bench decode --steps-per-sync 0",
+        "bench decode --steps-per-sync 4 --greedy host",
         "bench train-gpt2 --steps 0",
         "bench train-gpt2 --batch two",
         "bench train-gpt2 --seq",

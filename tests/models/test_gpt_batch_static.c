@@ -153,7 +153,7 @@ static int teardown(void **state)
 
 enum { VOCAB = 61, CTX = 128, MAX_LEN = 100, MAXTOK = 160 };
 
-static em_gpt *tiny(void)
+static em_gpt *tiny_as(bool tied)
 {
     em_gpt_config c = {.vocab_size = VOCAB,
                        .block_size = CTX,
@@ -162,10 +162,22 @@ static em_gpt *tiny(void)
                        .n_embd = 32,
                        .dropout = 0.1, /* eval mode must switch it off */
                        .bias = true,
-                       .tied = true};
+                       .tied = tied};
     em_gpt *g = em_gpt_new(dev, EM_F32, &c, 23);
     assert_non_null(g);
     return g;
+}
+
+static em_gpt *tiny(void)
+{
+    return tiny_as(true);
+}
+
+/* With its own head: greedy decoding then moves from token to token (the tied head's logits
+ * favour the token just fed, so its greedy run repeats one), so a token fed wrongly shows. */
+static em_gpt *tiny_untied(void)
+{
+    return tiny_as(false);
 }
 
 typedef struct collect {
@@ -445,6 +457,110 @@ static void test_schedule_when_recording_fails(void **state)
     unsetenv("EMBER_GRAPH_MAX_OPS");
 }
 
+/* ---- (3) greedy steps in a row, fed on the device --------------------------------------------- */
+
+/* em_gpt_batch_steps_greedy over chunks of 5, 1, 7 and 3 steps gives em_gpt_generate's tokens
+ * (slot 0 crossing 64 keys, slot 2 from 3 tokens, slot 1 unlisted below slot 2 and intact after);
+ * a chunk is one write of the tokens and positions, one write of positions for each later step,
+ * launches and one read at the end; a slot without room for the chunk is refused before anything
+ * runs. */
+/* The distinct values of x[0, n). */
+static int distinct(const int64_t *x, int n)
+{
+    int d = 0;
+    for (int i = 0; i < n; i++) {
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++) seen = x[j] == x[i];
+        d += !seen;
+    }
+    return d;
+}
+
+static void multi_step_schedule(void)
+{
+    em_gpt *g = tiny_untied();
+    em_gpt_batch *b = em_gpt_batch_new(g, 4, MAX_LEN);
+    assert_non_null(b);
+    static seq s[3];
+    start_seq(g, &s[0], 55, 90, 4);
+    start_seq(g, &s[1], 10, 20, 5);
+    start_seq(g, &s[2], 3, 40, 6);
+    for (int j = 0; j < 3; j++) assert_true(distinct(s[j].ref, 10) >= 5); /* not one repeated */
+    for (int64_t k = 0; k < 3; k++) {
+        int64_t t = -1;
+        assert_int_equal(em_gpt_batch_prefill_greedy(b, k, s[k].hist, s[k].n, &t), EM_OK);
+        assert_int_equal(t, s[k].ref[0]);
+        s[k].hist[s[k].n++] = t;
+    }
+    static const int64_t chunks[] = {5, 1, 7, 3, 4};
+    int64_t slots[2] = {2, 0};
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+        int64_t K = chunks[c], toks[2], next[2 * 7];
+        for (int i = 0; i < 2; i++) toks[i] = s[slots[i]].hist[s[slots[i]].n - 1];
+        bool traced = c == 4;
+        int first = nevents;
+        nallocs = 0;
+        tracing = traced;
+        assert_int_equal(em_gpt_batch_steps_greedy(b, slots, toks, 2, K, next), EM_OK);
+        tracing = false;
+        for (int64_t k = 0; k < K; k++)
+            for (int i = 0; i < 2; i++) {
+                seq *q = &s[slots[i]];
+                if (next[k * 2 + i] != q->ref[q->n - q->np])
+                    fail_msg("chunk %zu of %lld steps, step %lld, slot %lld: token %lld, "
+                             "em_gpt_generate %lld",
+                             c, (long long)K, (long long)k, (long long)slots[i],
+                             (long long)next[k * 2 + i], (long long)q->ref[q->n - q->np]);
+                q->hist[q->n++] = next[k * 2 + i];
+            }
+        for (int i = 0; i < 2; i++) assert_int_equal(em_gpt_batch_len(b, slots[i]), s[slots[i]].n - 1);
+        if (traced) {
+            int z = nevents, writes = 0;
+            assert_true(z - first >= 3 && z <= MAX_EVENTS);
+            assert_int_equal(events[first].kind, EV_WRITE);
+            assert_int_equal(events[first].bytes, 2 * 4 * sizeof(int64_t));
+            for (int i = first + 1; i < z - 1; i++) {
+                if (events[i].kind == EV_READ) fail_msg("event %d of the chunk is a read", i - first);
+                if (events[i].kind == EV_WRITE) {
+                    assert_int_equal(events[i].bytes, 4 * sizeof(int64_t));
+                    writes++;
+                }
+            }
+            assert_int_equal(writes, K - 1);
+            assert_int_equal(events[z - 1].kind, EV_READ);
+            assert_int_equal(events[z - 1].bytes, (size_t)K * 3 * sizeof(int64_t));
+        }
+    }
+    /* slot 1, unlisted throughout, still continues as em_gpt_generate */
+    int64_t one[1] = {1};
+    step_and_check(g, b, s, one, 1, 0);
+    /* too few positions left for the chunk: refused, nothing changed */
+    int64_t room = MAX_LEN - em_gpt_batch_len(b, 0), len2 = em_gpt_batch_len(b, 2);
+    int64_t toks[2] = {s[2].hist[s[2].n - 1], s[0].hist[s[0].n - 1]}, next[2 * 64];
+    assert_true(room >= 1 && room < 64);
+    assert_int_equal(em_gpt_batch_steps_greedy(b, slots, toks, 2, room + 1, next), EM_ERR_INVALID);
+    assert_non_null(strstr(em_last_error(), "slot 0"));
+    assert_int_equal(em_gpt_batch_len(b, 0), MAX_LEN - room);
+    assert_int_equal(em_gpt_batch_len(b, 2), len2);
+    assert_int_equal(em_gpt_batch_steps_greedy(b, slots, toks, 2, 0, next), EM_ERR_INVALID);
+    /* exactly to max_len is allowed */
+    assert_int_equal(em_gpt_batch_steps_greedy(b, slots, toks, 2, room, next), EM_OK);
+    assert_int_equal(em_gpt_batch_len(b, 0), MAX_LEN);
+    for (int64_t k = 0; k < room && s[0].n - s[0].np < 35; k++)
+        assert_int_equal(next[k * 2 + 1], s[0].ref[s[0].n++ - s[0].np]);
+    em_gpt_batch_free(b);
+    em_gpt_free(g);
+}
+
+static void test_multi_step_matches_generate(void **state)
+{
+    (void)state;
+    multi_step_schedule(); /* graphs: each key's first step eager, then recorded and replayed */
+    setenv("EMBER_DECODE_GRAPHS", "0", 1);
+    multi_step_schedule();
+    unsetenv("EMBER_DECODE_GRAPHS");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -453,6 +569,7 @@ int main(void)
         cmocka_unit_test(test_replayed_steps_launch_nothing),
         cmocka_unit_test(test_schedule_without_graphs),
         cmocka_unit_test(test_schedule_when_recording_fails),
+        cmocka_unit_test(test_multi_step_matches_generate),
     };
     return cmocka_run_group_tests_name("gpt_batch_static", tests, setup, teardown);
 }

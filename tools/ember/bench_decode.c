@@ -6,7 +6,10 @@
  * tokens: the first from its prefill, the other N - 1 from N - 1 steps. The next token is the
  * first largest logit (what em_sample_token picks at temperature 0), picked on the device
  * (em_gpt_batch_step_greedy: one id per sequence comes back) or, with --greedy host, on the host
- * from the logits (em_gpt_batch_step: every logit comes back). A warm-up runs first: one whole
+ * from the logits (em_gpt_batch_step: every logit comes back). With --steps-per-sync K (device
+ * greedy), the steps go K at a time through em_gpt_batch_steps_greedy: each step's tokens feed the
+ * next on the device and the K steps' tokens come back in one read, so the host waits once per K
+ * steps instead of once per step (the same tokens). A warm-up runs first: one whole
  * untimed generation of the same N tokens over the same prompts, so that every kernel — also
  * those specialized by the attended length, such as the softmax over the KV cache — is compiled
  * (and every matmul shape tuned) before the clock starts. With
@@ -16,7 +19,7 @@
  *
  *   {"workload":"gpt2_decode","impl":"ember","dtype":"fp32","batch":1,"new_tokens":256,
  *    "tokens_per_s":...,"device":"cuda:0","device_name":"...","preset":"gpt2",
- *    "prompt_tokens":16,"greedy":"device","prefill_ms":...,"ms_per_step":...}
+ *    "prompt_tokens":16,"greedy":"device","prefill_ms":...,"ms_per_step":...,"steps_per_sync":1}
  *
  * tokens_per_s is B * N over the whole timed generation (prefills and steps), as the reference
  * times model.generate; prefill_ms is the B prefills together, ms_per_step one batched step. */
@@ -39,12 +42,14 @@ static int usage(FILE *out)
     fprintf(out,
             "usage: ember bench decode [--device D] [--dtype f32|bf16|f16] [--batch B]\n"
             "                          [--prompt P] [--new N] [--preset gpt2|tiny|...] [--seed S]\n"
-            "                          [--greedy device|host]\n"
+            "                          [--greedy device|host] [--steps-per-sync K]\n"
             "  greedy decoding with the KV cache through the batched path of `ember serve`:\n"
             "  B sequences (default 1, at most 4096) of P random prompt tokens (16), N new tokens "
             "each (256),\n"
             "  a model of the preset (gpt2) with random weights in dtype (f32) on D (cpu).\n"
             "  The next token is picked on the device (default) or on the host from the logits.\n"
+            "  --steps-per-sync K: K steps queued before the host waits for their tokens (1;\n"
+            "  device greedy only).\n"
             "  Prints one JSON line: tokens_per_s, prefill_ms, ms_per_step, ...\n");
     return 2;
 }
@@ -69,6 +74,8 @@ typedef struct decode_run {
     int64_t *slots, *tok;   /* [B]: the slots listed in a step, the tokens they take */
     float *logits;          /* [B, V] (host greedy only) */
     bool host_greedy;       /* pick from logits on the host */
+    int64_t chunk;          /* steps a sync (--steps-per-sync) */
+    int64_t *chunk_tok;     /* [chunk, B]: the tokens of a chunk's steps */
 } decode_run;
 
 /* The prefill of sequence i, which sets its first token. */
@@ -91,6 +98,14 @@ static em_status step(decode_run *r)
     return st;
 }
 
+/* k steps of every sequence without a read-back between them (k > 1, device greedy). */
+static em_status step_chunk(decode_run *r, int64_t k)
+{
+    em_status st = em_gpt_batch_steps_greedy(r->b, r->slots, r->tok, r->B, k, r->chunk_tok);
+    if (st == EM_OK) memcpy(r->tok, r->chunk_tok + (k - 1) * r->B, (size_t)r->B * sizeof *r->tok);
+    return st;
+}
+
 /* Generates n tokens for every sequence; the seconds of the prefills and of the steps go to
  * *prefill_s and *steps_s. The slots are emptied afterwards. */
 static em_status generate(decode_run *r, int64_t n, double *prefill_s, double *steps_s)
@@ -100,7 +115,11 @@ static em_status generate(decode_run *r, int64_t n, double *prefill_s, double *s
     double t0 = bu_now_s();
     for (int64_t i = 0; st == EM_OK && i < r->B; i++) st = prefill(r, i);
     double t1 = bu_now_s();
-    for (int64_t s = 1; st == EM_OK && s < n; s++) st = step(r);
+    for (int64_t s = 1; st == EM_OK && s < n;) {
+        int64_t k = r->chunk < n - s ? r->chunk : n - s;
+        st = k > 1 ? step_chunk(r, k) : step(r);
+        s += k;
+    }
     double t2 = bu_now_s();
     for (int64_t i = 0; i < r->B; i++) em_gpt_batch_clear(r->b, i);
     *prefill_s = t1 - t0;
@@ -115,13 +134,14 @@ typedef struct decode_opts {
     em_scalar dt;                        /* the parameters' dtype */
     const char *dtype_ref;               /* the reference's spelling: fp32, bf16, fp16 */
     int64_t batch, prompt, nnew;         /* --batch, --prompt, --new */
+    int64_t chunk;                       /* --steps-per-sync */
     uint64_t seed;                       /* --seed: the weights and the prompts */
 } decode_opts;
 
 /* Parses argv into o. 0; 2 with the usage on stderr; -1 after --help (the usage on stdout). */
 static int parse(int argc, char **argv, decode_opts *o)
 {
-    *o = (decode_opts){"cpu", "f32", "gpt2", false, EM_F32, "fp32", 1, 16, 256, 0};
+    *o = (decode_opts){"cpu", "f32", "gpt2", false, EM_F32, "fp32", 1, 16, 256, 1, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -144,6 +164,8 @@ static int parse(int argc, char **argv, decode_opts *o)
             o->prompt = bu_positive(v);
         else if (!strcmp(a, "--new"))
             o->nnew = bu_positive(v);
+        else if (!strcmp(a, "--steps-per-sync"))
+            o->chunk = bu_positive(v);
         else if (!strcmp(a, "--seed")) {
             char *end;
             errno = 0;
@@ -152,7 +174,12 @@ static int parse(int argc, char **argv, decode_opts *o)
         } else
             return usage(stderr);
     }
-    if (o->batch < 0 || o->batch > MAX_BATCH || o->prompt < 0 || o->nnew < 0) return usage(stderr);
+    if (o->batch < 0 || o->batch > MAX_BATCH || o->prompt < 0 || o->nnew < 0 || o->chunk <= 0)
+        return usage(stderr);
+    if (o->chunk > 1 && o->host_greedy) {
+        fprintf(stderr, "ember bench decode: --steps-per-sync needs --greedy device\n");
+        return usage(stderr);
+    }
     if (!strcmp(o->dtype, "f32") || !strcmp(o->dtype, "fp32"))
         o->dt = EM_F32, o->dtype_ref = "fp32";
     else if (!strcmp(o->dtype, "bf16"))
@@ -176,19 +203,20 @@ static int bench(const decode_opts *o, em_device *dev, const em_gpt_config *cfg)
     int64_t *prompts = malloc((size_t)(B * P) * sizeof *prompts);
     int64_t *slots = malloc((size_t)B * sizeof *slots), *tok = malloc((size_t)B * sizeof *tok);
     float *logits = o->host_greedy ? malloc((size_t)(B * V) * sizeof *logits) : NULL;
+    int64_t *chunk_tok = malloc((size_t)(B * o->chunk) * sizeof *chunk_tok);
     int rc = 1;
     if (!b) {
         fprintf(stderr, "ember bench decode: %s\n", em_last_error());
         goto done;
     }
-    if (!prompts || !slots || !tok || (o->host_greedy && !logits)) {
+    if (!prompts || !slots || !tok || !chunk_tok || (o->host_greedy && !logits)) {
         fprintf(stderr, "ember bench decode: out of memory\n");
         goto done;
     }
     uint64_t rng = o->seed ^ 0x5EEDull;
     for (int64_t i = 0; i < B * P; i++) prompts[i] = (int64_t)(bu_next_u64(&rng) % (uint64_t)V);
     for (int64_t i = 0; i < B; i++) slots[i] = i;
-    decode_run r = {dev, b, B, P, V, prompts, slots, tok, logits, o->host_greedy};
+    decode_run r = {dev, b, B, P, V, prompts, slots, tok, logits, o->host_greedy, o->chunk, chunk_tok};
     double pre, steps;
     bool profiling = em_profile_enabled();
     em_status st = generate(&r, warm, &pre, &steps);
@@ -208,15 +236,15 @@ static int bench(const decode_opts *o, em_device *dev, const em_gpt_config *cfg)
     printf("{\"workload\":\"gpt2_decode\",\"impl\":\"ember\",\"dtype\":\"%s\",\"batch\":%lld,"
            "\"new_tokens\":%lld,\"tokens_per_s\":%.1f,\"device\":\"%s\",\"device_name\":\"%s\","
            "\"preset\":\"%s\",\"prompt_tokens\":%lld,\"greedy\":\"%s\",\"prefill_ms\":%.3f,"
-           "\"ms_per_step\":%.4f}\n",
+           "\"ms_per_step\":%.4f,\"steps_per_sync\":%lld}\n",
            o->dtype_ref, (long long)B, (long long)N, (double)(B * N) / (pre + steps),
            em_device_name(dev), em_device_caps(dev)->device_name, o->preset, (long long)P,
            o->host_greedy ? "host" : "device", pre * 1e3,
-           N > 1 ? steps * 1e3 / (double)(N - 1) : 0.0);
+           N > 1 ? steps * 1e3 / (double)(N - 1) : 0.0, (long long)o->chunk);
     fflush(stdout);
     rc = 0;
 done:
-    free(prompts), free(slots), free(tok), free(logits);
+    free(prompts), free(slots), free(tok), free(logits), free(chunk_tok);
     em_gpt_batch_free(b);
     em_gpt_free(g);
     return rc;

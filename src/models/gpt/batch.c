@@ -402,6 +402,105 @@ static em_status step(em_gpt_batch *b, const int64_t *slots, const int64_t *toke
     return st;
 }
 
+/* ---- greedy steps without a read-back between them ------------------------------------------ */
+
+/* A buffer and byte offset of a realized tensor's first element. */
+static em_buffer *buffer_of(const em_tensor *t, size_t *offset)
+{
+    *offset = (size_t)t->offset * em_scalar_size(em_dtype(t));
+    return t->st ? t->st->buf : NULL;
+}
+
+/* The positions of the listed slots k steps after the planned ones (b->ids' second half), queued
+ * into the device inputs' second half. */
+static em_status write_positions(em_gpt_batch *b, int64_t k)
+{
+    int64_t *pos = b->ids + b->slots;
+    for (int64_t r = 0; r < b->slots; r++)
+        if (b->listed[r]) pos[r] = b->len[r] + k;
+    em_tensor *t = b->inputs;
+    em_status st = em_realize(t);
+    if (st != EM_OK) return st;
+    size_t off = (size_t)(t->offset + b->slots) * sizeof *b->ids;
+    return em_buffer_write(t->st->buf, off, pos, (size_t)b->slots * sizeof *b->ids);
+}
+
+/* `steps` greedy steps in a row (see gpt.h). Step k > 0 takes its tokens from step k - 1's result
+ * on the device (a queued device copy into the inputs' first half) and its positions from a
+ * queued write, each step's result is copied into a device log, and the log comes back in one
+ * read at the end: the host queues every step before it waits for any. */
+static em_status steps_greedy(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens,
+                              int64_t n, int64_t steps, int64_t *next, const char *op)
+{
+    int64_t rows = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (slots[i] < 0 || slots[i] >= b->slots)
+            return em_set_error(EM_ERR_INVALID, "%s: slot %lld outside [0, %lld)", op,
+                                (long long)slots[i], (long long)b->slots);
+        if (slots[i] + 1 > rows) rows = slots[i] + 1;
+    }
+    int64_t tk = plan(b, slots, tokens, n, op);
+    if (tk < 0) return em_last_status();
+    for (int64_t i = 0; i < n; i++)
+        if (b->len[slots[i]] + steps > b->max_len)
+            return em_set_error(EM_ERR_INVALID,
+                                "%s: slot %lld holds %lld of %lld positions, too few left for %lld "
+                                "steps",
+                                op, (long long)slots[i], (long long)b->len[slots[i]],
+                                (long long)b->max_len, (long long)steps);
+    em_gpt *g = b->g;
+    size_t row_bytes = (size_t)rows * sizeof(int64_t);
+    int64_t *host = malloc((size_t)steps * row_bytes);
+    em_buffer *log = host ? em_buffer_alloc(g->dev, (size_t)steps * row_bytes) : NULL;
+    if (!log) {
+        free(host);
+        return host ? em_error_context("%s", op)
+                    : em_set_error(EM_ERR_NOMEM, "%s: out of memory", op);
+    }
+    em_status st = EM_OK;
+    bool was = enter(g);
+    size_t ids_off = 0;
+    em_buffer *ids = NULL;
+    for (int64_t k = 0; k < steps && st == EM_OK; k++) {
+        em_scope_begin();
+        gpt_step s = {b, rows, bucket_keys(tk + k, b->max_len), true};
+        st = k == 0 ? write_inputs(b) : write_positions(b, k);
+        em_tensor *out = st == EM_OK ? step_forward(b, &s) : NULL;
+        size_t out_off = 0;
+        em_buffer *ob = out ? buffer_of(out, &out_off) : NULL;
+        if (!ob) st = failed(op);
+        if (st == EM_OK && !ids) ids = buffer_of(b->inputs, &ids_off);
+        if (st == EM_OK) st = em_buffer_copy(log, (size_t)k * row_bytes, ob, out_off, row_bytes);
+        if (st == EM_OK && k + 1 < steps) st = em_buffer_copy(ids, ids_off, ob, out_off, row_bytes);
+        em_scope_end(NULL, 0);
+    }
+    if (st == EM_OK) st = em_buffer_read(log, 0, host, (size_t)steps * row_bytes);
+    leave(g, was);
+    em_buffer_free(log);
+    if (st == EM_OK) {
+        for (int64_t i = 0; i < n; i++) {
+            b->len[slots[i]] += steps;
+            for (int64_t k = 0; k < steps; k++) next[k * n + i] = host[k * rows + slots[i]];
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) b->len[slots[i]] = 0;
+    }
+    free(host);
+    return st;
+}
+
+em_status em_gpt_batch_steps_greedy(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens,
+                                    int64_t n, int64_t steps, int64_t *next)
+{
+    const char *op = "em_gpt_batch_steps_greedy";
+    if (!b || (n > 0 && (!slots || !tokens || !next)))
+        return em_set_error(EM_ERR_INVALID, "%s: NULL argument", op);
+    if (steps < 1)
+        return em_set_error(EM_ERR_INVALID, "%s: %lld steps (at least 1)", op, (long long)steps);
+    if (n <= 0) return EM_OK;
+    return steps_greedy(b, slots, tokens, n, steps, next, op);
+}
+
 em_status em_gpt_batch_step(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens, int64_t n,
                             float *logits)
 {
