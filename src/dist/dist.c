@@ -198,9 +198,11 @@ static path path_of(const em_dist *d, const em_tensor *t)
 }
 
 /* The address of t's first element in its buffer (host memory on the CPU, a CUdeviceptr on
- * CUDA); t must be contiguous and not empty. */
+ * CUDA); t must be contiguous and not empty. The buffer is marked as one whose address went out
+ * (a graph's memory plan does not move it). */
 static void *buffer_addr(const em_tensor *t)
 {
+    t->st->buf->addr_fixed = true;
     return (char *)t->st->buf->mem + (size_t)t->offset * em_scalar_size(t->dtype);
 }
 

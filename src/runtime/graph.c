@@ -13,44 +13,11 @@
  * (em_buffer.graph_refs); a buffer freed while recording goes on the graph's own free lists, from
  * which later allocations of the same recording are served first (the replays run the same
  * order, so the reuse is safe), and its return to the pool waits until every graph that holds it
- * is freed. */
+ * is freed. At em_graph_end graph_plan.c moves the recording's temporaries into one arena laid
+ * out by their lifetimes and gives their blocks back. */
 #include <stdlib.h>
 #include <string.h>
-#include "runtime/rt.h"
-
-enum { OP_LAUNCH, OP_WRITE, OP_COPY };
-
-typedef struct graph_op {
-    int kind;
-    /* launch */
-    void *fn;                /* the driver's function */
-    em_drv_launch launch;    /* grid and arguments (args owned: see op_free) */
-    /* write and copy */
-    void *mem;               /* destination block */
-    size_t offset;           /* destination offset */
-    void *bytes;             /* write: the bytes (owned) */
-    const void *src;         /* copy: source block */
-    size_t src_offset;
-    size_t size;             /* write and copy: bytes */
-} graph_op;
-
-/* How many size classes larger a block freed while recording may be and still serve an
- * allocation of the recording (four classes per power of two: up to twice the size). */
-#define GRAPH_REUSE_CLASSES 4
-
-struct em_graph {
-    em_device *dev;
-    graph_op *ops;
-    size_t nops, cap;
-    size_t max_ops;          /* EMBER_GRAPH_MAX_OPS at em_graph_begin (0: no limit) */
-    em_buffer **bufs;        /* the buffers it holds */
-    size_t nbufs, bufs_cap;
-    em_buffer *free_lists[EM_RT_POOL_CLASSES]; /* while recording: blocks freed by it */
-    em_status failed;        /* EM_OK, or why the recording cannot become a graph */
-    char why[512];           /* the failure's message */
-    void *native;            /* the driver's executable graph, or NULL (replay call by call) */
-    uint64_t first_seq;      /* the device's number for its first recorded launch */
-};
+#include "runtime/graph_internal.h"
 
 bool em_device_recording(const em_device *dev)
 {
@@ -132,6 +99,39 @@ void em_rt_graph_put_free(em_graph *g, em_buffer *b)
     b->prev = NULL;
     b->next = g->free_lists[b->cls];
     g->free_lists[b->cls] = b;
+}
+
+void em_rt_graph_note_alloc(em_graph *g, em_buffer *b, bool fresh)
+{
+    if (g->unplanned)
+        return;
+    if (g->nlives == g->lives_cap) {
+        size_t cap = g->lives_cap ? 2 * g->lives_cap : 256;
+        graph_life *nl = realloc(g->lives, cap * sizeof(*nl));
+        if (!nl) {
+            g->unplanned = true; /* out of host memory: no plan for this graph */
+            return;
+        }
+        g->lives = nl;
+        g->lives_cap = cap;
+    }
+    g->lives[g->nlives] = (graph_life){b, b->mem, b->size, g->nops, GRAPH_LIFE_OPEN, fresh};
+    b->graph_life = ++g->nlives;
+}
+
+void em_rt_graph_note_free(em_graph *g, em_buffer *b)
+{
+    if (b->graph_life && b->graph_life <= g->nlives && g->lives[b->graph_life - 1].buf == b)
+        g->lives[b->graph_life - 1].end = g->nops;
+    b->graph_life = 0;
+}
+
+/* Forgets the open allocations' places in g->lives (the recording is over). Pool lock held. */
+static void close_lives(em_graph *g)
+{
+    for (size_t i = 0; i < g->nlives; i++)
+        if (g->lives[i].end == GRAPH_LIFE_OPEN && g->lives[i].buf->graph_life == i + 1)
+            g->lives[i].buf->graph_life = 0;
 }
 
 /* ---- recording ------------------------------------------------------------------------------- */
@@ -300,6 +300,7 @@ em_status em_graph_end(em_device *dev, em_graph **out)
     pthread_mutex_lock(&dev->pool.lock);
     dev->recording = NULL;
     memset(g->free_lists, 0, sizeof(g->free_lists)); /* the blocks stay in g->bufs */
+    close_lives(g);
     pthread_mutex_unlock(&dev->pool.lock);
     if (g->failed != EM_OK) {
         em_status st = g->failed;
@@ -308,6 +309,7 @@ em_status em_graph_end(em_device *dev, em_graph **out)
         em_graph_free(g);
         return em_set_error(st, "em_graph_end: the recording on %s failed: %s", dev->name, why);
     }
+    em_rt_graph_plan(g);
     if (dev->drv->graph_begin && g->nops) {
         em_status st = dev->drv->graph_begin(dev->state);
         if (st == EM_OK) {
@@ -359,8 +361,11 @@ void em_graph_free(em_graph *g)
         op_free(&g->ops[i]);
     free(g->ops);
     pthread_mutex_lock(&dev->pool.lock);
-    if (dev->recording == g)
+    if (dev->recording == g) {
         dev->recording = NULL;
+        close_lives(g);
+    }
+    em_rt_graph_arena_free_locked(g);
     for (size_t i = 0; i < g->nbufs; i++) {
         em_buffer *b = g->bufs[i];
         if (b->last_graph == g)
@@ -374,5 +379,6 @@ void em_graph_free(em_graph *g)
     }
     pthread_mutex_unlock(&dev->pool.lock);
     free(g->bufs);
+    free(g->lives);
     free(g);
 }

@@ -162,10 +162,15 @@ em_buffer *em_buffer_alloc(em_device *dev, size_t bytes)
         pool->stats.bytes_in_graphs -= b->capacity; /* the graph's again in use */
         pool->stats.requested_in_graphs -= b->size;
     }
+    bool fresh = !b;
     if (!b) {
         b = take_block(dev, cls, cap);
         if (b && g)
             em_rt_graph_hold(g, b); /* the replays use it: it stays the graph's */
+    }
+    if (b && g) {
+        b->size = bytes;
+        em_rt_graph_note_alloc(g, b, fresh);
     }
     if (b) {
         cap = b->capacity; /* a graph's block may be of a larger class */
@@ -221,6 +226,7 @@ void em_buffer_free(em_buffer *buf)
     pool->live_count[k]--;
     pool->live_bytes[k] -= buf->capacity;
     if (dev->recording) {
+        em_rt_graph_note_free(dev->recording, buf);
         em_rt_graph_put_free(dev->recording, buf); /* reused by this recording only */
         pool->stats.bytes_in_graphs += buf->capacity;
         pool->stats.requested_in_graphs += buf->size;
@@ -236,6 +242,7 @@ void em_buffer_free(em_buffer *buf)
 void em_rt_pool_release_locked(em_device *dev, em_buffer *buf)
 {
     em_rt_pool *pool = &dev->pool;
+    buf->addr_fixed = false; /* nobody holds it: whatever held its address is gone */
     if (pool->max_cached && pool->stats.bytes_cached + buf->capacity > pool->max_cached) {
         dev->drv->free(dev->state, buf->mem, buf->capacity);
         free(buf);

@@ -29,6 +29,8 @@ struct em_buffer {
     bool user_freed;   /* em_buffer_free was called while a graph held it */
     em_graph *last_graph; /* the last graph that took hold of it (no double entries) */
     uint64_t written;  /* the device's launch_seq of the last launch that may write it (launch.c) */
+    size_t graph_life; /* while a graph records: 1 + the index of its open allocation there */
+    bool addr_fixed;   /* its address was handed out (a tensor map, a collective): never moved */
 };
 
 typedef struct em_rt_pool {
@@ -127,6 +129,10 @@ double em_rt_now(void);
 em_buffer *em_rt_graph_take_free(em_graph *g, unsigned cls);
 void em_rt_graph_hold(em_graph *g, em_buffer *b);
 void em_rt_graph_put_free(em_graph *g, em_buffer *b);
+/* The recording's record of an allocation (fresh: the block came from the pool) and of a free,
+ * for its memory plan (graph_plan.c). Pool lock held. */
+void em_rt_graph_note_alloc(em_graph *g, em_buffer *b, bool fresh);
+void em_rt_graph_note_free(em_graph *g, em_buffer *b);
 /* The recording side of launches, writes and copies (launch.c, pool.c): the op is appended to
  * the recording graph. */
 em_status em_rt_graph_record_launch(em_graph *g, void *fn, const em_drv_launch *launch);

@@ -71,5 +71,6 @@ em_status em_tensor_map_encode(em_buffer *buf, size_t offset, const em_tensor_ma
     st = check(&x, offset, buf->size);
     if (st != EM_OK) return st;
     for (unsigned i = 0; i < EM_TENSOR_MAP_WORDS; i++) out[i] = 0;
+    buf->addr_fixed = true; /* the map holds its address: a graph's plan must not move it */
     return dev->drv->tensor_map(dev->state, buf->mem, offset, &x, out);
 }

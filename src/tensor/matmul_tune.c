@@ -3,29 +3,44 @@
  * EMBER_AUTOTUNE=off takes the heuristic; otherwise the autotune cache (runtime/autotune.c) is
  * asked for the winner of this (device, dtype, layout, shape bucket) and, on a miss, every
  * candidate runs on the problem itself (a first launch compiles it; then it is timed over enough
- * repetitions to fill a few milliseconds) and the fastest is stored. Problems too small to be
+ * repetitions to fill a few milliseconds) and the fastest is stored. Each candidate's result is
+ * checked against the heuristic's on a sample of whole rows spread over it (first tiles, middle,
+ * end): one that differs beyond rounding is not picked and is logged as a warning, so a kernel
+ * form with a device-specific bug cannot win on speed. Problems too small to be
  * worth a benchmark (under 2^24 multiply-adds on GPUs, 2^27 on the CPU; $EMBER_AUTOTUNE_MIN_WORK
  * overrides) take the heuristic. With EMBER_LOG=debug the kernel and configuration chosen are
  * logged once per device and shape bucket. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "base/log.h"
+#include "tensor/internal.h" /* the result's buffer, host dtype conversions */
 #include "tensor/matmul_internal.h"
 
-/* Seconds per run of c on p, or a negative value when it fails to run. */
-static double time_config(const mm_problem *p, const mm_config *c)
+/* Runs c on p; with `zero` (the fault EMBER_AUTOTUNE_FAULT=zero injects, for tests) it writes
+ * zeros instead: a wrong kernel faster than any right one. */
+static em_status run_config(const mm_problem *p, const mm_config *c, bool zero)
 {
-    if (mm_launch(p, c) != EM_OK || em_device_sync(p->dev) != EM_OK) return -1;
+    if (!zero) return mm_launch(p, c);
+    em_status st = tn_realize(p->out);
+    return st == EM_OK ? em_buffer_fill_zero(p->out->st->buf) : st;
+}
+
+/* Seconds per run of c on p, or a negative value when it fails to run. */
+static double time_config(const mm_problem *p, const mm_config *c, bool zero)
+{
+    if (run_config(p, c, zero) != EM_OK || em_device_sync(p->dev) != EM_OK) return -1;
     em_timer t;
     int reps = 1;
     double best = 1e30;
     for (int round = 0; round < 4; round++) {
         if (em_timer_start(&t, p->dev) != EM_OK) return -1;
         for (int i = 0; i < reps; i++)
-            if (mm_launch(p, c) != EM_OK) return -1;
+            if (run_config(p, c, zero) != EM_OK) return -1;
         double s = em_timer_stop(&t);
         if (s < 0) return -1;
         if (s / reps < best) best = s / reps;
@@ -33,6 +48,86 @@ static double time_config(const mm_problem *p, const mm_config *c)
         if (s < 0.002) reps = reps * 4 > 64 ? 64 : reps * 4;
     }
     return best;
+}
+
+/* ---- the result check ---- */
+
+enum { SAMPLE_ROWS = 12 };
+
+/* Rows of p's result (batch entries flattened: row r is row r % M of entry r / M) sampled:
+ * up to SAMPLE_ROWS, the edges of the first tiles, the middle and the end. */
+typedef struct mm_sample {
+    int64_t rows[SAMPLE_ROWS];
+    int n;
+    double *want; /* the heuristic's values, n rows of N */
+    double *got;  /* a candidate's */
+} mm_sample;
+
+static bool sample_new(const mm_problem *p, mm_sample *s)
+{
+    int64_t total = p->M * p->batch, mid = total / 2;
+    const int64_t pick[SAMPLE_ROWS] = {0,         1,         63,        64,
+                                       127,       128,       257,       mid,
+                                       mid + 129, total - 129, total - 2, total - 1};
+    s->n = 0;
+    for (int i = 0; i < SAMPLE_ROWS; i++) {
+        bool dup = pick[i] < 0 || pick[i] >= total;
+        for (int j = 0; j < s->n && !dup; j++) dup = s->rows[j] == pick[i];
+        if (!dup) s->rows[s->n++] = pick[i];
+    }
+    size_t n = (size_t)s->n * (size_t)p->N;
+    s->want = malloc(n * sizeof *s->want);
+    s->got = malloc(n * sizeof *s->got);
+    return s->n > 0 && s->want && s->got;
+}
+
+static void sample_free(mm_sample *s)
+{
+    free(s->want);
+    free(s->got);
+}
+
+/* The sampled rows of p's result now, as doubles into dst. */
+static bool sample_read(const mm_problem *p, const mm_sample *s, double *dst)
+{
+    const em_tensor *out = p->out;
+    size_t es = em_scalar_size(p->dt), row = (size_t)p->N * es;
+    unsigned char *tmp = malloc(row);
+    bool ok = tmp && tn_realize(out) == EM_OK && out->st && out->st->buf;
+    for (int i = 0; ok && i < s->n; i++) {
+        size_t off = ((size_t)out->offset + (size_t)s->rows[i] * (size_t)p->N) * es;
+        ok = em_buffer_read(out->st->buf, off, tmp, row) == EM_OK;
+        for (int64_t j = 0; ok && j < p->N; j++)
+            dst[(size_t)i * (size_t)p->N + (size_t)j] = tn_host_get(p->dt, tmp, (size_t)j);
+    }
+    free(tmp);
+    return ok;
+}
+
+/* Whether got matches want up to rounding: integers exactly; floats within 1 % of the value
+ * plus the sample's root mean square (accumulation order, tf32, a 2-byte result's last bit),
+ * NaN where want has NaN. Else the first difference goes to *at. */
+static bool sample_same(const mm_problem *p, const mm_sample *s, size_t *at)
+{
+    size_t n = (size_t)s->n * (size_t)p->N;
+    bool fl = em_scalar_is_float(p->dt);
+    double ss = 0;
+    size_t fin = 0;
+    for (size_t i = 0; fl && i < n; i++)
+        if (isfinite(s->want[i])) ss += s->want[i] * s->want[i], fin++;
+    double rms = fin ? sqrt(ss / (double)fin) : 0;
+    for (size_t i = 0; i < n; i++) {
+        double w = s->want[i], g = s->got[i];
+        bool ok = !fl                ? w == g
+                  : isnan(w)         ? isnan(g)
+                  : !isfinite(w)     ? w == g
+                                     : isfinite(g) && fabs(g - w) <= 0.01 * (fabs(w) + rms);
+        if (!ok) {
+            *at = i;
+            return false;
+        }
+    }
+    return true;
 }
 
 /* An idle GPU runs at a fraction of its clock for a while (an H200's multiprocessors idle at 345
@@ -145,19 +240,46 @@ static mm_config choose(const mm_problem *p, const char **how)
     *how = "heuristic (recording a graph)";
     if (em_device_recording(p->dev)) return mm_heuristic(p);
     *how = "autotuned now";
-    mm_config cand[32];
-    int n = mm_candidates(p, mode == EM_AUTOTUNE_FULL, cand, 32);
+    mm_config cand[64];
+    int n = mm_candidates(p, mode == EM_AUTOTUNE_FULL, cand, 64);
     mm_config best = mm_heuristic(p);
     if (!cpu) warm_up(p, &best);
+    /* the heuristic's result, the reference each candidate's is checked against */
+    mm_sample smp;
+    bool check = sample_new(p, &smp) && mm_launch(p, &best) == EM_OK &&
+                 sample_read(p, &smp, smp.want);
+    if (!check) em_clear_error();
+    const char *fault = getenv("EMBER_AUTOTUNE_FAULT");
+    bool zeros = fault && !strcmp(fault, "zero"); /* every candidate but the heuristic */
+    const mm_config heur = best;
     double best_s = 1e30;
     for (int i = 0; i < n; i++) {
-        double s = time_config(p, &cand[i]);
+        double s = time_config(p, &cand[i], zeros && memcmp(&cand[i], &heur, sizeof heur) != 0);
         if (s < 0) {
             em_clear_error(); /* a candidate that does not run here is skipped */
             continue;
         }
+        if (check && !sample_read(p, &smp, smp.got)) {
+            em_clear_error(); /* as one that does not run */
+            continue;
+        }
+        size_t at = 0;
+        if (check && !sample_same(p, &smp, &at)) {
+            char text[64];
+            mm_config_format(&cand[i], text, sizeof text);
+            size_t N = (size_t)p->N;
+            em_log(EM_LOG_WARN,
+                   "matmul %lldx%lldx%lld (batch %lld) on %s: candidate \"%s\" left out: row %lld, "
+                   "column %zu is %g where the heuristic's result has %g",
+                   (long long)p->M, (long long)p->N, (long long)p->K, (long long)p->batch,
+                   em_device_name(p->dev), text, (long long)smp.rows[at / N], at % N,
+                   smp.got[at], smp.want[at]);
+            em_clear_error();
+            continue;
+        }
         if (s < best_s) best_s = s, best = cand[i];
     }
+    sample_free(&smp);
     if (!cpu) g_busy_until = now_s();
     mm_config_format(&best, val, sizeof val);
     if (best_s < 1e30 && em_autotune_store(p->dev, "matmul", key, val) != EM_OK) em_clear_error();

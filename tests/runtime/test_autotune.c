@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "base/file.h"
@@ -187,12 +189,66 @@ static void test_matmul_tunes(void **state)
     unsetenv("EMBER_AUTOTUNE_MIN_WORK");
 }
 
+/* A candidate whose result is wrong is never picked, however fast: with EMBER_AUTOTUNE_FAULT=zero
+ * every candidate but the heuristic writes zeros instead of computing (faster than any matmul);
+ * each is left out with a warning naming it, and the result is right. */
+static void test_matmul_check_rejects_wrong_results(void **state)
+{
+    (void)state;
+    setenv("EMBER_AUTOTUNE", "on", 1);
+    setenv("EMBER_AUTOTUNE_MIN_WORK", "1", 1);
+    setenv("EMBER_AUTOTUNE_FAULT", "zero", 1);
+    char log[600];
+    snprintf(log, sizeof log, "%s/stderr.txt", g_dir);
+    fflush(stderr);
+    int saved = dup(2), fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    int before = count_entries();
+    em_scope_begin();
+    em_rng rng = em_rng_new(9);
+    enum { M = 100, N = 130, K = 70 };
+    em_tensor *a = em_rand(g_cpu, EM_F32, EM_SHAPE(M, K), &rng);
+    em_tensor *b = em_rand(g_cpu, EM_F32, EM_SHAPE(K, N), &rng);
+    em_tensor *y = em_matmul(a, b);
+    em_status st = y ? em_realize(y) : EM_ERR_INTERNAL;
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    unsetenv("EMBER_AUTOTUNE_FAULT");
+    unsetenv("EMBER_AUTOTUNE_MIN_WORK");
+    assert_int_equal(st, EM_OK);
+    assert_int_equal(count_entries(), before + 1);
+    static float ha[M * K], hb[K * N], hy[M * N];
+    assert_int_equal(em_to_host(a, ha, sizeof ha), EM_OK);
+    assert_int_equal(em_to_host(b, hb, sizeof hb), EM_OK);
+    assert_int_equal(em_to_host(y, hy, sizeof hy), EM_OK);
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) s += (double)ha[m * K + k] * hb[k * N + n];
+            assert_true(fabs(s - hy[m * N + n]) < 1e-4 * (1 + fabs(s)));
+        }
+    em_scope_end(NULL, 0);
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    char line[1024];
+    int left = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "matmul 100x130x70") && strstr(line, "left out") && strstr(line, "is 0 where"))
+            left++;
+    fclose(f);
+    if (left < 1) fail_msg("no candidate was left out for its zeros");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_modes),         cmocka_unit_test(test_store_lookup),
         cmocka_unit_test(test_foreign_entry), cmocka_unit_test(test_concurrent_writers),
         cmocka_unit_test(test_matmul_tunes),
+        cmocka_unit_test(test_matmul_check_rejects_wrong_results),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -350,6 +350,71 @@ static void test_chain_values(void **state)
     em_buffer_free(out);
 }
 
+/* Records t1 = 4x (64 KiB), t2 = 8x (32 KiB, live with t1), t3 = 32x (192 KiB, too large for
+ * t1's block, live with t2), out += 64x, each freed after its last use; t1's block marked as one
+ * whose address went out when fix_t1, a launch reading t1 after its free when late_use. Returns
+ * the graph after checking two replays' values (out += 128x). */
+static em_graph *record_three(bool fix_t1, bool late_use)
+{
+    em_buffer *x = filled(1, 1), *out = filled(0, 0), *late = late_use ? filled(0, 0) : NULL;
+    float zeros[N] = {0};
+    assert_int_equal(em_graph_begin(dev), EM_OK);
+    em_buffer *t1 = em_buffer_alloc(dev, 64 << 10);
+    assert_non_null(t1);
+    if (fix_t1)
+        t1->addr_fixed = true;
+    launch_scale(x, x, t1);
+    em_buffer *t2 = em_buffer_alloc(dev, 32 << 10);
+    assert_non_null(t2);
+    assert_int_equal(em_buffer_write(t2, 0, zeros, sizeof(zeros)), EM_OK);
+    launch_acc(t1, t2);
+    em_buffer_free(t1);
+    em_buffer *t3 = em_buffer_alloc(dev, 192 << 10);
+    assert_true(t3 && t3 != t1 && t3 != t2);
+    launch_scale(t2, t2, t3);
+    em_buffer_free(t2);
+    launch_acc(t3, out);
+    em_buffer_free(t3);
+    if (late_use) /* reads t1's block after its free: the plan must leave the graph alone */
+        launch_acc(t1, late);
+    em_graph *g = NULL;
+    assert_int_equal(em_graph_end(dev, &g), EM_OK);
+    for (int r = 0; r < 2; r++) assert_int_equal(em_graph_launch(g), EM_OK);
+    float h[N];
+    read_all(out, h);
+    for (int i = 0; i < N; i++) assert_float_equal(h[i], 128 * (1.0f + (float)i), 0.0f);
+    em_buffer_free(x);
+    em_buffer_free(out);
+    em_buffer_free(late);
+    return g;
+}
+
+/* The graph's memory plan (graph_plan.c): the three temporaries above, whose blocks the graph
+ * would hold at 64 + 32 + 192 KiB, share one arena of 224 KiB (t3 and t2 live together; t1 and
+ * t3 never); the arena goes when the graph does. Not with EMBER_GRAPH_PLAN=0, nor when t1's
+ * address went out (a tensor map holds it: t1 cannot move, so the arena would not be smaller),
+ * nor when a recorded op names t1 after its free; the values are the same every way. */
+static void test_planned_arena(void **state)
+{
+    (void)state;
+    em_pool_stats ps;
+    size_t unplanned = (64 << 10) + (32 << 10) + (192 << 10), planned = (32 << 10) + (192 << 10);
+    for (int way = 0; way < 4; way++) {
+        if (way == 1)
+            setenv("EMBER_GRAPH_PLAN", "0", 1);
+        em_graph *g = record_three(way == 2, way == 3);
+        unsetenv("EMBER_GRAPH_PLAN");
+        em_device_pool_stats(dev, &ps);
+        if (ps.bytes_in_graphs != (way == 0 ? planned : unplanned))
+            fail_msg("way %d: the graph holds %llu bytes, not %zu", way,
+                     (unsigned long long)ps.bytes_in_graphs, way == 0 ? planned : unplanned);
+        em_graph_free(g);
+        em_device_pool_stats(dev, &ps);
+        assert_int_equal(ps.bytes_in_graphs, 0);
+        assert_int_equal(ps.requested_in_graphs, 0);
+    }
+}
+
 /* em_buffer_settled: after a sync a buffer written by host writes only is settled; a launch that may write it
  * (a writable argument) unsettles it until the device syncs, one that only reads it does not; a
  * graph's replay unsettles what its launches write until the next sync, and nothing else. */
@@ -388,7 +453,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_record_and_replay), cmocka_unit_test(test_recorded_write),
         cmocka_unit_test(test_refused),           cmocka_unit_test(test_misuse),
-        cmocka_unit_test(test_max_ops),           cmocka_unit_test(test_pool_rules),        cmocka_unit_test(test_pool_reuse_across_classes),        cmocka_unit_test(test_chain_values),
+        cmocka_unit_test(test_max_ops),           cmocka_unit_test(test_pool_rules),
+        cmocka_unit_test(test_pool_reuse_across_classes),
+        cmocka_unit_test(test_chain_values),
+        cmocka_unit_test(test_planned_arena),
         cmocka_unit_test(test_settled),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

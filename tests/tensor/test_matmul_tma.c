@@ -489,9 +489,9 @@ static void test_tma_config(void **state)
     for (int j = 0; j < n; j++) np += cand[j].kind == MM_WGMMA && cand[j].lanes == 5 && cand[j].tn == 1;
     assert_int_equal(np, 3);
     {
-        /* clusters of two cubes (TN 2): text both ways, the plan (multicast on CUDA), eight
+        /* clusters of two cubes (TN 2): text both ways, the plan (multicast on CUDA), six
          * default candidates (pp 64 x 256 and 128 x 128, p 128 x 256 and 256 x 128, ppr 128 x
-         * 128 and 64 x 256, pr 256 x 128 and 128 x 256) */
+         * 128 and 64 x 256) */
         mm_config f;
         assert_true(mm_config_parse("wgmma-tma-pp 64x256x64 2x2 s1", &f));
         assert_true(f.lanes == 6 && f.tm == 2 && f.tn == 2);
@@ -504,7 +504,7 @@ static void test_tma_config(void **state)
         assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.cluster == 1 && !q.multicast);
         int ncl = 0;
         for (int j = 0; j < n; j++) ncl += cand[j].kind == MM_WGMMA && cand[j].tn == 2;
-        assert_int_equal(ncl, 8);
+        assert_int_equal(ncl, 6);
         /* the ping-pong form with the epilogue from the registers: no staging buffer */
         assert_true(mm_config_parse("wgmma-tma-ppr 128x128x64 2x2 s1", &f));
         assert_true(f.lanes == 7);
@@ -512,7 +512,8 @@ static void test_tma_config(void **state)
         assert_string_equal(text, "wgmma-tma-ppr 128x128x64 2x2 s1");
         assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.pairs && !q.sepi && q.ping && q.cluster == 2);
         /* the cooperative persistent form with it: 256 x 128 (MW 2) keeps 4 stages, no
-         * staging slot; a default candidate alone and in clusters */
+         * staging slot; candidates of the full search only (256 x 128 alone and in clusters,
+         * 128 x 256 in clusters) */
         assert_true(mm_config_parse("wgmma-tma-pr 256x128x64 2x2 s1", &f));
         assert_true(f.lanes == 8 && f.bm == 256 && f.tm == 2 && f.tn == 2);
         mm_config_format(&f, text, sizeof text);
@@ -520,9 +521,15 @@ static void test_tma_config(void **state)
         assert_true(mm_config_valid(&p, &f));
         assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.pairs && !q.sepi && !q.ping && q.persist);
         assert_true(q.mw == 2 && q.stages == 4 && q.cluster == 2 && q.smem <= caps.max_shared);
-        int npr = 0;
+        int npr = 0, nfull = 0;
         for (int j = 0; j < n; j++) npr += cand[j].kind == MM_WGMMA && cand[j].lanes == 8;
-        assert_int_equal(npr, 3);
+        assert_int_equal(npr, 0);
+        mm_config all[64];
+        int na = mm_candidates(&p, true, all, 64);
+        for (int j = 0; j < na; j++) nfull += all[j].kind == MM_WGMMA && all[j].lanes == 8;
+        assert_int_equal(nfull, 3);
+        for (int j = 0; j < na; j++) npr += !memcmp(&all[j], &f, sizeof f);
+        assert_int_equal(npr, 1);
         assert_true(mm_config_parse("wgmma-tma-pr 256x256x64 2x1 s1", &f)); /* 256 accumulators */
         assert_false(mm_wgmma_plan_of(&p, &f, &q));
         static const char *const clbad[] = {"wgmma-tma-se 128x256x64 2x2 s1", /* not persistent */

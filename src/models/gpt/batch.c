@@ -264,6 +264,23 @@ static int64_t plan(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens
     return tk;
 }
 
+/* plan() after checking that every listed slot exists; *rows: the rows of the pass (highest
+ * listed slot + 1). */
+static int64_t plan_rows(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens, int64_t n,
+                         const char *op, int64_t *rows)
+{
+    *rows = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (slots[i] < 0 || slots[i] >= b->slots) {
+            em_set_error(EM_ERR_INVALID, "%s: slot %lld outside [0, %lld)", op,
+                         (long long)slots[i], (long long)b->slots);
+            return -1;
+        }
+        if (slots[i] + 1 > *rows) *rows = slots[i] + 1;
+    }
+    return plan(b, slots, tokens, n, op);
+}
+
 /* The keys a step attends: tk rounded up to a multiple of GPT_STEP_KEYS_BUCKET, at most max_len
  * (the keys past a row's position are masked, so the bucket changes nothing but the shapes). */
 static int64_t bucket_keys(int64_t tk, int64_t max_len)
@@ -355,14 +372,7 @@ static em_status step(em_gpt_batch *b, const int64_t *slots, const int64_t *toke
     if (!b || (n > 0 && (!slots || !tokens)))
         return em_set_error(EM_ERR_INVALID, "%s: NULL argument", op);
     if (n <= 0) return EM_OK;
-    int64_t rows = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (slots[i] < 0 || slots[i] >= b->slots)
-            return em_set_error(EM_ERR_INVALID, "%s: slot %lld outside [0, %lld)", op,
-                                (long long)slots[i], (long long)b->slots);
-        if (slots[i] + 1 > rows) rows = slots[i] + 1;
-    }
-    int64_t tk = plan(b, slots, tokens, n, op);
+    int64_t rows = 0, tk = plan_rows(b, slots, tokens, n, op, &rows);
     if (tk < 0) return em_last_status();
     em_gpt *g = b->g;
     int64_t V = g->cfg.vocab_size;
@@ -432,14 +442,7 @@ static em_status write_positions(em_gpt_batch *b, int64_t k)
 static em_status steps_greedy(em_gpt_batch *b, const int64_t *slots, const int64_t *tokens,
                               int64_t n, int64_t steps, int64_t *next, const char *op)
 {
-    int64_t rows = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (slots[i] < 0 || slots[i] >= b->slots)
-            return em_set_error(EM_ERR_INVALID, "%s: slot %lld outside [0, %lld)", op,
-                                (long long)slots[i], (long long)b->slots);
-        if (slots[i] + 1 > rows) rows = slots[i] + 1;
-    }
-    int64_t tk = plan(b, slots, tokens, n, op);
+    int64_t rows = 0, tk = plan_rows(b, slots, tokens, n, op, &rows);
     if (tk < 0) return em_last_status();
     for (int64_t i = 0; i < n; i++)
         if (b->len[slots[i]] + steps > b->max_len)
