@@ -232,6 +232,18 @@ em_tensor *em_rms_norm(const em_tensor *t, int nnorm, const em_tensor *weight, d
  * of rows not ignored (the divisor of a mean). em_cross_entropy (nn.h) runs on it. */
 em_tensor *em_cross_entropy_rows(const em_tensor *logits, const em_tensor *targets,
                                  int64_t ignore_index, double label_smoothing, int64_t *valid);
+/* The mean cross-entropy of the rows of x [N, C] @ w^T (w [V, C]: a classifier's weight, a tied
+ * embedding) against targets [N] (i32/i64; ignore_index rows left out of the sum and of the
+ * divisor: NaN when every row is ignored), without the [N, V] logits: the rows go in chunks of
+ * chunk_rows (<= 0: as many as keep a chunk's logits near 256 MiB), each chunk's logits made,
+ * reduced to per-row losses and freed. When gradients are recorded for x or w, each chunk's
+ * logits' gradient is made in place and multiplied into the gradients of x and w at once (what
+ * the backward would do with the whole [N, V] block), which the op keeps ([N, C] of x's dtype,
+ * [V, C] of w's) until the backward scales them by the loss's gradient. A scalar f32 result for
+ * f16/bf16 and f32 (x's dtype for f64); x and w of one float dtype and device. The losses are
+ * em_cross_entropy's over x @ w^T up to the matmul's rounding. */
+em_tensor *em_linear_cross_entropy(const em_tensor *x, const em_tensor *w, const em_tensor *targets,
+                                   int64_t ignore_index, int64_t chunk_rows);
 /* Fused scaled-dot-product attention: out = softmax(q k^T * scale + mask) v for q [B, H, Tq, D],
  * k and v [B, H, Tk, D] (float, one dtype and device, any strides, D from 1 to 256), a result
  * [B, H, Tq, D] of q's dtype. With causal, query i sees the keys j <= i + Tk - Tq (the last query

@@ -72,6 +72,10 @@ typedef enum em_tensor_op {
     /* fused attention: in[0..3) = q, k, v, in[3] = the log-sum-exp of each query row (f32, f64
      * for f64; not differentiable); f[0] = scale, flag = causal (em_attention) */
     EM_TOP_ATTENTION,
+    /* the classifier over a linear layer's rows, in chunks (em_linear_cross_entropy): in[0] = x
+     * [N, C], in[1] = w [V, C], in[2], in[3] = the gradients of the summed loss for x and w,
+     * computed by the forward (not differentiable); f[0] = the mean's divisor's inverse */
+    EM_TOP_LINEAR_CROSS_ENTROPY,
     EM_TOP_COUNT
 } em_tensor_op;
 

@@ -5,6 +5,7 @@
  *               dbias = sum of g over N, H, W;
  *   max_pool2d: dx = max_pool2d_backward(g, x) (the window's first maximum gets its gradient);
  *   avg_pool2d: dx = avg_pool2d_backward(g, x's shape) (needs nothing saved);
+ *   linear_cross_entropy: dx = gx g / valid, dw = gw g / valid (gx, gw: the forward's).
  *   cross_entropy_rows: dlogits = cross_entropy_rows_backward(g, logits, classes) (the classes
  *               get no gradient);
  *   attention:  dq, dk, dv = attention_backward(g, q, k, v, out, lse) (lse, the recorded
@@ -84,6 +85,19 @@ static em_status attention_backward(const ad_ctx *c, const em_tensor *g, em_tens
     return st != EM_OK ? st : finish(c, gin, 3);
 }
 
+/* in = x, w, then the summed loss's gradients for them, made by the forward
+ * (em_linear_cross_entropy); f[0] = the mean's divisor's inverse: each gradient is its saved one
+ * times g f[0], in the input's dtype. */
+static em_status linear_cross_entropy_backward(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
+{
+    gin[0] = gin[1] = gin[2] = gin[3] = NULL;
+    em_tensor *s = em_mul_scalar(g, c->p->f[0]);
+    for (int i = 0; s && i < 2; i++)
+        if (c->needs[i]) gin[i] = em_cast(em_take(em_mul(c->in[2 + i], s)), c->in_dtype[i]);
+    em_release(s);
+    return finish(c, gin, 2);
+}
+
 unsigned ad_rule_take_inputs(em_tensor_op op)
 {
     return op == EM_TOP_CROSS_ENTROPY ? 0x1u : 0;
@@ -96,4 +110,5 @@ void ad_rules_conv(ad_rule *table)
     table[EM_TOP_AVG_POOL2D] = (ad_rule){avg_pool2d_backward, 0x0u, false};
     table[EM_TOP_CROSS_ENTROPY] = (ad_rule){cross_entropy_backward, 0x3u, false};
     table[EM_TOP_ATTENTION] = (ad_rule){attention_backward, 0xfu, true};
+    table[EM_TOP_LINEAR_CROSS_ENTROPY] = (ad_rule){linear_cross_entropy_backward, 0xcu, false};
 }

@@ -104,6 +104,15 @@ void tn_storage_release(tn_storage *st);
  * set (out of device memory included). */
 em_status tn_realize(const em_tensor *t);
 
+/* ---- the fused classifier's parts (ops_xent.c), for ops_xent_linear.c ---- */
+/* targets [N] checked against n_class classes: i32 classes (-1 where ignore_index), *valid the
+ * rows not ignored; NULL with the error set (a target out of range names its row). */
+em_tensor *tn_xent_classes(const char *op, const em_tensor *targets, int64_t n_class,
+                           int64_t ignore_index, int64_t *valid);
+/* The per-row losses [N] of logits [N, C] (realized, 2-D) against checked classes, recording
+ * nothing; NULL with the error set. */
+em_tensor *tn_xent_rows(const em_tensor *logits, const em_tensor *cls);
+
 /* ---- host dtype conversions (convert.c) ---- */
 uint16_t tn_f32_to_f16(float f);
 float tn_f16_to_f32(uint16_t h);

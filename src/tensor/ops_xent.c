@@ -14,7 +14,16 @@
 #include "tensor/fusion_internal.h" /* the per-row loss as a pending reduction (fusion_rows.c) */
 #include "tensor/internal.h"
 
+static em_tensor *checked_targets(const char *op, const em_tensor *targets, int64_t n_class,
+                                  int64_t ignore_index, int64_t *valid);
+
 /* The checked classes as i32 (-1 where ignored), on logits' device; *valid counts the rest. */
+em_tensor *tn_xent_classes(const char *op, const em_tensor *targets, int64_t n_class,
+                           int64_t ignore_index, int64_t *valid)
+{
+    return checked_targets(op, targets, n_class, ignore_index, valid);
+}
+
 static em_tensor *checked_targets(const char *op, const em_tensor *targets, int64_t n_class,
                                   int64_t ignore_index, int64_t *valid)
 {
@@ -160,6 +169,17 @@ static em_status xent_forward(const char *op, const em_tensor *x, const em_tenso
 em_status tn_xent_run(const fu_rows_call *c, const fu_node *epi)
 {
     return xent_forward(c->op, &c->x, &c->w, &c->out, c->eps, epi);
+}
+
+em_tensor *tn_xent_rows(const em_tensor *logits, const em_tensor *cls)
+{
+    int64_t N = logits->shape[0];
+    em_tensor *out = tn_new(logits->st->dev, tn_compute_type(logits->dtype), 1, &N);
+    if (out && N > 0 && xent_forward("cross_entropy_rows", logits, cls, out, 0.0, NULL) != EM_OK) {
+        em_release(out);
+        out = NULL;
+    }
+    return out;
 }
 
 em_tensor *em_cross_entropy_rows(const em_tensor *logits, const em_tensor *targets,

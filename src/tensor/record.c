@@ -105,6 +105,7 @@ const char *em_top_name(em_tensor_op op)
         [EM_TOP_AVG_POOL2D] = "avg_pool2d",
         [EM_TOP_CROSS_ENTROPY] = "cross_entropy_rows",
         [EM_TOP_ATTENTION] = "attention",
+        [EM_TOP_LINEAR_CROSS_ENTROPY] = "linear_cross_entropy",
     };
     if ((int)op < 0 || (int)op >= EM_TOP_COUNT || !names[op]) return "?";
     return names[op];

@@ -271,6 +271,24 @@ static em_tensor *head_logits(em_gpt *g, const em_tensor *x)
     return em_matmul(x, em_transpose(g->wte->weight, 0, 1));
 }
 
+/* The head's weight as [V, C] (the tied embedding, or lm_head's), or NULL when the head has a
+ * bias (the fused loss has none). */
+static const em_tensor *head_weight(em_gpt *g)
+{
+    if (!g->lm_head) return g->wte->weight;
+    if (g->lm_head->bias) return NULL;
+    if (!g->lm_head->weight_in_out) return g->lm_head->weight;
+    return NULL; /* [C, V]: the loss takes the logits' path */
+}
+
+/* Whether em_gpt_loss runs the head and the loss as em_linear_cross_entropy (EMBER_FUSED_HEAD=0:
+ * the logits, then the fused classifier, as before). */
+static bool fused_head(void)
+{
+    const char *v = getenv("EMBER_FUSED_HEAD");
+    return !v || strcmp(v, "0") != 0;
+}
+
 em_tensor *gpt_head(em_gpt *g, const em_tensor *x)
 {
     em_scope_begin();
@@ -308,9 +326,22 @@ em_tensor *em_gpt_loss(em_gpt *g, const em_tensor *ids, const em_tensor *targets
                      em_describe(ids, a, sizeof a), em_describe(targets, b, sizeof b));
         return NULL;
     }
+    em_tensor *x = hidden(g, ids, NULL);
+    const em_tensor *w = head_weight(g);
+    if (x && w && fused_head()) {
+        /* the classifier over the head's rows in chunks: no [B T, V] logits (docs/gpt.md) */
+        em_scope_begin();
+        int64_t C = g->cfg.n_embd;
+        em_tensor *loss = em_linear_cross_entropy(em_reshape(x, EM_SHAPE(-1, C)), w,
+                                                  em_reshape(targets, EM_SHAPE(-1)), -100, 0);
+        if (loss) em_keep(loss);
+        em_scope_end(NULL, 0);
+        em_release(x);
+        if (!loss) em_error_context("em_gpt_loss");
+        return loss;
+    }
     /* the logits stay in the model's dtype: the fused classifier reads bf16 logits, computes in
      * f32, returns an f32 loss and writes the gradient in bf16 (no f32 copy of [B T, V]) */
-    em_tensor *x = hidden(g, ids, NULL);
     em_scope_begin();
     em_tensor *logits = x ? head_logits(g, x) : NULL;
     if (logits) em_keep(logits);
