@@ -100,7 +100,7 @@ em_tensor *em_linear_cross_entropy(const em_tensor *x, const em_tensor *w, const
     wa = xa ? em_tensor_alias(w) : NULL;
     if (!wa) goto done;
     const em_tensor *ins[2] = {x, w};
-    bool grad = tn_recording(ins, 2);
+    bool grad = tn_recording(ins, 2) && N > 0; /* no rows: a NaN loss, no gradient recorded */
     int64_t n = chunk_of(N, V, x->dtype, chunk_rows), nchunks = N ? (N + n - 1) / n : 0;
     em_tensor **dxs = calloc((size_t)(nchunks ? nchunks : 1), sizeof *dxs), *sum = NULL, *dw = NULL;
     if (!dxs) {
