@@ -323,4 +323,20 @@ static inline int gc_check_devices(const gc_case *cases, int n, double tol)
     return fails;
 }
 
+/* The two tests every gradcheck file runs on its `cases` array: float64 finite differences on
+ * the CPU (skipped without one) and f32 on every device against the CPU. */
+#define GC_STANDARD_TESTS(cases)                                                                  \
+    static void test_gradcheck(void **state)                                                      \
+    {                                                                                             \
+        (void)state;                                                                              \
+        em_device *cpu = cpu_dev();                                                               \
+        if (!cpu) skip();                                                                         \
+        assert_int_equal(gc_check_cases(cases, (int)(sizeof cases / sizeof *cases), cpu), 0);     \
+    }                                                                                             \
+    static void test_devices(void **state)                                                        \
+    {                                                                                             \
+        (void)state;                                                                              \
+        assert_int_equal(gc_check_devices(cases, (int)(sizeof cases / sizeof *cases), 2e-3), 0);   \
+    }
+
 #endif

@@ -82,19 +82,7 @@ static const gc_case cases[] = {
     {.name = "embedding", .f = f_embedding, .nin = 1, .shape = {EM_SHAPE(5, 3)}, .device = true},
 };
 
-static void test_gradcheck(void **state)
-{
-    (void)state;
-    em_device *cpu = cpu_dev();
-    if (!cpu) skip();
-    assert_int_equal(gc_check_cases(cases, (int)(sizeof cases / sizeof *cases), cpu), 0);
-}
-
-static void test_devices(void **state)
-{
-    (void)state;
-    assert_int_equal(gc_check_devices(cases, (int)(sizeof cases / sizeof *cases), 2e-3), 0);
-}
+GC_STANDARD_TESTS(cases)
 
 /* sum(embedding(w, ids)) gives each row of w the number of times its id occurs. */
 static void test_embedding_counts(void **state)

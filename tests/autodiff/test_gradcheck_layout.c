@@ -117,19 +117,7 @@ static const gc_case cases[] = {
     {.name = "select_twice", .f = f_unbind_select, .nin = 1, .shape = {EM_SHAPE(2, 3)}},
 };
 
-static void test_gradcheck(void **state)
-{
-    (void)state;
-    em_device *cpu = cpu_dev();
-    if (!cpu) skip();
-    assert_int_equal(gc_check_cases(cases, (int)(sizeof cases / sizeof *cases), cpu), 0);
-}
-
-static void test_devices(void **state)
-{
-    (void)state;
-    assert_int_equal(gc_check_devices(cases, (int)(sizeof cases / sizeof *cases), 2e-3), 0);
-}
+GC_STANDARD_TESTS(cases)
 
 int main(void)
 {

@@ -39,19 +39,7 @@ static const gc_case cases[] = {
      .shape = {EM_SHAPE(N, C), EM_SHAPE(V, C)}, .constant = 0x1u},
 };
 
-static void test_gradcheck(void **state)
-{
-    (void)state;
-    em_device *cpu = cpu_dev();
-    if (!cpu) skip();
-    assert_int_equal(gc_check_cases(cases, (int)(sizeof cases / sizeof *cases), cpu), 0);
-}
-
-static void test_devices(void **state)
-{
-    (void)state;
-    assert_int_equal(gc_check_devices(cases, (int)(sizeof cases / sizeof *cases), 2e-3), 0);
-}
+GC_STANDARD_TESTS(cases)
 
 /* max |a - b| / (1 + |b|) over two tensors of one shape */
 static double rel_diff(const em_tensor *a, const em_tensor *b)

@@ -60,19 +60,7 @@ static const gc_case cases[] = {
     {.name = "chain", .f = f_mm_chain, .nin = 2, .shape = {EM_SHAPE(3, 4), EM_SHAPE(4, 5)}},
 };
 
-static void test_gradcheck(void **state)
-{
-    (void)state;
-    em_device *cpu = cpu_dev();
-    if (!cpu) skip();
-    assert_int_equal(gc_check_cases(cases, (int)(sizeof cases / sizeof *cases), cpu), 0);
-}
-
-static void test_devices(void **state)
-{
-    (void)state;
-    assert_int_equal(gc_check_devices(cases, (int)(sizeof cases / sizeof *cases), 2e-3), 0);
-}
+GC_STANDARD_TESTS(cases)
 
 int main(void)
 {
