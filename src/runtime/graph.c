@@ -360,6 +360,8 @@ void em_graph_free(em_graph *g)
     for (size_t i = 0; i < g->nops; i++)
         op_free(&g->ops[i]);
     free(g->ops);
+    if (g->arena) /* a replay may still run on it */
+        (void)dev->drv->sync(dev->state);
     pthread_mutex_lock(&dev->pool.lock);
     if (dev->recording == g) {
         dev->recording = NULL;

@@ -59,7 +59,8 @@ struct em_graph {
 /* Moves the recording's temporaries into one arena (graph_plan.c): called by em_graph_end before
  * the ops are issued. Leaves g as it was when the plan gains nothing or cannot be made. */
 void em_rt_graph_plan(em_graph *g);
-/* Gives the arena back (em_graph_free). Called with the pool lock held. */
+/* Gives the arena back (em_graph_free, after a device sync: a replay may still run, and the
+ * arena goes to the driver, not to the stream-ordered pool). Called with the pool lock held. */
 void em_rt_graph_arena_free_locked(em_graph *g);
 
 #endif

@@ -255,8 +255,6 @@ void em_rt_graph_arena_free_locked(em_graph *g)
     if (!g->arena)
         return;
     em_device *dev = g->dev;
-    /* a replay may still run: the arena goes back to the driver, not to the stream-ordered pool */
-    (void)dev->drv->sync(dev->state);
     dev->drv->free(dev->state, g->arena, g->arena_size);
     dev->pool.stats.bytes_in_graphs -= g->arena_size;
     dev->pool.stats.requested_in_graphs -= g->arena_size;
