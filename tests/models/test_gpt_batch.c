@@ -47,7 +47,8 @@ static em_gpt *tiny(void)
                        .n_embd = 32,
                        .dropout = 0.1, /* eval mode must switch it off */
                        .bias = true,
-                       .tied = true};
+                       .tied = false}; /* its own head: greedy moves from token to token (a tied
+                                        * one repeats the token just fed) */
     em_gpt *g = em_gpt_new(dev, EM_F32, &c, 11);
     assert_non_null(g);
     return g;
