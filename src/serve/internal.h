@@ -103,9 +103,6 @@ const char *const *serve_template_stops(const serve_template *t, int *n);
 
 enum { SERVE_MAX_REQ_STOPS = SERVE_MAX_STOPS + 3, SERVE_MAX_STOP_TOKENS = 2 };
 
-/* The most greedy steps one chunk runs (em_serve_config.steps_per_sync). */
-#define SERVE_MAX_STEPS 16
-
 typedef struct serve_req {
     /* Set by the connection before serve_submit; read-only afterwards. */
     int64_t *prompt; /* the ids to continue (malloc'd) */
@@ -138,8 +135,6 @@ typedef struct serve_req {
     uint64_t rng;           /* the sampler's state */
     float *logits;          /* next-token logits [vocab] (sampled requests) */
     int64_t greedy_next;    /* greedy requests: the next token, picked on the device */
-    int64_t greedy_chunk[SERVE_MAX_STEPS]; /* or, after a multi-step chunk, its tokens */
-    int greedy_n;                          /* tokens in greedy_chunk still to deliver */
     bool finished;          /* leaves the batch after this step */
     em_tok_stream dec;      /* ids to UTF-8 */
     em_strbuf raw;          /* decoded text, some of it held back (a stop string may start) */

@@ -200,7 +200,6 @@ static bool prefill(em_server *s, serve_req *r, int64_t keep)
     int64_t L = em_gpt_batch_max_len(s->batch);
     int64_t n = keep > 0 ? keep : (r->n > L ? L : r->n);
     const int64_t *ids = r->hist + r->n - n;
-    r->greedy_n = 0; /* its next token comes from this prefill */
     em_status st = is_greedy(r)
                        ? em_gpt_batch_prefill_greedy(s->batch, r->slot, ids, n, &r->greedy_next)
                        : em_gpt_batch_prefill(s->batch, r->slot, ids, n, r->logits);
@@ -298,7 +297,6 @@ typedef struct step_buf {
     int64_t *slots, *tokens; /* the pass's rows */
     serve_req **reqs;        /* whose they are */
     float *logits;           /* [max_batch, vocab] */
-    int64_t *chunk;          /* [steps_per_sync, max_batch]: a multi-step chunk's tokens */
 } step_buf;
 
 /* Phase 2 for one active request: sample, deliver, and list it for the step when it goes on. */
@@ -313,23 +311,13 @@ static void advance(em_server *s, serve_req *r, double now, step_buf *b, int *nl
         finish(r, "length", true);
         return;
     }
-    int64_t tok = -1;
-    if (is_greedy(r) && r->greedy_n > 0) {
-        /* a chunk's tokens in turn; the one that ends the request drops the rest */
-        for (int j = 0; j < r->greedy_n && !r->finished; j++) {
-            tok = r->greedy_chunk[j];
-            deliver(r, s->tok, tok);
-        }
-        r->greedy_n = 0;
-    } else {
-        tok = is_greedy(r) ? r->greedy_next
-                           : em_sample_token(r->logits, s->vocab, r->hist, r->n, &r->sc, &r->rng);
-        if (tok < 0) {
-            fail(r, 500, "server_error", "sampling failed: %s", em_last_error());
-            return;
-        }
-        deliver(r, s->tok, tok);
+    int64_t tok = is_greedy(r) ? r->greedy_next
+                               : em_sample_token(r->logits, s->vocab, r->hist, r->n, &r->sc, &r->rng);
+    if (tok < 0) {
+        fail(r, 500, "server_error", "sampling failed: %s", em_last_error());
+        return;
     }
+    deliver(r, s->tok, tok);
     if (r->finished) return;
     if (em_gpt_batch_len(s->batch, r->slot) >= em_gpt_batch_max_len(s->batch)) {
         int64_t keep = em_gpt_batch_max_len(s->batch) / 2; /* full: rebuild from the last half */
@@ -342,37 +330,22 @@ static void advance(em_server *s, serve_req *r, double now, step_buf *b, int *nl
     (*nl)++;
 }
 
-/* Phase 3: the batched forward pass of the listed rows. When every one is greedy, up to
- * steps_per_sync steps run before their tokens come back (em_gpt_batch_steps_greedy: each step
- * fed on the device; no more than every listed slot has room for), and advance() delivers them in
- * turn. Returns the steps run. */
-static int step(em_server *s, step_buf *b, int nl)
+static void step(em_server *s, step_buf *b, int nl)
 {
-    if (nl == 0) return 0;
+    if (nl == 0) return;
     bool greedy = true;
     for (int k = 0; k < nl && greedy; k++) greedy = is_greedy(b->reqs[k]);
-    int64_t K = greedy ? s->cfg.steps_per_sync : 1, max_len = em_gpt_batch_max_len(s->batch);
-    for (int k = 0; k < nl && K > 1; k++) {
-        int64_t room = max_len - em_gpt_batch_len(s->batch, b->slots[k]);
-        if (room < K) K = room;
-    }
-    em_status st = !greedy ? em_gpt_batch_step(s->batch, b->slots, b->tokens, nl, b->logits)
-                   : K > 1 ? em_gpt_batch_steps_greedy(s->batch, b->slots, b->tokens, nl, K, b->chunk)
-                           : em_gpt_batch_step_greedy(s->batch, b->slots, b->tokens, nl, b->tokens);
+    em_status st = greedy ? em_gpt_batch_step_greedy(s->batch, b->slots, b->tokens, nl, b->tokens)
+                          : em_gpt_batch_step(s->batch, b->slots, b->tokens, nl, b->logits);
     if (st == EM_OK && greedy) {
-        for (int k = 0; k < nl; k++) {
-            serve_req *r = b->reqs[k];
-            r->greedy_n = (int)K;
-            for (int64_t j = 0; j < K; j++)
-                r->greedy_chunk[j] = K > 1 ? b->chunk[j * nl + k] : b->tokens[k];
-        }
-        return (int)K;
+        for (int k = 0; k < nl; k++) b->reqs[k]->greedy_next = b->tokens[k];
+        return;
     }
     if (st != EM_OK) {
         EM_LOGE("serve: batched step failed: %s", em_last_error());
         for (int k = 0; k < nl; k++)
             fail(b->reqs[k], 500, "server_error", "the model failed: %s", em_last_error());
-        return 1;
+        return;
     }
     for (int k = 0; k < nl; k++) {
         serve_req *r = b->reqs[k];
@@ -382,7 +355,6 @@ static int step(em_server *s, step_buf *b, int nl)
         else
             memcpy(r->logits, row, (size_t)s->vocab * sizeof(float));
     }
-    return 1;
 }
 
 static void *sched_main(void *arg)
@@ -391,9 +363,8 @@ static void *sched_main(void *arg)
     int B = s->cfg.max_batch;
     step_buf b = {malloc((size_t)B * sizeof(int64_t)), malloc((size_t)B * sizeof(int64_t)),
                   malloc((size_t)B * sizeof(serve_req *)),
-                  malloc((size_t)B * (size_t)s->vocab * sizeof(float)),
-                  malloc((size_t)B * (size_t)s->cfg.steps_per_sync * sizeof(int64_t))};
-    bool ok = b.slots && b.tokens && b.reqs && b.logits && b.chunk;
+                  malloc((size_t)B * (size_t)s->vocab * sizeof(float))};
+    bool ok = b.slots && b.tokens && b.reqs && b.logits;
     if (!ok) EM_LOGE("serve: the scheduler is out of memory");
     pthread_mutex_lock(&s->mu);
     while (ok) {
@@ -410,11 +381,11 @@ static void *sched_main(void *arg)
         double now = serve_now();
         int nl = 0;
         for (int i = 0; i < n; i++) advance(s, s->active[i], now, &b, &nl);
-        int steps = step(s, &b, nl);
+        step(s, &b, nl);
 
         pthread_mutex_lock(&s->mu);
         if (nl > 0) {
-            s->stats.steps += steps;
+            s->stats.steps++;
             if (nl > s->stats.max_rows) s->stats.max_rows = nl;
         }
         retire(s);
@@ -440,7 +411,6 @@ static void *sched_main(void *arg)
     free(b.tokens);
     free(b.reqs);
     free(b.logits);
-    free(b.chunk);
     return NULL;
 }
 

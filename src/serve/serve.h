@@ -25,8 +25,6 @@ typedef struct em_serve_config {
     const char *model_name;   /* the model's id in /v1/models and in responses */
     int max_batch;            /* sequences decoded together (8) */
     int max_queue;            /* requests waiting for a place in the batch (32); more get 503 */
-    int steps_per_sync;       /* greedy steps run before their tokens come back (4, at most
-                               * SERVE_MAX_STEPS): batches whose requests are all greedy */
     size_t max_body;          /* request body bytes (1 MiB); more get 413 */
     int64_t max_tokens;       /* the largest max_tokens a request may ask (1024), and the default */
     double request_timeout;   /* seconds from a request's arrival to its last token (300) */

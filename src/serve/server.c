@@ -573,7 +573,6 @@ void em_serve_config_init(em_serve_config *c)
     c->model_name = "ember-gpt";
     c->max_batch = 8;
     c->max_queue = 32;
-    c->steps_per_sync = 4;
     c->max_body = 1 << 20;
     c->max_tokens = 1024;
     c->request_timeout = 300;
@@ -589,8 +588,6 @@ static em_status check_config(const em_serve_config *c)
         bad = "max_batch must be in [1, 1024]";
     else if (c->max_queue < 0)
         bad = "max_queue must not be negative";
-    else if (c->steps_per_sync < 1 || c->steps_per_sync > SERVE_MAX_STEPS)
-        bad = "steps_per_sync must be in [1, 16]";
     else if (c->max_body < 64)
         bad = "max_body must be at least 64 bytes";
     else if (c->max_tokens < 1)

@@ -32,8 +32,6 @@ static void usage(FILE *out)
         "                       also $EMBER_API_KEY)\n"
         "  --model-name NAME    the model's id in the API (default: the checkpoint's folder)\n"
         "  --max-batch N        sequences decoded together (default 8)\n"
-        "  --steps-per-sync K   greedy steps run before their tokens come back, when every\n"
-        "                       request of the batch is greedy (1 to 16, default 4)\n"
         "  --max-queue N        requests waiting beyond those; more get 503 (default 32)\n"
         "  --max-tokens N       the largest max_tokens a request may ask (default 1024)\n"
         "  --max-body BYTES     request body limit; more get 413 (default 1048576)\n"
@@ -72,7 +70,6 @@ int em_cli_serve(int argc, char **argv)
     em_serve_config_init(&cfg);
     const char *host = cfg.host, *api_key = getenv("EMBER_API_KEY"), *name = NULL;
     int port = cfg.port, max_batch = cfg.max_batch, max_queue = cfg.max_queue;
-    int steps_per_sync = cfg.steps_per_sync;
     int conn_timeout = (int)cfg.conn_timeout, max_conn = (int)cfg.max_connections;
     int64_t max_tokens = cfg.max_tokens, max_body = (int64_t)cfg.max_body;
     double timeout = cfg.request_timeout, read_timeout = cfg.read_timeout;
@@ -87,7 +84,6 @@ int em_cli_serve(int argc, char **argv)
         {"--api-key", GC_STR, &api_key},
         {"--model-name", GC_STR, &name},
         {"--max-batch", GC_INT, &max_batch},
-        {"--steps-per-sync", GC_INT, &steps_per_sync},
         {"--max-queue", GC_INT, &max_queue},
         {"--max-tokens", GC_I64, &max_tokens},
         {"--max-body", GC_I64, &max_body},
@@ -112,8 +108,6 @@ int em_cli_serve(int argc, char **argv)
         bad = "--max-batch must be in [1, 1024]";
     else if (r == 0 && max_queue < 0)
         bad = "--max-queue must not be negative";
-    else if (r == 0 && (steps_per_sync < 1 || steps_per_sync > 16))
-        bad = "--steps-per-sync must be in [1, 16]";
     else if (r == 0 && max_tokens < 1)
         bad = "--max-tokens must be at least 1";
     else if (r == 0 && max_body < 64)
@@ -152,7 +146,6 @@ int em_cli_serve(int argc, char **argv)
     cfg.api_key = api_key;
     cfg.model_name = model_name;
     cfg.max_batch = max_batch;
-    cfg.steps_per_sync = steps_per_sync;
     cfg.max_queue = max_queue;
     cfg.max_tokens = max_tokens;
     cfg.max_body = (size_t)max_body;
