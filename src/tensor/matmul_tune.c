@@ -61,6 +61,7 @@ typedef struct mm_sample {
     int n;
     double *want; /* the heuristic's values, n rows of N */
     double *got;  /* a candidate's */
+    double rms;   /* the root mean square of want's finite values (sample_scale) */
 } mm_sample;
 
 static bool sample_new(const mm_problem *p, mm_sample *s)
@@ -104,6 +105,16 @@ static bool sample_read(const mm_problem *p, const mm_sample *s, double *dst)
     return ok;
 }
 
+/* Sets s->rms from want (once, after the reference is read). */
+static void sample_scale(const mm_problem *p, mm_sample *s)
+{
+    size_t n = (size_t)s->n * (size_t)p->N, fin = 0;
+    double ss = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(s->want[i])) ss += s->want[i] * s->want[i], fin++;
+    s->rms = fin ? sqrt(ss / (double)fin) : 0;
+}
+
 /* Whether got matches want up to rounding: integers exactly; floats within 1 % of the value
  * plus the sample's root mean square (accumulation order, tf32, a 2-byte result's last bit),
  * NaN where want has NaN. Else the first difference goes to *at. */
@@ -111,11 +122,7 @@ static bool sample_same(const mm_problem *p, const mm_sample *s, size_t *at)
 {
     size_t n = (size_t)s->n * (size_t)p->N;
     bool fl = em_scalar_is_float(p->dt);
-    double ss = 0;
-    size_t fin = 0;
-    for (size_t i = 0; fl && i < n; i++)
-        if (isfinite(s->want[i])) ss += s->want[i] * s->want[i], fin++;
-    double rms = fin ? sqrt(ss / (double)fin) : 0;
+    double rms = s->rms;
     for (size_t i = 0; i < n; i++) {
         double w = s->want[i], g = s->got[i];
         bool ok = !fl                ? w == g
@@ -248,6 +255,7 @@ static mm_config choose(const mm_problem *p, const char **how)
     mm_sample smp;
     bool check = sample_new(p, &smp) && mm_launch(p, &best) == EM_OK &&
                  sample_read(p, &smp, smp.want);
+    if (check) sample_scale(p, &smp);
     if (!check) em_clear_error();
     const char *fault = getenv("EMBER_AUTOTUNE_FAULT");
     bool zeros = fault && !strcmp(fault, "zero"); /* every candidate but the heuristic */

@@ -289,15 +289,21 @@ static int64_t bucket_keys(int64_t tk, int64_t max_len)
     return keys < max_len ? keys : max_len;
 }
 
-/* Queues the planned tokens and positions (the host scratch ids) into the device inputs: one
- * host -> device write into the existing buffer, in stream order, no new tensor and no wait. */
-static em_status write_inputs(em_gpt_batch *b)
+/* Queues the planned tokens and positions (the host scratch ids: tokens [0, slots), positions
+ * [slots, 2 slots)) from entry `first` on into the device inputs: one host -> device write into
+ * the existing buffer, in stream order, no new tensor and no wait. */
+static em_status write_inputs_from(em_gpt_batch *b, int64_t first)
 {
     em_tensor *t = b->inputs;
     em_status st = em_realize(t); /* pending work that reads the previous inputs runs first */
     if (st != EM_OK) return st;
-    return em_buffer_write(t->st->buf, (size_t)t->offset * sizeof *b->ids, b->ids,
-                           2 * (size_t)b->slots * sizeof *b->ids);
+    return em_buffer_write(t->st->buf, (size_t)(t->offset + first) * sizeof *b->ids,
+                           b->ids + first, (size_t)(2 * b->slots - first) * sizeof *b->ids);
+}
+
+static em_status write_inputs(em_gpt_batch *b)
+{
+    return write_inputs_from(b, 0);
 }
 
 /* Whether decode steps are recorded and replayed as graphs ($EMBER_DECODE_GRAPHS=0: never). */
@@ -428,11 +434,7 @@ static em_status write_positions(em_gpt_batch *b, int64_t k)
     int64_t *pos = b->ids + b->slots;
     for (int64_t r = 0; r < b->slots; r++)
         if (b->listed[r]) pos[r] = b->len[r] + k;
-    em_tensor *t = b->inputs;
-    em_status st = em_realize(t);
-    if (st != EM_OK) return st;
-    size_t off = (size_t)(t->offset + b->slots) * sizeof *b->ids;
-    return em_buffer_write(t->st->buf, off, pos, (size_t)b->slots * sizeof *b->ids);
+    return write_inputs_from(b, b->slots); /* the positions: the second half */
 }
 
 /* `steps` greedy steps in a row (see gpt.h). Step k > 0 takes its tokens from step k - 1's result
