@@ -1,7 +1,7 @@
 /* ember/tensor_grad.h — tensor ops that compute the gradients of other tensor ops, for the
  * autodiff layer's backward rules (and anyone writing a backward by hand): the input and weight
  * gradients of conv2d, the input gradients of the 2-D pools, of the fused classifier and of the
- * fused attention.
+ * fused attention, and the gradients of GELU and of the norms.
  *
  * Same conventions as tensor.h: each returns a new contiguous tensor (the caller owns it) of
  * grad_out's dtype, or NULL with the error set; inputs are borrowed; a NULL input gives NULL.
@@ -68,6 +68,27 @@ em_status em_attention_backward(const em_tensor *grad_out, const em_tensor *q, c
                                 const em_tensor *v, const em_tensor *out, const em_tensor *lse,
                                 bool causal, double scale, em_tensor **dq, em_tensor **dk,
                                 em_tensor **dv);
+
+/* d loss / d x of em_gelu(x) (tanh_approx false) or em_gelu_tanh(x) (true): grad_out times the
+ * derivative at x, computed in f32 for f16/bf16 and rounded once; the two broadcast as em_mul's
+ * operands do. One elementwise op, so it fuses with what produces grad_out and what consumes the
+ * result. */
+em_tensor *em_gelu_backward(const em_tensor *grad_out, const em_tensor *x, bool tanh_approx);
+
+/* The gradients of out = em_layer_norm(x, nnorm, weight, bias, eps) (rms false) or
+ * em_rms_norm(x, nnorm, weight, eps) (rms true) from grad_out (d loss / d out, of x's shape and
+ * dtype): *dx (x's shape), *dw (weight's) and *db (the bias's: the normalized dims' shape; not for
+ * rms_norm), each computed when its pointer is non-NULL; weight may be NULL (then no dw). Each
+ * row's mean and rstd are recomputed from x, so the forward keeps nothing. Where x's and
+ * grad_out's normalized dims are contiguous, on the CPU and on devices with plane ops, this is
+ * one pass over the rows (dx written, the weight and bias sums left per cube, computed in f32 for
+ * f16/bf16 and rounded once) and two small column sums; elsewhere the same formulas run as
+ * tensor ops. residual (NULL, or of x's shape and dtype) is added to dx in the same pass (the
+ * gradient x has received from its other consumers, as a residual connection gives it).
+ * EM_OK, or the error status with the message set (every result NULL). */
+em_status em_norm_backward(const em_tensor *grad_out, const em_tensor *x, int nnorm,
+                           const em_tensor *weight, double eps, bool rms, const em_tensor *residual,
+                           em_tensor **dx, em_tensor **dw, em_tensor **db);
 
 #ifdef __cplusplus
 }

@@ -114,6 +114,19 @@ em_tensor *ad_take_input(const ad_ctx *c, int i)
     return em_take(t);
 }
 
+em_tensor *ad_take_grad(const ad_ctx *c, int i)
+{
+    if (i < 0 || i >= c->nin || !c->needs[i] || !c->edge || !c->edge[i]) return NULL;
+    ad_node *in = c->edge[i];
+    em_tensor *t = in->leaf ? NULL : in->acc;
+    if (!t || em_dtype(t) != c->in_dtype[i]) return NULL;
+    em_shape s = em_shape_of(t);
+    if (s.rank != c->in_shape[i].rank || memcmp(s.d, c->in_shape[i].d, sizeof(int64_t) * (size_t)s.rank))
+        return NULL;
+    in->acc = NULL;
+    return t;
+}
+
 /* Runs n's rule on its accumulated gradient and passes the results to its inputs; with `last`
  * (the graph is not retained) a saved input the rule may take over is released by the node
  * first, so the rule's reference can be the only one. */
@@ -136,6 +149,7 @@ static em_status step(ad_node *n, bool last)
     }
     c.out_shape = n->out_shape;
     c.out_dtype = n->out_dtype;
+    c.edge = n->edge;
     em_tensor *gin[EM_TOP_MAX_INPUTS] = {NULL};
     em_status st = EM_OK;
     em_tensor *owned[EM_TOP_MAX_INPUTS] = {NULL};

@@ -24,6 +24,7 @@ typedef struct ad_ctx {
     em_scalar out_dtype;                   /* always */
     em_tensor **owned;                     /* the step's references to in[] (ad_take_input) */
     unsigned takeable;                     /* bit i: in[i] is held by nothing else (below) */
+    struct ad_node *const *edge;           /* the input nodes (ad_take_grad) */
 } ad_ctx;
 
 /* Saved input i as a donated reference (em_take) the rule's op may write its result into, when
@@ -31,6 +32,13 @@ typedef struct ad_ctx {
  * that tensor: the tape let go of it before the rule ran. NULL otherwise (use c->in[i]). After a
  * take, c->in[i] must not be used. */
 em_tensor *ad_take_input(const ad_ctx *c, int i);
+
+/* The gradient input i has received so far from its other consumers, taken from its node (a new
+ * reference; the node then holds none): a rule that takes it must return gin[i] with it added,
+ * which lets a rule's op fold the accumulation into its own pass (the norms, em_norm_backward).
+ * NULL when input i wants no gradient, is a leaf, has received none yet, or holds it in another
+ * shape or dtype than the input's. */
+em_tensor *ad_take_grad(const ad_ctx *c, int i);
 
 /* A backward rule: from g = d loss / d out (out's shape, out's dtype) computes d loss / d in[i]
  * for every i with c->needs[i], as a new reference in gin[i] (NULL = a zero gradient). A gradient

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "autodiff/rules_util.h"
+#include "ember/tensor_grad.h"
 
 #define X(c) ((c)->in[0])
 
@@ -64,28 +65,9 @@ UNARY_RULE(rdiv_scalar, em_div(em_mul_scalar(g, -c->p->f[0]), SQ(X(c))))
 /* The gradient flows to the input's dtype: the tape casts it. */
 UNARY_RULE(cast, (em_tensor *)g)
 
-/* gelu(x) = x * Phi(x): Phi(x) + x * phi(x) */
-static em_tensor *d_gelu(const ad_ctx *c, const em_tensor *g)
-{
-    const em_tensor *x = X(c);
-    em_tensor *cdf = em_mul_scalar(em_add_scalar(em_erf(em_mul_scalar(x, M_SQRT1_2)), 1.0), 0.5);
-    em_tensor *pdf = em_mul_scalar(em_exp(em_mul_scalar(SQ(x), -0.5)), 0.3989422804014327);
-    return em_mul(g, em_add(cdf, em_mul(x, pdf)));
-}
-
-/* gelu_tanh(x) = x/2 (1 + tanh(u)), u = k (x + 0.044715 x^3), k = sqrt(2/pi):
- * 1/2 (1 + t) + x/2 (1 - t^2) k (1 + 3 * 0.044715 x^2) */
-static em_tensor *d_gelu_tanh(const ad_ctx *c, const em_tensor *g)
-{
-    const double k = 0.7978845608028654, a = 0.044715;
-    const em_tensor *x = X(c);
-    em_tensor *x2 = SQ(x);
-    em_tensor *t = em_tanh(em_mul_scalar(em_mul(x, em_add_scalar(em_mul_scalar(x2, a), 1.0)), k));
-    em_tensor *left = em_mul_scalar(em_add_scalar(t, 1.0), 0.5);
-    em_tensor *du = em_mul_scalar(em_add_scalar(em_mul_scalar(x2, 3 * a), 1.0), k);
-    em_tensor *right = em_mul(em_mul_scalar(em_mul(x, em_rsub_scalar(SQ(t), 1.0)), 0.5), du);
-    return em_mul(g, em_add(left, right));
-}
+/* gelu and gelu_tanh: g times the derivative, one op (em_gelu_backward). */
+static em_tensor *d_gelu(const ad_ctx *c, const em_tensor *g) { return em_gelu_backward(g, X(c), false); }
+static em_tensor *d_gelu_tanh(const ad_ctx *c, const em_tensor *g) { return em_gelu_backward(g, X(c), true); }
 
 /* silu(x) = x s(x): s (1 + x (1 - s)) */
 static em_tensor *d_silu(const ad_ctx *c, const em_tensor *g)

@@ -2,9 +2,10 @@
  * std), cumsum, softmax / log_softmax and the norms (layer_norm, rms_norm). A reduction's g is
  * first given back its reduced dims (size 1) and then broadcasts against the input. max/min split
  * the gradient evenly among tied maxima (PyTorch's amax); prod is exact at zeros (the product of
- * the other elements where exactly one is zero, 0 where more are); the norms recompute mean and
- * 1/std from the saved input rather than keeping them. */
+ * the other elements where exactly one is zero, 0 where more are); the norms' gradients are
+ * em_norm_backward's, which recomputes mean and 1/std from the saved input. */
 #include "autodiff/rules_util.h"
+#include "ember/tensor_grad.h"
 
 /* The reduced dims of c (all of them when the op recorded none) into dims; returns how many. */
 static int reduced_dims(const ad_ctx *c, int *dims)
@@ -152,40 +153,22 @@ RULE(log_softmax)
 /* ---- norms ------------------------------------------------------------------------------------
  */
 
-/* layer_norm: xhat = (x - mean) rstd, y = xhat w + b over the last k dims.
- *   d b = sum g, d w = sum g xhat (over the leading dims);
- *   d x = rstd (gh - mean(gh) - xhat mean(gh xhat)), gh = g w.
- * rms_norm: xhat = x rstd, rstd = 1 / sqrt(mean(x^2) + eps), y = xhat w:
- *   d w = sum g xhat, d x = rstd (gh - xhat mean(gh xhat)). */
+/* layer_norm and rms_norm: em_norm_backward (tensor_grad.h) computes the three gradients in one
+ * pass over the rows where it can (its formulas are in ops_norm_backward.c), adding what x has
+ * received from its other consumers to x's. */
 static em_status norm(const ad_ctx *c, const em_tensor *g, em_tensor **gin, bool rms)
 {
     int n = rms ? 2 : 3;
-    em_tensor *r[3];
-    ru_begin(r, n);
-    const em_tensor *x = c->in[0], *w = c->in_present[1] ? c->in[1] : NULL;
-    int rank = c->in_shape[0].rank, k = (int)c->p->k;
-    double eps = c->p->f[0];
-    int dims[EM_MAX_RANK];
-    for (int i = 0; i < k; i++) dims[i] = rank - k + i;
-    em_tensor *xc, *rstd;
-    if (rms) {
-        xc = (em_tensor *)x;
-        rstd = em_rsqrt(em_add_scalar(em_mean(em_mul(x, x), dims, k, true), eps));
-    } else {
-        xc = em_sub(x, em_mean(x, dims, k, true));
-        rstd = em_rsqrt(em_add_scalar(em_mean(em_mul(xc, xc), dims, k, true), eps));
-    }
-    em_tensor *xhat = em_mul(xc, rstd);
-    if (c->needs[0]) {
-        em_tensor *gh = w ? em_mul(g, w) : (em_tensor *)g;
-        em_tensor *proj = em_mul(xhat, em_mean(em_mul(gh, xhat), dims, k, true));
-        em_tensor *inner = em_sub(gh, proj);
-        if (!rms) inner = em_sub(inner, em_mean(gh, dims, k, true));
-        r[0] = em_mul(rstd, inner);
-    }
-    if (n > 1 && c->needs[1]) r[1] = ru_sum_to(em_mul(g, xhat), c->in_shape[1]);
-    if (n > 2 && c->needs[2]) r[2] = ru_sum_to((em_tensor *)g, c->in_shape[2]);
-    return ru_end(c, r, gin, n, 0);
+    const em_tensor *w = c->in_present[1] ? c->in[1] : NULL;
+    em_tensor *r[3] = {NULL, NULL, NULL};
+    /* x's gradient so far (a residual connection's) is added in the same pass */
+    em_tensor *resid = ad_take_grad(c, 0);
+    em_status st = em_norm_backward(g, c->in[0], (int)c->p->k, w, c->p->f[0], rms, resid,
+                                    c->needs[0] ? &r[0] : NULL, n > 1 && c->needs[1] ? &r[1] : NULL,
+                                    n > 2 && c->needs[2] ? &r[2] : NULL);
+    em_release(resid);
+    for (int i = 0; i < n; i++) gin[i] = st == EM_OK && c->needs[i] ? r[i] : NULL;
+    return st;
 }
 
 static em_status bw_layer_norm(const ad_ctx *c, const em_tensor *g, em_tensor **gin)

@@ -220,4 +220,37 @@ bool tn_broadcast(const char *op, const em_tensor *a, const em_tensor *b, int *r
 /* The view of t expanded to (rank, shape) with stride 0 on broadcast dims (no checks). */
 void tn_expand_geom(const em_tensor *t, int rank, const int64_t *shape, int64_t *stride);
 
+/* The row-wise fast path of ops_reduce.c (src/kernels/tensor_rowwise.ek), for the kernels that
+ * read rows the same way (ops_norm_backward.c). */
+typedef struct tn_rows_plan {
+    unsigned lw;     /* line width: scalars per load */
+    unsigned g;      /* units per row (a power of two) */
+    unsigned cube;   /* units per cube (a multiple of g) */
+    unsigned v;      /* lines each unit keeps in registers; 0: the row is walked once per pass */
+    uint32_t rows;   /* rows */
+    uint32_t nl;     /* lines per row */
+    uint32_t x_rs;   /* row stride of the input, in lines */
+} tn_rows_plan;
+
+/* Whether the last k dims of t are contiguous together (rows of *n elements, stride 1) and its
+ * other dims merge into one (rows at a stride of *rs elements). */
+bool tn_rows_geometry(const em_tensor *t, int k, int64_t *rows, int64_t *n, int64_t *rs);
+/* The plan for rows x n elements of dt on dev (al[0..na): offsets and strides a line must
+ * divide; cap: the widest line width allowed); false when the row-wise path does not apply. */
+bool tn_rows_plan_for(em_device *dev, em_scalar dt, int64_t rows, int64_t n, int64_t x_rs,
+                      const int64_t *al, int na, unsigned cap, tn_rows_plan *p);
+/* The same for a device of capabilities c, a unit holding up to `values` values of each array it
+ * keeps in registers (0: the row-wise kernels' 32, 16 for f64). */
+bool tn_rows_plan_caps(const em_caps *c, em_scalar dt, int64_t rows, int64_t n, int64_t x_rs,
+                       const int64_t *al, int na, unsigned cap, unsigned values, tn_rows_plan *p);
+/* The comptime bindings G, CUBE and V of plan p into b; returns 3. */
+size_t tn_rows_binds(const tn_rows_plan *p, em_lang_bind *b);
+/* The plan of tensor_norm_backward (ops_norm_backward.c) for rows x n elements of dt, as
+ * tn_rows_plan_caps makes it with 16-byte lines and fewer values held per array. */
+bool tn_norm_backward_plan(const em_caps *c, em_scalar dt, int64_t rows, int64_t n, int64_t x_rs,
+                           const int64_t *al, int na, tn_rows_plan *p);
+/* out (contiguous, [n], any float dtype) = the sums of the rows of t, a contiguous [rows, n]
+ * float tensor, on the column path (tensor_cols.ek), accumulated in t's compute type. */
+em_status tn_cols_sum_rows(const char *op, const em_tensor *t, em_tensor *out);
+
 #endif

@@ -344,7 +344,10 @@ em_tensor *em_contiguous(const em_tensor *t)
 }
 
 enum { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN, B_REM, B_EQ, B_NE, B_LT, B_LE, B_GT,
-       B_GE, B_AND, B_OR, B_XOR };
+       B_GE, B_AND, B_OR, B_XOR, B_GELU_GRAD, B_GELU_TANH_GRAD };
+
+/* Whether binary op `code` is a comparison or a logical op (a bool result). */
+static bool is_pred(int code) { return code >= B_EQ && code <= B_XOR; }
 
 /* ---- type promotion -------------------------------------------------------------------------- */
 
@@ -463,13 +466,13 @@ static em_tensor *binary(const char *op, const em_tensor *a, const em_tensor *b,
                      em_scalar_name(a->dtype), em_scalar_name(b->dtype));
         goto done;
     }
-    bool logical = code >= B_AND;
+    bool logical = code >= B_AND && code <= B_XOR;
     if (a->dtype == EM_BOOL && !logical && code != B_EQ && code != B_NE && code != B_MAX && code != B_MIN) {
         em_set_error(EM_ERR_INVALID, "%s: not defined for bool tensors", op);
         goto done;
     }
     if (!tn_broadcast(op, a, b, &rank, shape)) goto done;
-    em_scalar odt = code >= B_EQ ? EM_BOOL : a->dtype;
+    em_scalar odt = is_pred(code) ? EM_BOOL : a->dtype;
     const em_tensor *ins[2] = {a, b};
     bool rec = tn_recording(ins, 2); /* a recorded op may need its inputs: no reuse */
     bool reuse_a = !rec && odt == a->dtype && tn_reusable(a) && a->rank == rank &&
@@ -493,7 +496,7 @@ static em_tensor *binary(const char *op, const em_tensor *a, const em_tensor *b,
     tn_expand_geom(a, rank, shape, strides[0]);
     tn_expand_geom(b, rank, shape, strides[1]);
     memcpy(strides[2], out->stride, sizeof strides[2]);
-    fu_desc fd = {op, code >= B_EQ ? FU_BPRED : FU_BINARY, code, ct, bd[4].type, {{0}, {0}}, 0};
+    fu_desc fd = {op, is_pred(code) ? FU_BPRED : FU_BINARY, code, ct, bd[4].type, {{0}, {0}}, 0};
     if (code == B_ADD) /* an add's inputs are not kept by autodiff: a matmul may take it over */
         for (int k = 0; k < 2; k++)
             if (!rec || !tn_record_keeps_input(EM_TOP_ADD, k)) fd.movable |= 1u << k;
@@ -542,6 +545,17 @@ BINARY(ge, B_GE)
 BINARY(logical_and, B_AND)
 BINARY(logical_or, B_OR)
 BINARY(logical_xor, B_XOR)
+
+em_tensor *em_gelu_backward(const em_tensor *grad_out, const em_tensor *x, bool tanh_approx)
+{
+    const char *op = tanh_approx ? "gelu_tanh backward" : "gelu backward";
+    if (grad_out && x && (!em_scalar_is_float(grad_out->dtype) || !em_scalar_is_float(x->dtype))) {
+        em_set_error(EM_ERR_INVALID, "%s: needs floating-point tensors, got %s and %s", op,
+                     em_scalar_name(grad_out->dtype), em_scalar_name(x->dtype));
+        return NULL;
+    }
+    return binary(op, grad_out, x, tanh_approx ? B_GELU_TANH_GRAD : B_GELU_GRAD);
+}
 
 /* ---- where and masked_fill ------------------------------------------------------------------- */
 

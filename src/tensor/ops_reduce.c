@@ -8,7 +8,7 @@
  * stride — takes the fast path of src/kernels/tensor_rowwise.ek instead, on the CPU and on
  * devices with plane ops: rows read as 16-byte lines, a plane (or a part of one) per short row
  * and several rows per cube, rows of up to 16384 elements held in registers between passes
- * (rows_plan_for says how the host chooses).
+ * (tn_rows_plan_for says how the host chooses).
  *
  * Float sum and mean over leading dims, the kept dims being one contiguous inner block (bias
  * gradients: [B*T, C] over dim 0), take the column path of src/kernels/tensor_cols.ek on every
@@ -33,20 +33,9 @@ enum { R_SUM = 0, R_PROD, R_MAX, R_MIN, R_ARGMAX, R_ARGMIN, R_MEAN, R_VAR, R_STD
 
 /* ---- the row-wise fast path (src/kernels/tensor_rowwise.ek) ---------------------------------- */
 
-/* How rows of contiguous elements are read and spread over units. */
-typedef struct rows_plan {
-    unsigned lw;     /* line width: scalars per load */
-    unsigned g;      /* units per row (a power of two) */
-    unsigned cube;   /* units per cube (a multiple of g) */
-    unsigned v;      /* lines each unit keeps in registers; 0: the row is walked once per pass */
-    uint32_t rows;   /* rows */
-    uint32_t nl;     /* lines per row */
-    uint32_t x_rs;   /* row stride of the input, in lines */
-} rows_plan;
-
 /* Whether the last k dims of t are contiguous together (rows of *n elements, stride 1) and its
  * other dims merge into one (rows at a stride of *rs elements): then t is *rows x *n rows. */
-static bool rows_geometry(const em_tensor *t, int k, int64_t *rows, int64_t *n, int64_t *rs)
+bool tn_rows_geometry(const em_tensor *t, int k, int64_t *rows, int64_t *n, int64_t *rs)
 {
     if (t->rank < 1 || k < 1 || k > t->rank) return false;
     int64_t nn = 1;
@@ -102,16 +91,21 @@ static unsigned rows_quantize(int64_t need)
  *   - Devices with plane ops: units per row g, a power of two, grows up to the plane size while
  *     a unit would get more than 4 lines, then past it (a cube per row, the planes meeting
  *     through shared memory) while a unit would hold more than 32 values of the compute type
- *     (16 for f64) in registers. Past g = 512 (rows over 16384 f32 elements) the rows are walked
+ *     (16 for f64; `values` when given to tn_rows_plan_caps) in registers. Past g = 512 (rows over 16384 f32 elements) the rows are walked
  *     by 256 units, once per pass. A cube holds at least 128 units (several rows when g is
  *     smaller). The kernel checks PLANE_DIM itself, so this choice affects speed only.
  *   - Other devices (no plane ops: PoCL, NVIDIA's OpenCL), and rows over 65536 elements on the
  *     CPU (whose one unit per row would sum them serially): the general kernels.
  *   - Sizes beyond the kernel's u32 indices: the general kernels (which report them). */
-static bool rows_plan_for(em_device *dev, em_scalar dt, int64_t rows, int64_t n, int64_t x_rs,
-                          const int64_t *al, int na, unsigned cap, rows_plan *p)
+bool tn_rows_plan_for(em_device *dev, em_scalar dt, int64_t rows, int64_t n, int64_t x_rs,
+                      const int64_t *al, int na, unsigned cap, tn_rows_plan *p)
 {
-    const em_caps *c = em_device_caps(dev);
+    return tn_rows_plan_caps(em_device_caps(dev), dt, rows, n, x_rs, al, na, cap, 0, p);
+}
+
+bool tn_rows_plan_caps(const em_caps *c, em_scalar dt, int64_t rows, int64_t n, int64_t x_rs,
+                       const int64_t *al, int na, unsigned cap, unsigned values, tn_rows_plan *p)
+{
     if (!c || rows < 1 || n < 1) return false;
     bool cpu = !strcmp(c->target, "c");
     if (!cpu && !(c->plane_ops && c->plane_dim > 1)) return false;
@@ -132,7 +126,8 @@ static bool rows_plan_for(em_device *dev, em_scalar dt, int64_t rows, int64_t n,
     }
     unsigned maxu = c->max_cube_units ? c->max_cube_units : 256, gmax = 1;
     while (gmax * 2 <= maxu && gmax < 512) gmax *= 2;
-    unsigned budget = (tn_compute_type(dt) == EM_F64 ? 16 : 32) / p->lw, g = 1;
+    if (!values) values = tn_compute_type(dt) == EM_F64 ? 16 : 32;
+    unsigned budget = values > p->lw ? values / p->lw : 1, g = 1;
     while (g * 2 <= c->plane_dim && g < gmax && (int64_t)g * 4 < nl) g *= 2;
     while (g < gmax && (nl + g - 1) / g > budget) g *= 2;
     p->v = rows_quantize((nl + g - 1) / g);
@@ -163,7 +158,7 @@ static em_arg rows_buffer(const em_tensor *t, unsigned lanes)
  * `read` counts the bytes of its other inputs, `written` those of its output (em_tensor_stats).
  * EM_OK or the error set (prefixed with op). */
 static em_status rows_launch(const char *op, const em_tensor *t, fu_prologue *pr, const fu_node *epi,
-                             size_t out_at, const char *kernel, const rows_plan *p, const em_lang_bind *binds,
+                             size_t out_at, const char *kernel, const tn_rows_plan *p, const em_lang_bind *binds,
                              size_t nb, const em_arg *args, size_t na, uint64_t read, uint64_t written)
 {
     unsigned per = p->cube / p->g;
@@ -211,7 +206,7 @@ static em_status realize_rows(const char *op, const em_tensor *w, const em_tenso
 }
 
 /* The comptime bindings every row-wise kernel takes (G, CUBE, V); returns the count added. */
-static size_t rows_binds(const rows_plan *p, em_lang_bind *b)
+size_t tn_rows_binds(const tn_rows_plan *p, em_lang_bind *b)
 {
     b[0] = em_lang_bind_int("G", p->g);
     b[1] = em_lang_bind_int("CUBE", p->cube);
@@ -230,7 +225,7 @@ static em_status rows_exec(const char *op, const em_tensor *t, int k, const em_t
 {
     int64_t rows, n, rs;
     *taken = false;
-    if (!rows_geometry(t, k, &rows, &n, &rs)) return EM_OK;
+    if (!tn_rows_geometry(t, k, &rows, &n, &rs)) return EM_OK;
     fu_prologue pr;
     bool fused = false;
     unsigned cap;
@@ -253,8 +248,8 @@ static em_status rows_exec(const char *op, const em_tensor *t, int k, const em_t
         if (ecap < cap) cap = ecap;
     }
     int64_t al[5] = {t->offset, rs, out->offset, w ? w->offset : 0, bias ? bias->offset : 0};
-    rows_plan p;
-    if (!rows_plan_for(t->st->dev, t->dtype, rows, n, rs, al, 5, cap, &p)) {
+    tn_rows_plan p;
+    if (!tn_rows_plan_for(t->st->dev, t->dtype, rows, n, rs, al, 5, cap, &p)) {
         *taken = false;
         if (fused) fu_prologue_end(&pr);
         return EM_OK;
@@ -262,7 +257,7 @@ static em_status rows_exec(const char *op, const em_tensor *t, int k, const em_t
     em_scalar ct = tn_compute_type(t->dtype);
     em_lang_bind b[6] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("C", ct),
                          em_lang_bind_type("M", tn_math_type(t->st->dev, ct))};
-    size_t nb = 3 + rows_binds(&p, b + 3);
+    size_t nb = 3 + tn_rows_binds(&p, b + 3);
     const em_tensor *ph = fused ? out : t; /* the placeholder (above) */
     const em_tensor *wt = w ? w : ph, *bt = bias ? bias : ph;
     em_arg a[15] = {fused ? em_arg_u32(0) : rows_buffer(t, p.lw), em_arg_u32((uint32_t)(t->offset / p.lw)),
@@ -286,11 +281,11 @@ static em_status rows_exec(const char *op, const em_tensor *t, int k, const em_t
 static int rows_record(fu_rows_call *c, int64_t *al, int na)
 {
     int64_t rows, n, rs;
-    rows_plan p;
-    if (!fu_enabled() || c->out.st == c->x.st || !rows_geometry(&c->x, c->k, &rows, &n, &rs))
+    tn_rows_plan p;
+    if (!fu_enabled() || c->out.st == c->x.st || !tn_rows_geometry(&c->x, c->k, &rows, &n, &rs))
         return 0;
     al[1] = rs;
-    if (!rows_plan_for(c->x.st->dev, c->x.dtype, rows, n, rs, al, na, 1, &p)) return 0;
+    if (!tn_rows_plan_for(c->x.st->dev, c->x.dtype, rows, n, rs, al, na, 1, &p)) return 0;
     int r = fu_rows_record(c);
     if (r < 0) em_error_context("%s", c->op);
     return r;
@@ -335,7 +330,7 @@ static em_status rows_sum_exec(const char *op, const em_tensor *t, int k, em_ten
 {
     int64_t rows, n, rs;
     *taken = false;
-    if (!rows_geometry(t, k, &rows, &n, &rs)) return EM_OK;
+    if (!tn_rows_geometry(t, k, &rows, &n, &rs)) return EM_OK;
     fu_prologue pr;
     bool fused = false;
     unsigned cap;
@@ -345,15 +340,15 @@ static em_status rows_sum_exec(const char *op, const em_tensor *t, int k, em_ten
         rows_input(op, t, out, 1, 6 + escalars, &pr, &fused, &cap) != EM_OK)
         return em_last_status();
     int64_t al[2] = {t->offset, rs};
-    rows_plan p;
-    if (!rows_plan_for(t->st->dev, t->dtype, rows, n, rs, al, 2, cap, &p)) {
+    tn_rows_plan p;
+    if (!tn_rows_plan_for(t->st->dev, t->dtype, rows, n, rs, al, 2, cap, &p)) {
         *taken = false;
         if (fused) fu_prologue_end(&pr);
         return EM_OK;
     }
     em_lang_bind b[5] = {em_lang_bind_type("T", t->dtype),
                          em_lang_bind_type("C", tn_compute_type(t->dtype))};
-    size_t nb = 2 + rows_binds(&p, b + 2);
+    size_t nb = 2 + tn_rows_binds(&p, b + 2);
     em_arg a[8] = {fused ? em_arg_u32(0) : rows_buffer(t, p.lw), em_arg_u32((uint32_t)(t->offset / p.lw)),
                    rows_buffer(out, 1), em_arg_u32((uint32_t)out->offset), em_arg_u32(p.rows),
                    em_arg_u32(p.nl), em_arg_u32(p.x_rs), tn_scalar_arg(t->dtype, scale)};
@@ -502,9 +497,10 @@ static em_status cols_launch(const char *op, em_device *dev, const cols_plan *p,
     return st;
 }
 
-/* Runs the column path: out (contiguous, the kept dims' n values) = scale * the sums of t over
- * the dims set in red, when they are leading dims (cols_geometry); with several slices, through
- * a scratch buffer of compute-type partials and a second launch. *taken as for rows_apply. */
+/* Runs the column path: out (contiguous, the kept dims' n values, of t's dtype or another float
+ * dtype) = scale * the sums of t over the dims set in red, when they are leading dims
+ * (cols_geometry); with several slices, through a scratch buffer of compute-type partials and a
+ * second launch. *taken as for rows_apply. */
 static em_status cols_sum(const char *op, const em_tensor *t, const bool *red, em_tensor *out,
                           double scale, bool *taken)
 {
@@ -521,7 +517,7 @@ static em_status cols_sum(const char *op, const em_tensor *t, const bool *red, e
     if (tn_realize(t) != EM_OK || realize_rows(op, NULL, NULL, out) != EM_OK) return em_error_context("%s", op);
     uint32_t x_off = (uint32_t)(t->offset / p.lw);
     if (p.slices == 1)
-        return cols_launch(op, dev, &p, t->dtype, t, x_off, t->dtype, out, 0, scale);
+        return cols_launch(op, dev, &p, t->dtype, t, x_off, out->dtype, out, 0, scale);
     em_scalar ct = tn_compute_type(t->dtype);
     int64_t al2[2] = {0, n};
     if (!cols_plan_for(dev, ct, p.slices, n, n, al2, 2, true, &q)) {
@@ -531,8 +527,17 @@ static em_status cols_sum(const char *op, const em_tensor *t, const bool *red, e
     em_tensor *part = tn_new(dev, ct, 2, (int64_t[]){p.slices, n});
     if (!part) return em_error_context("%s", op);
     em_status st = cols_launch(op, dev, &p, t->dtype, t, x_off, ct, part, 0, 1.0);
-    if (st == EM_OK) st = cols_launch(op, dev, &q, ct, part, 0, t->dtype, out, 0, scale);
+    if (st == EM_OK) st = cols_launch(op, dev, &q, ct, part, 0, out->dtype, out, 0, scale);
     em_release(part);
+    return st;
+}
+
+em_status tn_cols_sum_rows(const char *op, const em_tensor *t, em_tensor *out)
+{
+    bool red[EM_MAX_RANK] = {true, false}, taken = false;
+    em_status st = t->rank == 2 ? cols_sum(op, t, red, out, 1.0, &taken) : EM_OK;
+    if (st == EM_OK && !taken)
+        st = em_set_error(EM_ERR_INTERNAL, "%s: the column sum does not fit its input", op);
     return st;
 }
 

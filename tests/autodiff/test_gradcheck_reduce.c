@@ -62,6 +62,17 @@ static em_tensor *f_rms_norm(em_tensor *const *in, const void *arg)
     return gc_wsum(em_rms_norm(in[0], 1, in[1], 1e-5));
 }
 
+/* a residual block over a non-leaf h = 1.5 x: h's gradient from the skip connection reaches h
+ * before the layer norm's backward, which takes it (ad_take_grad) and adds its dx to it; then
+ * h feeds a second norm too, so h's node receives three contributions in all */
+static em_tensor *f_layer_norm_residual(em_tensor *const *in, const void *arg)
+{
+    (void)arg;
+    em_tensor *h = em_mul_scalar(in[0], 1.5);
+    em_tensor *y = em_add(h, em_mul(em_layer_norm(h, 1, in[1], in[2], 1e-5), em_tanh(h)));
+    return gc_wsum(em_add(y, em_rms_norm(h, 1, in[1], 1e-5)));
+}
+
 /* prod with zeros: row 0 none, row 1 one zero, row 2 two zeros */
 static const double prod_zero_x[12] = {0.5, -1.5, 2, 1.25, 3, 0, -0.5, 2, 0, 1.5, 0, -2};
 /* two-way ties: max in rows 0 and 2, min in row 2 (central differences give half to each) */
@@ -152,6 +163,11 @@ static const gc_case cases[] = {
      .shape = {EM_SHAPE(2, 3, 4), EM_SHAPE(4)},
      .device = true},
     {.name = "rms_norm_plain", .f = f_rms_norm_plain, .nin = 1, .shape = {EM_SHAPE(2, 3, 4)}},
+    {.name = "layer_norm_residual",
+     .f = f_layer_norm_residual,
+     .nin = 3,
+     .shape = {EM_SHAPE(2, 3, 4), EM_SHAPE(4), EM_SHAPE(4)},
+     .device = true},
 };
 
 static void test_gradcheck(void **state)

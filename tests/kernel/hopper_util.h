@@ -53,4 +53,33 @@ static inline void expect_nvrtc_compiles(const char *src, const char *arch)
     free(bin);
 }
 
+/* ptxas's register line in an NVRTC log compiled with --ptxas-options=-v ("Used 119 registers,
+ * ..."), or a placeholder when there is none. */
+static inline const char *nvrtc_used(const char *log)
+{
+    const char *u = log ? strstr(log, "Used ") : NULL;
+    return u ? u : "(no ptxas report)";
+}
+
+/* The problems ptxas reports in log, each printed after `label` with the whole log: spills,
+ * setmaxnreg ignored, warpgroup MMAs serialized. Returns how many. */
+static inline int nvrtc_problems(const char *log, const char *label)
+{
+    static const struct {
+        const char *mark, *what;
+    } bad[] = {{"'setmaxnreg' ignored", "ptxas ignores setmaxnreg"},
+               {"wgmma.mma_async instructions are serialized", "ptxas serializes the MMAs"}};
+    int n = 0;
+    if (log && strstr(log, "bytes spill") && !strstr(log, " 0 bytes spill stores")) {
+        print_message("%s spills:\n%s\n", label, log);
+        n++;
+    }
+    for (size_t i = 0; log && i < sizeof bad / sizeof bad[0]; i++)
+        if (strstr(log, bad[i].mark)) {
+            print_message("%s: %s:\n%s\n", label, bad[i].what, log);
+            n++;
+        }
+    return n;
+}
+
 #endif

@@ -154,18 +154,9 @@ static void test_wgmma_compiles(void **state)
                                       vec, em_last_error());
                         failed++;
                     } else {
-                        const char *regs = log ? strstr(log, "Used ") : NULL;
                         print_message("%s %s D %d V %d: %.60s\n", kernels[ki], em_scalar_name(ty),
-                                      d, vec, regs ? regs : "(no ptxas report)");
-                        if (log && strstr(log, "bytes spill") &&
-                            !strstr(log, " 0 bytes spill stores")) {
-                            print_message("spills:\n%s\n", log);
-                            failed++;
-                        }
-                        if (log && strstr(log, "wgmma.mma_async instructions are serialized")) {
-                            print_message("ptxas serializes the MMAs:\n%s\n", log);
-                            failed++;
-                        }
+                                      d, vec, nvrtc_used(log));
+                        failed += (size_t)nvrtc_problems(log, kernels[ki]);
                     }
                     free(log);
                     free(bin);

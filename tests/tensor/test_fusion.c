@@ -662,13 +662,17 @@ static void test_gpt_block_launches(void **state)
             em_device_name(dev), (unsigned long long)f.launches, (unsigned long long)u.launches,
             (unsigned long long)f.bytes, (unsigned long long)u.bytes, (unsigned long long)f.peak,
             (unsigned long long)u.peak);
-    /* the bound: fused, at most 70% of the launches (113 of 170 on the CPU when this was written,
-     * the row-wise kernels of ops_reduce.c counted in both) */
-    assert_true(f.launches * 10 <= u.launches * 7);
+    /* the bound: fused, at most 80% of the launches, the row-wise kernels of ops_reduce.c counted
+     * in both (113 of 170 on the CPU when this was written; 67 of 88 since the norms' and the
+     * GELU's backward became one op each, a decomposition fusion no longer has to merge) */
+    assert_true(f.launches * 10 <= u.launches * 8);
     /* fused, intermediates are neither written nor read back, and those inlined and freed unread
      * never get a buffer (docs/fusion.md has the figures) */
     assert_true(f.bytes < u.bytes);
-    assert_true(f.peak <= u.peak);
+    /* and the peak is no higher, within 1%: a pending node holds its inputs until its consumer
+     * realizes it, where the unfused op freed them at once (195,712 bytes fused against 457,600
+     * unfused before the norms' backward was one pass; 180,096 against 179,072 since) */
+    assert_true(f.peak * 100 <= u.peak * 101);
     double tol = tu_is_cpu(dev) ? 1e-6 : 1e-4;
     assert_true(fabs(lf - lu) <= tol * fabs(lu));
     assert_int_equal(gf->count, gu->count);
