@@ -253,6 +253,14 @@ em_tensor *em_linear_cross_entropy(const em_tensor *x, const em_tensor *w, const
  * query row. docs/attention.md says how. */
 em_tensor *em_attention(const em_tensor *q, const em_tensor *k, const em_tensor *v, bool causal,
                         double scale);
+/* em_attention over a transformer block's packed projection qkv [B, T, 3C] (q | k | v along the
+ * last dim, each C = heads x D wide, heads side by side), the heads merged in the result
+ * [B, T, C]: the values of em_attention on the three slices viewed as [B, H, T, D], transposed
+ * back and reshaped, without the copies that takes. Its gradient (tensor_grad.h) is one
+ * [B, T, 3C] tensor, dq, dk and dv written into their slices. */
+em_tensor *em_attention_qkv(const em_tensor *qkv, int64_t heads, bool causal, double scale);
+/* em_attention_fast for the q that qkv [B, T, 3C] split into `heads` heads would give. */
+bool em_attention_qkv_fast(const em_tensor *qkv, int64_t heads);
 /* Decoding's attention: out [R, H, 1, D] = softmax(q k^T * scale) v over the keys j <= pos[r]
  * (and j < Tk) of each row r, for q [R, H, 1, D], k and v [R, H, Tk, D] (one float dtype, a
  * contiguous last dim or a copy is made) and pos i64 [R] on the device: the visible lengths are

@@ -69,6 +69,14 @@ em_status em_attention_backward(const em_tensor *grad_out, const em_tensor *q, c
                                 bool causal, double scale, em_tensor **dq, em_tensor **dk,
                                 em_tensor **dv);
 
+/* d loss / d qkv of out = em_attention_qkv(qkv, heads, causal, scale), from grad_out and out
+ * [B, T, C] and the log-sum-exp lse [B, heads, T] the op records: one new [B, T, 3C] tensor of
+ * qkv's dtype, the kernels of em_attention_backward writing dq, dk and dv into its slices. NULL
+ * with the error set on failure. */
+em_tensor *em_attention_qkv_backward(const em_tensor *grad_out, const em_tensor *qkv,
+                                     const em_tensor *out, const em_tensor *lse, int64_t heads,
+                                     bool causal, double scale);
+
 /* d loss / d x of em_gelu(x) (tanh_approx false) or em_gelu_tanh(x) (true): grad_out times the
  * derivative at x, computed in f32 for f16/bf16 and rounded once; the two broadcast as em_mul's
  * operands do. One elementwise op, so it fuses with what produces grad_out and what consumes the

@@ -76,6 +76,10 @@ typedef enum em_tensor_op {
      * [N, C], in[1] = w [V, C], in[2], in[3] = the gradients of the summed loss for x and w,
      * computed by the forward (not differentiable); f[0] = the mean's divisor's inverse */
     EM_TOP_LINEAR_CROSS_ENTROPY,
+    /* fused attention over a packed projection (em_attention_qkv): in[0] = qkv [B, T, 3C], in[1]
+     * = the log-sum-exp of each query row (not differentiable); f[0] = scale, flag = causal,
+     * k = heads */
+    EM_TOP_ATTENTION_QKV,
     EM_TOP_COUNT
 } em_tensor_op;
 

@@ -85,6 +85,15 @@ static em_status attention_backward(const ad_ctx *c, const em_tensor *g, em_tens
     return st != EM_OK ? st : finish(c, gin, 3);
 }
 
+/* in = qkv, lse; f[0] = scale, flag = causal, k = heads; out is saved. */
+static em_status attention_qkv_backward(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
+{
+    gin[0] = gin[1] = NULL;
+    if (c->needs[0])
+        gin[0] = em_attention_qkv_backward(g, c->in[0], c->out, c->in[1], c->p->k, c->p->flag, c->p->f[0]);
+    return finish(c, gin, 1);
+}
+
 /* in = x, w, then the summed loss's gradients for them, made by the forward
  * (em_linear_cross_entropy); f[0] = the mean's divisor's inverse: each gradient is its saved one
  * times g f[0], in the input's dtype. */
@@ -110,5 +119,6 @@ void ad_rules_conv(ad_rule *table)
     table[EM_TOP_AVG_POOL2D] = (ad_rule){avg_pool2d_backward, 0x0u, false};
     table[EM_TOP_CROSS_ENTROPY] = (ad_rule){cross_entropy_backward, 0x3u, false};
     table[EM_TOP_ATTENTION] = (ad_rule){attention_backward, 0xfu, true};
+    table[EM_TOP_ATTENTION_QKV] = (ad_rule){attention_qkv_backward, 0x3u, true};
     table[EM_TOP_LINEAR_CROSS_ENTROPY] = (ad_rule){linear_cross_entropy_backward, 0xcu, false};
 }

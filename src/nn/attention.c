@@ -10,7 +10,8 @@
  * training), where em_attention runs its matrix-op kernels (em_attention_fast: f16/bf16 at head
  * size 64 or 128 on CUDA) the scores, mask, softmax and att v are that one fused op instead
  * (tensor.h, docs/attention.md), which keeps no [T, Tk] scores or probabilities for the
- * backward.
+ * backward; without a cache it runs on the packed projection itself (em_attention_qkv), so
+ * neither q, k, v nor the merged heads nor their gradients are copied.
  *
  * The cache path is for inference: the new keys and values are copied into the cache tensors
  * under no-grad (the cache records no gradient), cache->len advances by T, and attention covers
@@ -210,6 +211,12 @@ em_tensor *em_mha_forward(em_mha *m, const em_tensor *x, const em_tensor *pad_ma
     em_tensor *y = NULL;
     em_tensor *qkv = em_linear_forward(m->c_attn, x);
     if (!qkv) goto done;
+    if (!cache && T > 1 && !pad_mask && !train && em_attention_qkv_fast(qkv, H)) {
+        /* the fused op on the packed projection: no copies of q, k, v, the output or their
+         * gradients (ops_attention_qkv.c); the same values as the op on the heads below */
+        y = em_linear_forward(m->c_proj, em_take(em_attention_qkv(qkv, H, m->causal, 1.0 / sqrt((double)D))));
+        goto done;
+    }
     em_tensor *q = heads_of(qkv, 0, H, C), *k = heads_of(qkv, 1, H, C), *v = heads_of(qkv, 2, H, C);
     if (!q || !k || !v) goto done;
     if (cache && !cache_append(cache, k, v, &k, &v)) goto done;

@@ -249,6 +249,17 @@ size_t tn_rows_binds(const tn_rows_plan *p, em_lang_bind *b);
  * tn_rows_plan_caps makes it with 16-byte lines and fewer values held per array. */
 bool tn_norm_backward_plan(const em_caps *c, em_scalar dt, int64_t rows, int64_t n, int64_t x_rs,
                            const int64_t *al, int na, tn_rows_plan *p);
+/* Attention into given tensors (ops_attention.c; em_attention_qkv): the forward writes out (q's
+ * shape, a view with a contiguous last dim) and lse ([B, H, Tq], the compute type) after
+ * em_attention's checks; the backward writes the gradients into dq, dk and dv (views of q's, k's
+ * and v's shapes, each with a contiguous last dim). EM_OK or the error set (prefixed with op). */
+em_status tn_attention_forward_into(const char *op, const em_tensor *q, const em_tensor *k,
+                                    const em_tensor *v, bool causal, double scale, em_tensor *out,
+                                    em_tensor *lse);
+em_status tn_attention_backward_into(const char *op, const em_tensor *grad_out, const em_tensor *q,
+                                     const em_tensor *k, const em_tensor *v, const em_tensor *out,
+                                     const em_tensor *lse, bool causal, double scale, em_tensor *dq,
+                                     em_tensor *dk, em_tensor *dv);
 /* out (contiguous, [n], any float dtype) = the sums of the rows of t, a contiguous [rows, n]
  * float tensor, on the column path (tensor_cols.ek), accumulated in t's compute type. */
 em_status tn_cols_sum_rows(const char *op, const em_tensor *t, em_tensor *out);

@@ -186,7 +186,8 @@ bool em_attention_fast(const em_tensor *q)
 
 static bool attn_rows_aligned(const em_tensor *t, int64_t v);
 
-/* Forward into out (contiguous, q's shape) and lse ([B, H, Tq] in the compute type). */
+/* Forward into out (q's shape: contiguous, or any view whose last dim is) and lse ([B, H, Tq] in
+ * the compute type). */
 static em_status attn_forward(const char *op, const em_tensor *q, const em_tensor *k,
                               const em_tensor *v, bool causal, double scale, em_tensor *out,
                               em_tensor *lse)
@@ -409,12 +410,13 @@ static em_status attn_backward_matmul(const char *op, const em_tensor *g, const 
     return EM_OK;
 }
 
-em_status em_attention_backward(const em_tensor *grad_out, const em_tensor *q, const em_tensor *k,
-                                const em_tensor *v, const em_tensor *out, const em_tensor *lse,
-                                bool causal, double scale, em_tensor **dq, em_tensor **dk,
-                                em_tensor **dv)
+/* em_attention_backward; with `into` (three views of q's, k's and v's shapes), the gradients are
+ * written into those instead of new tensors, and *dq, *dk, *dv receive new references to them. */
+static em_status attn_backward(const char *op, const em_tensor *grad_out, const em_tensor *q,
+                               const em_tensor *k, const em_tensor *v, const em_tensor *out,
+                               const em_tensor *lse, bool causal, double scale,
+                               em_tensor *const *into, em_tensor **dq, em_tensor **dk, em_tensor **dv)
 {
-    const char *op = "attention backward";
     if (dq) *dq = NULL;
     if (dk) *dk = NULL;
     if (dv) *dv = NULL;
@@ -429,13 +431,22 @@ em_status em_attention_backward(const em_tensor *grad_out, const em_tensor *q, c
     attn_path path = attn_pick(dev, dt, q->shape[3]);
     bool mma = path != ATTN_SIMT;
     const char *bwd = getenv("EMBER_ATTENTION_BWD");
-    if (mma && bwd && !strcmp(bwd, "matmul") && q->shape[2] > 0 && q->shape[0] * q->shape[1] > 0)
-        return attn_backward_matmul(op, grad_out, q, k, v, out, lse, causal, scale, dq, dk, dv);
+    if (mma && bwd && !strcmp(bwd, "matmul") && q->shape[2] > 0 && q->shape[0] * q->shape[1] > 0) {
+        em_status ms = attn_backward_matmul(op, grad_out, q, k, v, out, lse, causal, scale, dq, dk, dv);
+        em_tensor **res[3] = {dq, dk, dv};
+        for (int i = 0; into && ms == EM_OK && i < 3; i++) /* copied into the views asked for */
+            if (res[i] && *res[i]) {
+                ms = tn_copy_into(op, into[i], *res[i]);
+                em_release(*res[i]);
+                *res[i] = ms == EM_OK ? em_retain(into[i]) : NULL;
+            }
+        return ms;
+    }
     int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], Tk = k->shape[2], D = q->shape[3];
     int64_t bh = B * H;
-    em_tensor *gq = dq ? tn_new(dev, dt, 4, q->shape) : NULL;
-    em_tensor *gk = dk || dv ? tn_new(dev, dt, 4, k->shape) : NULL;
-    em_tensor *gv = dk || dv ? tn_new(dev, dt, 4, v->shape) : NULL;
+    em_tensor *gq = dq ? (into ? em_retain(into[0]) : tn_new(dev, dt, 4, q->shape)) : NULL;
+    em_tensor *gk = dk || dv ? (into ? em_retain(into[1]) : tn_new(dev, dt, 4, k->shape)) : NULL;
+    em_tensor *gv = dk || dv ? (into ? em_retain(into[2]) : tn_new(dev, dt, 4, v->shape)) : NULL;
     int64_t sshape[4] = {B, H, Tq, 2};
     em_tensor *stats = tn_new(dev, ct, 4, sshape); /* lse and delta of each query row */
     em_tensor *qc = NULL, *kc = NULL, *vc = NULL, *gc = NULL, *oc = NULL, *lc = NULL;
@@ -520,4 +531,32 @@ release: /* the temporaries, and the gradients not handed out */
     em_release(gk);
     em_release(gv);
     return st;
+}
+
+em_status em_attention_backward(const em_tensor *grad_out, const em_tensor *q, const em_tensor *k,
+                                const em_tensor *v, const em_tensor *out, const em_tensor *lse,
+                                bool causal, double scale, em_tensor **dq, em_tensor **dk,
+                                em_tensor **dv)
+{
+    return attn_backward("attention backward", grad_out, q, k, v, out, lse, causal, scale, NULL, dq, dk, dv);
+}
+
+em_status tn_attention_backward_into(const char *op, const em_tensor *grad_out, const em_tensor *q,
+                                     const em_tensor *k, const em_tensor *v, const em_tensor *out,
+                                     const em_tensor *lse, bool causal, double scale, em_tensor *dq,
+                                     em_tensor *dk, em_tensor *dv)
+{
+    em_tensor *into[3] = {dq, dk, dv}, *r[3] = {NULL, NULL, NULL};
+    em_status st = attn_backward(op, grad_out, q, k, v, out, lse, causal, scale, into, &r[0], &r[1], &r[2]);
+    for (int i = 0; i < 3; i++) em_release(r[i]);
+    return st;
+}
+
+em_status tn_attention_forward_into(const char *op, const em_tensor *q, const em_tensor *k,
+                                    const em_tensor *v, bool causal, double scale, em_tensor *out,
+                                    em_tensor *lse)
+{
+    if (!check_qkv(op, q, k, v, causal, scale)) return em_last_status();
+    if (em_numel(out) == 0) return EM_OK;
+    return attn_forward(op, q, k, v, causal, scale, out, lse);
 }

@@ -46,11 +46,16 @@ em_tensor *tn_embedding_backward_device(const char *op, const em_tensor *grad, c
     em_status st = ic && order && sorted && starts && g2 ? EM_OK : em_last_status();
     uint32_t cubes[3], units[3];
     if (st == EM_OK) {
-        em_lang_bind b[1] = {em_lang_bind_type("I", ic->dtype)};
+        /* cubes of 128 units (fewer where the device's cubes are smaller): a power of two */
+        const em_caps *caps = em_device_caps(dev);
+        uint32_t cube = 128;
+        while (caps && caps->max_cube_units && cube > caps->max_cube_units) cube /= 2;
+        em_lang_bind b[2] = {em_lang_bind_type("I", ic->dtype), em_lang_bind_int("CUBE", cube)};
         tn_arg a[5] = {tn_arg_flat(ic), tn_arg_flat(order), tn_arg_flat(sorted),
                        tn_arg_s(em_arg_u32((uint32_t)n)), tn_arg_s(em_arg_u32((uint32_t)V))};
-        tn_grid_1d((uint64_t)n, cubes, units);
-        st = tn_launch(op, dev, "tensor_ids_sort", b, 1, 1, cubes, units, a, 5);
+        cubes[0] = (uint32_t)(((uint64_t)n + cube - 1) / cube), cubes[1] = cubes[2] = 1;
+        units[0] = cube, units[1] = units[2] = 1;
+        if (n > 0) st = tn_launch(op, dev, "tensor_ids_sort", b, 2, 1, cubes, units, a, 5);
     }
     if (st == EM_OK) {
         tn_arg a[4] = {tn_arg_flat(sorted), tn_arg_flat(starts), tn_arg_s(em_arg_u32((uint32_t)n)),

@@ -106,6 +106,7 @@ const char *em_top_name(em_tensor_op op)
         [EM_TOP_CROSS_ENTROPY] = "cross_entropy_rows",
         [EM_TOP_ATTENTION] = "attention",
         [EM_TOP_LINEAR_CROSS_ENTROPY] = "linear_cross_entropy",
+        [EM_TOP_ATTENTION_QKV] = "attention_qkv",
     };
     if ((int)op < 0 || (int)op >= EM_TOP_COUNT || !names[op]) return "?";
     return names[op];

@@ -7,6 +7,7 @@
 #include "tensor/tensor_util.h"
 
 #include "ember/autodiff.h"
+#include "ember/tensor_grad.h"
 #include "ember/nn.h"
 #include "ember/runtime.h"
 
@@ -128,10 +129,41 @@ static void test_records(void **state)
     }
 }
 
+/* The device's stable sort of the ids (tensor_ids_sort) over more ids than one cube's chunk,
+ * the last chunk part full, many repeats and i64 ids: the embedding gradient equals the host's
+ * counting sort's bit for bit. */
+static void test_many_ids(void **state)
+{
+    (void)state;
+    enum { NM = 300, VM = 50, DM = 4 };
+    for (int k = 0; k < tu_ndev; k++) {
+        em_device *dev = tu_devs[k];
+        em_scope_begin();
+        int64_t ids[NM];
+        double gv[NM * DM];
+        for (int i = 0; i < NM; i++) ids[i] = (i * 37 + i / 7) % VM;
+        tu_fill(gv, NM * DM, -1, 1, 9);
+        em_tensor *x = em_from_host(dev, EM_I64, EM_SHAPE(NM), ids);
+        em_tensor *g = tu_tensor(dev, EM_F32, EM_SHAPE(NM, DM), gv);
+        em_tensor *host = em_embedding_backward(g, x, VM);
+        em_trusted_indices_begin();
+        em_tensor *device = em_embedding_backward(g, x, VM);
+        em_trusted_indices_end();
+        assert_non_null(host);
+        assert_non_null(device);
+        double *a = tu_read(host), *b = tu_read(device);
+        assert_memory_equal(a, b, sizeof(double) * VM * DM);
+        free(a);
+        free(b);
+        em_scope_end(NULL, 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_as_checked),
+        cmocka_unit_test(test_many_ids),
         cmocka_unit_test(test_records),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
