@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# gpu-train-check.sh — one device call for issues #13 and #14 on the H200: the tests of the
+# training step's ops on cuda:0, then GPT-2 training (b16 x 1024, the step replayed as a graph,
+# with each of ember's A/B switches) beside PyTorch torch.compile, then decoding at batch 1
+# beside transformers, all in the same call; a short table is printed last.
+#
+#   scripts/gpu-train-check.sh [--build DIR] [--anchors DIR] [--deadline S] [--skip-tests]
+#
+# DIR (default build-gpu) is made on the development machine with `scripts/gpu-test.sh
+# --prepare` (the tests and DIR/ember, the shared libraries in DIR/gpu-libs) and carried along
+# with the anchors (default .cache/gpu-carry/anchors: a copy of ../shared/anchors). Steps that
+# would start later than --deadline seconds (default 560) after the start are skipped. Logs go to
+# $OUT (the device tool's folder), else DIR/train-check-logs. The commit shown is $EMBER_COMMIT.
+set -u
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=$ROOT/build-gpu
+ANCHORS=$ROOT/.cache/gpu-carry/anchors
+DEADLINE=560
+TESTS=1
+START=$(date +%s)
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --build) BUILD=$(realpath -m "$2"); shift 2 ;;
+        --anchors) ANCHORS=$(realpath -m "$2"); shift 2 ;;
+        --deadline) DEADLINE=$2; shift 2 ;;
+        --skip-tests) TESTS=0; shift ;;
+        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "gpu-train-check.sh: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+done
+LOGS=${OUT:-$BUILD/train-check-logs}
+mkdir -p "$LOGS"
+SUMMARY=$LOGS/summary.txt
+: > "$SUMMARY"
+export LD_LIBRARY_PATH=$BUILD/gpu-libs:${LD_LIBRARY_PATH:-}
+export EMBER_CACHE_DIR=$LOGS/kernel-cache
+EMBER=$BUILD/ember
+say() { echo "$*" | tee -a "$SUMMARY"; }
+left() { echo $((DEADLINE - ($(date +%s) - START))); }
+# run NAME SECONDS CMD...: runs CMD with its output in NAME.log unless the deadline is near
+run() {
+    local name=$1 limit=$2
+    shift 2
+    if [ "$(left)" -lt "$limit" ]; then
+        say "skipped $name: $(left) s left"
+        return 1
+    fi
+    timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
+    local rc=$?
+    say "$name: rc $rc ($(($(date +%s) - START)) s)"
+    return $rc
+}
+jfield() { python3 -c "import json,sys
+for l in open(sys.argv[1]):
+    l=l.strip()
+    if l.startswith('{'):
+        d=json.loads(l); print(d.get(sys.argv[2], '?')); break" "$1" "$2" 2>/dev/null; }
+
+say "commit ${EMBER_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)}, $(date -u +%F\ %T)"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader >> "$SUMMARY" 2>&1
+
+if [ "$TESTS" = 1 ]; then
+    for t in tensor_test_norm_backward tensor_test_gelu_backward tensor_test_attention_qkv \
+             tensor_test_trusted_indices tensor_test_attention_wgmma autodiff_test_gradcheck_linear_xent \
+             runtime_test_graph models_test_gpt_batch_static; do
+        [ -x "$BUILD/tests/$t" ] || { say "missing $t"; continue; }
+        EMBER_TEST_DEVICE=cuda:0 run "$t" 120 "$BUILD/tests/$t"
+    done
+fi
+
+# training: ember's graph-replayed step with each switch, then torch.compile in the same call
+T="bench train-gpt2 --device cuda:0 --batch 16 --seq 1024 --steps 10 --warmup 3 --graph"
+run train_default 150 "$EMBER" $T
+EMBER_PROFILE=1 run train_profile 150 "$EMBER" $T
+EMBER_FUSED_HEAD=0 run train_no_fused_head 150 "$EMBER" $T
+EMBER_GRAPH_PLAN=0 run train_no_graph_plan 150 "$EMBER" $T
+run torch_compile 240 python3 "$ANCHORS/gpt2_train.py" --batch 16 --seq 1024 --steps 30 --compile
+# decoding at batch 1 beside transformers
+D="bench decode --device cuda:0 --dtype f32 --batch 1 --prompt 16 --new 200"
+run decode_sync1 60 "$EMBER" $D --steps-per-sync 1
+run decode_sync8 60 "$EMBER" $D --steps-per-sync 8
+run transformers 120 python3 "$ANCHORS/decode.py" --dtype fp32 --new 128
+
+say ""
+say "training b16 x 1024 (tokens/s, ms/step, peak GiB):"
+for n in train_default train_no_fused_head train_no_graph_plan torch_compile; do
+    [ -f "$LOGS/$n.log" ] && say "  $n: $(jfield "$LOGS/$n.log" tokens_per_s) $(jfield "$LOGS/$n.log" ms_per_step) $(jfield "$LOGS/$n.log" peak_mem_gib)"
+done
+say "decode b1 f32 (tokens/s):"
+for n in decode_sync1 decode_sync8 transformers; do
+    [ -f "$LOGS/$n.log" ] && say "  $n: $(jfield "$LOGS/$n.log" tokens_per_s)"
+done
+cat "$SUMMARY"
