@@ -90,6 +90,12 @@ em_status em_optimizer_write_scalars(em_optimizer *o);
  * and its state unchanged (as a caller of em_clip_grad_norm skips the step). EM_ERR_UNSUPPORTED
  * for a gradient it cannot rescale in place (strided or shared). */
 em_status em_clip_grad_norm_device(em_optimizer *o, double max_norm);
+/* em_clip_grad_norm_device without the rescale's pass over the gradients: they are left as they
+ * are and the next em_optimizer_step (Adam and AdamW's fused kernels) multiplies each gradient
+ * by the coefficient as it reads it, rounded as the rescale would store it: the same update.
+ * Gradients read between the two are not rescaled. Optimizers without a fused update (SGD)
+ * rescale at once, as em_clip_grad_norm_device. */
+em_status em_clip_grad_norm_device_deferred(em_optimizer *o, double max_norm);
 /* Reads back the norm of the last em_clip_grad_norm_device (NaN when none ran since the last
  * write): a read, so after the replay. */
 em_status em_optimizer_device_norm(em_optimizer *o, double *norm);

@@ -96,7 +96,7 @@ em_status em_optimizer_write_scalars(em_optimizer *o)
     return write_slots(o, v);
 }
 
-em_status em_clip_grad_norm_device(em_optimizer *o, double max_norm)
+static em_status clip_device(em_optimizer *o, double max_norm, bool defer)
 {
     if (!o || !o->dscal)
         return em_set_error(EM_ERR_INVALID, "clip_grad_norm_device: %s",
@@ -104,9 +104,19 @@ em_status em_clip_grad_norm_device(em_optimizer *o, double max_norm)
     if (!(max_norm >= 0))
         return em_set_error(EM_ERR_INVALID, "clip_grad_norm_device: max_norm %g < 0", max_norm);
     em_no_grad_begin();
-    em_status st = op_clip_device(o, max_norm);
+    em_status st = op_clip_device(o, max_norm, defer);
     em_no_grad_end();
     return st == EM_OK ? EM_OK : em_error_context("clip_grad_norm_device");
+}
+
+em_status em_clip_grad_norm_device(em_optimizer *o, double max_norm)
+{
+    return clip_device(o, max_norm, false);
+}
+
+em_status em_clip_grad_norm_device_deferred(em_optimizer *o, double max_norm)
+{
+    return clip_device(o, max_norm, true);
 }
 
 em_status em_optimizer_device_norm(em_optimizer *o, double *norm)

@@ -142,13 +142,14 @@ em_status op_adam_fused(em_optimizer *o, op_param *p, const em_tensor *grad, int
         na = push_tensor(a, na, o->dscal, 1);
         const double fixed[5] = {c->beta1, 1.0 - c->beta1, c->beta2, 1.0 - c->beta2, c->eps};
         for (int i = 0; i < 5; i++) a[na++] = em_arg_f64(fixed[i]);
-        em_lang_bind bd[6] = {em_lang_bind_type("P", pt),
+        em_lang_bind bd[7] = {em_lang_bind_type("P", pt),
                               em_lang_bind_type("S", s),
                               em_lang_bind_type("A", em_dtype(o->dscal)),
                               em_lang_bind_type("Q", em_dtype(q)),
                               em_lang_bind_int("DECAY", kind),
-                              em_lang_bind_bool("MIRROR", mirror)};
-        st = launch(dev, "optim_adam_dev", bd, 6, lw, cubes, units, a, na);
+                              em_lang_bind_bool("MIRROR", mirror),
+                              em_lang_bind_bool("CLIP", o->clip_deferred)};
+        st = launch(dev, "optim_adam_dev", bd, 7, lw, cubes, units, a, na);
         if (st == EM_OK) *ran = true, p->mirror_written = mirror;
         return st;
     }
@@ -302,8 +303,9 @@ em_status op_scale_grad(em_tensor *g, double s, bool *ran)
 /* ---- clipping on the device ------------------------------------------------------------------ */
 
 /* g *= dscal[OP_SC_COEF] in place (optim_scale_dev); EM_ERR_UNSUPPORTED where g cannot be. */
-static em_status scale_grad_device(em_tensor *g, em_tensor *dscal, const char *name)
+em_status op_scale_grad_device(em_optimizer *o, em_tensor *g, const char *name)
 {
+    em_tensor *dscal = o->dscal;
     if (!indexable(g) || !em_tensor_exclusive(g))
         return em_set_error(EM_ERR_UNSUPPORTED,
                             "clip on the device: the gradient of %s is strided, shared or too "
@@ -326,8 +328,9 @@ static em_status scale_grad_device(em_tensor *g, em_tensor *dscal, const char *n
     return launch(dev, "optim_scale_dev", b, 3, lw, cubes, units, a, na);
 }
 
-em_status op_clip_device(em_optimizer *o, double max_norm)
+em_status op_clip_device(em_optimizer *o, double max_norm, bool defer)
 {
+    o->clip_deferred = false;
     if (o->n == 0) return EM_OK;
     bool *done = calloc((size_t)o->n, sizeof *done);
     if (!done) return em_set_error(EM_ERR_NOMEM, "out of memory");
@@ -357,9 +360,13 @@ em_status op_clip_device(em_optimizer *o, double max_norm)
         uint32_t one[3] = {1, 1, 1};
         st = launch(dev, "optim_clip_coef", b, 1, 1, one, one, a, na);
     }
-    for (int i = 0; st == EM_OK && i < o->n; i++) {
-        em_tensor *g = em_grad(o->ps[i].t);
-        if (g) st = scale_grad_device(g, o->dscal, o->ps[i].name);
+    if (st == EM_OK && defer && o->fused) {
+        o->clip_deferred = true; /* the step's kernels apply the coefficient */
+    } else {
+        for (int i = 0; st == EM_OK && i < o->n; i++) {
+            em_tensor *g = em_grad(o->ps[i].t);
+            if (g) st = op_scale_grad_device(o, g, o->ps[i].name);
+        }
     }
     em_scope_end(NULL, 0);
     free(done);

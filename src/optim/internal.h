@@ -44,6 +44,8 @@ struct em_optimizer {
     op_fused_fn fused; /* or NULL (SGD) */
     em_tensor *dscal;  /* device scalars (device_scalars.c: OP_SC_* slots) or NULL: launch
                           arguments */
+    bool clip_deferred; /* the last device clip left the gradients as they were: the next step
+                           applies OP_SC_COEF as it reads each one (em_clip_grad_norm_device_deferred) */
     union {
         em_sgd_config sgd;
         em_adam_config adam;
@@ -91,7 +93,11 @@ em_scalar op_scalar_type(em_device *dev);
 /* Device clipping (o->dscal set, every parameter on one device): the partial sums of every
  * gradient, optim_clip_coef into o->dscal, and each gradient rescaled in place by the
  * coefficient read from there (EM_ERR_UNSUPPORTED for a gradient that cannot be: strided,
- * shared or too large). Nothing is read back. */
-em_status op_clip_device(em_optimizer *o, double max_norm);
+ * shared or too large); with `defer` and a fused update (Adam), the rescale is left to the next
+ * step's kernels (o->clip_deferred). Nothing is read back. */
+em_status op_clip_device(em_optimizer *o, double max_norm, bool defer);
+/* g *= the coefficient of o's device scalars, in place (op_clip_device's rescale of one
+ * gradient; EM_ERR_UNSUPPORTED where g is strided, shared or too large). */
+em_status op_scale_grad_device(em_optimizer *o, em_tensor *g, const char *name);
 
 #endif

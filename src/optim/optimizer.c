@@ -176,7 +176,11 @@ static em_status step_one(em_optimizer *o, op_param *p, int64_t t)
         if (ran) return write_mirror(p);
     }
     /* the op-by-op update: the algorithm has no fused kernel (SGD), or the parameter is strided
-     * or too large for it (fused.c) */
+     * or too large for it (fused.c); a deferred clip's rescale runs first */
+    if (o->clip_deferred) {
+        em_status st = op_scale_grad_device(o, g, p->name);
+        if (st != EM_OK) return st;
+    }
     em_scalar ct = op_compute_type(p->t);
     const em_tensor *gc = em_dtype(g) == ct ? g : em_cast(g, ct);
     if (!gc) return em_last_status();
@@ -225,6 +229,7 @@ em_status em_optimizer_step(em_optimizer *o)
         if (st != EM_OK) em_error_context("%s step: parameter %s", o->kind, o->ps[i].name);
     }
     em_no_grad_end();
+    o->clip_deferred = false; /* applied (or the step failed: a new clip starts over) */
     if (st == EM_OK && !o->dscal) o->steps = t; /* device scalars: the caller counts */
     return st;
 }

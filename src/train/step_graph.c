@@ -155,7 +155,7 @@ static em_status body(em_trainer *t)
     em_set_recompute_policy(policy);
     if (st == EM_OK && t->compute != t->master) st = tr_grads_to_master(t);
     double clip = t->cfg.grad_clip > 0 ? t->cfg.grad_clip : INFINITY;
-    if (st == EM_OK) st = em_clip_grad_norm_device(t->opt, clip);
+    if (st == EM_OK) st = em_clip_grad_norm_device_deferred(t->opt, clip); /* applied by the step */
     if (st == EM_OK) st = em_optimizer_step(t->opt);
     em_optimizer_zero_grad(t->opt);
     if (st == EM_OK && t->compute != t->master && !t->mirrored) st = tr_sync_compute(t);

@@ -7,7 +7,9 @@
  *   - a non-finite gradient: the device path leaves parameters and state unchanged, as the host
  *     path that skips the step does;
  *   - the same steps recorded once as a graph and replayed with new gradients and new learning
- *     rates give the host path's parameters (a frozen scalar would not). */
+ *     rates give the host path's parameters (a frozen scalar would not);
+ *   - the deferred clip (the coefficient applied by the step's kernels) gives the eager device
+ *     clip's parameters and leaves the gradients as they were until the step. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -250,6 +252,55 @@ static void test_recorded(void **state)
     }
 }
 
+/* em_clip_grad_norm_device_deferred: the same parameters and norms as the eager device clip,
+ * step after step (clipped and not, a non-finite step skipped), and the gradients left as they
+ * were between the clip and the step. */
+static void run_deferred_pair(em_device *dev, bool adamw, int bad)
+{
+    side e, d;
+    side_new(&e, dev, adamw);
+    side_new(&d, dev, adamw);
+    assert_int_equal(em_optimizer_device_scalars(e.o, true), EM_OK);
+    assert_int_equal(em_optimizer_device_scalars(d.o, true), EM_OK);
+    for (int t = 1; t <= STEPS; t++) {
+        set_grads(&e, t, bad);
+        set_grads(&d, t, bad);
+        em_optimizer_set_lr(e.o, lr_at(t));
+        em_optimizer_set_lr(d.o, lr_at(t));
+        assert_int_equal(em_optimizer_write_scalars(e.o), EM_OK);
+        assert_int_equal(em_optimizer_write_scalars(d.o), EM_OK);
+        device_body(&e);
+        assert_int_equal(em_clip_grad_norm_device_deferred(d.o, MAX_NORM), EM_OK);
+        for (int k = 0; k < NP; k++) { /* not rescaled */
+            double g[1031];
+            grad_values(k, t, bad, g);
+            double *got = tu_read(em_grad(d.p[k]));
+            for (int64_t i = 0; i < SIZES[k]; i++)
+                if (got[i] != tu_round(EM_F32, g[i]) && !(isinf(got[i]) && isinf(g[i])))
+                    fail_msg("deferred clip changed gradient %d[%lld] on %s", k, (long long)i,
+                             em_device_name(dev));
+            free(got);
+        }
+        assert_int_equal(em_optimizer_step(d.o), EM_OK);
+        double en = device_finish(&e), dn = device_finish(&d);
+        assert_true(en == dn || (isnan(en) && isnan(dn)) || (isinf(en) && isinf(dn)));
+        for (int k = 0; k < NP; k++) expect_same(dev, d.p[k], e.p[k], "deferred clip: parameter");
+        em_optimizer_zero_grad(e.o);
+        em_optimizer_zero_grad(d.o);
+    }
+    side_free(&e);
+    side_free(&d);
+}
+
+static void test_deferred_clip(void **state)
+{
+    (void)state;
+    for (int i = 0; i < tu_ndev; i++) {
+        run_deferred_pair(tu_devs[i], true, -1);
+        run_deferred_pair(tu_devs[i], false, 2);
+    }
+}
+
 static void test_misuse(void **state)
 {
     (void)state;
@@ -273,6 +324,7 @@ int main(void)
         cmocka_unit_test(test_eager_equal),
         cmocka_unit_test(test_nonfinite_skips),
         cmocka_unit_test(test_recorded),
+        cmocka_unit_test(test_deferred_clip),
         cmocka_unit_test(test_misuse),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
