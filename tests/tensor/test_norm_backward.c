@@ -246,6 +246,24 @@ static void test_views(void **state)
         }
 }
 
+/* No rows: empty dx, zero weight and bias gradients. */
+static void test_no_rows(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_scope_begin();
+        em_device *d = tu_devs[di];
+        em_tensor *x = em_zeros(d, EM_F32, EM_SHAPE(0, 8)), *w = em_ones(d, EM_F32, EM_SHAPE(8));
+        em_tensor *dx = NULL, *dw = NULL, *db = NULL;
+        assert_int_equal(em_norm_backward(x, x, 1, w, 1e-5, false, NULL, &dx, &dw, &db), EM_OK);
+        assert_int_equal(em_numel(dx), 0);
+        double zero[8] = {0};
+        tu_check("dw of no rows", dw, EM_SHAPE(8), zero, 0);
+        tu_check("db of no rows", db, EM_SHAPE(8), zero, 0);
+        em_scope_end(NULL, 0);
+    }
+}
+
 /* Bad inputs: an error that names the problem, and no result. */
 static void test_errors(void **state)
 {
@@ -341,7 +359,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shapes_f32), cmocka_unit_test(test_subsets), cmocka_unit_test(test_residual),
         cmocka_unit_test(test_dtypes),
-        cmocka_unit_test(test_views),      cmocka_unit_test(test_errors),  cmocka_unit_test(test_cuda_compiles),
+        cmocka_unit_test(test_views),      cmocka_unit_test(test_no_rows), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_cuda_compiles),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }
