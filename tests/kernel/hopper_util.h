@@ -53,6 +53,16 @@ static inline void expect_nvrtc_compiles(const char *src, const char *arch)
     free(bin);
 }
 
+/* Skips the calling cmocka test (saying why) where NVRTC is not installed. */
+#define SKIP_UNLESS_NVRTC()                                                                        \
+    do {                                                                                           \
+        char why_[512];                                                                            \
+        if (!em_nvrtc_available(why_, sizeof why_)) {                                              \
+            print_message("skipped: %s\n", why_);                                                  \
+            skip();                                                                                \
+        }                                                                                          \
+    } while (0)
+
 /* ptxas's register line in an NVRTC log compiled with --ptxas-options=-v ("Used 119 registers,
  * ..."), or a placeholder when there is none. */
 static inline const char *nvrtc_used(const char *log)

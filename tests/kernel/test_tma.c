@@ -251,11 +251,7 @@ static bool indexed(const char *src, const char *prefix)
 static void test_matmul_tma_compiles(void **state)
 {
     (void)state;
-    char why[512];
-    if (!em_nvrtc_available(why, sizeof why)) {
-        print_message("skipped: %s\n", why);
-        skip();
-    }
+    SKIP_UNLESS_NVRTC();
     const em_lang_module *m = em_lang_builtins();
     assert_non_null(m);
     em_caps caps = cuda_caps("sm_90a");

@@ -326,11 +326,7 @@ static void test_matmul_wgmma_compiles(void **state)
 {
     (void)state;
     setenv("EMBER_NVRTC_OPTIONS", "--ptxas-options=-v", 1);
-    char why[512];
-    if (!em_nvrtc_available(why, sizeof why)) {
-        print_message("skipped: %s\n", why);
-        skip();
-    }
+    SKIP_UNLESS_NVRTC();
     const em_lang_module *m = em_lang_builtins();
     assert_non_null(m);
     em_caps caps = cuda_caps("sm_90a");

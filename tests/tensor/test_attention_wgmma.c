@@ -104,11 +104,7 @@ static em_caps h200_caps(void)
 static void test_wgmma_compiles(void **state)
 {
     (void)state;
-    char why[512];
-    if (!em_nvrtc_available(why, sizeof why)) {
-        print_message("skipped: %s\n", why);
-        skip();
-    }
+    SKIP_UNLESS_NVRTC();
     const em_lang_module *m = em_lang_builtins();
     assert_non_null(m);
     em_caps caps = h200_caps();
