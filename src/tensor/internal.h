@@ -261,7 +261,8 @@ em_status tn_attention_backward_into(const char *op, const em_tensor *grad_out, 
                                      const em_tensor *lse, bool causal, double scale, em_tensor *dq,
                                      em_tensor *dk, em_tensor *dv);
 /* out (contiguous, [n], any float dtype) = the sums of the rows of t, a contiguous [rows, n]
- * float tensor, on the column path (tensor_cols.ek), accumulated in t's compute type. */
+ * float tensor, on the column path (tensor_cols.ek), accumulated in t's compute type; one launch
+ * for up to 2048 rows. */
 em_status tn_cols_sum_rows(const char *op, const em_tensor *t, em_tensor *out);
 
 #endif

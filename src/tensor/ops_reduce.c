@@ -500,9 +500,9 @@ static em_status cols_launch(const char *op, em_device *dev, const cols_plan *p,
 /* Runs the column path: out (contiguous, the kept dims' n values, of t's dtype or another float
  * dtype) = scale * the sums of t over the dims set in red, when they are leading dims
  * (cols_geometry); with several slices, through a scratch buffer of compute-type partials and a
- * second launch. *taken as for rows_apply. */
+ * second launch (one_slice: always one launch). *taken as for rows_apply. */
 static em_status cols_sum(const char *op, const em_tensor *t, const bool *red, em_tensor *out,
-                          double scale, bool *taken)
+                          double scale, bool one_slice, bool *taken)
 {
     int64_t rows, n, rs;
     *taken = false;
@@ -510,7 +510,7 @@ static em_status cols_sum(const char *op, const em_tensor *t, const bool *red, e
     em_device *dev = t->st->dev;
     int64_t al[2] = {t->offset, rs};
     cols_plan p, q;
-    if (!cols_plan_for(dev, t->dtype, rows, n, rs, al, 2, false, &p) ||
+    if (!cols_plan_for(dev, t->dtype, rows, n, rs, al, 2, one_slice, &p) ||
         t->offset / p.lw + (int64_t)p.rows * p.x_rs + p.nl > (int64_t)UINT32_MAX)
         return EM_OK;
     *taken = true;
@@ -535,7 +535,8 @@ static em_status cols_sum(const char *op, const em_tensor *t, const bool *red, e
 em_status tn_cols_sum_rows(const char *op, const em_tensor *t, em_tensor *out)
 {
     bool red[EM_MAX_RANK] = {true, false}, taken = false;
-    em_status st = t->rank == 2 ? cols_sum(op, t, red, out, 1.0, &taken) : EM_OK;
+    /* few rows (the norms' per-cube partials): one launch, not partials of partials */
+    em_status st = t->rank == 2 ? cols_sum(op, t, red, out, 1.0, t->shape[0] <= 2048, &taken) : EM_OK;
     if (st == EM_OK && !taken)
         st = em_set_error(EM_ERR_INTERNAL, "%s: the column sum does not fit its input", op);
     return st;
@@ -756,7 +757,7 @@ static em_tensor *reduce(const char *op, const em_tensor *t, const int *dims, in
         bool taken;
         double scale = code == R_MEAN ? 1.0 / (double)n_inner : 1.0;
         em_status st = tail ? rows_sum(op, t, k, out, scale, &taken)
-                            : cols_sum(op, t, red, out, scale, &taken);
+                            : cols_sum(op, t, red, out, scale, false, &taken);
         if (taken) {
             if (st != EM_OK) {
                 em_release(out);
