@@ -253,6 +253,8 @@ bool tn_norm_backward_plan(const em_caps *c, em_scalar dt, int64_t rows, int64_t
  * shape, a view with a contiguous last dim) and lse ([B, H, Tq], the compute type) after
  * em_attention's checks; the backward writes the gradients into dq, dk and dv (views of q's, k's
  * and v's shapes, each with a contiguous last dim). EM_OK or the error set (prefixed with op). */
+/* em_attention_fast for q of dtype dt and head size D on dev (ops_attention.c). */
+bool tn_attention_fast(em_device *dev, em_scalar dt, int64_t D);
 em_status tn_attention_forward_into(const char *op, const em_tensor *q, const em_tensor *k,
                                     const em_tensor *v, bool causal, double scale, em_tensor *out,
                                     em_tensor *lse);

@@ -177,11 +177,16 @@ static attn_path attn_pick(em_device *dev, em_scalar dt, int64_t D)
     return c->matrix && !strcmp(c->target, "cuda") ? ATTN_MMA : ATTN_SIMT;
 }
 
-bool em_attention_fast(const em_tensor *q)
+bool tn_attention_fast(em_device *dev, em_scalar dt, int64_t D)
 {
     const char *env = getenv("EMBER_ATTENTION");
-    if (q && env && !strcmp(env, "fused")) return true; /* tests: layers always take the op */
-    return q && q->rank == 4 && attn_pick(q->st->dev, q->dtype, q->shape[3]) != ATTN_SIMT;
+    if (env && !strcmp(env, "fused")) return true; /* tests: layers always take the op */
+    return attn_pick(dev, dt, D) != ATTN_SIMT;
+}
+
+bool em_attention_fast(const em_tensor *q)
+{
+    return q && q->rank == 4 && tn_attention_fast(q->st->dev, q->dtype, q->shape[3]);
 }
 
 static bool attn_rows_aligned(const em_tensor *t, int64_t v);

@@ -38,16 +38,8 @@ static bool check_packed(const char *op, const em_tensor *qkv, int64_t heads, in
 
 bool em_attention_qkv_fast(const em_tensor *qkv, int64_t heads)
 {
-    int64_t C;
     if (!qkv || qkv->rank != 3 || heads < 1 || qkv->shape[2] % (3 * heads) != 0) return false;
-    C = qkv->shape[2] / 3;
-    em_tensor probe = *qkv; /* only its device, dtype, rank and head size are read */
-    probe.rank = 4;
-    probe.shape[0] = qkv->shape[0];
-    probe.shape[1] = heads;
-    probe.shape[2] = qkv->shape[1];
-    probe.shape[3] = C / heads;
-    return em_attention_fast(&probe);
+    return tn_attention_fast(qkv->st->dev, qkv->dtype, qkv->shape[2] / (3 * heads));
 }
 
 em_tensor *em_attention_qkv(const em_tensor *qkv, int64_t heads, bool causal, double scale)

@@ -83,12 +83,10 @@ static em_tensor *sum_leading(const em_tensor *t, int nnorm)
  *   d x = rstd (gh - mean(gh) - xhat mean(gh xhat)), gh = g w (rms_norm: no mean(gh) term). */
 static em_status backward_ops(const char *op, const em_tensor *g, const em_tensor *x, int nnorm,
                               const em_tensor *w, double eps, bool rms, const em_tensor *resid,
-                              em_tensor **res)
+                              const bool *want, em_tensor **res)
 {
     int rank = em_rank(x), dims[EM_MAX_RANK];
     for (int i = 0; i < nnorm; i++) dims[i] = rank - nnorm + i;
-    bool want[3] = {res[0] != NULL, res[1] != NULL, res[2] != NULL};
-    res[0] = res[1] = res[2] = NULL;
     em_scope_begin();
     em_tensor *xc = (em_tensor *)x, *rstd;
     if (!rms) xc = em_sub(x, em_mean(x, dims, nnorm, true));
@@ -134,11 +132,11 @@ static uint32_t cubes_for(em_device *dev, int64_t rows, unsigned per)
     return (uint32_t)(need < want ? need : want);
 }
 
-/* The row-wise kernel and the column sums into res (dx, dw, db: each wanted when non-NULL on
- * entry). *taken false (nothing run) when the path does not apply. EM_OK or the error set. */
+/* The row-wise kernel and the column sums into res (dx, dw, db where want[] says so). *taken
+ * false (nothing run) when the path does not apply. EM_OK or the error set. */
 static em_status backward_rows(const char *op, const em_tensor *g, const em_tensor *x, int nnorm,
                                const em_tensor *w, double eps, bool rms, const em_tensor *resid,
-                               em_tensor **res, bool *taken)
+                               const bool *want, em_tensor **res, bool *taken)
 {
     int64_t rows, n, rs, grows, gn, grs;
     *taken = false;
@@ -154,9 +152,7 @@ static em_status backward_rows(const char *op, const em_tensor *g, const em_tens
     uint32_t cubes = cubes_for(dev, rows, per), groups = cubes * per, prows = p.v ? cubes : groups;
     if ((int64_t)2 * prows * n > UINT32_MAX) return EM_OK;
     *taken = true;
-    bool want_dx = res[0] != NULL, wanted[2] = {res[1] != NULL, res[2] != NULL};
-    bool want_sums = wanted[0] || wanted[1];
-    res[0] = res[1] = res[2] = NULL;
+    bool want_dx = want[0], want_sums = want[1] || want[2];
     /* the residual is read in the kernel when its rows are laid out as dx's; else added after */
     int64_t r_rows, r_n, r_rs;
     bool res_in = want_dx && resid && tn_rows_geometry(resid, nnorm, &r_rows, &r_n, &r_rs) && r_rs == n &&
@@ -212,7 +208,7 @@ static em_status backward_rows(const char *op, const em_tensor *g, const em_tens
     dx = NULL;
     if (want_sums) {
         for (int k = 0; k < 2; k++) {
-            if (!wanted[k]) continue;
+            if (!want[1 + k]) continue;
             em_tensor *rowsv = tn_view(part, 2, (int64_t[]){prows, n}, (int64_t[]){n, 1}, (int64_t)k * prows * n);
             em_tensor *out = rowsv ? tn_new(dev, dt, nnorm, x->shape + x->rank - nnorm) : NULL;
             if (out) st = tn_cols_sum_rows(op, rowsv, out);
@@ -249,16 +245,13 @@ em_status em_norm_backward(const em_tensor *grad_out, const em_tensor *x, int nn
         return em_last_status();
     }
     if (!check_inputs(op, grad_out, x, nnorm, weight, rms, residual, dw, db)) return em_last_status();
-    /* a non-NULL entry asks for that gradient (its value is replaced) */
-    em_tensor *res[3] = {dx ? (em_tensor *)x : NULL, dw ? (em_tensor *)x : NULL, db ? (em_tensor *)x : NULL};
-    em_tensor *want[3] = {res[0], res[1], res[2]};
-    if (!res[0] && !res[1] && !res[2]) return EM_OK;
+    const bool want[3] = {dx != NULL, dw != NULL, db != NULL};
+    em_tensor *res[3] = {NULL, NULL, NULL};
+    if (!want[0] && !want[1] && !want[2]) return EM_OK;
     bool taken = false;
-    em_status st = em_numel(x) == 0 ? EM_OK : backward_rows(op, grad_out, x, nnorm, weight, eps, rms, residual, res, &taken);
-    if (st == EM_OK && !taken) {
-        memcpy(res, want, sizeof res);
-        st = backward_ops(op, grad_out, x, nnorm, weight, eps, rms, residual, res);
-    }
+    em_status st = em_numel(x) == 0 ? EM_OK
+                                    : backward_rows(op, grad_out, x, nnorm, weight, eps, rms, residual, want, res, &taken);
+    if (st == EM_OK && !taken) st = backward_ops(op, grad_out, x, nnorm, weight, eps, rms, residual, want, res);
     if (st != EM_OK) return st;
     if (dx) *dx = res[0];
     if (dw) *dw = res[1];
