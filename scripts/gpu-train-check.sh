@@ -5,18 +5,26 @@
 # beside transformers, all in the same call; a short table is printed last.
 #
 #   scripts/gpu-train-check.sh [--build DIR] [--anchors DIR] [--deadline S] [--skip-tests]
+#   scripts/gpu-train-check.sh --prepare      (on the development machine)
 #
-# DIR (default build-gpu) is made on the development machine with `scripts/gpu-test.sh
-# --prepare` (the tests and DIR/ember, the shared libraries in DIR/gpu-libs) and carried along
-# with the anchors (default .cache/gpu-carry/anchors: a copy of ../shared/anchors). Steps that
+# --prepare builds build-gpu (`scripts/gpu-test.sh --prepare`: the tests, ember and the shared
+# libraries in gpu-libs) and copies what this script runs into .cache/gpu-carry/build (ember, the
+# test programs below, gpu-libs: about 20 MB, where the whole build folder is over the device
+# tool's 64 MiB) and ../shared/anchors into .cache/gpu-carry/anchors; carry .cache/gpu-carry.
+# DIR defaults to that copy when it exists, else build-gpu. Steps that
 # would start later than --deadline seconds (default 560) after the start are skipped. Logs go to
 # $OUT (the device tool's folder), else DIR/train-check-logs. The commit shown is $EMBER_COMMIT.
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$ROOT/build-gpu
+[ -x "$ROOT/.cache/gpu-carry/build/ember" ] && BUILD=$ROOT/.cache/gpu-carry/build
 ANCHORS=$ROOT/.cache/gpu-carry/anchors
 DEADLINE=560
 TESTS=1
+PREPARE=0
+TEST_PROGRAMS="tensor_test_norm_backward tensor_test_gelu_backward tensor_test_attention_qkv \
+    tensor_test_trusted_indices tensor_test_attention_wgmma autodiff_test_gradcheck_linear_xent \
+    runtime_test_graph models_test_gpt_batch_static"
 START=$(date +%s)
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -24,16 +32,29 @@ while [ $# -gt 0 ]; do
         --anchors) ANCHORS=$(realpath -m "$2"); shift 2 ;;
         --deadline) DEADLINE=$2; shift 2 ;;
         --skip-tests) TESTS=0; shift ;;
-        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --prepare) PREPARE=1; shift ;;
+        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "gpu-train-check.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
+if [ "$PREPARE" = 1 ]; then
+    "$ROOT/scripts/gpu-test.sh" --prepare || exit 1
+    CARRY=$ROOT/.cache/gpu-carry
+    rm -rf "$CARRY/build" "$CARRY/anchors"
+    mkdir -p "$CARRY/build/tests"
+    cp "$ROOT/build-gpu/ember" "$CARRY/build/"
+    cp -r "$ROOT/build-gpu/gpu-libs" "$CARRY/build/"
+    for t in $TEST_PROGRAMS; do cp "$ROOT/build-gpu/tests/$t" "$CARRY/build/tests/"; done
+    cp -r "$ROOT/../shared/anchors" "$CARRY/anchors"
+    echo "prepared $CARRY ($(du -sh "$CARRY" | cut -f1)): carry .cache/gpu-carry"
+    exit 0
+fi
 LOGS=${OUT:-$BUILD/train-check-logs}
 mkdir -p "$LOGS"
 SUMMARY=$LOGS/summary.txt
 : > "$SUMMARY"
 export LD_LIBRARY_PATH=$BUILD/gpu-libs:${LD_LIBRARY_PATH:-}
-export EMBER_CACHE_DIR=$LOGS/kernel-cache
+export EMBER_CACHE_DIR=/tmp/ember-train-check-cache  # outside $OUT: the device tool returns few files
 EMBER=$BUILD/ember
 say() { echo "$*" | tee -a "$SUMMARY"; }
 left() { echo $((DEADLINE - ($(date +%s) - START))); }
@@ -60,9 +81,7 @@ say "commit ${EMBER_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader >> "$SUMMARY" 2>&1
 
 if [ "$TESTS" = 1 ]; then
-    for t in tensor_test_norm_backward tensor_test_gelu_backward tensor_test_attention_qkv \
-             tensor_test_trusted_indices tensor_test_attention_wgmma autodiff_test_gradcheck_linear_xent \
-             runtime_test_graph models_test_gpt_batch_static; do
+    for t in $TEST_PROGRAMS; do
         [ -x "$BUILD/tests/$t" ] || { say "missing $t"; continue; }
         EMBER_TEST_DEVICE=cuda:0 run "$t" 120 "$BUILD/tests/$t"
     done
