@@ -11,7 +11,8 @@
 # libraries in gpu-libs) and copies what this script runs into .cache/gpu-carry/build (ember, the
 # test programs below, gpu-libs: about 20 MB, where the whole build folder is over the device
 # tool's 64 MiB) and ../shared/anchors into .cache/gpu-carry/anchors; carry .cache/gpu-carry.
-# DIR defaults to that copy when it exists, else build-gpu. Steps that
+# DIR defaults to that copy when it exists, else build-gpu. TRAIN_VARIANTS (below) picks the
+# training runs; DECODE=0 leaves the decoding runs out. Steps that
 # would start later than --deadline seconds (default 560) after the start are skipped. Logs go to
 # $OUT (the device tool's folder), else DIR/train-check-logs. The commit shown is $EMBER_COMMIT.
 set -u
@@ -22,7 +23,7 @@ ANCHORS=$ROOT/.cache/gpu-carry/anchors
 DEADLINE=560
 TESTS=1
 PREPARE=0
-TEST_PROGRAMS="tensor_test_norm_backward tensor_test_gelu_backward tensor_test_attention_qkv \
+TEST_PROGRAMS="kernel_test_wgmma tensor_test_norm_backward tensor_test_gelu_backward tensor_test_attention_qkv \
     tensor_test_trusted_indices tensor_test_attention_wgmma autodiff_test_gradcheck_linear_xent \
     runtime_test_graph models_test_gpt_batch_static"
 START=$(date +%s)
@@ -87,22 +88,35 @@ if [ "$TESTS" = 1 ]; then
     done
 fi
 
-# training: ember's graph-replayed step with each switch, then torch.compile in the same call
+# training: ember's graph-replayed step in each variant, then torch.compile in the same call.
+# TRAIN_VARIANTS: "NAME:VAR=VALUE ...;NAME:..." (environment per run); a NAME starting with
+# "base" runs DIR/ember-base, a build of an earlier commit carried for an A/B, where present.
+VARIANTS=${TRAIN_VARIANTS:-"default:;profile:EMBER_PROFILE=1;no_fused_head:EMBER_FUSED_HEAD=0;no_graph_plan:EMBER_GRAPH_PLAN=0"}
 T="bench train-gpt2 --device cuda:0 --batch 16 --seq 1024 --steps 10 --warmup 3 --graph"
-run train_default 150 "$EMBER" $T
-EMBER_PROFILE=1 run train_profile 150 "$EMBER" $T
-EMBER_FUSED_HEAD=0 run train_no_fused_head 150 "$EMBER" $T
-EMBER_GRAPH_PLAN=0 run train_no_graph_plan 150 "$EMBER" $T
+NAMES=
+IFS=';' read -ra VLIST <<< "$VARIANTS"
+for v in "${VLIST[@]}"; do
+    name=${v%%:*}
+    vars=${v#*:}
+    bin=$EMBER
+    case "$name" in base*) bin=$BUILD/ember-base ;; esac
+    [ -x "$bin" ] || { say "skipped train_$name: no $bin"; continue; }
+    # shellcheck disable=SC2086
+    run "train_$name" 150 env $vars "$bin" $T
+    NAMES="$NAMES train_$name"
+done
 run torch_compile 240 python3 "$ANCHORS/gpt2_train.py" --batch 16 --seq 1024 --steps 30 --compile
-# decoding at batch 1 beside transformers
-D="bench decode --device cuda:0 --dtype f32 --batch 1 --prompt 16 --new 200"
-run decode_sync1 60 "$EMBER" $D --steps-per-sync 1
-run decode_sync8 60 "$EMBER" $D --steps-per-sync 8
-run transformers 120 python3 "$ANCHORS/decode.py" --dtype fp32 --new 128
+# decoding at batch 1 beside transformers (DECODE=0 leaves it out)
+if [ "${DECODE:-1}" = 1 ]; then
+    D="bench decode --device cuda:0 --dtype f32 --batch 1 --prompt 16 --new 200"
+    run decode_sync1 60 "$EMBER" $D --steps-per-sync 1
+    run decode_sync8 60 "$EMBER" $D --steps-per-sync 8
+    run transformers 120 python3 "$ANCHORS/decode.py" --dtype fp32 --new 128
+fi
 
 say ""
 say "training b16 x 1024 (tokens/s, ms/step, peak GiB):"
-for n in train_default train_no_fused_head train_no_graph_plan torch_compile; do
+for n in $NAMES torch_compile; do
     [ -f "$LOGS/$n.log" ] && say "  $n: $(jfield "$LOGS/$n.log" tokens_per_s) $(jfield "$LOGS/$n.log" ms_per_step) $(jfield "$LOGS/$n.log" peak_mem_gib)"
 done
 say "decode b1 f32 (tokens/s):"

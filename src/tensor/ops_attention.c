@@ -134,23 +134,46 @@ static void attn_grid(int64_t n, int64_t bh, uint32_t cubes[3], uint32_t units[3
  * (tensor_attention_wgmma.ek: Hopper's wgmma). */
 typedef enum attn_path { ATTN_SIMT, ATTN_MMA, ATTN_WGMMA } attn_path;
 
-enum {
-    ATTN_WG = 2,      /* warpgroups per cube of the wgmma kernels (64 rows each) */
-    ATTN_WG_BK = 128, /* keys per tile of the wgmma forward */
-    ATTN_WG_BWD = 64  /* queries (dk/dv pass) or keys (dq pass) per tile of the wgmma backward */
-};
+/* The tiles of the wgmma kernels: per kernel the warpgroups of a cube (64 rows each: queries for
+ * the forward and dq, keys for dk/dv) and the keys (forward, dq) or queries (dk/dv) per streamed
+ * tile. EMBER_ATTENTION_TILES="FWD_WG:FWD_BK:KV_WG:KV_BQ:Q_WG:Q_BK" replaces them (benchmarks;
+ * warpgroups 1 to 4, tiles multiples of 16 up to 256 for the forward and 128 otherwise). */
+typedef struct attn_tiles {
+    int fwd_wg, fwd_bk, kv_wg, kv_bq, q_wg, q_bk;
+} attn_tiles;
+
+static attn_tiles attn_tiles_get(void)
+{
+    attn_tiles t = {2, 128, 2, 64, 2, 64};
+    const char *env = getenv("EMBER_ATTENTION_TILES");
+    attn_tiles e;
+    if (env && sscanf(env, "%d:%d:%d:%d:%d:%d", &e.fwd_wg, &e.fwd_bk, &e.kv_wg, &e.kv_bq, &e.q_wg,
+                      &e.q_bk) == 6) {
+        int wg[3] = {e.fwd_wg, e.kv_wg, e.q_wg}, tile[3] = {e.fwd_bk, e.kv_bq, e.q_bk};
+        bool ok = true;
+        for (int i = 0; i < 3; i++)
+            ok = ok && wg[i] >= 1 && wg[i] <= 4 && tile[i] >= 16 && tile[i] % 16 == 0 &&
+                 tile[i] <= (i == 0 ? 256 : 128);
+        if (ok) return e;
+    }
+    if (env) em_log(EM_LOG_WARN, "EMBER_ATTENTION_TILES='%s' is not FWD_WG:FWD_BK:KV_WG:KV_BQ:"
+                    "Q_WG:Q_BK in range; using the defaults", env);
+    return t;
+}
 
 /* Bytes of shared memory the largest of the wgmma kernels takes for head size d (2-byte
  * elements), with up to 1 KiB per shared array that the CUDA generator spends aligning them.
- * Forward: Q, two stages of K and V, each warpgroup's P, the row-reduction scratch. dk/dv: K, V,
- * two stages of Q and dO, each warpgroup's P^T and dS^T, two stages of lse and delta. dq: Q, dO,
- * two stages of K and V, each warpgroup's dS. */
-static size_t attn_wgmma_smem(int64_t d)
+ * Forward: Q, two stages of K and V, the row-reduction scratch. dk/dv: K, V, two stages of Q and
+ * dO, two stages of lse and delta. dq: Q, dO, two stages of K and V. (P, P^T and dS stay in
+ * registers as the A operands of the next MMA.) */
+static size_t attn_wgmma_smem(int64_t d, const attn_tiles *t)
 {
-    size_t e = 2, rows = 64 * ATTN_WG, bk = ATTN_WG_BK, bt = ATTN_WG_BWD, dd = (size_t)d;
-    size_t fwd = (rows * dd + 4 * bk * dd + rows * bk) * e + rows * 2 * 4 + 5 * 1024;
-    size_t kv = (2 * rows * dd + 4 * bt * dd + 2 * rows * bt) * e + 4 * bt * 4 + 8 * 1024;
-    size_t dq = (2 * rows * dd + 4 * bt * dd + rows * bt) * e + 5 * 1024;
+    size_t e = 2, dd = (size_t)d;
+    size_t fwd = (64 * (size_t)t->fwd_wg * dd + 4 * (size_t)t->fwd_bk * dd) * e +
+                 128 * (size_t)t->fwd_wg * 4 + 4 * 1024;
+    size_t kv = (2 * 64 * (size_t)t->kv_wg * dd + 4 * (size_t)t->kv_bq * dd) * e +
+                4 * (size_t)t->kv_bq * 4 + 6 * 1024;
+    size_t dq = (2 * 64 * (size_t)t->q_wg * dd + 4 * (size_t)t->q_bk * dd) * e + 4 * 1024;
     size_t most = fwd > kv ? fwd : kv;
     return most > dq ? most : dq;
 }
@@ -168,7 +191,10 @@ static attn_path attn_pick(em_device *dev, em_scalar dt, int64_t D)
     const char *env = getenv("EMBER_ATTENTION");
     const em_caps *c = em_device_caps(dev);
     if (!c || (env && !strcmp(env, "simt"))) return ATTN_SIMT;
-    bool fits = attn_wgmma_smem(D) <= c->max_shared && 128u * ATTN_WG <= c->max_cube_units;
+    attn_tiles t = attn_tiles_get();
+    int wg = t.fwd_wg > t.kv_wg ? t.fwd_wg : t.kv_wg;
+    wg = wg > t.q_wg ? wg : t.q_wg;
+    bool fits = attn_wgmma_smem(D, &t) <= c->max_shared && 128u * (unsigned)wg <= c->max_cube_units;
     bool wg_ok = fits && (mm_wgmma_native(c) || !strcmp(c->target, "c"));
     if (env && !strcmp(env, "wgmma") && wg_ok) return ATTN_WGMMA;
     /* fragments run as loops only where a plane is one unit */
@@ -221,19 +247,20 @@ static em_status attn_forward(const char *op, const em_tensor *q, const em_tenso
         uint32_t cubes[3], units[3];
         if (path == ATTN_WGMMA) {
             const em_caps *caps = em_device_caps(dev);
+            attn_tiles t = attn_tiles_get();
             bool vec = attn_rows_aligned(qc, 8) && attn_rows_aligned(kc, 8) &&
                        attn_rows_aligned(vc, 8); /* 16-byte tile copies */
             bind[0] = em_lang_bind_type("T", q->dtype);
             bind[1] = em_lang_bind_type("M", tn_math_type(dev, EM_F32));
             bind[2] = em_lang_bind_int("D", (int64_t)D);
-            bind[3] = em_lang_bind_int("WG", ATTN_WG);
-            bind[4] = em_lang_bind_int("BK", ATTN_WG_BK);
+            bind[3] = em_lang_bind_int("WG", t.fwd_wg);
+            bind[4] = em_lang_bind_int("BK", t.fwd_bk);
             bind[5] = em_lang_bind_int("PLANE", caps && caps->plane_dim ? caps->plane_dim : 1);
             bind[6] = em_lang_bind_int("V", vec ? 8 : 1);
             nb = 7;
-            cubes[0] = (uint32_t)((Tq + 64 * ATTN_WG - 1) / (64 * ATTN_WG));
+            cubes[0] = (uint32_t)((Tq + 64 * t.fwd_wg - 1) / (64 * t.fwd_wg));
             cubes[1] = (uint32_t)bh, cubes[2] = 1;
-            units[0] = 128 * ATTN_WG, units[1] = units[2] = 1;
+            units[0] = 128 * (uint32_t)t.fwd_wg, units[1] = units[2] = 1;
         } else if (mma) {
             const em_caps *caps = em_device_caps(dev);
             unsigned plane = caps && caps->plane_dim ? caps->plane_dim : 1;
@@ -305,8 +332,8 @@ static bool attn_rows_aligned(const em_tensor *t, int64_t v)
 /* The tiled tensor-core backward (after tensor_attention_delta has filled stats): the
  * matrix-op kernels (tensor_attention_bwd_kv_mma for dk and dv, tensor_attention_bwd_q_mma for
  * dq: a cube of 4 planes per 64 keys or queries), or with wg the warpgroup-MMA ones
- * (tensor_attention_bwd_kv_wgmma, _bwd_q_wgmma: ATTN_WG warpgroups per 64 ATTN_WG keys or
- * queries). Copies the tiles 16 bytes at a time where q, k, v and dout allow it. */
+ * (tensor_attention_bwd_kv_wgmma, _bwd_q_wgmma: attn_tiles_get's warpgroups, 64 keys or queries
+ * each). Copies the tiles 16 bytes at a time where q, k, v and dout allow it. */
 static em_status attn_backward_mma(const char *op, em_tensor *const views[4], em_tensor *stats,
                                    bool causal, double scale, em_tensor *gq, em_tensor *gk,
                                    em_tensor *gv, bool wg)
@@ -323,12 +350,14 @@ static em_status attn_backward_mma(const char *op, em_tensor *const views[4], em
                             em_lang_bind_int("D", q->shape[3]),
                             em_lang_bind_int("PLANE", plane),
                             em_lang_bind_int("V", vec ? 8 : 1)};
+    attn_tiles t = attn_tiles_get();
     em_lang_bind wbind[6] = {
-        em_lang_bind_type("T", q->dtype),    em_lang_bind_type("M", tn_math_type(dev, EM_F32)),
-        em_lang_bind_int("D", q->shape[3]),  em_lang_bind_int("WG", ATTN_WG),
-        em_lang_bind_int("BQ", ATTN_WG_BWD), em_lang_bind_int("V", vec ? 8 : 1)};
-    int64_t bh = q->shape[0] * q->shape[1], rows = wg ? 64 * ATTN_WG : 64;
-    uint32_t cubes[3] = {0, (uint32_t)bh, 1}, units[3] = {wg ? 128 * ATTN_WG : 4 * plane, 1, 1};
+        em_lang_bind_type("T", q->dtype),   em_lang_bind_type("M", tn_math_type(dev, EM_F32)),
+        em_lang_bind_int("D", q->shape[3]), em_lang_bind_int("WG", t.kv_wg),
+        em_lang_bind_int("BQ", t.kv_bq),    em_lang_bind_int("V", vec ? 8 : 1)};
+    int64_t bh = q->shape[0] * q->shape[1], rows = wg ? 64 * t.kv_wg : 64;
+    uint32_t cubes[3] = {0, (uint32_t)bh, 1};
+    uint32_t units[3] = {wg ? 128 * (uint32_t)t.kv_wg : 4 * plane, 1, 1};
     tn_arg flag = tn_arg_s(em_arg_u32(causal)), sc = tn_arg_s(em_arg_f32((float)scale));
     tn_arg in[5] = {tn_arg_t(views[0]), tn_arg_t(views[1]), tn_arg_t(views[2]), tn_arg_t(views[3]),
                     tn_arg_flat(stats)};
@@ -342,8 +371,13 @@ static em_status attn_backward_mma(const char *op, em_tensor *const views[4], em
     }
     if (gq) {
         tn_arg args[8] = {in[0], in[1], in[2], in[3], in[4], tn_arg_t(gq), flag, sc};
+        if (wg) {
+            rows = 64 * t.q_wg;
+            units[0] = 128 * (uint32_t)t.q_wg;
+            wbind[3] = em_lang_bind_int("WG", t.q_wg);
+        }
         cubes[0] = (uint32_t)((q->shape[2] + rows - 1) / rows);
-        wbind[4] = em_lang_bind_int("BK", ATTN_WG_BWD);
+        wbind[4] = em_lang_bind_int("BK", wg ? t.q_bk : 64);
         return tn_launch(op, dev,
                          wg ? "tensor_attention_bwd_q_wgmma" : "tensor_attention_bwd_q_mma",
                          wg ? wbind : bind, 6, 1, cubes, units, args, 8);

@@ -74,6 +74,31 @@ static void test_accumulator_layout(void **state)
     }
 }
 
+/* The A fragment of wgmma_mma_rs: as mma.m16n8k16's A fragment within each warp's 16 rows (a0,
+ * a1 at row lane / 4, columns 2 (lane % 4) and + 1; a2, a3 eight rows below; a4 .. a7 eight
+ * columns right), two 16-bit halves a register; every element of 64 x 16 held exactly once, and
+ * by the unit whose accumulator holds it (register 2 reg + half of a 16-column slice). */
+static void test_fragment_layout(void **state)
+{
+    (void)state;
+    unsigned char seen[64 * 16] = {0};
+    for (uint32_t u = 0; u < 128; u++)
+        for (uint32_t r = 0; r < 4; r++)
+            for (uint32_t h = 0; h < 2; h++) {
+                uint32_t row, col, lane = u % 32, j = 2 * r + h, drow, dcol;
+                em_wgmma_a_coord(u, r, h, &row, &col);
+                assert_int_equal(row, 16 * (u / 32) + lane / 4 + (j / 2 % 2) * 8);
+                assert_int_equal(col, 2 * (lane % 4) + j % 2 + (j / 4) * 8);
+                assert_true(row < 64 && col < 16);
+                assert_int_equal(seen[row * 16 + col]++, 0);
+                for (uint32_t slice = 0; slice < 4; slice++) {
+                    em_wgmma_d_coord(u, 8 * slice + j, &drow, &dcol);
+                    assert_int_equal(drow, row);
+                    assert_int_equal(dcol, 16 * slice + col);
+                }
+            }
+}
+
 /* The 128-byte swizzle as CuTe writes it, Swizzle<3,4,3> on byte offsets. */
 static uint32_t swizzle128(uint32_t x)
 {
@@ -218,6 +243,123 @@ static void test_emulated_on_cpu(void **state)
     em_lang_module_free(m);
 }
 
+/* out = T(a b) c: S = a (64 x 64) b (64 x 64) with wgmma_mma from shared memory, then S rounded
+ * to T and packed pairwise is the register A operand of wgmma_mma_rs with c (64 x N, row-major:
+ * MN-major B), as attention's O += P V. */
+static const char *chain_src =
+    "inline u32 at(u32 r, u32 c, comptime u32 ROWS)\n"
+    "{\n"
+    "    return c / 64 * (64 * ROWS) + r * 64 + ((c % 64 / 8) ^ (r % 8)) * 8 + c % 8;\n"
+    "}\n"
+    "inline<T: float> u32 pack(T lo, T hi)\n"
+    "{\n"
+    "    return u32(bitcast<u16>(lo)) | (u32(bitcast<u16>(hi)) << 16);\n"
+    "}\n"
+    "kernel<T: float> void chain(const tensor(T) a, const tensor(T) b, const tensor(T) c,\n"
+    "                            tensor(f32) out, comptime u32 N = 64)\n"
+    "{\n"
+    "    shared T sa[64 * 64];\n"
+    "    shared T sb[64 * 64];\n"
+    "    shared T sc[64 * 64 * ((N + 63) / 64)];\n"
+    "    f32 s[32];\n"
+    "    f32 o[N / 2];\n"
+    "    u32 p[16];\n"
+    "    for (u32 e in range(UNIT_POS, 64 * 64, 128)) {\n"
+    "        sa[at(e / 64, e % 64, 64)] = a[e];\n"
+    "        sb[at(e / 64, e % 64, 64)] = b[e];\n"
+    "    }\n"
+    "    for (u32 e in range(UNIT_POS, 64 * N, 128)) { sc[at(e / N, e % N, 64)] = c[e]; }\n"
+    "    comptime for (u32 i in range(32)) { s[i] = 0.0; }\n"
+    "    comptime for (u32 i in range(N / 2)) { o[i] = 0.0; }\n"
+    "    wgmma_fence();\n"
+    "    sync_cube();\n"
+    "    comptime for (u32 kk in range(4)) { wgmma_mma(s, sa, kk * 16, 0, sb, kk * 1024, 4096); }\n"
+    "    wgmma_commit();\n"
+    "    wgmma_wait(s, 0);\n"
+    "    comptime for (u32 i in range(16)) { p[i] = pack(T(s[2 * i]), T(s[2 * i + 1])); }\n"
+    "    wgmma_fence_regs(p);\n"
+    "    comptime for (u32 kk in range(4)) { wgmma_mma_rs(o, p, kk * 4, sc, kk * 1024, 4096); }\n"
+    "    wgmma_commit();\n"
+    "    wgmma_wait(o, 0);\n"
+    "    u32 t = UNIT_POS;\n"
+    "    comptime for (u32 i in range(N / 2)) {\n"
+    "        u32 row = t / 32 * 16 + t % 32 / 4 + i / 2 % 2 * 8;\n"
+    "        u32 col = i / 4 * 8 + t % 4 * 2 + i % 2;\n"
+    "        out[row * N + col] = o[i];\n"
+    "    }\n"
+    "}\n";
+
+/* f rounded to bf16 (to nearest, ties to even), as a float */
+static float bf16_round(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void run_chain(em_lang_module *m, unsigned n, unsigned seed)
+{
+    uint16_t a[64 * 64], b[64 * 64], c[64 * 256];
+    float fa[64 * 64], fb[64 * 64], fc[64 * 256], out[64 * 256];
+    uint32_t x = seed;
+    for (int i = 0; i < 64 * 64; i++) {
+        x = x * 1664525u + 1013904223u;
+        fa[i] = (float)((int)(x >> 24) % 17 - 8) * 0.125f;
+        x = x * 1664525u + 1013904223u;
+        fb[i] = (float)((int)(x >> 24) % 13 - 6) * 0.25f;
+        a[i] = bf16_bits(fa[i]);
+        b[i] = bf16_bits(fb[i]);
+    }
+    for (unsigned i = 0; i < 64 * n; i++) {
+        x = x * 1664525u + 1013904223u;
+        fc[i] = (float)((int)(x >> 24) % 11 - 5) * 0.5f;
+        c[i] = bf16_bits(fc[i]);
+    }
+    em_buffer *ba = buf_new(a, sizeof a), *bb = buf_new(b, sizeof b), *bc = buf_new(c, 64 * n * 2),
+              *bo = buf_new(NULL, 64 * n * 4);
+    em_lang_bind binds[] = {em_lang_bind_type("T", EM_BF16), em_lang_bind_int("N", n)};
+    em_lang_spec spec = {binds, 2, 1, NULL};
+    em_arg args[] = {em_arg_buffer(ba, 64 * 64), em_arg_buffer(bb, 64 * 64),
+                     em_arg_buffer(bc, 64 * n), em_arg_buffer(bo, 64 * n)};
+    launch_x(m, "chain", &spec, 1, 128, args, 4);
+    buf_get(bo, out, 64 * n * 4);
+    static float p[64 * 64];
+    for (unsigned r = 0; r < 64; r++)
+        for (unsigned k = 0; k < 64; k++) {
+            double s = 0; /* exact: small multiples of 1/32 */
+            for (unsigned j = 0; j < 64; j++) s += (double)fa[r * 64 + j] * fb[j * 64 + k];
+            p[r * 64 + k] = bf16_round((float)s);
+        }
+    size_t bad = 0;
+    for (unsigned r = 0; r < 64; r++)
+        for (unsigned col = 0; col < n; col++) {
+            double want = 0;
+            for (unsigned k = 0; k < 64; k++) want += (double)p[r * 64 + k] * fc[k * n + col];
+            if (fabs((double)out[r * n + col] - want) > 1e-6 * (1 + fabs(want)) && bad++ < 4)
+                print_message("N=%u: out[%u][%u] = %.9g, want %.9g\n", n, r, col,
+                              (double)out[r * n + col], want);
+        }
+    assert_int_equal(bad, 0);
+    em_buffer_free(ba);
+    em_buffer_free(bb);
+    em_buffer_free(bc);
+    em_buffer_free(bo);
+}
+
+/* wgmma_mma_rs: the register operand read as the hardware reads it (on the device under test:
+ * the CPU's emulation, or the H200 with EMBER_TEST_DEVICE=cuda:0). */
+static void test_register_operand(void **state)
+{
+    (void)state;
+    em_lang_module *m = must_load(chain_src);
+    run_chain(m, 64, 1);
+    run_chain(m, 128, 2);
+    run_chain(m, 8, 3);
+    em_lang_module_free(m);
+}
+
 /* ---- CUDA -------------------------------------------------------------------------------------
  */
 
@@ -280,6 +422,60 @@ static void test_cuda_source(void **state)
     assert_null(src);
     assert_non_null(strstr(em_last_error(), "need compute capability 9.0 (sm_90a)"));
     em_ir_kernel_free(k);
+    em_lang_module_free(m);
+}
+
+/* wgmma_mma_rs on CUDA: the fragment registers as "r" operands of the instruction, pinned before
+ * the fence; through NVRTC, ptxas compiles it without serializing the MMAs or spilling. */
+static void test_cuda_register_operand(void **state)
+{
+    (void)state;
+    em_lang_module *m = must_load(chain_src);
+    em_caps caps = cuda_caps("sm_90a");
+    em_lang_bind b[] = {em_lang_bind_type("T", EM_BF16), em_lang_bind_int("N", 64)};
+    char why[2048] = "";
+    em_ir_kernel *k = specialize(m, "chain", b, 2, &caps, why, sizeof why);
+    if (!k) fail_msg("%s", why);
+    char *ir = em_ir_print_kernel(k);
+    assert_non_null(strstr(ir, "cuda.wgmma.mma_rs:64,bf16,1,"));
+    assert_non_null(strstr(ir, "cuda.wgmma.pin@"));
+    free(ir);
+    char *src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &caps);
+    if (!src) fail_msg("%s", em_last_error());
+    assert_non_null(strstr(src, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, "));
+    assert_non_null(strstr(src, "%31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;"));
+    assert_non_null(strstr(src, "asm volatile(\"\" : \"+r\"("));
+    setenv("EMBER_NVRTC_OPTIONS", "--ptxas-options=-v", 1);
+    char nv[256];
+    if (em_nvrtc_available(nv, sizeof nv)) {
+        char *log = NULL;
+        void *bin = NULL;
+        size_t size = 0;
+        if (em_nvrtc_compile(src, "sm_90a", &log, &bin, &size) != EM_OK)
+            fail_msg("%s", em_last_error());
+        print_message("chain: %.60s\n", nvrtc_used(log));
+        assert_int_equal(nvrtc_problems(log, "chain"), 0);
+        free(log);
+        free(bin);
+    }
+    free(src);
+    em_ir_kernel_free(k);
+    /* a fragment that is no u32 array, and registers past its end */
+    const char *bad =
+        "kernel void bad(tensor(f32) out)\n{\n    shared bf16 s[4096];\n    f32 acc[32];\n"
+        "    wgmma_mma_rs(acc, acc, 0, s, 0, 4096);\n    out[0] = acc[0];\n}\n";
+    assert_true(check_error_at(bad, 5, 23,
+                               "'wgmma_mma_rs' takes its A fragment from a local u32 array", NULL));
+    const char *bad2 =
+        "kernel void bad(tensor(f32) out)\n{\n    shared bf16 s[4096];\n    f32 acc[32];\n"
+        "    u32 p[8];\n    wgmma_mma_rs(acc, p, 6, s, 0, 4096);\n    out[0] = acc[0];\n}\n";
+    assert_true(check_error_at(bad2, 6, 26, "'wgmma_mma_rs': registers 6 .. 9 of an array of 8",
+                               NULL));
+    const char *bad3 =
+        "kernel void bad(tensor(f32) out)\n{\n    f32 acc[32];\n    bf16 q[8];\n"
+        "    wgmma_fence_regs(acc, q);\n    out[0] = acc[0];\n}\n";
+    assert_true(check_error_at(bad3, 5, 27, "a wgmma fence pins local arrays of u32, i32 or f32 (MMA operands)",
+                               NULL));
     em_lang_module_free(m);
 }
 
@@ -411,9 +607,12 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_descriptor),
         cmocka_unit_test(test_accumulator_layout),
+        cmocka_unit_test(test_fragment_layout),
         cmocka_unit_test(test_operand_layouts),
         cmocka_unit_test(test_emulated_on_cpu),
+        cmocka_unit_test(test_register_operand),
         cmocka_unit_test(test_cuda_source),
+        cmocka_unit_test(test_cuda_register_operand),
         cmocka_unit_test(test_refused_elsewhere),
         cmocka_unit_test(test_matmul_wgmma_compiles),
     };

@@ -4,7 +4,8 @@
  * when one is present (EMBER_TEST_DEVICE=cuda:0). The output and the gradients against the
  * float64 reference of attention_case.h for f16 and bf16, D 64 and 128, causal and not, Tq < Tk,
  * lengths off the tiles (1, 33, 100, 200), B * H > 1, k's rows unaligned (element copies), with
- * the profiler's launch counts showing that the wgmma kernels ran; and the kernels' CUDA source
+ * the profiler's launch counts showing that the wgmma kernels ran; other tiles per kernel
+ * (EMBER_ATTENTION_TILES); and the kernels' CUDA source
  * through NVRTC for sm_90a where NVRTC is installed. */
 #include <stdlib.h>
 
@@ -66,6 +67,32 @@ static void test_wgmma_path(void **state)
     }
     em_profile_enable(false);
     em_profile_reset();
+    unsetenv("EMBER_ATTENTION");
+    if (!ran) skip();
+}
+
+/* Other tiles (EMBER_ATTENTION_TILES: warpgroups per cube and streamed tile per kernel), 1 to 3
+ * warpgroups and tiles of 16 to 128, against the same references: the kernels' indexing holds
+ * for every configuration the host may launch. */
+static void test_wgmma_tiles(void **state)
+{
+    (void)state;
+    static const char *const tiles[] = {"1:64:1:32:3:32", "3:48:2:16:1:128"};
+    static const size_t picks[] = {1, 2, 4, 5};
+    setenv("EMBER_ATTENTION", "wgmma", 1);
+    unsetenv("EMBER_ATTENTION_BWD");
+    int ran = 0;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        if (!runs_wgmma(dev)) continue;
+        for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++) {
+            setenv("EMBER_ATTENTION_TILES", tiles[t], 1);
+            for (size_t i = 0; i < sizeof picks / sizeof picks[0]; i++)
+                run_case(dev, cases[picks[i]].dt, cases[picks[i]].c, (uint32_t)(700 + 10 * t + i));
+        }
+        ran++;
+    }
+    unsetenv("EMBER_ATTENTION_TILES");
     unsetenv("EMBER_ATTENTION");
     if (!ran) skip();
 }
@@ -168,6 +195,7 @@ int main(void)
     setenv("EMBER_NVRTC_OPTIONS", "--ptxas-options=-v", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wgmma_path),
+        cmocka_unit_test(test_wgmma_tiles),
         cmocka_unit_test(test_wgmma_fast_predicate),
         cmocka_unit_test(test_wgmma_compiles),
     };

@@ -769,6 +769,10 @@ static const char *ptx_constraint(em_type t)
  * The kernel language lowers wgmma_* to intrinsics (src/kernel/lang/lower_wgmma.c):
  *   "cuda.wgmma.desc:LBO@M"       the u64 descriptor of shared array M (in->mem) at element a
  *   "cuda.wgmma.mma:N,T,TA,TB@M"  acc (local f32 array M, N/2 elements) += A * B, descriptors a, b
+ *   "cuda.wgmma.mma_rs:N,T,TB,A,O@M"  the same with A's fragment in registers: elements O .. O+3
+ *                                 of local u32 array A; argument b's descriptor
+ *   "cuda.wgmma.pin@M"            an empty asm reading and writing local array M's registers, so
+ *                                 their writes stay before the wgmma.fence that follows
  *   "cuda.wgmma.wait:P@M"         wait until at most P groups are pending; pins M's registers
  *   "cuda.wgmma.fence", "cuda.wgmma.fence_regs" (no proxy fence: the operands came through
  *   the async proxy, e.g. TMA), "cuda.wgmma.commit"
@@ -819,6 +823,44 @@ static bool cu_wgmma(em_spmd *e, const em_ir_inst *in, const char *what, em_strb
         em_spmd_line(e, "asm volatile(\"wgmma.wait_group.sync.aligned %d;\" : %s :: \"memory\");",
                      atoi(what + 5), ops.data);
         em_sb_free(&ops);
+    } else if (!strncmp(what, "pin@", 4) && m && m->space == EM_MEM_LOCAL) {
+        em_strbuf ops;
+        em_sb_init(&ops);
+        const char *c = m->elem.scalar == EM_F32 ? "+f" : "+r";
+        for (unsigned i = 0; i < m->length; i++)
+            em_sb_printf(&ops, "%s\"%s\"(%s[%u])", i ? ", " : "", c, e->mname[in->mem], i);
+        em_spmd_line(e, "asm volatile(\"\" : %s);", ops.data);
+        em_sb_free(&ops);
+    } else if (!strncmp(what, "mma_rs:", 7) && m && m->space == EM_MEM_LOCAL) {
+        unsigned n = 0, tb = 0, am = 0, ao = 0;
+        char t[8] = "";
+        const em_ir_memory *fm = NULL;
+        if (sscanf(what + 7, "%u,%7[a-z0-9],%u,%u,%u", &n, t, &tb, &am, &ao) != 5 ||
+            n != m->length * 2 || (strcmp(t, "f16") && strcmp(t, "bf16")) ||
+            !(fm = mem(e, am)) || fm->space != EM_MEM_LOCAL || ao + 4 > fm->length) {
+            em_spmd_fail(e, "malformed warpgroup MMA `%s`", in->str);
+            return true;
+        }
+        em_strbuf regs, ops, frag, db;
+        em_sb_init(&regs);
+        em_sb_init(&ops);
+        em_sb_init(&frag);
+        em_sb_init(&db);
+        for (unsigned i = 0; i < n / 2; i++) em_sb_printf(&regs, "%s%%%u", i ? ", " : "", i);
+        acc_operands(e, in->mem, n / 2, &ops);
+        for (unsigned r = 0; r < 4; r++)
+            em_sb_printf(&frag, "\"r\"(%s[%u]), ", e->mname[am], ao + r);
+        em_spmd_val(e, in->args[0], &db);
+        em_spmd_line(e,
+                     "asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%u, 0;\\n"
+                     "wgmma.mma_async.sync.aligned.m64n%uk16.f32.%s.%s {%s}, {%%%u, %%%u, %%%u, "
+                     "%%%u}, %%%u, p, 1, 1, %u;\\n}\" : %s : %s\"l\"(%s), \"r\"(1) : \"memory\");",
+                     n / 2 + 5, n, t, t, regs.data, n / 2, n / 2 + 1, n / 2 + 2, n / 2 + 3,
+                     n / 2 + 4, tb, ops.data, frag.data, db.data);
+        em_sb_free(&regs);
+        em_sb_free(&ops);
+        em_sb_free(&frag);
+        em_sb_free(&db);
     } else if (!strncmp(what, "mma:", 4) && m && m->space == EM_MEM_LOCAL) {
         unsigned n = 0, ta = 0, tb = 0;
         char t[8] = "";

@@ -66,6 +66,8 @@ typedef struct lower {
     unsigned long work;    /* statements and expressions lowered */
     bool abort;            /* a limit was hit: stop lowering */
     bool oom;              /* out of memory */
+    bool wg_scratch_made;  /* wg_scratch exists (emulated wgmma_mma_rs) */
+    em_ir_mem wg_scratch;  /* the shared array through which emulated units read A fragments */
 } lower;
 
 /* ---- lower_value.c ------------------------------------------------------------------------- */

@@ -2,13 +2,19 @@
  * "Warpgroup matrix multiply-accumulate"):
  *
  *   wgmma_mma(acc, a, a_off, a_mn, b, b_off, b_mn)   acc (64 x N, f32) += A (64 x 16) * B (16 x N)
- *   wgmma_fence()  wgmma_fence_regs()  wgmma_commit()  wgmma_wait(acc, pending)
+ *   wgmma_mma_rs(acc, a, a_off, b, b_off, b_mn)      the same with A from registers
+ *   wgmma_fence([r...])  wgmma_fence_regs([r...])  wgmma_commit()  wgmma_wait(acc, pending)
  *
  * acc is a local f32 array of N/2 elements (N = 8 .. 256, a multiple of 8) holding the unit's
  * part of the warpgroup's accumulator (wgmma.h: em_wgmma_d_coord); a and b are shared arrays of
  * f16 or bf16 in the 128-byte swizzled layouts of wgmma.h, read from element a_off (b_off) on;
  * a_mn (b_mn) is comptime: 0 for a K-major operand, else the operand is MN-major and a_mn is the
- * distance in elements between its 64-row atoms.
+ * distance in elements between its 64-row atoms. wgmma_mma_rs takes A from the registers of the
+ * warpgroup instead: a is a local u32 array whose elements a_off .. a_off + 3 (a_off comptime)
+ * hold the unit's A fragment as pairs of 16-bit values of B's type (low half first), in the
+ * order of the accumulator's registers (wgmma.h: em_wgmma_a_coord), so that an f32 accumulator
+ * tile packed pairwise is the A operand of the next product. The fences' optional arguments are
+ * such register arrays (up to three): their writes are kept before the fence.
  *
  * On CUDA for compute capability 9.0 they become intrinsics that codegen/cuda.c writes as PTX
  * ("cuda.wgmma.desc:LBO@MEM" -> the u64 descriptor of a shared array at an offset,
@@ -17,7 +23,10 @@
  * name so that the IR's text form and hash tell kernels apart by it). On the C target and without
  * a target they are emulated: wgmma_mma becomes loops in which each unit computes its own
  * accumulator elements from the shared operands, addressed as the hardware addresses them
- * (wgmma.h: em_wgmma_byte), and the others do nothing. Other targets reject them. */
+ * (wgmma.h: em_wgmma_byte), and the others do nothing. An emulated wgmma_mma_rs reads other
+ * units' registers: each unit stores its fragment in a shared scratch array between two cube
+ * barriers, so there every unit of the cube must reach the call (cube-level control flow).
+ * Other targets reject them. */
 #include <stdio.h>
 #include <string.h>
 
@@ -202,6 +211,145 @@ static lv mma(lower *L, const ast_expr *e, lv *a)
     return em_lang_lv_void();
 }
 
+/* Argument i: a local u32 array holding A fragments, read from comptime element *off on. */
+static bool fragment_arg(lower *L, const ast_expr *e, const lv *x, const lv *off, uint32_t *out)
+{
+    if (x->kind != V_MEM || x->space != EM_MEM_LOCAL || x->ty.scalar != EM_U32 ||
+        x->ty.lanes != 1) {
+        em_lang_lerr(L, apos(e, 1), "declare it as 'u32 a[...];' holding pairs of 16-bit values",
+                     "'wgmma_mma_rs' takes its A fragment from a local u32 array");
+        return false;
+    }
+    int64_t v = 0;
+    if (!em_lang_comptime_int(L, off, apos(e, 2), "the fragment's first register", &v))
+        return false;
+    if (v < 0 || v % 4 || (uint64_t)v + 4 > x->length) {
+        em_lang_lerr(L, apos(e, 2), "a fragment is 4 registers: a multiple of 4 inside the array",
+                     "'wgmma_mma_rs': registers %lld .. %lld of an array of %u", (long long)v,
+                     (long long)v + 3, x->length);
+        return false;
+    }
+    *out = (uint32_t)v;
+    return true;
+}
+
+/* The shared scratch through which emulated units read each other's A fragments: 4 u32 per unit
+ * of the largest cube. */
+static em_ir_mem wg_scratch(lower *L)
+{
+    if (!L->wg_scratch_made) {
+        L->wg_scratch = em_ir_shared(L->k, "wg_frag", em_ty(EM_U32), 1024 * 4);
+        L->wg_scratch_made = true;
+    }
+    return L->wg_scratch;
+}
+
+/* acc[i] += sum over k < 16 of A(row, k) B(col, k), A read from the warpgroup's fragments. */
+static bool emulate_mma_rs(lower *L, const ast_expr *e, const lv *acc, const lv *a,
+                           uint32_t aoff, em_scalar t, const lv *b, em_ir_val boff, uint32_t blay)
+{
+    em_ir_kernel *k = L->k;
+    em_ir_mem scratch = wg_scratch(L);
+    em_ir_val unit = em_ir_builtin(k, EM_UNIT_POS);
+    for (uint32_t r = 0; r < 4; r++)
+        em_ir_store(k, scratch, bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, unit, u32c(k, 4)), u32c(k, r)),
+                    em_ir_load(k, a->mem, u32c(k, aoff + r)));
+    em_ir_sync_cube(k);
+    em_ir_val t128 = bin(k, EM_OP_REM, unit, u32c(k, EM_WGMMA_UNITS));
+    em_ir_val g0 = bin(k, EM_OP_SUB, unit, t128);
+    em_ir_val warp = bin(k, EM_OP_DIV, t128, u32c(k, 32)), lane = bin(k, EM_OP_REM, t128, u32c(k, 32));
+    em_ir_val rbase = bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, warp, u32c(k, 16)),
+                          bin(k, EM_OP_DIV, lane, u32c(k, 4)));
+    em_ir_val cbase = bin(k, EM_OP_MUL, bin(k, EM_OP_REM, lane, u32c(k, 4)), u32c(k, 2));
+    em_ir_val i = em_ir_var(k, em_ty(EM_U32), "wg_i");
+    if (!em_lang_ir_open(L, e->op_pos)) return false;
+    em_ir_range_begin(k, i, u32c(k, 0), u32c(k, acc->length), u32c(k, 1), false);
+    em_ir_val row =
+        bin(k, EM_OP_ADD, rbase,
+            bin(k, EM_OP_MUL, bin(k, EM_OP_REM, bin(k, EM_OP_DIV, i, u32c(k, 2)), u32c(k, 2)),
+                u32c(k, 8)));
+    em_ir_val col =
+        bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, i, u32c(k, 4)), u32c(k, 8)),
+            bin(k, EM_OP_ADD, cbase, bin(k, EM_OP_REM, i, u32c(k, 2))));
+    em_ir_val s = em_ir_var(k, em_ty(EM_F32), "wg_s");
+    em_ir_assign(k, s, em_ir_load(k, acc->mem, i));
+    em_ir_val kk = em_ir_var(k, em_ty(EM_U32), "wg_k");
+    if (!em_lang_ir_open(L, e->op_pos)) return false;
+    em_ir_range_begin(k, kk, u32c(k, 0), u32c(k, EM_WGMMA_K), u32c(k, 1), false);
+    /* A(row, kk) is in the unit of the row's warp with lane (row % 8) 4 + (kk % 8) / 2, register
+     * (kk / 8) 2 + (row % 16) / 8, half kk % 2 (wgmma.h: em_wgmma_a_coord inverted) */
+    em_ir_val rr = bin(k, EM_OP_REM, row, u32c(k, 16));
+    em_ir_val src_lane = bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, bin(k, EM_OP_REM, rr, u32c(k, 8)), u32c(k, 4)),
+                             bin(k, EM_OP_DIV, bin(k, EM_OP_REM, kk, u32c(k, 8)), u32c(k, 2)));
+    em_ir_val src_unit = bin(k, EM_OP_ADD, g0,
+                             bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, row, u32c(k, 16)),
+                                                    u32c(k, 32)),
+                                 src_lane));
+    em_ir_val reg = bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, kk, u32c(k, 8)), u32c(k, 2)),
+                        bin(k, EM_OP_DIV, rr, u32c(k, 8)));
+    em_ir_val word = em_ir_load(k, scratch, bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, src_unit, u32c(k, 4)), reg));
+    em_ir_val half = bin(k, EM_OP_AND,
+                         bin(k, EM_OP_SHR, word, bin(k, EM_OP_MUL, bin(k, EM_OP_REM, kk, u32c(k, 2)),
+                                                     u32c(k, 16))),
+                         u32c(k, 0xffff));
+    em_ir_val x = em_ir_cast(k, em_ty(EM_F32),
+                             em_ir_bitcast(k, em_ty(t), em_ir_cast(k, em_ty(EM_U16), half)));
+    em_ir_val y = em_ir_cast(k, em_ty(EM_F32),
+                             em_ir_load(k, b->mem, emulated_index(k, boff, blay * 2, col, kk)));
+    em_ir_assign(k, s, bin(k, EM_OP_ADD, s, bin(k, EM_OP_MUL, x, y)));
+    em_lang_ir_close(L);
+    em_ir_store(k, acc->mem, i, s);
+    em_lang_ir_close(L);
+    em_ir_sync_cube(k); /* every unit has read the fragments before they are stored again */
+    return true;
+}
+
+static lv mma_rs(lower *L, const ast_expr *e, lv *a)
+{
+    em_scalar t = EM_SCALAR_COUNT;
+    uint32_t aoff = 0, blay = 0;
+    if (!acc_arg(L, e, &a[0], 0, "wgmma_mma_rs") || !fragment_arg(L, e, &a[1], &a[2], &aoff) ||
+        !operand_arg(L, e, &a[3], 3, &t) || !layout_arg(L, e, &a[5], 5, &blay))
+        return em_lang_lv_err();
+    lv bi = em_lang_to_index(L, a[4], apos(e, 4), "the offset of b");
+    if (bi.kind == V_ERR) return em_lang_lv_err();
+    em_ir_val boff = em_lang_materialize(L, &bi);
+    em_ir_kernel *k = L->k;
+    if (emulated(L)) {
+        if (!emulate_mma_rs(L, e, &a[0], &a[1], aoff, t, &a[3], boff, blay))
+            return em_lang_lv_err();
+        return em_lang_lv_void();
+    }
+    em_ir_val d = descriptor(k, a[3].mem, boff, blay * 2);
+    char name[96];
+    snprintf(name, sizeof name, "cuda.wgmma.mma_rs:%u,%s,%d,%u,%u@%u", a[0].length * 2,
+             em_scalar_name(t), blay != 0, (unsigned)a[1].mem, aoff, (unsigned)a[0].mem);
+    em_ir_intrinsic_mem(k, name, (em_type){0, 0}, a[0].mem, &d, 1);
+    return em_lang_lv_void();
+}
+
+/* The fences' arguments: local arrays of 32-bit elements whose registers the fence pins
+ * ("cuda.wgmma.pin@MEM": their writes stay before it). */
+static bool pin_args(lower *L, const ast_expr *e, lv *a)
+{
+    for (uint32_t i = 0; i < e->nargs; i++) {
+        em_scalar s = (em_scalar)a[i].ty.scalar;
+        if (a[i].kind != V_MEM || a[i].space != EM_MEM_LOCAL || a[i].ty.lanes != 1 ||
+            (s != EM_U32 && s != EM_I32 && s != EM_F32)) {
+            em_lang_lerr(L, apos(e, i), NULL,
+                         "a wgmma fence pins local arrays of u32, i32 or f32 (MMA operands)");
+            return false;
+        }
+    }
+    if (emulated(L)) return true;
+    for (uint32_t i = 0; i < e->nargs; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "cuda.wgmma.pin@%u", (unsigned)a[i].mem);
+        em_ir_intrinsic_mem(L->k, name, (em_type){0, 0}, a[i].mem, NULL, 0);
+    }
+    return true;
+}
+
 bool em_lang_hopper_target(lower *L, const ast_expr *e, const char *builtin, const char *feature,
                            const char *needs)
 {
@@ -227,6 +375,8 @@ lv em_lang_lower_wgmma(lower *L, const ast_expr *e, const lang_builtin *b, lv *a
     switch (b->imm) {
     case WGMMA_MMA:
         return mma(L, e, a);
+    case WGMMA_MMA_RS:
+        return mma_rs(L, e, a);
     case WGMMA_WAIT: {
         int64_t n = 0;
         if (!acc_arg(L, e, &a[0], 0, "wgmma_wait") ||
@@ -243,6 +393,8 @@ lv em_lang_lower_wgmma(lower *L, const ast_expr *e, const lang_builtin *b, lv *a
         return em_lang_lv_void();
     }
     default:
+        if ((b->imm == WGMMA_FENCE || b->imm == WGMMA_FENCE_REGS) && !pin_args(L, e, a))
+            return em_lang_lv_err();
         if (!emulated(L))
             em_ir_intrinsic(k,
                             b->imm == WGMMA_FENCE        ? "cuda.wgmma.fence"

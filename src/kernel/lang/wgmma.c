@@ -31,3 +31,10 @@ void em_wgmma_d_coord(uint32_t unit, uint32_t i, uint32_t *row, uint32_t *col)
     *row = warp * 16 + lane / 4 + (i / 2) % 2 * 8;
     *col = i / 4 * 8 + lane % 4 * 2 + i % 2;
 }
+
+void em_wgmma_a_coord(uint32_t unit, uint32_t reg, uint32_t half, uint32_t *row, uint32_t *col)
+{
+    uint32_t warp = unit / 32, lane = unit % 32;
+    *row = warp * 16 + lane / 4 + reg % 2 * 8;
+    *col = reg / 2 * 8 + lane % 4 * 2 + half;
+}

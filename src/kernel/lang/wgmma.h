@@ -34,5 +34,11 @@ uint32_t em_wgmma_byte(uint32_t start, uint32_t lbo_bytes, uint32_t r, uint32_t 
 /* The row and column of the 64 x N accumulator held in register i (0 .. N/2) by unit `unit`
  * (0 .. 127) of the warpgroup. */
 void em_wgmma_d_coord(uint32_t unit, uint32_t i, uint32_t *row, uint32_t *col);
+/* The row and column of the 64 x 16 A operand that unit `unit` holds in half `half` (0: the low
+ * 16 bits) of fragment register `reg` (0 .. 3) when A comes from registers (wgmma_mma_rs). They
+ * are the accumulator's: register reg, half h holds what accumulator register 2 reg + h of the
+ * same unit holds in a 16-column slice, so a 64 x 16k f32 accumulator packed pairwise (registers
+ * 2 j and 2 j + 1 into fragment register j) is the A operand of k instructions. */
+void em_wgmma_a_coord(uint32_t unit, uint32_t reg, uint32_t half, uint32_t *row, uint32_t *col);
 
 #endif
