@@ -12,7 +12,8 @@
 # test programs below, gpu-libs: about 20 MB, where the whole build folder is over the device
 # tool's 64 MiB) and ../shared/anchors into .cache/gpu-carry/anchors; carry .cache/gpu-carry.
 # DIR defaults to that copy when it exists, else build-gpu. TRAIN_VARIANTS (below) picks the
-# training runs; DECODE=0 leaves the decoding runs out. Steps that
+# training runs, GPU_TESTS the test programs (default: all of the list); DECODE=0 leaves the
+# decoding runs out. Steps that
 # would start later than --deadline seconds (default 560) after the start are skipped. Logs go to
 # $OUT (the device tool's folder), else DIR/train-check-logs. The commit shown is $EMBER_COMMIT.
 set -u
@@ -82,9 +83,9 @@ say "commit ${EMBER_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader >> "$SUMMARY" 2>&1
 
 if [ "$TESTS" = 1 ]; then
-    for t in $TEST_PROGRAMS; do
+    for t in ${GPU_TESTS:-$TEST_PROGRAMS}; do
         [ -x "$BUILD/tests/$t" ] || { say "missing $t"; continue; }
-        EMBER_TEST_DEVICE=cuda:0 run "$t" 120 "$BUILD/tests/$t"
+        EMBER_TEST_DEVICE=cuda:0 run "$t" 100 "$BUILD/tests/$t"
     done
 fi
 
