@@ -7,12 +7,14 @@
 #   scripts/gpu-train-check.sh [--build DIR] [--anchors DIR] [--deadline S] [--skip-tests]
 #   scripts/gpu-train-check.sh --prepare      (on the development machine)
 #
+# The attention benchmark runs first (after the tests), then training, then decoding.
 # --prepare builds build-gpu (`scripts/gpu-test.sh --prepare`: the tests, ember and the shared
 # libraries in gpu-libs) and copies what this script runs into .cache/gpu-carry/build (ember, the
 # test programs below, gpu-libs: about 20 MB, where the whole build folder is over the device
 # tool's 64 MiB) and ../shared/anchors into .cache/gpu-carry/anchors; carry .cache/gpu-carry.
 # DIR defaults to that copy when it exists, else build-gpu. TRAIN_VARIANTS (below) picks the
-# training runs, GPU_TESTS the test programs (default: all of the list); DECODE=0 leaves the
+# training runs, ATTN_VARIANTS the attention benchmark's (`ember bench attention` beside
+# scripts/attention_ref.py), GPU_TESTS the test programs (default: all of the list); DECODE=0 leaves the
 # decoding runs out. Steps that
 # would start later than --deadline seconds (default 560) after the start are skipped. Logs go to
 # $OUT (the device tool's folder), else DIR/train-check-logs. The commit shown is $EMBER_COMMIT.
@@ -89,6 +91,19 @@ if [ "$TESTS" = 1 ]; then
     done
 fi
 
+# attention alone (b16 x 12 heads x 1024 x 64, causal, bf16): ember's kernels with each tile
+# configuration of ATTN_VARIANTS ("NAME:VAR=VALUE ...;..."), then PyTorch's flash attention
+A="bench attention --device cuda:0"
+ANAMES=
+IFS=';' read -ra ALIST <<< "${ATTN_VARIANTS:-"default:;t64:EMBER_ATTENTION_TILES=2:64:2:32:2:64;wg1:EMBER_ATTENTION_TILES=1:128:1:64:1:64"}"
+for v in "${ALIST[@]}"; do
+    name=${v%%:*}
+    # shellcheck disable=SC2086
+    run "attn_$name" 60 env ${v#*:} "$EMBER" $A
+    ANAMES="$ANAMES attn_$name"
+done
+run attn_torch_flash 90 python3 "$ROOT/scripts/attention_ref.py"
+
 # training: ember's graph-replayed step in each variant, then torch.compile in the same call.
 # TRAIN_VARIANTS: "NAME:VAR=VALUE ...;NAME:..." (environment per run); a NAME starting with
 # "base" runs DIR/ember-base, a build of an earlier commit carried for an A/B, where present.
@@ -119,6 +134,10 @@ say ""
 say "training b16 x 1024 (tokens/s, ms/step, peak GiB):"
 for n in $NAMES torch_compile; do
     [ -f "$LOGS/$n.log" ] && say "  $n: $(jfield "$LOGS/$n.log" tokens_per_s) $(jfield "$LOGS/$n.log" ms_per_step) $(jfield "$LOGS/$n.log" peak_mem_gib)"
+done
+say "attention b16 x 12 x 1024 x 64 causal bf16 (fwd ms, bwd ms, fwd TFLOP/s, bwd TFLOP/s):"
+for n in $ANAMES attn_torch_flash; do
+    [ -f "$LOGS/$n.log" ] && say "  $n: $(jfield "$LOGS/$n.log" fwd_ms) $(jfield "$LOGS/$n.log" bwd_ms) $(jfield "$LOGS/$n.log" fwd_tflops) $(jfield "$LOGS/$n.log" bwd_tflops)"
 done
 say "decode b1 f32 (tokens/s):"
 for n in decode_sync1 decode_sync8 transformers; do

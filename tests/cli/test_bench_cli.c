@@ -1,4 +1,4 @@
-/* test_bench_cli.c — `ember bench decode` and `ember bench train-gpt2` as a user runs them: on
+/* test_bench_cli.c — `ember bench decode`, `train-gpt2` and `attention` as a user runs them: on
  * the CPU with the tiny preset each prints one JSON line with its reference's fields (decode:
  * workload, impl, dtype, batch, new_tokens, tokens_per_s; train-gpt2: those of
  * ../shared/anchors/gpt2_train.py) and its own (device, ...), the figures positive and consistent
@@ -192,6 +192,46 @@ static void test_matmul_graph_json(void **state)
     free(out);
 }
 
+/* `ember bench attention` on the CPU: one JSON line with the shape asked for, positive times, and
+ * TFLOP/s that are the model's work over those times (4 B H T(T+1)/2 D causal, 2.5 times that
+ * backward); the tiles it names are EMBER_ATTENTION_TILES'; a head size past 256 is an error
+ * (status 1) naming it. */
+static void test_attention_json(void **state)
+{
+    (void)state;
+    cJSON *o = bench_json("bench attention --device cpu --batch 2 --heads 3 --seq 40 --dim 64 "
+                          "--iters 1");
+    assert_string_equal(string(o, "bench"), "attention");
+    assert_string_equal(string(o, "dtype"), "bf16");
+    assert_int_equal((int)number(o, "batch"), 2);
+    assert_int_equal((int)number(o, "heads"), 3);
+    assert_int_equal((int)number(o, "seq"), 40);
+    assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "causal")));
+    assert_string_equal(string(o, "tiles"), "default");
+    double fwd = number(o, "fwd_ms"), bwd = number(o, "bwd_ms");
+    assert_true(fwd > 0 && bwd > 0);
+    double flop = 4.0 * 2 * 3 * (40.0 * 41 / 2) * 64;
+    double want = flop / (fwd * 1e-3) * 1e-12;
+    assert_true(fabs(number(o, "fwd_tflops") - want) <= 1e-4 + 1e-3 * want);
+    want = 2.5 * flop / (bwd * 1e-3) * 1e-12;
+    assert_true(fabs(number(o, "bwd_tflops") - want) <= 1e-4 + 1e-3 * want);
+    cJSON_Delete(o);
+    setenv("EMBER_ATTENTION_TILES", "1:64:1:32:1:32", 1);
+    o = bench_json("bench attention --device cpu --batch 1 --heads 1 --seq 16 --dim 8 --dtype f32 "
+                   "--no-causal --iters 1");
+    unsetenv("EMBER_ATTENTION_TILES");
+    assert_false(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "causal")));
+    assert_string_equal(string(o, "dtype"), "f32");
+    assert_string_equal(string(o, "tiles"), "1:64:1:32:1:32");
+    cJSON_Delete(o);
+    int code;
+    char *out = ember("bench attention --device cpu --seq 8 --dim 300 --batch 1 --heads 1",
+                      "2>&1", &code);
+    if (code != 1 || !strstr(out, "head size 300"))
+        fail_msg("head size 300: status %d, output:\n%s", code, out);
+    free(out);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -215,6 +255,10 @@ static void test_bad_arguments(void **state)
         "bench train-gpt2 --preset gpt7",
         "bench train-gpt2 --seed -1",
         "bench train-gpt2 --frobnicate 1",
+        "bench attention --seq 0",
+        "bench attention --dtype int8",
+        "bench attention --heads",
+        "bench attention --causal",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int code;
@@ -241,6 +285,7 @@ int main(void)
         cmocka_unit_test(test_decode_json),
         cmocka_unit_test(test_train_json),
         cmocka_unit_test(test_matmul_graph_json),
+        cmocka_unit_test(test_attention_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,5 +14,6 @@ int em_cli_serve(int argc, char **argv);    /* serve.c: the HTTP server and web 
 int em_cli_bench(int argc, char **argv);    /* bench.c: benchmarks (matmul, ...) */
 int em_cli_bench_decode(int argc, char **argv); /* bench_decode.c: bench decode */
 int em_cli_bench_train(int argc, char **argv);  /* bench_train.c: bench train-gpt2 */
+int em_cli_bench_attention(int argc, char **argv); /* bench_attention.c: bench attention */
 
 #endif
