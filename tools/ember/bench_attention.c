@@ -34,14 +34,13 @@ typedef struct attn_opts {
 
 static int usage(FILE *out)
 {
-    fprintf(out,
-            "usage: ember bench attention [--device D] [--dtype bf16|f16|f32] [--batch B]\n"
-            "                             [--heads H] [--seq T] [--dim D] [--no-causal]\n"
-            "                             [--iters N]\n"
-            "  the fused attention's forward and backward on random q, k, v [B, H, T, D]\n"
-            "  (defaults: GPT-2's 16 x 12 x 1024 x 64, causal, bf16, on cpu), N calls a\n"
-            "  round (default 20; 2 on the CPU). Prints one JSON line: fwd_ms, bwd_ms and\n"
-            "  their TFLOP/s.\n");
+    fprintf(out, "usage: ember bench attention [--device D] [--dtype bf16|f16|f32] [--batch B]\n"
+                 "                             [--heads H] [--seq T] [--dim D] [--no-causal]\n"
+                 "                             [--iters N]\n"
+                 "  the fused attention's forward and backward on random q, k, v [B, H, T, D]\n"
+                 "  (defaults: GPT-2's 16 x 12 x 1024 x 64, causal, bf16, on cpu), N calls a\n"
+                 "  round (default 20; 2 on the CPU). Prints one JSON line: fwd_ms, bwd_ms and\n"
+                 "  their TFLOP/s.\n");
     return 2;
 }
 
@@ -68,8 +67,8 @@ static int parse(int argc, char **argv, attn_opts *o)
             o->dtype = argv[++i];
         } else if (num && has) {
             if ((*num = bu_positive(argv[++i])) < 0) {
-                fprintf(stderr, "ember bench attention: %s needs a positive integer, got '%s'\n",
-                        a, argv[i]);
+                fprintf(stderr, "ember bench attention: %s needs a positive integer, got '%s'\n", a,
+                        argv[i]);
                 return usage(stderr);
             }
         } else {
@@ -90,9 +89,9 @@ static int parse(int argc, char **argv, attn_opts *o)
 
 /* The operands and outputs of one configuration. */
 typedef struct attn_run {
-    em_tensor *q, *k, *v, *g;   /* inputs: [B, H, T, D] */
-    em_tensor *out, *lse;       /* the forward's outputs */
-    em_tensor *dq, *dk, *dv;    /* the backward's */
+    em_tensor *q, *k, *v, *g; /* inputs: [B, H, T, D] */
+    em_tensor *out, *lse;     /* the forward's outputs */
+    em_tensor *dq, *dk, *dv;  /* the backward's */
     bool causal;
     double scale;
 } attn_run;

@@ -19,13 +19,13 @@
  * On CUDA for compute capability 9.0 they become intrinsics that codegen/cuda.c writes as PTX
  * ("cuda.wgmma.desc:LBO@MEM" -> the u64 descriptor of a shared array at an offset,
  * "cuda.wgmma.mma:N,TYPE,TA,TB@MEM", "cuda.wgmma.fence", "cuda.wgmma.fence_regs",
- * "cuda.wgmma.commit", "cuda.wgmma.wait:N@MEM"; MEM, the memory's id, is also the instruction's memory, and is in the
- * name so that the IR's text form and hash tell kernels apart by it). On the C target and without
- * a target they are emulated: wgmma_mma becomes loops in which each unit computes its own
- * accumulator elements from the shared operands, addressed as the hardware addresses them
- * (wgmma.h: em_wgmma_byte), and the others do nothing. An emulated wgmma_mma_rs reads other
- * units' registers: each unit stores its fragment in a shared scratch array between two cube
- * barriers, so there every unit of the cube must reach the call (cube-level control flow).
+ * "cuda.wgmma.commit", "cuda.wgmma.wait:N@MEM"; MEM, the memory's id, is also the instruction's
+ * memory, and is in the name so that the IR's text form and hash tell kernels apart by it). On the
+ * C target and without a target they are emulated: wgmma_mma becomes loops in which each unit
+ * computes its own accumulator elements from the shared operands, addressed as the hardware
+ * addresses them (wgmma.h: em_wgmma_byte), and the others do nothing. An emulated wgmma_mma_rs
+ * reads other units' registers: each unit stores its fragment in a shared scratch array between two
+ * cube barriers, so there every unit of the cube must reach the call (cube-level control flow).
  * Other targets reject them. */
 #include <stdio.h>
 #include <string.h>
@@ -139,9 +139,52 @@ static em_ir_val emulated_index(em_ir_kernel *k, em_ir_val off, uint32_t lbo_byt
     return bin(k, EM_OP_DIV, bin(k, EM_OP_XOR, x, sw), u32c(k, 2));
 }
 
+/* Where an emulated MMA reads A: a shared operand (a from element off on, layout lay), or the
+ * fragments the warpgroup's units stored in the shared scratch (wgmma_mma_rs: 4 u32 per unit,
+ * the warpgroup's first unit g0, elements of type t). */
+typedef struct a_source {
+    const lv *a;
+    em_ir_val off;
+    uint32_t lay;
+    bool regs;
+    em_ir_mem scratch;
+    em_ir_val g0;
+    em_scalar t;
+} a_source;
+
+/* A(row, kk) as f32. A fragment's element is in the unit of the row's warp with lane
+ * (row % 8) 4 + (kk % 8) / 2, register (kk / 8) 2 + (row % 16) / 8, half kk % 2 (wgmma.h:
+ * em_wgmma_a_coord inverted). */
+static em_ir_val a_element(em_ir_kernel *k, const a_source *src, em_ir_val row, em_ir_val kk)
+{
+    if (!src->regs)
+        return em_ir_cast(
+            k, em_ty(EM_F32),
+            em_ir_load(k, src->a->mem, emulated_index(k, src->off, src->lay * 2, row, kk)));
+    em_ir_val rr = bin(k, EM_OP_REM, row, u32c(k, 16));
+    em_ir_val lane =
+        bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, bin(k, EM_OP_REM, rr, u32c(k, 8)), u32c(k, 4)),
+            bin(k, EM_OP_DIV, bin(k, EM_OP_REM, kk, u32c(k, 8)), u32c(k, 2)));
+    em_ir_val unit =
+        bin(k, EM_OP_ADD, src->g0,
+            bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, row, u32c(k, 16)), u32c(k, 32)),
+                lane));
+    em_ir_val reg =
+        bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, kk, u32c(k, 8)), u32c(k, 2)),
+            bin(k, EM_OP_DIV, rr, u32c(k, 8)));
+    em_ir_val word =
+        em_ir_load(k, src->scratch, bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, unit, u32c(k, 4)), reg));
+    em_ir_val half = bin(
+        k, EM_OP_AND,
+        bin(k, EM_OP_SHR, word, bin(k, EM_OP_MUL, bin(k, EM_OP_REM, kk, u32c(k, 2)), u32c(k, 16))),
+        u32c(k, 0xffff));
+    return em_ir_cast(k, em_ty(EM_F32),
+                      em_ir_bitcast(k, em_ty(src->t), em_ir_cast(k, em_ty(EM_U16), half)));
+}
+
 /* acc[i] += sum over k < 16 of A(row, k) B(k, col) for each register i of this unit. */
-static bool emulate_mma(lower *L, const ast_expr *e, const lv *acc, const lv *a, em_ir_val aoff,
-                        uint32_t alay, const lv *b, em_ir_val boff, uint32_t blay)
+static bool emulate_mma(lower *L, const ast_expr *e, const lv *acc, const a_source *src,
+                        const lv *b, em_ir_val boff, uint32_t blay)
 {
     em_ir_kernel *k = L->k;
     em_ir_val t = bin(k, EM_OP_REM, em_ir_builtin(k, EM_UNIT_POS), u32c(k, EM_WGMMA_UNITS));
@@ -165,8 +208,7 @@ static bool emulate_mma(lower *L, const ast_expr *e, const lv *acc, const lv *a,
     em_ir_val kk = em_ir_var(k, em_ty(EM_U32), "wg_k");
     if (!em_lang_ir_open(L, e->op_pos)) return false;
     em_ir_range_begin(k, kk, u32c(k, 0), u32c(k, EM_WGMMA_K), u32c(k, 1), false);
-    em_ir_val x = em_ir_cast(k, em_ty(EM_F32),
-                             em_ir_load(k, a->mem, emulated_index(k, aoff, alay * 2, row, kk)));
+    em_ir_val x = a_element(k, src, row, kk);
     em_ir_val y = em_ir_cast(k, em_ty(EM_F32),
                              em_ir_load(k, b->mem, emulated_index(k, boff, blay * 2, col, kk)));
     em_ir_assign(k, s, bin(k, EM_OP_ADD, s, bin(k, EM_OP_MUL, x, y)));
@@ -198,8 +240,8 @@ static lv mma(lower *L, const ast_expr *e, lv *a)
     em_ir_val aoff = em_lang_materialize(L, &ai), boff = em_lang_materialize(L, &bi);
     em_ir_kernel *k = L->k;
     if (emulated(L)) {
-        if (!emulate_mma(L, e, &a[0], &a[1], aoff, alay, &a[4], boff, blay))
-            return em_lang_lv_err();
+        a_source src = {.a = &a[1], .off = aoff, .lay = alay};
+        if (!emulate_mma(L, e, &a[0], &src, &a[4], boff, blay)) return em_lang_lv_err();
         return em_lang_lv_void();
     }
     em_ir_val d[2] = {descriptor(k, a[1].mem, aoff, alay * 2),
@@ -244,9 +286,9 @@ static em_ir_mem wg_scratch(lower *L)
     return L->wg_scratch;
 }
 
-/* acc[i] += sum over k < 16 of A(row, k) B(col, k), A read from the warpgroup's fragments. */
-static bool emulate_mma_rs(lower *L, const ast_expr *e, const lv *acc, const lv *a,
-                           uint32_t aoff, em_scalar t, const lv *b, em_ir_val boff, uint32_t blay)
+/* wgmma_mma_rs emulated: each unit stores its fragment in the scratch, then reads the others'. */
+static bool emulate_mma_rs(lower *L, const ast_expr *e, const lv *acc, const lv *a, uint32_t aoff,
+                           em_scalar t, const lv *b, em_ir_val boff, uint32_t blay)
 {
     em_ir_kernel *k = L->k;
     em_ir_mem scratch = wg_scratch(L);
@@ -255,51 +297,12 @@ static bool emulate_mma_rs(lower *L, const ast_expr *e, const lv *acc, const lv 
         em_ir_store(k, scratch, bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, unit, u32c(k, 4)), u32c(k, r)),
                     em_ir_load(k, a->mem, u32c(k, aoff + r)));
     em_ir_sync_cube(k);
-    em_ir_val t128 = bin(k, EM_OP_REM, unit, u32c(k, EM_WGMMA_UNITS));
-    em_ir_val g0 = bin(k, EM_OP_SUB, unit, t128);
-    em_ir_val warp = bin(k, EM_OP_DIV, t128, u32c(k, 32)), lane = bin(k, EM_OP_REM, t128, u32c(k, 32));
-    em_ir_val rbase = bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, warp, u32c(k, 16)),
-                          bin(k, EM_OP_DIV, lane, u32c(k, 4)));
-    em_ir_val cbase = bin(k, EM_OP_MUL, bin(k, EM_OP_REM, lane, u32c(k, 4)), u32c(k, 2));
-    em_ir_val i = em_ir_var(k, em_ty(EM_U32), "wg_i");
-    if (!em_lang_ir_open(L, e->op_pos)) return false;
-    em_ir_range_begin(k, i, u32c(k, 0), u32c(k, acc->length), u32c(k, 1), false);
-    em_ir_val row =
-        bin(k, EM_OP_ADD, rbase,
-            bin(k, EM_OP_MUL, bin(k, EM_OP_REM, bin(k, EM_OP_DIV, i, u32c(k, 2)), u32c(k, 2)),
-                u32c(k, 8)));
-    em_ir_val col =
-        bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, i, u32c(k, 4)), u32c(k, 8)),
-            bin(k, EM_OP_ADD, cbase, bin(k, EM_OP_REM, i, u32c(k, 2))));
-    em_ir_val s = em_ir_var(k, em_ty(EM_F32), "wg_s");
-    em_ir_assign(k, s, em_ir_load(k, acc->mem, i));
-    em_ir_val kk = em_ir_var(k, em_ty(EM_U32), "wg_k");
-    if (!em_lang_ir_open(L, e->op_pos)) return false;
-    em_ir_range_begin(k, kk, u32c(k, 0), u32c(k, EM_WGMMA_K), u32c(k, 1), false);
-    /* A(row, kk) is in the unit of the row's warp with lane (row % 8) 4 + (kk % 8) / 2, register
-     * (kk / 8) 2 + (row % 16) / 8, half kk % 2 (wgmma.h: em_wgmma_a_coord inverted) */
-    em_ir_val rr = bin(k, EM_OP_REM, row, u32c(k, 16));
-    em_ir_val src_lane = bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, bin(k, EM_OP_REM, rr, u32c(k, 8)), u32c(k, 4)),
-                             bin(k, EM_OP_DIV, bin(k, EM_OP_REM, kk, u32c(k, 8)), u32c(k, 2)));
-    em_ir_val src_unit = bin(k, EM_OP_ADD, g0,
-                             bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, row, u32c(k, 16)),
-                                                    u32c(k, 32)),
-                                 src_lane));
-    em_ir_val reg = bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, kk, u32c(k, 8)), u32c(k, 2)),
-                        bin(k, EM_OP_DIV, rr, u32c(k, 8)));
-    em_ir_val word = em_ir_load(k, scratch, bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, src_unit, u32c(k, 4)), reg));
-    em_ir_val half = bin(k, EM_OP_AND,
-                         bin(k, EM_OP_SHR, word, bin(k, EM_OP_MUL, bin(k, EM_OP_REM, kk, u32c(k, 2)),
-                                                     u32c(k, 16))),
-                         u32c(k, 0xffff));
-    em_ir_val x = em_ir_cast(k, em_ty(EM_F32),
-                             em_ir_bitcast(k, em_ty(t), em_ir_cast(k, em_ty(EM_U16), half)));
-    em_ir_val y = em_ir_cast(k, em_ty(EM_F32),
-                             em_ir_load(k, b->mem, emulated_index(k, boff, blay * 2, col, kk)));
-    em_ir_assign(k, s, bin(k, EM_OP_ADD, s, bin(k, EM_OP_MUL, x, y)));
-    em_lang_ir_close(L);
-    em_ir_store(k, acc->mem, i, s);
-    em_lang_ir_close(L);
+    a_source src = {.regs = true,
+                    .scratch = scratch,
+                    .t = t,
+                    .g0 =
+                        bin(k, EM_OP_SUB, unit, bin(k, EM_OP_REM, unit, u32c(k, EM_WGMMA_UNITS)))};
+    if (!emulate_mma(L, e, acc, &src, b, boff, blay)) return false;
     em_ir_sync_cube(k); /* every unit has read the fragments before they are stored again */
     return true;
 }
@@ -357,8 +360,10 @@ bool em_lang_hopper_target(lower *L, const ast_expr *e, const char *builtin, con
     if (emulated(L) || em_lang_wgmma_native(caps)) return true;
     bool cuda = !strcmp(caps->target, "cuda");
     char hint[96];
-    snprintf(hint, sizeof hint, "guard it with 'comptime if (has(%s))' and give the kernel another "
-             "path", feature);
+    snprintf(hint, sizeof hint,
+             "guard it with 'comptime if (has(%s))' and give the kernel another "
+             "path",
+             feature);
     em_lang_lerr(L, e->op_pos, hint,
                  "'%s' needs %s (CUDA on compute capability 9.0: arch sm_90a); %s%s%s has none",
                  builtin, needs, cuda ? "this CUDA device (" : "the ",
@@ -369,8 +374,7 @@ bool em_lang_hopper_target(lower *L, const ast_expr *e, const char *builtin, con
 
 lv em_lang_lower_wgmma(lower *L, const ast_expr *e, const lang_builtin *b, lv *a)
 {
-    if (!em_lang_hopper_target(L, e, b->name, "wgmma", "warpgroup MMAs"))
-        return em_lang_lv_err();
+    if (!em_lang_hopper_target(L, e, b->name, "wgmma", "warpgroup MMAs")) return em_lang_lv_err();
     em_ir_kernel *k = L->k;
     switch (b->imm) {
     case WGMMA_MMA:
