@@ -156,8 +156,11 @@ static attn_tiles attn_tiles_get(void)
                  tile[i] <= (i == 0 ? 256 : 128);
         if (ok) return e;
     }
-    if (env) em_log(EM_LOG_WARN, "EMBER_ATTENTION_TILES='%s' is not FWD_WG:FWD_BK:KV_WG:KV_BQ:"
-                    "Q_WG:Q_BK in range; using the defaults", env);
+    if (env)
+        em_log(EM_LOG_WARN,
+               "EMBER_ATTENTION_TILES='%s' is not FWD_WG:FWD_BK:KV_WG:KV_BQ:"
+               "Q_WG:Q_BK in range; using the defaults",
+               env);
     return t;
 }
 

@@ -225,8 +225,8 @@ static void test_attention_json(void **state)
     assert_string_equal(string(o, "tiles"), "1:64:1:32:1:32");
     cJSON_Delete(o);
     int code;
-    char *out = ember("bench attention --device cpu --seq 8 --dim 300 --batch 1 --heads 1",
-                      "2>&1", &code);
+    char *out =
+        ember("bench attention --device cpu --seq 8 --dim 300 --batch 1 --heads 1", "2>&1", &code);
     if (code != 1 || !strstr(out, "head size 300"))
         fail_msg("head size 300: status %d, output:\n%s", code, out);
     free(out);
@@ -281,10 +281,8 @@ static void test_bad_arguments(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test(test_decode_json),
-        cmocka_unit_test(test_train_json),
-        cmocka_unit_test(test_matmul_graph_json),
+        cmocka_unit_test(test_bad_arguments),  cmocka_unit_test(test_decode_json),
+        cmocka_unit_test(test_train_json),     cmocka_unit_test(test_matmul_graph_json),
         cmocka_unit_test(test_attention_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -469,13 +469,12 @@ static void test_cuda_register_operand(void **state)
     const char *bad2 =
         "kernel void bad(tensor(f32) out)\n{\n    shared bf16 s[4096];\n    f32 acc[32];\n"
         "    u32 p[8];\n    wgmma_mma_rs(acc, p, 6, s, 0, 4096);\n    out[0] = acc[0];\n}\n";
-    assert_true(check_error_at(bad2, 6, 26, "'wgmma_mma_rs': registers 6 .. 9 of an array of 8",
-                               NULL));
-    const char *bad3 =
-        "kernel void bad(tensor(f32) out)\n{\n    f32 acc[32];\n    bf16 q[8];\n"
-        "    wgmma_fence_regs(acc, q);\n    out[0] = acc[0];\n}\n";
-    assert_true(check_error_at(bad3, 5, 27, "a wgmma fence pins local arrays of u32, i32 or f32 (MMA operands)",
-                               NULL));
+    assert_true(
+        check_error_at(bad2, 6, 26, "'wgmma_mma_rs': registers 6 .. 9 of an array of 8", NULL));
+    const char *bad3 = "kernel void bad(tensor(f32) out)\n{\n    f32 acc[32];\n    bf16 q[8];\n"
+                       "    wgmma_fence_regs(acc, q);\n    out[0] = acc[0];\n}\n";
+    assert_true(check_error_at(
+        bad3, 5, 27, "a wgmma fence pins local arrays of u32, i32 or f32 (MMA operands)", NULL));
     em_lang_module_free(m);
 }
 
@@ -605,16 +604,11 @@ static void test_matmul_wgmma_compiles(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_descriptor),
-        cmocka_unit_test(test_accumulator_layout),
-        cmocka_unit_test(test_fragment_layout),
-        cmocka_unit_test(test_operand_layouts),
-        cmocka_unit_test(test_emulated_on_cpu),
-        cmocka_unit_test(test_register_operand),
-        cmocka_unit_test(test_cuda_source),
-        cmocka_unit_test(test_cuda_register_operand),
-        cmocka_unit_test(test_refused_elsewhere),
-        cmocka_unit_test(test_matmul_wgmma_compiles),
+        cmocka_unit_test(test_descriptor),        cmocka_unit_test(test_accumulator_layout),
+        cmocka_unit_test(test_fragment_layout),   cmocka_unit_test(test_operand_layouts),
+        cmocka_unit_test(test_emulated_on_cpu),   cmocka_unit_test(test_register_operand),
+        cmocka_unit_test(test_cuda_source),       cmocka_unit_test(test_cuda_register_operand),
+        cmocka_unit_test(test_refused_elsewhere), cmocka_unit_test(test_matmul_wgmma_compiles),
     };
     return cmocka_run_group_tests(tests, dev_setup, dev_teardown);
 }

@@ -336,8 +336,7 @@ int em_cli_bench(int argc, char **argv)
     if (argc >= 2 && !strcmp(argv[1], "train-gpt2")) return em_cli_bench_train(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "attention"))
         return em_cli_bench_attention(argc - 1, argv + 1);
-    fprintf(
-        stderr,
-        "usage: ember bench matmul|decode|train-gpt2|attention [options]   (see ember bench NAME --help)\n");
+    fprintf(stderr, "usage: ember bench matmul|decode|train-gpt2|attention [options]   (see ember "
+                    "bench NAME --help)\n");
     return 2;
 }

@@ -29,7 +29,8 @@ static const command COMMANDS[] = {
     {"sample", em_cli_sample, "generate text from a checkpoint (KV cache, top-k/top-p sampling)"},
     {"chat", em_cli_chat, "talk to a model in the terminal"},
     {"serve", em_cli_serve, "an OpenAI-compatible HTTP server with a web chat page"},
-    {"bench", em_cli_bench, "benchmarks: matmul (against cuBLAS / OpenBLAS), decode, train-gpt2, attention"},
+    {"bench", em_cli_bench,
+     "benchmarks: matmul (against cuBLAS / OpenBLAS), decode, train-gpt2, attention"},
 };
 
 static void usage(FILE *out)

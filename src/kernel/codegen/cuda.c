@@ -836,8 +836,8 @@ static bool cu_wgmma(em_spmd *e, const em_ir_inst *in, const char *what, em_strb
         char t[8] = "";
         const em_ir_memory *fm = NULL;
         if (sscanf(what + 7, "%u,%7[a-z0-9],%u,%u,%u", &n, t, &tb, &am, &ao) != 5 ||
-            n != m->length * 2 || (strcmp(t, "f16") && strcmp(t, "bf16")) ||
-            !(fm = mem(e, am)) || fm->space != EM_MEM_LOCAL || ao + 4 > fm->length) {
+            n != m->length * 2 || (strcmp(t, "f16") && strcmp(t, "bf16")) || !(fm = mem(e, am)) ||
+            fm->space != EM_MEM_LOCAL || ao + 4 > fm->length) {
             em_spmd_fail(e, "malformed warpgroup MMA `%s`", in->str);
             return true;
         }

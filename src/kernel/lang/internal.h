@@ -390,7 +390,7 @@ typedef enum bi_class {
     BI_MAT_STORE,
     BI_COPY_ASYNC, /* copy_async(dst, i, src, j, count[, valid]) */
     BI_COPY_SYNC,  /* copy_async_commit(), copy_async_wait(pending): ir_op */
-    BI_WGMMA,      /* wgmma_fence / _fence_regs / _commit / _wait / _mma / _mma_rs (imm: which; lower_wgmma.c) */
+    BI_WGMMA,      /* wgmma_fence, _fence_regs, _commit, _wait, _mma, _mma_rs (lower_wgmma.c) */
     BI_MBARRIER,   /* mbarrier_*, copy_async_arrive, setmaxnreg_* (imm: which; lower_mbarrier.c) */
     BI_PREFETCH,   /* prefetch(t, i): a hint that t[i] will be read (lower_call.c) */
     BI_DEPWAIT,    /* dependency_wait(): wait for the launches this one depends on */
