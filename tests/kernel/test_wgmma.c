@@ -445,6 +445,9 @@ static void test_cuda_register_operand(void **state)
     assert_non_null(strstr(src, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, "));
     assert_non_null(strstr(src, "%31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;"));
     assert_non_null(strstr(src, "asm volatile(\"\" : \"+r\"("));
+    /* the pack's bitcasts read a bf16 register's bits (its top half), not a second rounding */
+    assert_non_null(strstr(src, "(unsigned)em_f2b_exact("));
+    assert_null(strstr(src, "(unsigned)em_f2b("));
     setenv("EMBER_NVRTC_OPTIONS", "--ptxas-options=-v", 1);
     char nv[256];
     if (em_nvrtc_available(nv, sizeof nv)) {

@@ -205,7 +205,8 @@ static void cu_to_bits(em_spmd *e, em_scalar s, const char *x, em_strbuf *sb)
         em_sb_printf(sb, "(unsigned)em_f2h(%s)", x);
         break;
     case EM_BF16:
-        em_sb_printf(sb, "(unsigned)em_f2b(%s)", x);
+        /* a bf16 in a register is a float whose top half is its bits (prelude_bf16) */
+        em_sb_printf(sb, "(unsigned)em_f2b_exact(%s)", x);
         break;
     case EM_I64:
     case EM_U64:
