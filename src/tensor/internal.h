@@ -249,12 +249,15 @@ size_t tn_rows_binds(const tn_rows_plan *p, em_lang_bind *b);
  * tn_rows_plan_caps makes it with 16-byte lines and fewer values held per array. */
 bool tn_norm_backward_plan(const em_caps *c, em_scalar dt, int64_t rows, int64_t n, int64_t x_rs,
                            const int64_t *al, int na, tn_rows_plan *p);
+/* em_attention_fast for q of dtype dt and head size D on dev (ops_attention.c). */
+bool tn_attention_fast(em_device *dev, em_scalar dt, int64_t D);
+/* The wgmma attention kernels' tiles in effect, "FWD_WG:FWD_BK:KV_WG:KV_BQ:Q_WG:Q_BK" (the
+ * defaults, or EMBER_ATTENTION_TILES where it is valid), into out. */
+void tn_attention_tiles(char *out, size_t size);
 /* Attention into given tensors (ops_attention.c; em_attention_qkv): the forward writes out (q's
  * shape, a view with a contiguous last dim) and lse ([B, H, Tq], the compute type) after
  * em_attention's checks; the backward writes the gradients into dq, dk and dv (views of q's, k's
  * and v's shapes, each with a contiguous last dim). EM_OK or the error set (prefixed with op). */
-/* em_attention_fast for q of dtype dt and head size D on dev (ops_attention.c). */
-bool tn_attention_fast(em_device *dev, em_scalar dt, int64_t D);
 em_status tn_attention_forward_into(const char *op, const em_tensor *q, const em_tensor *k,
                                     const em_tensor *v, bool causal, double scale, em_tensor *out,
                                     em_tensor *lse);

@@ -8,6 +8,8 @@
  * strides whose last dim is contiguous (as GPT's heads are: views of the fused qkv projection), so
  * nothing is copied then; other views are made contiguous first. docs/attention.md says more. */
 #include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -156,12 +158,20 @@ static attn_tiles attn_tiles_get(void)
                  tile[i] <= (i == 0 ? 256 : 128);
         if (ok) return e;
     }
-    if (env)
+    static atomic_bool warned; /* read at every launch: say it once */
+    if (env && !atomic_exchange(&warned, true))
         em_log(EM_LOG_WARN,
-               "EMBER_ATTENTION_TILES='%s' is not FWD_WG:FWD_BK:KV_WG:KV_BQ:"
-               "Q_WG:Q_BK in range; using the defaults",
+               "EMBER_ATTENTION_TILES='%s' is not FWD_WG:FWD_BK:KV_WG:KV_BQ:Q_WG:Q_BK with 1 to 4 "
+               "warpgroups and tiles that are multiples of 16 up to 256 (forward) or 128; using "
+               "the defaults",
                env);
     return t;
+}
+
+void tn_attention_tiles(char *out, size_t size)
+{
+    attn_tiles t = attn_tiles_get();
+    snprintf(out, size, "%d:%d:%d:%d:%d:%d", t.fwd_wg, t.fwd_bk, t.kv_wg, t.kv_bq, t.q_wg, t.q_bk);
 }
 
 /* Bytes of shared memory the largest of the wgmma kernels takes for head size d (2-byte
@@ -378,9 +388,9 @@ static em_status attn_backward_mma(const char *op, em_tensor *const views[4], em
             rows = 64 * t.q_wg;
             units[0] = 128 * (uint32_t)t.q_wg;
             wbind[3] = em_lang_bind_int("WG", t.q_wg);
+            wbind[4] = em_lang_bind_int("BK", t.q_bk);
         }
         cubes[0] = (uint32_t)((q->shape[2] + rows - 1) / rows);
-        wbind[4] = em_lang_bind_int("BK", wg ? t.q_bk : 64);
         return tn_launch(op, dev,
                          wg ? "tensor_attention_bwd_q_wgmma" : "tensor_attention_bwd_q_mma",
                          wg ? wbind : bind, 6, 1, cubes, units, args, 8);

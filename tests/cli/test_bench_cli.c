@@ -194,8 +194,8 @@ static void test_matmul_graph_json(void **state)
 
 /* `ember bench attention` on the CPU: one JSON line with the shape asked for, positive times, and
  * TFLOP/s that are the model's work over those times (4 B H T(T+1)/2 D causal, 2.5 times that
- * backward); the tiles it names are EMBER_ATTENTION_TILES'; a head size past 256 is an error
- * (status 1) naming it. */
+ * backward); the tiles it names are those in effect (EMBER_ATTENTION_TILES', or the defaults
+ * with a warning naming a bad value); a head size past 256 is an error (status 1) naming it. */
 static void test_attention_json(void **state)
 {
     (void)state;
@@ -207,7 +207,7 @@ static void test_attention_json(void **state)
     assert_int_equal((int)number(o, "heads"), 3);
     assert_int_equal((int)number(o, "seq"), 40);
     assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "causal")));
-    assert_string_equal(string(o, "tiles"), "default");
+    assert_string_equal(string(o, "tiles"), "2:128:2:64:2:64"); /* the defaults */
     double fwd = number(o, "fwd_ms"), bwd = number(o, "bwd_ms");
     assert_true(fwd > 0 && bwd > 0);
     double flop = 4.0 * 2 * 3 * (40.0 * 41 / 2) * 64;
@@ -224,7 +224,22 @@ static void test_attention_json(void **state)
     assert_string_equal(string(o, "dtype"), "f32");
     assert_string_equal(string(o, "tiles"), "1:64:1:32:1:32");
     cJSON_Delete(o);
+    /* tiles out of range or malformed: a warning naming the value, and the defaults run */
+    static const char *const bad_tiles[] = {"2:100:2:64:2:64", "5:128:2:64:2:64", "2:128:2:64",
+                                            "junk"};
     int code;
+    for (size_t i = 0; i < sizeof bad_tiles / sizeof bad_tiles[0]; i++) {
+        char warning[64];
+        setenv("EMBER_ATTENTION_TILES", bad_tiles[i], 1);
+        char *out = ember("bench attention --device cpu --batch 1 --heads 1 --seq 16 --dim 8 "
+                          "--iters 1",
+                          "2>&1", &code);
+        unsetenv("EMBER_ATTENTION_TILES");
+        snprintf(warning, sizeof warning, "EMBER_ATTENTION_TILES='%s' is not", bad_tiles[i]);
+        if (code != 0 || !strstr(out, warning) || !strstr(out, "\"tiles\":\"2:128:2:64:2:64\""))
+            fail_msg("EMBER_ATTENTION_TILES=%s: status %d, output:\n%s", bad_tiles[i], code, out);
+        free(out);
+    }
     char *out =
         ember("bench attention --device cpu --seq 8 --dim 300 --batch 1 --heads 1", "2>&1", &code);
     if (code != 1 || !strstr(out, "head size 300"))

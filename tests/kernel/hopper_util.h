@@ -92,4 +92,26 @@ static inline int nvrtc_problems(const char *log, const char *label)
     return n;
 }
 
+/* expect_nvrtc_compiles with ptxas's report (--ptxas-options=-v): prints its register line
+ * after `label` and fails the test on any of nvrtc_problems'. */
+static inline void expect_nvrtc_clean(const char *src, const char *arch, const char *label)
+{
+    char nv[512];
+    if (!em_nvrtc_available(nv, sizeof nv)) {
+        print_message("NVRTC compile skipped: %s\n", nv);
+        return;
+    }
+    setenv("EMBER_NVRTC_OPTIONS", "--ptxas-options=-v", 1);
+    char *log = NULL;
+    void *bin = NULL;
+    size_t size = 0;
+    if (em_nvrtc_compile(src, arch, &log, &bin, &size) != EM_OK)
+        fail_msg("NVRTC (%s): %s\n%s", arch, em_last_error(), src);
+    print_message("%s: %.60s\n", label, nvrtc_used(log));
+    int problems = nvrtc_problems(log, label);
+    free(log);
+    free(bin);
+    assert_int_equal(problems, 0);
+}
+
 #endif

@@ -448,19 +448,7 @@ static void test_cuda_register_operand(void **state)
     /* the pack's bitcasts read a bf16 register's bits (its top half), not a second rounding */
     assert_non_null(strstr(src, "(unsigned)em_f2b_exact("));
     assert_null(strstr(src, "(unsigned)em_f2b("));
-    setenv("EMBER_NVRTC_OPTIONS", "--ptxas-options=-v", 1);
-    char nv[256];
-    if (em_nvrtc_available(nv, sizeof nv)) {
-        char *log = NULL;
-        void *bin = NULL;
-        size_t size = 0;
-        if (em_nvrtc_compile(src, "sm_90a", &log, &bin, &size) != EM_OK)
-            fail_msg("%s", em_last_error());
-        print_message("chain: %.60s\n", nvrtc_used(log));
-        assert_int_equal(nvrtc_problems(log, "chain"), 0);
-        free(log);
-        free(bin);
-    }
+    expect_nvrtc_clean(src, "sm_90a", "chain");
     free(src);
     em_ir_kernel_free(k);
     /* a fragment that is no u32 array, and registers past its end */

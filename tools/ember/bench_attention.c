@@ -8,9 +8,10 @@
  *
  *   {"bench":"attention","impl":"ember","device":"cuda:0","device_name":"...","dtype":"bf16",
  *    "batch":16,"heads":12,"seq":1024,"dim":64,"causal":true,"fwd_ms":...,"bwd_ms":...,
- *    "fwd_tflops":...,"bwd_tflops":...,"fast":true,"tiles":"default"}
+ *    "fwd_tflops":...,"bwd_tflops":...,"fast":true,"tiles":"2:128:2:64:2:64"}
  *
- * fast: em_attention_fast (the matrix-unit kernels ran); tiles: EMBER_ATTENTION_TILES, if set.
+ * fast: em_attention_fast (the matrix-unit kernels ran); tiles: the wgmma kernels' tiles in
+ * effect (tn_attention_tiles: EMBER_ATTENTION_TILES where it is valid, else the defaults).
  *
  * The TFLOP/s count the model's work as flash attention's papers do: 4 B H Tq Tk D for the
  * forward's two products and 2.5 times that for the backward's five (both halved, to the keys
@@ -156,7 +157,8 @@ int em_cli_bench_attention(int argc, char **argv)
     /* the model's work: 4 B H T T D for the forward (T (T + 1) / 2 query-key pairs causal) */
     double pairs = o.causal ? (double)o.T * (double)(o.T + 1) / 2 : (double)o.T * (double)o.T;
     double flop = 4.0 * (double)(o.B * o.H) * pairs * (double)o.D;
-    const char *tiles = getenv("EMBER_ATTENTION_TILES");
+    char tiles[64];
+    tn_attention_tiles(tiles, sizeof tiles);
     printf("{\"bench\":\"attention\",\"impl\":\"ember\",\"device\":\"%s\",\"device_name\":\"%s\","
            "\"dtype\":\"%s\",\"batch\":%lld,\"heads\":%lld,\"seq\":%lld,\"dim\":%lld,"
            "\"causal\":%s,\"fwd_ms\":%.4f,\"bwd_ms\":%.4f,\"fwd_tflops\":%.4f,"
@@ -164,7 +166,7 @@ int em_cli_bench_attention(int argc, char **argv)
            em_device_name(dev), em_device_caps(dev)->device_name, o.dtype, (long long)o.B,
            (long long)o.H, (long long)o.T, (long long)o.D, o.causal ? "true" : "false", fwd * 1e3,
            bwd * 1e3, flop / fwd * 1e-12, 2.5 * flop / bwd * 1e-12,
-           em_attention_fast(r.q) ? "true" : "false", tiles ? tiles : "default");
+           em_attention_fast(r.q) ? "true" : "false", tiles);
     fflush(stdout);
     rc = 0;
 fail:

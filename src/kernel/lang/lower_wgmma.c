@@ -360,9 +360,7 @@ bool em_lang_hopper_target(lower *L, const ast_expr *e, const char *builtin, con
     if (emulated(L) || em_lang_wgmma_native(caps)) return true;
     bool cuda = !strcmp(caps->target, "cuda");
     char hint[96];
-    snprintf(hint, sizeof hint,
-             "guard it with 'comptime if (has(%s))' and give the kernel another "
-             "path",
+    snprintf(hint, sizeof hint, "guard it with 'comptime if (has(%s))' and give the kernel another path",
              feature);
     em_lang_lerr(L, e->op_pos, hint,
                  "'%s' needs %s (CUDA on compute capability 9.0: arch sm_90a); %s%s%s has none",
