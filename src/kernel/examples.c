@@ -15,7 +15,8 @@ static em_ir_kernel *example_add(void)
     em_ir_mem out = em_ir_param_buffer(k, "out", t, EM_WRITE, 1);
     em_ir_val i = em_ir_builtin(k, EM_ABSOLUTE_POS);
     em_ir_if_begin(k, em_ir_binary(k, EM_OP_LT, i, em_ir_len(k, out)));
-    em_ir_val sum = em_ir_binary(k, EM_OP_ADD, em_ir_load(k, a, i), em_ir_load(k, b, i));
+    em_ir_val ai = em_ir_load(k, a, i), bi = em_ir_load(k, b, i);
+    em_ir_val sum = em_ir_binary(k, EM_OP_ADD, ai, bi);
     em_ir_store(k, out, i, sum);
     em_ir_end(k);
     return k;
@@ -72,7 +73,8 @@ static em_ir_kernel *example_reduce_sum(void)
     em_ir_sync_cube(k);
     em_ir_end(k);
     em_ir_if_begin(k, em_ir_binary(k, EM_OP_EQ, unit, em_ir_u32(k, 0)));
-    em_ir_store(k, out, em_ir_builtin(k, EM_CUBE_POS), em_ir_load(k, part, em_ir_u32(k, 0)));
+    em_ir_val cube = em_ir_builtin(k, EM_CUBE_POS);
+    em_ir_store(k, out, cube, em_ir_load(k, part, em_ir_u32(k, 0)));
     em_ir_end(k);
     return k;
 }
@@ -81,8 +83,8 @@ static em_ir_kernel *example_reduce_sum(void)
 static void load_tile(em_ir_kernel *k, em_ir_mem dst, em_ir_mem src, em_ir_val slot, em_ir_val row,
                       em_ir_val col, em_ir_val rows, em_ir_val cols)
 {
-    em_ir_val inside = em_ir_binary(k, EM_OP_AND, em_ir_binary(k, EM_OP_LT, row, rows),
-                                    em_ir_binary(k, EM_OP_LT, col, cols));
+    em_ir_val in_rows = em_ir_binary(k, EM_OP_LT, row, rows);
+    em_ir_val inside = em_ir_binary(k, EM_OP_AND, in_rows, em_ir_binary(k, EM_OP_LT, col, cols));
     em_ir_if_begin(k, inside);
     em_ir_val at = em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, row, cols), col);
     em_ir_store(k, dst, slot, em_ir_load(k, src, at));
@@ -130,8 +132,8 @@ static em_ir_kernel *example_matmul_tiled(void)
     em_ir_end(k);
     em_ir_sync_cube(k);
     em_ir_end(k);
-    em_ir_val inside = em_ir_binary(k, EM_OP_AND, em_ir_binary(k, EM_OP_LT, row, m),
-                                    em_ir_binary(k, EM_OP_LT, col, n));
+    em_ir_val in_rows = em_ir_binary(k, EM_OP_LT, row, m);
+    em_ir_val inside = em_ir_binary(k, EM_OP_AND, in_rows, em_ir_binary(k, EM_OP_LT, col, n));
     em_ir_if_begin(k, inside);
     em_ir_store(k, c, em_ir_binary(k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, row, n), col), acc);
     em_ir_end(k);
@@ -153,11 +155,10 @@ static em_ir_kernel *example_matmul_mma(void)
     em_ir_val fb = em_ir_matrix(k, EM_MAT_B, EM_F16, T, T, T, EM_ROW_MAJOR, "fb");
     em_ir_val acc = em_ir_matrix(k, EM_MAT_ACC, EM_F32, T, T, T, EM_ROW_MAJOR, "acc");
     /* one plane per tile: the tile is (CUBE_POS_Y * planes + PLANE_POS) over the x axis */
-    em_ir_val planes =
-        em_ir_binary(k, EM_OP_DIV, em_ir_builtin(k, EM_CUBE_DIM), em_ir_builtin(k, EM_PLANE_DIM));
-    em_ir_val tile_x = em_ir_binary(
-        k, EM_OP_ADD, em_ir_binary(k, EM_OP_MUL, em_ir_builtin(k, EM_CUBE_POS_X), planes),
-        em_ir_builtin(k, EM_PLANE_POS));
+    em_ir_val cube_dim = em_ir_builtin(k, EM_CUBE_DIM);
+    em_ir_val planes = em_ir_binary(k, EM_OP_DIV, cube_dim, em_ir_builtin(k, EM_PLANE_DIM));
+    em_ir_val tile_x = em_ir_binary(k, EM_OP_MUL, em_ir_builtin(k, EM_CUBE_POS_X), planes);
+    tile_x = em_ir_binary(k, EM_OP_ADD, tile_x, em_ir_builtin(k, EM_PLANE_POS));
     em_ir_val row0 = em_ir_binary(k, EM_OP_MUL, em_ir_builtin(k, EM_CUBE_POS_Y), em_ir_u32(k, T));
     em_ir_val col0 = em_ir_binary(k, EM_OP_MUL, tile_x, em_ir_u32(k, T));
     em_ir_if_begin(k, em_ir_binary(k, EM_OP_LT, col0, n));

@@ -251,9 +251,9 @@ bool tn_norm_backward_plan(const em_caps *c, em_scalar dt, int64_t rows, int64_t
                            const int64_t *al, int na, tn_rows_plan *p);
 /* em_attention_fast for q of dtype dt and head size D on dev (ops_attention.c). */
 bool tn_attention_fast(em_device *dev, em_scalar dt, int64_t D);
-/* The wgmma attention kernels' tiles in effect, "FWD_WG:FWD_BK:KV_WG:KV_BQ:Q_WG:Q_BK" (the
- * defaults, or EMBER_ATTENTION_TILES where it is valid), into out. */
-void tn_attention_tiles(char *out, size_t size);
+/* The wgmma attention kernels' tiles in effect at head size D, "FWD_WG:FWD_BK:KV_WG:KV_BQ:Q_WG:Q_BK"
+ * (the defaults for D, or EMBER_ATTENTION_TILES where it is valid), into out. */
+void tn_attention_tiles(int64_t D, char *out, size_t size);
 /* Attention into given tensors (ops_attention.c; em_attention_qkv): the forward writes out (q's
  * shape, a view with a contiguous last dim) and lse ([B, H, Tq], the compute type) after
  * em_attention's checks; the backward writes the gradients into dq, dk and dv (views of q's, k's

@@ -144,9 +144,12 @@ typedef struct attn_tiles {
     int fwd_wg, fwd_bk, kv_wg, kv_bq, q_wg, q_bk;
 } attn_tiles;
 
-static attn_tiles attn_tiles_get(void)
+static attn_tiles attn_tiles_get(int64_t D)
 {
-    attn_tiles t = {2, 128, 2, 64, 2, 64};
+    /* head size 64: one warpgroup a cube (on an H100 in session 16 the forward ran 1.24x and the
+     * backward 1.07x faster than with two, docs/benchmarks.md: more cubes hide each other's
+     * softmax); 128: two, since one warpgroup's dk/dv at 255 registers spills */
+    attn_tiles t = D <= 64 ? (attn_tiles){1, 128, 1, 64, 1, 64} : (attn_tiles){2, 128, 2, 64, 2, 64};
     const char *env = getenv("EMBER_ATTENTION_TILES");
     attn_tiles e;
     if (env && sscanf(env, "%d:%d:%d:%d:%d:%d", &e.fwd_wg, &e.fwd_bk, &e.kv_wg, &e.kv_bq, &e.q_wg,
@@ -168,9 +171,9 @@ static attn_tiles attn_tiles_get(void)
     return t;
 }
 
-void tn_attention_tiles(char *out, size_t size)
+void tn_attention_tiles(int64_t D, char *out, size_t size)
 {
-    attn_tiles t = attn_tiles_get();
+    attn_tiles t = attn_tiles_get(D);
     snprintf(out, size, "%d:%d:%d:%d:%d:%d", t.fwd_wg, t.fwd_bk, t.kv_wg, t.kv_bq, t.q_wg, t.q_bk);
 }
 
@@ -204,7 +207,7 @@ static attn_path attn_pick(em_device *dev, em_scalar dt, int64_t D)
     const char *env = getenv("EMBER_ATTENTION");
     const em_caps *c = em_device_caps(dev);
     if (!c || (env && !strcmp(env, "simt"))) return ATTN_SIMT;
-    attn_tiles t = attn_tiles_get();
+    attn_tiles t = attn_tiles_get(D);
     int wg = t.fwd_wg > t.kv_wg ? t.fwd_wg : t.kv_wg;
     wg = wg > t.q_wg ? wg : t.q_wg;
     bool fits = attn_wgmma_smem(D, &t) <= c->max_shared && 128u * (unsigned)wg <= c->max_cube_units;
@@ -260,7 +263,7 @@ static em_status attn_forward(const char *op, const em_tensor *q, const em_tenso
         uint32_t cubes[3], units[3];
         if (path == ATTN_WGMMA) {
             const em_caps *caps = em_device_caps(dev);
-            attn_tiles t = attn_tiles_get();
+            attn_tiles t = attn_tiles_get(D);
             bool vec = attn_rows_aligned(qc, 8) && attn_rows_aligned(kc, 8) &&
                        attn_rows_aligned(vc, 8); /* 16-byte tile copies */
             bind[0] = em_lang_bind_type("T", q->dtype);
@@ -363,7 +366,7 @@ static em_status attn_backward_mma(const char *op, em_tensor *const views[4], em
                             em_lang_bind_int("D", q->shape[3]),
                             em_lang_bind_int("PLANE", plane),
                             em_lang_bind_int("V", vec ? 8 : 1)};
-    attn_tiles t = attn_tiles_get();
+    attn_tiles t = attn_tiles_get(q->shape[3]);
     em_lang_bind wbind[6] = {
         em_lang_bind_type("T", q->dtype),   em_lang_bind_type("M", tn_math_type(dev, EM_F32)),
         em_lang_bind_int("D", q->shape[3]), em_lang_bind_int("WG", t.kv_wg),

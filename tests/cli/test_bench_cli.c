@@ -194,8 +194,9 @@ static void test_matmul_graph_json(void **state)
 
 /* `ember bench attention` on the CPU: one JSON line with the shape asked for, positive times, and
  * TFLOP/s that are the model's work over those times (4 B H T(T+1)/2 D causal, 2.5 times that
- * backward); the tiles it names are those in effect (EMBER_ATTENTION_TILES', or the defaults
- * with a warning naming a bad value); a head size past 256 is an error (status 1) naming it. */
+ * backward); the tiles it names are those in effect (EMBER_ATTENTION_TILES', or the defaults for
+ * the head size, with a warning naming a bad value); a head size past 256 is an error (status 1)
+ * naming it. */
 static void test_attention_json(void **state)
 {
     (void)state;
@@ -207,7 +208,7 @@ static void test_attention_json(void **state)
     assert_int_equal((int)number(o, "heads"), 3);
     assert_int_equal((int)number(o, "seq"), 40);
     assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "causal")));
-    assert_string_equal(string(o, "tiles"), "2:128:2:64:2:64"); /* the defaults */
+    assert_string_equal(string(o, "tiles"), "1:128:1:64:1:64"); /* the defaults at D 64 */
     double fwd = number(o, "fwd_ms"), bwd = number(o, "bwd_ms");
     assert_true(fwd > 0 && bwd > 0);
     double flop = 4.0 * 2 * 3 * (40.0 * 41 / 2) * 64;
@@ -224,6 +225,10 @@ static void test_attention_json(void **state)
     assert_string_equal(string(o, "dtype"), "f32");
     assert_string_equal(string(o, "tiles"), "1:64:1:32:1:32");
     cJSON_Delete(o);
+    /* at D 128 the defaults take two warpgroups a cube */
+    o = bench_json("bench attention --device cpu --batch 1 --heads 1 --seq 16 --dim 128 --iters 1");
+    assert_string_equal(string(o, "tiles"), "2:128:2:64:2:64");
+    cJSON_Delete(o);
     /* tiles out of range or malformed: a warning naming the value, and the defaults run */
     static const char *const bad_tiles[] = {"2:100:2:64:2:64", "5:128:2:64:2:64", "2:128:2:64",
                                             "junk"};
@@ -236,7 +241,7 @@ static void test_attention_json(void **state)
                           "2>&1", &code);
         unsetenv("EMBER_ATTENTION_TILES");
         snprintf(warning, sizeof warning, "EMBER_ATTENTION_TILES='%s' is not", bad_tiles[i]);
-        if (code != 0 || !strstr(out, warning) || !strstr(out, "\"tiles\":\"2:128:2:64:2:64\""))
+        if (code != 0 || !strstr(out, warning) || !strstr(out, "\"tiles\":\"1:128:1:64:1:64\""))
             fail_msg("EMBER_ATTENTION_TILES=%s: status %d, output:\n%s", bad_tiles[i], code, out);
         free(out);
     }

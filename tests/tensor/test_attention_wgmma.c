@@ -145,15 +145,22 @@ static void test_wgmma_compiles(void **state)
                 for (int vec = 8; vec >= 1; vec -= 7) {
                     if (vec == 1 && (t || d != 64)) continue;
                     em_scalar ty = t ? EM_BF16 : EM_F16;
-                    /* the forward's tiles of 128 keys; the backward's of 64 queries or keys */
-                    em_lang_bind b[] = {
-                        em_lang_bind_type("T", ty),   em_lang_bind_type("M", EM_F32),
-                        em_lang_bind_int("D", d),     em_lang_bind_int("WG", 2),
-                        em_lang_bind_int("V", vec),   em_lang_bind_int("BK", 128),
-                        em_lang_bind_int("PLANE", 32)};
+                    /* the default tiles at D: warpgroups and streamed tile per kernel */
+                    char tiles[64];
+                    int tl[6];
+                    tn_attention_tiles(d, tiles, sizeof tiles);
+                    assert_int_equal(sscanf(tiles, "%d:%d:%d:%d:%d:%d", &tl[0], &tl[1], &tl[2],
+                                            &tl[3], &tl[4], &tl[5]),
+                                     6);
+                    em_lang_bind b[] = {em_lang_bind_type("T", ty),
+                                        em_lang_bind_type("M", EM_F32),
+                                        em_lang_bind_int("D", d),
+                                        em_lang_bind_int("WG", tl[2 * ki]),
+                                        em_lang_bind_int("V", vec),
+                                        em_lang_bind_int(ki == 1 ? "BQ" : "BK", tl[2 * ki + 1]),
+                                        em_lang_bind_int("PLANE", 32)};
                     size_t nb = sizeof b / sizeof b[0];
-                    if (ki == 1) b[5] = em_lang_bind_int("BQ", 64), nb = 6;
-                    if (ki == 2) b[5] = em_lang_bind_int("BK", 64), nb = 6;
+                    if (ki) nb = 6;
                     em_lang_spec spec = {b, nb, 1, &caps};
                     em_lang_diags *dg = em_lang_diags_new();
                     em_ir_kernel *k = em_lang_specialize(m, kernels[ki], &spec, dg);

@@ -8,7 +8,7 @@
  *
  *   {"bench":"attention","impl":"ember","device":"cuda:0","device_name":"...","dtype":"bf16",
  *    "batch":16,"heads":12,"seq":1024,"dim":64,"causal":true,"fwd_ms":...,"bwd_ms":...,
- *    "fwd_tflops":...,"bwd_tflops":...,"fast":true,"tiles":"2:128:2:64:2:64"}
+ *    "fwd_tflops":...,"bwd_tflops":...,"fast":true,"tiles":"1:128:1:64:1:64"}
  *
  * fast: em_attention_fast (the matrix-unit kernels ran); tiles: the wgmma kernels' tiles in
  * effect (tn_attention_tiles: EMBER_ATTENTION_TILES where it is valid, else the defaults).
@@ -158,7 +158,7 @@ int em_cli_bench_attention(int argc, char **argv)
     double pairs = o.causal ? (double)o.T * (double)(o.T + 1) / 2 : (double)o.T * (double)o.T;
     double flop = 4.0 * (double)(o.B * o.H) * pairs * (double)o.D;
     char tiles[64];
-    tn_attention_tiles(tiles, sizeof tiles);
+    tn_attention_tiles(o.D, tiles, sizeof tiles);
     printf("{\"bench\":\"attention\",\"impl\":\"ember\",\"device\":\"%s\",\"device_name\":\"%s\","
            "\"dtype\":\"%s\",\"batch\":%lld,\"heads\":%lld,\"seq\":%lld,\"dim\":%lld,"
            "\"causal\":%s,\"fwd_ms\":%.4f,\"bwd_ms\":%.4f,\"fwd_tflops\":%.4f,"

@@ -424,8 +424,11 @@ static void lower_for(lower *L, const ast_stmt *s)
     }
     em_ir_val var = em_ir_var(L->k, ty, s->name);
     if (!em_lang_ir_open(L, s->pos)) return;
-    em_ir_range_begin(L->k, var, em_lang_materialize(L, &b[0]), em_lang_materialize(L, &b[1]),
-                      em_lang_materialize(L, &b[2]), false);
+    /* materialized one by one: the IR's order must not depend on the C compiler's order of a
+     * call's arguments */
+    em_ir_val from = em_lang_materialize(L, &b[0]), to = em_lang_materialize(L, &b[1]);
+    em_ir_val step = em_lang_materialize(L, &b[2]);
+    em_ir_range_begin(L->k, var, from, to, step, false);
     L->fr->loops++;
     L->fr->slots[s->slot] = em_lang_lv_rt(ty, var);
     lower_stmt(L, s->body);

@@ -344,12 +344,12 @@ static lv matrix_op(call *c)
     em_mat_layout layout;
     if (off.kind == V_ERR || stride.kind == V_ERR || !layout_arg(c, 4, &layout))
         return em_lang_lv_err();
+    /* one by one: the IR's order must not hang on the C compiler's order of arguments */
+    em_ir_val voff = em_lang_materialize(c->L, &off), vstride = em_lang_materialize(c->L, &stride);
     if (store)
-        em_ir_mat_store(k, m->mem, em_lang_materialize(c->L, &off),
-                        em_lang_materialize(c->L, &stride), c->a[0].v, layout);
+        em_ir_mat_store(k, m->mem, voff, vstride, c->a[0].v, layout);
     else
-        em_ir_mat_load(k, c->a[0].v, m->mem, em_lang_materialize(c->L, &off),
-                       em_lang_materialize(c->L, &stride), layout);
+        em_ir_mat_load(k, c->a[0].v, m->mem, voff, vstride, layout);
     return em_lang_lv_void();
 }
 
@@ -411,8 +411,10 @@ static void copy_plain(call *c, em_ir_mem dst, em_ir_val i, em_ir_mem src, em_ir
     em_ir_kernel *k = c->L->k;
     bool cond = valid && valid->kind != V_CONST;
     if (valid && valid->kind == V_CONST && !valid->c.i) {
-        for (unsigned j = 0; j < n; j++)
-            em_ir_store(k, dst, em_ir_binary(k, EM_OP_ADD, i, em_ir_u32(k, j)), zero_of(k, elem));
+        for (unsigned j = 0; j < n; j++) {
+            em_ir_val at = em_ir_binary(k, EM_OP_ADD, i, em_ir_u32(k, j));
+            em_ir_store(k, dst, at, zero_of(k, elem));
+        }
         return;
     }
     if (cond) {
@@ -421,12 +423,15 @@ static void copy_plain(call *c, em_ir_mem dst, em_ir_val i, em_ir_mem src, em_ir
     }
     for (unsigned j = 0; j < n; j++) {
         em_ir_val x = em_ir_load(k, src, em_ir_binary(k, EM_OP_ADD, s, em_ir_u32(k, j)));
-        em_ir_store(k, dst, em_ir_binary(k, EM_OP_ADD, i, em_ir_u32(k, j)), x);
+        em_ir_val at = em_ir_binary(k, EM_OP_ADD, i, em_ir_u32(k, j));
+        em_ir_store(k, dst, at, x);
     }
     if (cond) {
         em_ir_else(k);
-        for (unsigned j = 0; j < n; j++)
-            em_ir_store(k, dst, em_ir_binary(k, EM_OP_ADD, i, em_ir_u32(k, j)), zero_of(k, elem));
+        for (unsigned j = 0; j < n; j++) {
+            em_ir_val at = em_ir_binary(k, EM_OP_ADD, i, em_ir_u32(k, j));
+            em_ir_store(k, dst, at, zero_of(k, elem));
+        }
         em_lang_ir_close(c->L);
     }
 }

@@ -247,9 +247,10 @@ static lv lower_ternary(lower *L, const ast_expr *e, const em_type *hint)
         a = em_lang_coerce(L, a, t, e->b->pos, "an arm of '?:'");
         b = em_lang_coerce(L, b, t, e->c->pos, "an arm of '?:'");
         if (a.kind == V_ERR || b.kind == V_ERR) return em_lang_lv_err();
-        return em_lang_lv_rt(t, em_ir_emit(L->k, EM_OP_SELECT, t, em_lang_materialize(L, &c),
-                                           em_lang_materialize(L, &a), em_lang_materialize(L, &b),
-                                           0, 0, 0));
+        /* one by one: the IR's order must not hang on the C compiler's order of arguments */
+        em_ir_val vc = em_lang_materialize(L, &c), va = em_lang_materialize(L, &a);
+        em_ir_val vb = em_lang_materialize(L, &b);
+        return em_lang_lv_rt(t, em_ir_emit(L->k, EM_OP_SELECT, t, vc, va, vb, 0, 0, 0));
     }
     if (!em_lang_need_cond(L, &c, e->a->pos, "the condition of '?:'")) return em_lang_lv_err();
     /* a scalar condition evaluates one arm only: if (c) r = a; else r = b; */
@@ -327,8 +328,8 @@ static lv lower_index(lower *L, const ast_expr *e)
             }
         }
         if (base.ty.lanes == 1) return base;
-        return em_lang_lv_rt(
-            st, em_ir_extract(L->k, em_lang_materialize(L, &base), em_lang_materialize(L, &ix)));
+        em_ir_val vbase = em_lang_materialize(L, &base), vix = em_lang_materialize(L, &ix);
+        return em_lang_lv_rt(st, em_ir_extract(L->k, vbase, vix));
     }
     char d[96];
     em_lang_lv_desc(&base, d, sizeof(d));

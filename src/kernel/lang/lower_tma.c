@@ -61,8 +61,12 @@ static em_ir_val u32c(em_ir_kernel *k, uint32_t v)
 static em_ir_val pack(em_ir_kernel *k, em_ir_val hi, em_ir_val lo)
 {
     em_type t = em_ty(EM_U64);
-    return bin(k, EM_OP_OR, bin(k, EM_OP_SHL, em_ir_cast(k, t, hi), em_ir_const_uint(k, t, 32)),
-               em_ir_cast(k, t, lo));
+    /* one instruction a statement: the IR's order must not depend on the C compiler's order of
+     * a call's arguments */
+    em_ir_val h = em_ir_cast(k, t, hi);
+    h = bin(k, EM_OP_SHL, h, em_ir_const_uint(k, t, 32));
+    em_ir_val l = em_ir_cast(k, t, lo);
+    return bin(k, EM_OP_OR, h, l);
 }
 
 /* Argument i as a u32 index value. */
@@ -137,10 +141,10 @@ static bool emulate_load(lower *L, const ast_expr *e, const lv *dst, em_ir_val d
     }
     if (!em_lang_ir_open(L, e->op_pos)) return false;
     em_ir_if_begin(k, in);
-    em_ir_val from = bin(k, EM_OP_ADD, off,
-                         bin(k, EM_OP_ADD, g[0],
-                             bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, g[1], s1),
-                                 bin(k, EM_OP_MUL, g[2], s2))));
+    em_ir_val from = bin(k, EM_OP_MUL, g[1], s1), f2 = bin(k, EM_OP_MUL, g[2], s2);
+    from = bin(k, EM_OP_ADD, from, f2);
+    from = bin(k, EM_OP_ADD, g[0], from);
+    from = bin(k, EM_OP_ADD, off, from);
     em_ir_store(k, dst->mem, at, em_ir_load(k, src->mem, from));
     em_ir_else(k);
     em_ir_store(k, dst->mem, at,

@@ -118,25 +118,38 @@ static em_ir_val bin(em_ir_kernel *k, em_ir_op op, em_ir_val a, em_ir_val b)
 static em_ir_val emulated_index(em_ir_kernel *k, em_ir_val off, uint32_t lbo_bytes, em_ir_val r,
                                 em_ir_val kk)
 {
+    /* one instruction a statement: C leaves the order of a call's arguments open, and the IR's
+     * order (so the generated source and the kernel cache's key) must not depend on the compiler
+     * that built ember */
     em_ir_val x = bin(k, EM_OP_MUL, off, u32c(k, 2));
-    em_ir_val t;
+    em_ir_val t, u;
     if (lbo_bytes == 0) {
-        t = bin(k, EM_OP_ADD,
-                bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, r, u32c(k, 8)), u32c(k, EM_WGMMA_SBO)),
-                bin(k, EM_OP_MUL, bin(k, EM_OP_REM, r, u32c(k, 8)), u32c(k, 128)));
-        t = bin(k, EM_OP_ADD, t, bin(k, EM_OP_MUL, kk, u32c(k, 2)));
+        t = bin(k, EM_OP_DIV, r, u32c(k, 8));
+        t = bin(k, EM_OP_MUL, t, u32c(k, EM_WGMMA_SBO));
+        u = bin(k, EM_OP_REM, r, u32c(k, 8));
+        u = bin(k, EM_OP_MUL, u, u32c(k, 128));
+        t = bin(k, EM_OP_ADD, t, u);
+        u = bin(k, EM_OP_MUL, kk, u32c(k, 2));
+        t = bin(k, EM_OP_ADD, t, u);
     } else {
-        t = bin(k, EM_OP_ADD,
-                bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, r, u32c(k, 64)), u32c(k, lbo_bytes)),
-                bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, kk, u32c(k, 8)), u32c(k, EM_WGMMA_SBO)));
-        t = bin(k, EM_OP_ADD, t,
-                bin(k, EM_OP_MUL, bin(k, EM_OP_REM, kk, u32c(k, 8)), u32c(k, 128)));
-        t = bin(k, EM_OP_ADD, t, bin(k, EM_OP_MUL, bin(k, EM_OP_REM, r, u32c(k, 64)), u32c(k, 2)));
+        t = bin(k, EM_OP_DIV, r, u32c(k, 64));
+        t = bin(k, EM_OP_MUL, t, u32c(k, lbo_bytes));
+        u = bin(k, EM_OP_DIV, kk, u32c(k, 8));
+        u = bin(k, EM_OP_MUL, u, u32c(k, EM_WGMMA_SBO));
+        t = bin(k, EM_OP_ADD, t, u);
+        u = bin(k, EM_OP_REM, kk, u32c(k, 8));
+        u = bin(k, EM_OP_MUL, u, u32c(k, 128));
+        t = bin(k, EM_OP_ADD, t, u);
+        u = bin(k, EM_OP_REM, r, u32c(k, 64));
+        u = bin(k, EM_OP_MUL, u, u32c(k, 2));
+        t = bin(k, EM_OP_ADD, t, u);
     }
     x = bin(k, EM_OP_ADD, x, t);
-    em_ir_val sw = bin(k, EM_OP_SHL,
-                       bin(k, EM_OP_AND, bin(k, EM_OP_SHR, x, u32c(k, 7)), u32c(k, 7)), u32c(k, 4));
-    return bin(k, EM_OP_DIV, bin(k, EM_OP_XOR, x, sw), u32c(k, 2));
+    em_ir_val sw = bin(k, EM_OP_SHR, x, u32c(k, 7));
+    sw = bin(k, EM_OP_AND, sw, u32c(k, 7));
+    sw = bin(k, EM_OP_SHL, sw, u32c(k, 4));
+    x = bin(k, EM_OP_XOR, x, sw);
+    return bin(k, EM_OP_DIV, x, u32c(k, 2));
 }
 
 /* Where an emulated MMA reads A: a shared operand (a from element off on, layout lay), or the
@@ -162,22 +175,26 @@ static em_ir_val a_element(em_ir_kernel *k, const a_source *src, em_ir_val row, 
             k, em_ty(EM_F32),
             em_ir_load(k, src->a->mem, emulated_index(k, src->off, src->lay * 2, row, kk)));
     em_ir_val rr = bin(k, EM_OP_REM, row, u32c(k, 16));
-    em_ir_val lane =
-        bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, bin(k, EM_OP_REM, rr, u32c(k, 8)), u32c(k, 4)),
-            bin(k, EM_OP_DIV, bin(k, EM_OP_REM, kk, u32c(k, 8)), u32c(k, 2)));
-    em_ir_val unit =
-        bin(k, EM_OP_ADD, src->g0,
-            bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, row, u32c(k, 16)), u32c(k, 32)),
-                lane));
-    em_ir_val reg =
-        bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, kk, u32c(k, 8)), u32c(k, 2)),
-            bin(k, EM_OP_DIV, rr, u32c(k, 8)));
-    em_ir_val word =
-        em_ir_load(k, src->scratch, bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, unit, u32c(k, 4)), reg));
-    em_ir_val half = bin(
-        k, EM_OP_AND,
-        bin(k, EM_OP_SHR, word, bin(k, EM_OP_MUL, bin(k, EM_OP_REM, kk, u32c(k, 2)), u32c(k, 16))),
-        u32c(k, 0xffff));
+    em_ir_val lane = bin(k, EM_OP_REM, rr, u32c(k, 8));
+    lane = bin(k, EM_OP_MUL, lane, u32c(k, 4));
+    em_ir_val t = bin(k, EM_OP_REM, kk, u32c(k, 8));
+    t = bin(k, EM_OP_DIV, t, u32c(k, 2));
+    lane = bin(k, EM_OP_ADD, lane, t);
+    em_ir_val unit = bin(k, EM_OP_DIV, row, u32c(k, 16));
+    unit = bin(k, EM_OP_MUL, unit, u32c(k, 32));
+    unit = bin(k, EM_OP_ADD, unit, lane);
+    unit = bin(k, EM_OP_ADD, src->g0, unit);
+    em_ir_val reg = bin(k, EM_OP_DIV, kk, u32c(k, 8));
+    reg = bin(k, EM_OP_MUL, reg, u32c(k, 2));
+    t = bin(k, EM_OP_DIV, rr, u32c(k, 8));
+    reg = bin(k, EM_OP_ADD, reg, t);
+    em_ir_val at = bin(k, EM_OP_MUL, unit, u32c(k, 4));
+    at = bin(k, EM_OP_ADD, at, reg);
+    em_ir_val word = em_ir_load(k, src->scratch, at);
+    em_ir_val shift = bin(k, EM_OP_REM, kk, u32c(k, 2));
+    shift = bin(k, EM_OP_MUL, shift, u32c(k, 16));
+    em_ir_val half = bin(k, EM_OP_SHR, word, shift);
+    half = bin(k, EM_OP_AND, half, u32c(k, 0xffff));
     return em_ir_cast(k, em_ty(EM_F32),
                       em_ir_bitcast(k, em_ty(src->t), em_ir_cast(k, em_ty(EM_U16), half)));
 }
@@ -189,20 +206,24 @@ static bool emulate_mma(lower *L, const ast_expr *e, const lv *acc, const a_sour
     em_ir_kernel *k = L->k;
     em_ir_val t = bin(k, EM_OP_REM, em_ir_builtin(k, EM_UNIT_POS), u32c(k, EM_WGMMA_UNITS));
     em_ir_val warp = bin(k, EM_OP_DIV, t, u32c(k, 32)), lane = bin(k, EM_OP_REM, t, u32c(k, 32));
-    em_ir_val rbase = bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, warp, u32c(k, 16)),
-                          bin(k, EM_OP_DIV, lane, u32c(k, 4)));
-    em_ir_val cbase = bin(k, EM_OP_MUL, bin(k, EM_OP_REM, lane, u32c(k, 4)), u32c(k, 2));
+    em_ir_val rbase = bin(k, EM_OP_MUL, warp, u32c(k, 16));
+    em_ir_val v = bin(k, EM_OP_DIV, lane, u32c(k, 4));
+    rbase = bin(k, EM_OP_ADD, rbase, v);
+    em_ir_val cbase = bin(k, EM_OP_REM, lane, u32c(k, 4));
+    cbase = bin(k, EM_OP_MUL, cbase, u32c(k, 2));
     em_ir_val i = em_ir_var(k, em_ty(EM_U32), "wg_i");
     if (!em_lang_ir_open(L, e->op_pos)) return false;
     em_ir_range_begin(k, i, u32c(k, 0), u32c(k, acc->length), u32c(k, 1), false);
     /* row = 16 warp + lane / 4 + 8 ((i / 2) % 2), col = 8 (i / 4) + 2 (lane % 4) + i % 2 */
-    em_ir_val row =
-        bin(k, EM_OP_ADD, rbase,
-            bin(k, EM_OP_MUL, bin(k, EM_OP_REM, bin(k, EM_OP_DIV, i, u32c(k, 2)), u32c(k, 2)),
-                u32c(k, 8)));
-    em_ir_val col =
-        bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, bin(k, EM_OP_DIV, i, u32c(k, 4)), u32c(k, 8)),
-            bin(k, EM_OP_ADD, cbase, bin(k, EM_OP_REM, i, u32c(k, 2))));
+    em_ir_val row = bin(k, EM_OP_DIV, i, u32c(k, 2));
+    row = bin(k, EM_OP_REM, row, u32c(k, 2));
+    row = bin(k, EM_OP_MUL, row, u32c(k, 8));
+    row = bin(k, EM_OP_ADD, rbase, row);
+    em_ir_val col = bin(k, EM_OP_DIV, i, u32c(k, 4));
+    col = bin(k, EM_OP_MUL, col, u32c(k, 8));
+    v = bin(k, EM_OP_REM, i, u32c(k, 2));
+    v = bin(k, EM_OP_ADD, cbase, v);
+    col = bin(k, EM_OP_ADD, col, v);
     em_ir_val s = em_ir_var(k, em_ty(EM_F32), "wg_s");
     em_ir_assign(k, s, em_ir_load(k, acc->mem, i));
     em_ir_val kk = em_ir_var(k, em_ty(EM_U32), "wg_k");
@@ -211,7 +232,8 @@ static bool emulate_mma(lower *L, const ast_expr *e, const lv *acc, const a_sour
     em_ir_val x = a_element(k, src, row, kk);
     em_ir_val y = em_ir_cast(k, em_ty(EM_F32),
                              em_ir_load(k, b->mem, emulated_index(k, boff, blay * 2, col, kk)));
-    em_ir_assign(k, s, bin(k, EM_OP_ADD, s, bin(k, EM_OP_MUL, x, y)));
+    em_ir_val xy = bin(k, EM_OP_MUL, x, y);
+    em_ir_assign(k, s, bin(k, EM_OP_ADD, s, xy));
     em_lang_ir_close(L);
     em_ir_store(k, acc->mem, i, s);
     em_lang_ir_close(L);
@@ -293,9 +315,11 @@ static bool emulate_mma_rs(lower *L, const ast_expr *e, const lv *acc, const lv 
     em_ir_kernel *k = L->k;
     em_ir_mem scratch = wg_scratch(L);
     em_ir_val unit = em_ir_builtin(k, EM_UNIT_POS);
-    for (uint32_t r = 0; r < 4; r++)
-        em_ir_store(k, scratch, bin(k, EM_OP_ADD, bin(k, EM_OP_MUL, unit, u32c(k, 4)), u32c(k, r)),
-                    em_ir_load(k, a->mem, u32c(k, aoff + r)));
+    for (uint32_t r = 0; r < 4; r++) {
+        em_ir_val at = bin(k, EM_OP_MUL, unit, u32c(k, 4));
+        at = bin(k, EM_OP_ADD, at, u32c(k, r));
+        em_ir_store(k, scratch, at, em_ir_load(k, a->mem, u32c(k, aoff + r)));
+    }
     em_ir_sync_cube(k);
     a_source src = {.regs = true,
                     .scratch = scratch,

@@ -282,10 +282,14 @@ static const em_tensor *head_weight(em_gpt *g)
 }
 
 /* Whether em_gpt_loss runs the head and the loss as em_linear_cross_entropy (EMBER_FUSED_HEAD=0:
- * the logits, then the fused classifier, as before). */
-static bool fused_head(void)
+ * the logits, then the fused classifier, as before); EMBER_FUSED_HEAD=N above 1 sets its rows per
+ * chunk (*chunk_rows; 0: the op's own choice), for measuring. */
+static bool fused_head(int64_t *chunk_rows)
 {
     const char *v = getenv("EMBER_FUSED_HEAD");
+    char *end = NULL;
+    long long n = v ? strtoll(v, &end, 10) : 1;
+    *chunk_rows = v && end != v && *end == '\0' && n > 1 ? (int64_t)n : 0;
     return !v || strcmp(v, "0") != 0;
 }
 
@@ -328,12 +332,13 @@ em_tensor *em_gpt_loss(em_gpt *g, const em_tensor *ids, const em_tensor *targets
     }
     em_tensor *x = hidden(g, ids, NULL);
     const em_tensor *w = head_weight(g);
-    if (x && w && fused_head()) {
+    int64_t chunk_rows = 0;
+    if (x && w && fused_head(&chunk_rows)) {
         /* the classifier over the head's rows in chunks: no [B T, V] logits (docs/gpt.md) */
         em_scope_begin();
         int64_t C = g->cfg.n_embd;
-        em_tensor *loss = em_linear_cross_entropy(em_reshape(x, EM_SHAPE(-1, C)), w,
-                                                  em_reshape(targets, EM_SHAPE(-1)), -100, 0);
+        em_tensor *loss = em_linear_cross_entropy(
+            em_reshape(x, EM_SHAPE(-1, C)), w, em_reshape(targets, EM_SHAPE(-1)), -100, chunk_rows);
         if (loss) em_keep(loss);
         em_scope_end(NULL, 0);
         em_release(x);
