@@ -1,7 +1,8 @@
 /* test_gpt.c — the GPT model: presets and config JSON; the forward pass against a plain float64
  * loop implementation of GPT-2 written here (embeddings, LayerNorm, causal multi-head attention,
  * GELU-tanh MLP, tied head); the KV cache (incremental logits equal full recomputation; greedy
- * generation with the cache gives exactly the tokens of full recomputation); sampling on
+ * generation with the cache gives exactly the tokens of full recomputation); the loss's head under
+ * EMBER_FUSED_HEAD (chunks, off, a malformed value); sampling on
  * hand-made logits (greedy, temperature, top-k, top-p, repetition penalty, seeds); saving and
  * loading, Hugging Face naming ("transformer." prefix, attn.bias buffers, config.json or shapes),
  * export, corrupt files; and, when the fixture made by tests/fixtures/gen/gpt2_tiny.py is
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 #include <cmocka.h>
@@ -286,6 +288,73 @@ static void test_forward_matches_reference(void **state)
     bad.n_head = 3;
     assert_null(em_gpt_new(dev, EM_F32, &bad, 1));
     expect_error("n_head 3");
+}
+
+/* The loss under EMBER_FUSED_HEAD (em_gpt_loss's head): with N > 1 the fused head runs in chunks
+ * of N rows (one classifier launch per chunk: 20 rows in 4 chunks of 6), with 0 the logits'
+ * path; both give the loss of the default. A malformed value gets a warning naming it, and the
+ * default's chunks run. */
+static double head_loss(em_gpt *g, const em_tensor *x, const em_tensor *y, const char *env,
+                        uint64_t *xent_launches)
+{
+    if (env)
+        setenv("EMBER_FUSED_HEAD", env, 1);
+    else
+        unsetenv("EMBER_FUSED_HEAD");
+    em_profile_reset();
+    em_profile_enable(true);
+    em_tensor *loss = em_gpt_loss(g, x, y);
+    if (!loss) fail_msg("EMBER_FUSED_HEAD=%s: %s", env ? env : "(unset)", em_last_error());
+    double v = em_item(loss);
+    em_profile_enable(false);
+    em_profile_kernel pk = {0};
+    *xent_launches = em_profile_kernel_get("tensor_xent", &pk) ? pk.launches : 0;
+    em_release(loss);
+    unsetenv("EMBER_FUSED_HEAD");
+    return v;
+}
+
+static void test_fused_head_chunks(void **state)
+{
+    (void)state;
+    em_gpt *g = em_gpt_new(dev, EM_F32, &SMALL, 7);
+    if (!g) fail_msg("em_gpt_new: %s", em_last_error());
+    int64_t ids[2][10], tg[2][10];
+    for (int i = 0; i < 20; i++)
+        ids[i / 10][i % 10] = (i * 5 + 2) % 13, tg[i / 10][i % 10] = (i * 7 + 1) % 13;
+    em_tensor *x = em_from_host(dev, EM_I64, EM_SHAPE(2, 10), ids);
+    em_tensor *y = em_from_host(dev, EM_I64, EM_SHAPE(2, 10), tg);
+    uint64_t n_default, n6, n0, n_bad;
+    double want = head_loss(g, x, y, NULL, &n_default);
+    assert_int_equal(n_default, 1); /* 20 rows of 13 logits: one chunk */
+    double l6 = head_loss(g, x, y, "6", &n6);
+    assert_int_equal(n6, 4);
+    assert_true(fabs(l6 - want) < 1e-5);
+    double l0 = head_loss(g, x, y, "0", &n0);
+    assert_int_equal(n0, 1);
+    assert_true(fabs(l0 - want) < 1e-5);
+    /* a malformed value: the warning on stderr, and the default's chunks */
+    char path[] = "/tmp/ember_fused_head_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    double lbad = head_loss(g, x, y, "six", &n_bad);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    size_t len = 0;
+    char *text = em_file_read(path, &len);
+    unlink(path);
+    if (!text || !strstr(text, "EMBER_FUSED_HEAD='six' is not"))
+        fail_msg("no warning naming EMBER_FUSED_HEAD='six'; stderr: %s", text ? text : "(none)");
+    free(text);
+    assert_int_equal(n_bad, n_default);
+    assert_true(fabs(lbad - want) < 1e-5);
+    em_release(x), em_release(y);
+    em_gpt_free(g);
 }
 
 static void test_untied_no_bias_forward(void **state)
@@ -768,6 +837,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_presets_and_json),
         cmocka_unit_test(test_forward_matches_reference),
+        cmocka_unit_test(test_fused_head_chunks),
         cmocka_unit_test(test_untied_no_bias_forward),
         cmocka_unit_test(test_cache_equals_full),
         cmocka_unit_test(test_greedy_cache_equals_recompute),

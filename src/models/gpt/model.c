@@ -3,10 +3,12 @@
  * LayerNorm and an LM head tied to the token embeddings. Forward with or without a KV cache,
  * the next-token cross-entropy, and GPT-2's initialization. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "models/gpt/internal.h"
 
 static bool ends_with(const char *s, const char *suffix)
@@ -283,14 +285,26 @@ static const em_tensor *head_weight(em_gpt *g)
 
 /* Whether em_gpt_loss runs the head and the loss as em_linear_cross_entropy (EMBER_FUSED_HEAD=0:
  * the logits, then the fused classifier, as before); EMBER_FUSED_HEAD=N above 1 sets its rows per
- * chunk (*chunk_rows; 0: the op's own choice), for measuring. */
+ * chunk (*chunk_rows; 0: the op's own choice), for measuring. Any other value is warned about
+ * once and the fused head runs with its own chunks. */
 static bool fused_head(int64_t *chunk_rows)
 {
     const char *v = getenv("EMBER_FUSED_HEAD");
+    *chunk_rows = 0;
+    if (!v) return true;
     char *end = NULL;
-    long long n = v ? strtoll(v, &end, 10) : 1;
-    *chunk_rows = v && end != v && *end == '\0' && n > 1 ? (int64_t)n : 0;
-    return !v || strcmp(v, "0") != 0;
+    long long n = strtoll(v, &end, 10);
+    if (end == v || *end != '\0' || n < 0) {
+        static atomic_bool warned; /* read at every step: say it once */
+        if (!atomic_exchange(&warned, true))
+            em_log(EM_LOG_WARN,
+                   "EMBER_FUSED_HEAD='%s' is not 0 (off), 1 (on) or a count of rows per chunk; "
+                   "using the fused head with its own chunks",
+                   v);
+        return true;
+    }
+    if (n > 1) *chunk_rows = (int64_t)n;
+    return n != 0;
 }
 
 em_tensor *gpt_head(em_gpt *g, const em_tensor *x)
