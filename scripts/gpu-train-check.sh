@@ -28,7 +28,7 @@ TESTS=1
 PREPARE=0
 TEST_PROGRAMS="kernel_test_wgmma tensor_test_norm_backward tensor_test_gelu_backward tensor_test_attention_qkv \
     tensor_test_trusted_indices tensor_test_attention_wgmma autodiff_test_gradcheck_linear_xent \
-    runtime_test_graph models_test_gpt_batch_static"
+    runtime_test_graph models_test_gpt_batch_static optim_test_flat train_test_step_graph"
 START=$(date +%s)
 while [ $# -gt 0 ]; do
     case "$1" in

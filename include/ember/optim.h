@@ -56,6 +56,28 @@ void em_optimizer_set_lr(em_optimizer *o, double lr);
 double em_optimizer_lr(const em_optimizer *o);
 int64_t em_optimizer_steps(const em_optimizer *o); /* steps taken (Adam's bias correction t) */
 
+/* Flat storage (docs/optim.md): moves every parameter into one buffer, the weight-decay group
+ * first (each parameter stays the same tensor, now a view of it), with its state, its mirror
+ * and a gradient slot of grad_dtype at the same offset in buffers of their own. The gradient
+ * norm, the clip and Adam's update then run as one launch over all of them (two for the update:
+ * the decay group and the rest) instead of one per parameter. Gradients reach the slots in one
+ * of two ways: the caller writes each parameter's gradient into em_optimizer_grad_slot (in the
+ * slot's dtype, e.g. a bf16 model's gradients for f32 masters) and calls
+ * em_optimizer_grads_written; or, when every parameter has a gradient (em_grad), the clip or
+ * step copies them in (and, where grad_dtype is the parameter's, the slot becomes its
+ * gradient). Otherwise each parameter takes the per-parameter path as before. Adam and AdamW
+ * only, every parameter contiguous, on one device, of one dtype, mirrors on all or none;
+ * EM_ERR_UNSUPPORTED otherwise, or when another view shares a parameter's storage. Keeps the
+ * results of the per-parameter path except the norm's rounding (its partial sums are grouped
+ * differently). Costs a gradient buffer for the optimizer's lifetime. */
+em_status em_optimizer_flatten(em_optimizer *o, em_scalar grad_dtype);
+/* param's gradient slot (borrowed; param's shape, the flattening's gradient dtype), or NULL when
+ * o is not flattened or param is not o's. */
+em_tensor *em_optimizer_grad_slot(em_optimizer *o, const em_tensor *param);
+/* Says that every slot holds this step's gradient: the next clips and step read the slots
+ * rather than em_grad, until em_optimizer_zero_grad. */
+em_status em_optimizer_grads_written(em_optimizer *o);
+
 /* Optimizer state for checkpoints: visits every state tensor with a full name; load replaces the
  * state from tensors found by name (missing ones are an error naming them). */
 typedef bool (*em_optim_state_fn)(const char *name, em_tensor *t, void *user);

@@ -25,6 +25,7 @@
 #define SUMSQ_CUBE 256         /* units per cube of optim_sumsq */
 #define SUMSQ_PER_CUBE 16384   /* elements per cube (at least) before another cube is added */
 #define SUMSQ_MAX_CUBES 256    /* cubes (and slots) per gradient, at most */
+#define SUMSQ_FLAT_CUBES 1024  /* cubes for the flat gradients of em_optimizer_flatten */
 #define MAX_ELEMS 0x7fffffffLL /* offset + elements of a tensor the kernels index (u32 lines) */
 
 /* ---- launching ------------------------------------------------------------------------------- */
@@ -73,9 +74,10 @@ static em_status launch(em_device *dev, const char *kernel, const em_lang_bind *
 /* State slot k of p as a contiguous tensor that only the optimizer sees (so it may be written in
  * place): created as zeros, or replaced by a private copy when someone else holds a reference or
  * the loaded state is not contiguous. NULL with the error set. */
-static em_tensor *own_state(op_param *p, int k)
+static em_tensor *own_state(em_optimizer *o, op_param *p, int k)
 {
     em_tensor *s = p->state[k];
+    if (s && op_arena_holds(o, s)) return s; /* a view of the flat state: written in place */
     if (!s) {
         s = em_zeros(em_tensor_device(p->t), op_compute_type(p->t), em_shape_of(p->t));
         if (!s) return NULL;
@@ -92,6 +94,56 @@ static em_tensor *own_state(op_param *p, int k)
     return s;
 }
 
+em_status op_adam_launch(em_optimizer *o, em_tensor *w, const em_tensor *g, em_tensor *m,
+                         em_tensor *v, em_tensor *q, int64_t n, bool decay, int64_t t)
+{
+    bool mirror = q != NULL;
+    if (!mirror) q = w; /* a placeholder the kernel never touches */
+    const em_adam_config *c = &o->cfg.adam;
+    em_scalar pt = em_dtype(w), s = op_compute_type(w);
+    em_device *dev = em_tensor_device(w);
+    int64_t offs[5] = {w->offset, g->offset, m->offset, v->offset, q->offset};
+    size_t esz = em_scalar_size(s) > em_scalar_size(pt) ? em_scalar_size(s) : em_scalar_size(pt);
+    unsigned lw = pick_width(dev, esz, n, offs, 5);
+    unsigned kind = !(decay && c->weight_decay != 0) ? 0 : c->decoupled ? 2 : 1;
+    double bc1 = 1.0 - pow(c->beta1, (double)t), bc2 = 1.0 - pow(c->beta2, (double)t);
+    double dfac = kind == 2 ? 1.0 - o->lr * c->weight_decay : c->weight_decay;
+
+    em_arg a[20];
+    size_t na = 0;
+    na = push_tensor(a, na, w, lw);
+    na = push_tensor(a, na, g, lw);
+    na = push_tensor(a, na, m, lw);
+    na = push_tensor(a, na, v, lw);
+    na = push_tensor(a, na, q, lw);
+    a[na++] = em_arg_u32((uint32_t)(n / lw));
+    uint32_t cubes[3], units[3];
+    tn_grid_1d((uint64_t)(n / lw), cubes, units);
+    em_status st;
+    if (o->dscal) { /* the per-step scalars from device memory (device_scalars.c) */
+        if ((st = em_realize(o->dscal)) != EM_OK) return st;
+        na = push_tensor(a, na, o->dscal, 1);
+        const double fixed[5] = {c->beta1, 1.0 - c->beta1, c->beta2, 1.0 - c->beta2, c->eps};
+        for (int i = 0; i < 5; i++) a[na++] = em_arg_f64(fixed[i]);
+        em_lang_bind bd[8] = {
+            em_lang_bind_type("P", pt),          em_lang_bind_type("G", em_dtype(g)),
+            em_lang_bind_type("S", s),           em_lang_bind_type("A", em_dtype(o->dscal)),
+            em_lang_bind_type("Q", em_dtype(q)), em_lang_bind_int("DECAY", kind),
+            em_lang_bind_bool("MIRROR", mirror), em_lang_bind_bool("CLIP", o->clip_deferred)};
+        return launch(dev, "optim_adam_dev", bd, 8, lw, cubes, units, a, na);
+    }
+    /* a host clip's coefficient left to the step (op_arena_narrow), else none */
+    bool clip = o->clip_deferred;
+    const double sc[9] = {c->beta1, 1.0 - c->beta1, c->beta2, 1.0 - c->beta2,           sqrt(bc2),
+                          c->eps,   o->lr / bc1,    dfac,     clip ? o->host_coef : 1.0};
+    for (int i = 0; i < 9; i++) a[na++] = em_arg_f64(sc[i]);
+    em_lang_bind b[7] = {em_lang_bind_type("P", pt),      em_lang_bind_type("G", em_dtype(g)),
+                         em_lang_bind_type("S", s),       em_lang_bind_type("Q", em_dtype(q)),
+                         em_lang_bind_int("DECAY", kind), em_lang_bind_bool("MIRROR", mirror),
+                         em_lang_bind_bool("CLIP", clip)};
+    return launch(dev, "optim_adam", b, 7, lw, cubes, units, a, na);
+}
+
 em_status op_adam_fused(em_optimizer *o, op_param *p, const em_tensor *grad, int64_t t, bool *ran)
 {
     *ran = false;
@@ -101,7 +153,7 @@ em_status op_adam_fused(em_optimizer *o, op_param *p, const em_tensor *grad, int
     em_status st = tn_check_write(w, "optimizer_step");
     if (st != EM_OK) return st;
     const em_tensor *g = indexable(grad) ? grad : tn_contig(grad); /* a scope-owned copy */
-    em_tensor *m = own_state(p, 0), *v = m ? own_state(p, 1) : NULL;
+    em_tensor *m = own_state(o, p, 0), *v = m ? own_state(o, p, 1) : NULL;
     if (!g || !m || !v) return em_last_status();
     if (!indexable(g) || !indexable(m) || !indexable(v)) return EM_OK;
     if ((st = tn_realize(g)) != EM_OK || (st = em_realize(w)) != EM_OK ||
@@ -114,52 +166,7 @@ em_status op_adam_fused(em_optimizer *o, op_param *p, const em_tensor *grad, int
                   em_tensor_device(q) == em_tensor_device(w) &&
                   tn_check_write(q, "optimizer_step") == EM_OK && em_realize(q) == EM_OK;
     em_clear_error();
-    if (!mirror) q = w; /* a placeholder the kernel never touches */
-
-    const em_adam_config *c = &o->cfg.adam;
-    em_scalar pt = em_dtype(w), s = op_compute_type(w);
-    em_device *dev = em_tensor_device(w);
-    int64_t n = em_numel(w), offs[5] = {w->offset, g->offset, m->offset, v->offset, q->offset};
-    size_t esz = em_scalar_size(s) > em_scalar_size(pt) ? em_scalar_size(s) : em_scalar_size(pt);
-    unsigned lw = pick_width(dev, esz, n, offs, 5);
-    bool decay = c->weight_decay != 0 && p->decay;
-    unsigned kind = !decay ? 0 : c->decoupled ? 2 : 1;
-    double bc1 = 1.0 - pow(c->beta1, (double)t), bc2 = 1.0 - pow(c->beta2, (double)t);
-    double dfac = kind == 2 ? 1.0 - o->lr * c->weight_decay : c->weight_decay;
-
-    em_arg a[19];
-    size_t na = 0;
-    na = push_tensor(a, na, w, lw);
-    na = push_tensor(a, na, g, lw);
-    na = push_tensor(a, na, m, lw);
-    na = push_tensor(a, na, v, lw);
-    na = push_tensor(a, na, q, lw);
-    a[na++] = em_arg_u32((uint32_t)(n / lw));
-    uint32_t cubes[3], units[3];
-    tn_grid_1d((uint64_t)(n / lw), cubes, units);
-    if (o->dscal) { /* the per-step scalars from device memory (device_scalars.c) */
-        if ((st = em_realize(o->dscal)) != EM_OK) return st;
-        na = push_tensor(a, na, o->dscal, 1);
-        const double fixed[5] = {c->beta1, 1.0 - c->beta1, c->beta2, 1.0 - c->beta2, c->eps};
-        for (int i = 0; i < 5; i++) a[na++] = em_arg_f64(fixed[i]);
-        em_lang_bind bd[7] = {em_lang_bind_type("P", pt),
-                              em_lang_bind_type("S", s),
-                              em_lang_bind_type("A", em_dtype(o->dscal)),
-                              em_lang_bind_type("Q", em_dtype(q)),
-                              em_lang_bind_int("DECAY", kind),
-                              em_lang_bind_bool("MIRROR", mirror),
-                              em_lang_bind_bool("CLIP", o->clip_deferred)};
-        st = launch(dev, "optim_adam_dev", bd, 7, lw, cubes, units, a, na);
-        if (st == EM_OK) *ran = true, p->mirror_written = mirror;
-        return st;
-    }
-    const double sc[8] = {c->beta1,  1.0 - c->beta1, c->beta2,    1.0 - c->beta2,
-                          sqrt(bc2), c->eps,         o->lr / bc1, dfac};
-    for (int i = 0; i < 8; i++) a[na++] = em_arg_f64(sc[i]);
-    em_lang_bind b[5] = {em_lang_bind_type("P", pt), em_lang_bind_type("S", s),
-                         em_lang_bind_type("Q", em_dtype(q)), em_lang_bind_int("DECAY", kind),
-                         em_lang_bind_bool("MIRROR", mirror)};
-    st = launch(dev, "optim_adam", b, 5, lw, cubes, units, a, na);
+    st = op_adam_launch(o, w, g, m, v, mirror ? q : NULL, em_numel(w), p->decay, t);
     if (st == EM_OK) *ran = true, p->mirror_written = mirror;
     return st;
 }
@@ -173,8 +180,8 @@ static uint32_t sumsq_cubes(int64_t n)
     return (uint32_t)(c < 1 ? 1 : c > SUMSQ_MAX_CUBES ? SUMSQ_MAX_CUBES : c);
 }
 
-/* Launches optim_sumsq for g into part's slots from `slot`. */
-static em_status sumsq_one(const em_tensor *g, em_tensor *part, int64_t slot)
+/* Launches optim_sumsq for g into part's `cubes` slots from `slot`. */
+static em_status sumsq_one(const em_tensor *g, em_tensor *part, int64_t slot, uint32_t cubes)
 {
     em_device *dev = em_tensor_device(g);
     if (!indexable(g)) {
@@ -197,8 +204,8 @@ static em_status sumsq_one(const em_tensor *g, em_tensor *part, int64_t slot)
     em_lang_bind b[4] = {em_lang_bind_type("G", g->dtype),
                          em_lang_bind_type("C", op_compute_type(g)),
                          em_lang_bind_type("A", part->dtype), em_lang_bind_int("CUBE", SUMSQ_CUBE)};
-    uint32_t cubes[3] = {sumsq_cubes(n), 1, 1}, units[3] = {SUMSQ_CUBE, 1, 1};
-    return launch(dev, "optim_sumsq", b, 4, lw, cubes, units, a, na);
+    uint32_t grid[3] = {cubes, 1, 1}, units[3] = {SUMSQ_CUBE, 1, 1};
+    return launch(dev, "optim_sumsq", b, 4, lw, grid, units, a, na);
 }
 
 em_scalar op_scalar_type(em_device *dev)
@@ -215,6 +222,17 @@ static em_status sq_parts(em_optimizer *o, int first, bool *done, em_tensor **pa
     em_scalar acc = op_scalar_type(dev);
     *part = NULL;
     *total = 0;
+    em_tensor *flat;
+    em_status st = op_arena_gather(o, &flat); /* every gradient in one buffer: one launch */
+    if (st != EM_OK) return st;
+    if (flat) {
+        int64_t c = (em_numel(flat) + SUMSQ_PER_CUBE - 1) / SUMSQ_PER_CUBE;
+        *total = c > SUMSQ_FLAT_CUBES ? SUMSQ_FLAT_CUBES : c;
+        for (int i = 0; i < o->n; i++) done[i] = true;
+        if (!(*part = em_empty(dev, acc, EM_SHAPE(*total)))) return em_last_status();
+        st = em_realize(*part);
+        return st == EM_OK ? sumsq_one(flat, *part, 0, (uint32_t)*total) : st;
+    }
     for (int i = first; i < o->n; i++) {
         if (done[i] || em_tensor_device(o->ps[i].t) != dev) continue;
         em_tensor *g = em_grad(o->ps[i].t);
@@ -223,14 +241,14 @@ static em_status sq_parts(em_optimizer *o, int first, bool *done, em_tensor **pa
     if (*total > MAX_ELEMS)
         return em_set_error(EM_ERR_INVALID, "%lld partial sums are too many", (long long)*total);
     if (*total > 0 && !(*part = em_empty(dev, acc, EM_SHAPE(*total)))) return em_last_status();
-    em_status st = em_realize(*part);
+    st = em_realize(*part);
     int64_t slot = 0;
     for (int i = first; i < o->n && st == EM_OK; i++) {
         if (done[i] || em_tensor_device(o->ps[i].t) != dev) continue;
         done[i] = true;
         em_tensor *g = em_grad(o->ps[i].t);
         if (!g || em_numel(g) == 0) continue;
-        st = sumsq_one(g, *part, slot);
+        st = sumsq_one(g, *part, slot, sumsq_cubes(em_numel(g)));
         if (st != EM_OK) em_error_context("parameter %s", o->ps[i].name);
         slot += sumsq_cubes(em_numel(g));
     }
@@ -258,6 +276,8 @@ static em_status device_sq_sum(em_optimizer *o, int first, bool *done, double *o
 em_status op_grad_sq_sum(em_optimizer *o, double *out)
 {
     *out = 0;
+    em_status pst = op_arena_settle(o);
+    if (pst != EM_OK) return pst;
     bool *done = calloc((size_t)(o->n ? o->n : 1), sizeof *done);
     if (!done) return em_set_error(EM_ERR_NOMEM, "out of memory");
     em_status st = EM_OK;
@@ -302,15 +322,10 @@ em_status op_scale_grad(em_tensor *g, double s, bool *ran)
 
 /* ---- clipping on the device ------------------------------------------------------------------ */
 
-/* g *= dscal[OP_SC_COEF] in place (optim_scale_dev); EM_ERR_UNSUPPORTED where g cannot be. */
-em_status op_scale_grad_device(em_optimizer *o, em_tensor *g, const char *name)
+/* g *= dscal[OP_SC_COEF] in place (optim_scale_dev), g contiguous and indexable. */
+static em_status scale_dev_launch(em_optimizer *o, em_tensor *g)
 {
     em_tensor *dscal = o->dscal;
-    if (!indexable(g) || !em_tensor_exclusive(g))
-        return em_set_error(EM_ERR_UNSUPPORTED,
-                            "clip on the device: the gradient of %s is strided, shared or too "
-                            "large to rescale in place",
-                            name);
     int64_t n = em_numel(g);
     em_status st = n ? em_realize(g) : EM_OK;
     if (st != EM_OK || n == 0) return st;
@@ -326,6 +341,16 @@ em_status op_scale_grad_device(em_optimizer *o, em_tensor *g, const char *name)
     uint32_t cubes[3], units[3];
     tn_grid_1d((uint64_t)(n / lw), cubes, units);
     return launch(dev, "optim_scale_dev", b, 3, lw, cubes, units, a, na);
+}
+
+em_status op_scale_grad_device(em_optimizer *o, em_tensor *g, const char *name)
+{
+    if (!indexable(g) || !em_tensor_exclusive(g))
+        return em_set_error(EM_ERR_UNSUPPORTED,
+                            "clip on the device: the gradient of %s is strided, shared or too "
+                            "large to rescale in place",
+                            name);
+    return scale_dev_launch(o, g);
 }
 
 em_status op_clip_device(em_optimizer *o, double max_norm, bool defer)
@@ -360,8 +385,12 @@ em_status op_clip_device(em_optimizer *o, double max_norm, bool defer)
         uint32_t one[3] = {1, 1, 1};
         st = launch(dev, "optim_clip_coef", b, 1, 1, one, one, a, na);
     }
+    em_tensor *flat = NULL;
+    if (st == EM_OK) st = op_arena_gather(o, &flat); /* gathered by sq_parts already */
     if (st == EM_OK && defer && o->fused) {
         o->clip_deferred = true; /* the step's kernels apply the coefficient */
+    } else if (st == EM_OK && flat) {
+        st = scale_dev_launch(o, flat); /* every gradient in one launch */
     } else {
         for (int i = 0; st == EM_OK && i < o->n; i++) {
             em_tensor *g = em_grad(o->ps[i].t);

@@ -29,6 +29,8 @@ typedef em_status (*op_update_fn)(em_optimizer *o, op_param *p, const em_tensor 
 /* The same update in one fused launch, given the gradient as it is (the parameter's dtype, any
  * layout). Sets *ran when it updated p; leaves it false (returning EM_OK) where it cannot run, and
  * the step then calls the op-by-op update. Same context as op_update_fn. */
+typedef struct op_arena op_arena; /* the flat storage (arena.c) */
+
 typedef em_status (*op_fused_fn)(em_optimizer *o, op_param *p, const em_tensor *g, int64_t t,
                                  bool *ran);
 
@@ -44,6 +46,11 @@ struct em_optimizer {
     op_fused_fn fused; /* or NULL (SGD) */
     em_tensor *dscal;  /* device scalars (device_scalars.c: OP_SC_* slots) or NULL: launch
                           arguments */
+    op_arena *arena;   /* the flat storage of em_optimizer_flatten (arena.c), or NULL */
+    double host_coef;  /* with clip_deferred and no device scalars: the coefficient of a host
+                          clip (em_clip_grad_norm) over flat slots narrower than the parameters,
+                          applied by the step as it reads them (rounded to the parameter's
+                          dtype, as a clip of full-width gradients stores them) */
     bool clip_deferred; /* the last device clip left the gradients as they were: the next step
                            applies OP_SC_COEF as it reads each one (em_clip_grad_norm_device_deferred) */
     union {
@@ -99,5 +106,34 @@ em_status op_clip_device(em_optimizer *o, double max_norm, bool defer);
 /* g *= the coefficient of o's device scalars, in place (op_clip_device's rescale of one
  * gradient; EM_ERR_UNSUPPORTED where g is strided, shared or too large). */
 em_status op_scale_grad_device(em_optimizer *o, em_tensor *g, const char *name);
+
+/* Launches Adam's update of n elements: the parameter w, gradient g, moments m and v (and the
+ * mirror q, or NULL) are contiguous, realized tensors or regions of at least n elements, at the
+ * given step t, in the decay group or not (fused.c; op_adam_fused and arena.c's regions). */
+em_status op_adam_launch(em_optimizer *o, em_tensor *w, const em_tensor *g, em_tensor *m,
+                         em_tensor *v, em_tensor *q, int64_t n, bool decay, int64_t t);
+
+/* ---- flat storage (arena.c, em_optimizer_flatten) ---- */
+
+void op_arena_free(op_arena *a, int n);
+/* True when s (a state tensor) is a view of o's flat state: it may be written in place. */
+bool op_arena_holds(const em_optimizer *o, const em_tensor *s);
+/* *grads = every slot as one 1-D tensor (borrowed) when they hold this step's gradients: the
+ * caller wrote them (em_optimizer_grads_written), or every parameter has a gradient, which is
+ * copied in (and, where the dtypes match, becomes the slot). NULL when o is not flattened or a
+ * parameter has no gradient: the per-parameter path runs. */
+em_status op_arena_gather(em_optimizer *o, em_tensor **grads);
+/* The whole Adam step over the flat storage: one launch for the decay group, one for the rest
+ * (*ran set); *ran false (EM_OK) where op_arena_gather finds no flat gradients. Inside a scope. */
+em_status op_arena_step(em_optimizer *o, int64_t t, bool *ran);
+/* Forgets that the caller wrote the slots (em_optimizer_zero_grad). */
+void op_arena_forget_grads(em_optimizer *o);
+/* True when the flat slots hold this step's gradients in a dtype other than the parameters'
+ * (bf16 for f32): a host clip then leaves its coefficient to the step (o->host_coef) rather than
+ * round the rescaled gradients to the slots' dtype. */
+bool op_arena_narrow(const em_optimizer *o);
+/* Applies a host clip's coefficient that is still pending (o->host_coef) to the flat slots in
+ * place, before anything but the step reads them. */
+em_status op_arena_settle(em_optimizer *o);
 
 #endif

@@ -110,6 +110,7 @@ void em_optimizer_free(em_optimizer *o)
         free(o->ps[i].name);
         for (int k = 0; k < OP_MAX_STATE; k++) em_release(o->ps[i].state[k]);
     }
+    op_arena_free(o->arena, o->n);
     free(o->ps);
     em_release(o->dscal);
     free(o);
@@ -177,9 +178,12 @@ static em_status step_one(em_optimizer *o, op_param *p, int64_t t)
     }
     /* the op-by-op update: the algorithm has no fused kernel (SGD), or the parameter is strided
      * or too large for it (fused.c); a deferred clip's rescale runs first */
-    if (o->clip_deferred) {
+    if (o->clip_deferred && o->dscal) {
         em_status st = op_scale_grad_device(o, g, p->name);
         if (st != EM_OK) return st;
+    } else if (o->clip_deferred) { /* a host clip's (op_arena_narrow) */
+        g = em_mul_scalar(g, o->host_coef);
+        if (!g) return em_last_status();
     }
     em_scalar ct = op_compute_type(p->t);
     const em_tensor *gc = em_dtype(g) == ct ? g : em_cast(g, ct);
@@ -222,7 +226,15 @@ em_status em_optimizer_step(em_optimizer *o)
     int64_t t = o->steps + 1;
     em_status st = EM_OK;
     em_no_grad_begin();
-    for (int i = 0; i < o->n && st == EM_OK; i++) {
+    bool flat = false;
+    if (o->arena) { /* the flat storage: one launch a region (arena.c) */
+        em_scope_begin();
+        st = op_arena_step(o, t, &flat);
+        for (int i = 0; flat && i < o->n && st == EM_OK; i++) st = write_mirror(&o->ps[i]);
+        em_scope_end(NULL, 0);
+        if (st != EM_OK) em_error_context("%s step", o->kind);
+    }
+    for (int i = 0; !flat && i < o->n && st == EM_OK; i++) {
         em_scope_begin();
         st = step_one(o, &o->ps[i], t);
         em_scope_end(NULL, 0);
@@ -236,6 +248,8 @@ em_status em_optimizer_step(em_optimizer *o)
 
 void em_optimizer_zero_grad(em_optimizer *o)
 {
+    if (o) op_arena_forget_grads(o);
+    if (o && !o->dscal) o->clip_deferred = false; /* a host clip's coefficient goes with them */
     for (int i = 0; o && i < o->n; i++) em_zero_grad(o->ps[i].t);
 }
 
@@ -348,8 +362,18 @@ static em_status map_grads(em_optimizer *o, const char *what,
                            em_status (*inplace)(em_tensor *g, double a, bool *ran), double a)
 {
     if (!o) return em_set_error(EM_ERR_INVALID, "%s: NULL optimizer", what);
-    em_status st = EM_OK;
     em_no_grad_begin();
+    em_tensor *flat;
+    em_status st = op_arena_settle(o);
+    if (st == EM_OK) st = op_arena_gather(o, &flat);
+    if (st == EM_OK && flat) { /* every gradient in one buffer: one op over all of them */
+        em_scope_begin();
+        em_tensor *ng = f(flat, a);
+        st = ng ? em_copy_(flat, ng) : em_last_status();
+        em_scope_end(NULL, 0);
+        em_no_grad_end();
+        return st == EM_OK ? EM_OK : em_error_context("%s", what);
+    }
     for (int i = 0; i < o->n && st == EM_OK; i++) {
         em_tensor *g = em_grad(o->ps[i].t);
         if (!g) continue;
@@ -406,5 +430,10 @@ em_status em_clip_grad_norm(em_optimizer *o, double max_norm, double *norm_out)
     double coef = max_norm / (norm + OP_CLIP_EPS);
     /* a non-finite norm leaves the gradients as they are (the caller sees it and skips the step) */
     if (!(coef < 1.0) || !isfinite(norm)) return EM_OK;
+    if (op_arena_narrow(o) && o->fused) { /* the step applies it (flat bf16 slots) */
+        o->clip_deferred = true;
+        o->host_coef = coef;
+        return EM_OK;
+    }
     return scale_grads(o, "clip_grad_norm", coef);
 }

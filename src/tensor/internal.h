@@ -69,6 +69,12 @@ void tn_scope_forget(em_tensor *t);
 /* A new tensor viewing st (retained) with the given geometry; tracked by the scope. */
 em_tensor *tn_view(const em_tensor *base, int rank, const int64_t *shape, const int64_t *stride,
                    int64_t offset);
+/* Moves t's values into `region` (a contiguous tensor of t's dtype, device and element count,
+ * in another storage) and makes t a contiguous view of region's storage at region's offset, so
+ * that every holder of t sees it there (the optimizer's flat parameter storage, optim/arena.c).
+ * t's old storage is released. EM_ERR_UNSUPPORTED when another view shares t's storage (it would
+ * keep the old values); EM_ERR_INVALID when region does not fit t. Call with recording off. */
+em_status tn_rebase(em_tensor *t, const em_tensor *region);
 /* A new contiguous tensor with uninitialized storage. */
 em_tensor *tn_new(em_device *dev, em_scalar dtype, int rank, const int64_t *shape);
 /* A rank-4 attention operand as the attention kernels read it: t itself (a new, realized

@@ -190,6 +190,39 @@ em_tensor *tn_view(const em_tensor *base, int rank, const int64_t *shape, const 
     return tn_scope_track(t);
 }
 
+em_status tn_rebase(em_tensor *t, const em_tensor *region)
+{
+    char a[128], b[128];
+    if (!t || !region || region->dtype != t->dtype || region->st->dev != t->st->dev ||
+        em_numel(region) != em_numel(t) || !em_is_contiguous(region) || region->st == t->st)
+        return em_set_error(EM_ERR_INVALID, "rebase: %s cannot move into %s",
+                            t ? em_describe(t, a, sizeof a) : "NULL",
+                            region ? em_describe(region, b, sizeof b) : "NULL");
+    em_status st = em_realize(t); /* also runs what reads t, so only views hold the storage */
+    if (st != EM_OK) return st;
+    if (atomic_load(&t->st->refs) != 1)
+        return em_set_error(EM_ERR_UNSUPPORTED,
+                            "rebase: the storage of %s is shared with another view, which "
+                            "would keep the old values",
+                            em_describe(t, a, sizeof a));
+    int64_t stride[EM_MAX_RANK];
+    tn_contig_strides(t->rank, t->shape, stride);
+    em_tensor *dst = tn_view(region, t->rank, t->shape, stride, region->offset);
+    if (!dst) return em_last_status();
+    em_tensor_untrack(dst);
+    st = em_copy_(dst, t);
+    if (st == EM_OK) st = em_realize(dst);
+    if (st == EM_OK) {
+        tn_storage_retain(region->st);
+        tn_storage_release(t->st);
+        t->st = region->st;
+        t->offset = region->offset;
+        memcpy(t->stride, stride, sizeof stride);
+    }
+    em_release(dst);
+    return st;
+}
+
 bool tn_check_dtype_supported(const char *op, em_scalar dt)
 {
     switch (dt) {

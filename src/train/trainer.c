@@ -148,6 +148,23 @@ static em_status setup_mirrors(em_trainer *t)
     return EM_OK;
 }
 
+/* One optimizer over every parameter on one device: its flat storage (em_optimizer_flatten), so
+ * that the norm, the clip and AdamW take a launch per region instead of one per parameter; bf16
+ * mode writes the compute copy's gradients into the slots (tr_grads_to_master). Where it cannot
+ * (a shared parameter, ...) the step stays per parameter; EMBER_TRAIN_FLAT=0 keeps it so for
+ * comparisons. */
+static void setup_flat(em_trainer *t)
+{
+    const char *env = getenv("EMBER_TRAIN_FLAT");
+    if (t->clip || t->collective || t->world > 1 || (env && !strcmp(env, "0"))) return;
+    /* bf16 mode: the slots take the compute copy's gradients as they are (cast as read) */
+    em_scalar gd = t->npairs > 0 ? em_dtype(t->pairs[0].compute) : EM_F32;
+    if (em_optimizer_flatten(t->opt, gd) != EM_OK) {
+        EM_LOGI("training: the optimizer steps per parameter (%s)", em_last_error());
+        em_clear_error();
+    }
+}
+
 static em_status setup_bf16(em_trainer *t)
 {
     t->compute = em_gpt_new(t->dev, EM_BF16, em_gpt_config_of(t->master), t->cfg.seed);
@@ -268,6 +285,7 @@ em_trainer *em_trainer_new(const em_train_config *cfg)
         t->compute = t->master;
         if (c->bf16) st = setup_bf16(t);
         if (st == EM_OK && c->bf16) st = setup_mirrors(t);
+        if (st == EM_OK) setup_flat(t);
     }
     if (st == EM_OK) {
         size_t n = (size_t)c->batch * (size_t)c->seq;
@@ -372,6 +390,18 @@ em_status tr_grads_to_master(em_trainer *t)
 {
     em_status st = EM_OK;
     em_no_grad_begin();
+    /* the optimizer's flat gradient slots (setup_flat), when every pair has a gradient */
+    bool slots = t->npairs > 0 && em_optimizer_grad_slot(t->opt, t->pairs[0].master) != NULL;
+    for (int i = 0; slots && i < t->npairs; i++) slots = em_grad(t->pairs[i].compute) != NULL;
+    for (int i = 0; slots && st == EM_OK && i < t->npairs; i++) {
+        em_tensor *slot = em_optimizer_grad_slot(t->opt, t->pairs[i].master);
+        st = slot ? em_copy_(slot, em_grad(t->pairs[i].compute)) : em_last_status();
+        em_zero_grad(t->pairs[i].compute);
+    }
+    if (slots) {
+        em_no_grad_end();
+        return st == EM_OK ? em_optimizer_grads_written(t->opt) : st;
+    }
     for (int i = 0; st == EM_OK && i < t->npairs; i++) {
         em_tensor *g = em_grad(t->pairs[i].compute);
         if (!g) continue;
