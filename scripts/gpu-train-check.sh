@@ -14,8 +14,8 @@
 # tool's 64 MiB) and ../shared/anchors into .cache/gpu-carry/anchors; carry .cache/gpu-carry.
 # DIR defaults to that copy when it exists, else build-gpu. TRAIN_VARIANTS (below) picks the
 # training runs, ATTN_VARIANTS the attention benchmark's (`ember bench attention` beside
-# scripts/attention_ref.py), GPU_TESTS the test programs (default: all of the list); DECODE=0 leaves the
-# decoding runs out. Steps that
+# scripts/attention_ref.py), GPU_TESTS the test programs (default: all of the list); ATTN=0 and
+# DECODE=0 leave the attention and decoding runs out. Steps that
 # would start later than --deadline seconds (default 560) after the start are skipped. Logs go to
 # $OUT (the device tool's folder), else DIR/train-check-logs. The commit shown is $EMBER_COMMIT.
 set -u
@@ -96,13 +96,15 @@ fi
 A="bench attention --device cuda:0"
 ANAMES=
 IFS=';' read -ra ALIST <<< "${ATTN_VARIANTS:-"default:;t64:EMBER_ATTENTION_TILES=2:64:2:32:2:64;wg1:EMBER_ATTENTION_TILES=1:128:1:64:1:64"}"
-for v in "${ALIST[@]}"; do
-    name=${v%%:*}
-    # shellcheck disable=SC2086
-    run "attn_$name" 60 env ${v#*:} "$EMBER" $A
-    ANAMES="$ANAMES attn_$name"
-done
-run attn_torch_flash 90 python3 "$ROOT/scripts/attention_ref.py"
+if [ "${ATTN:-1}" = 1 ]; then
+    for v in "${ALIST[@]}"; do
+        name=${v%%:*}
+        # shellcheck disable=SC2086
+        run "attn_$name" 60 env ${v#*:} "$EMBER" $A
+        ANAMES="$ANAMES attn_$name"
+    done
+    run attn_torch_flash 90 python3 "$ROOT/scripts/attention_ref.py"
+fi
 
 # training: ember's graph-replayed step in each variant, then torch.compile in the same call.
 # TRAIN_VARIANTS: "NAME:VAR=VALUE ...;NAME:..." (environment per run); a NAME starting with
