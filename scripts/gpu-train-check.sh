@@ -59,6 +59,11 @@ SUMMARY=$LOGS/summary.txt
 : > "$SUMMARY"
 export LD_LIBRARY_PATH=$BUILD/gpu-libs:${LD_LIBRARY_PATH:-}
 export EMBER_CACHE_DIR=/tmp/ember-train-check-cache  # outside $OUT: the device tool returns few files
+# a kernel cache carried from an earlier call (KEEP_CACHE=1 leaves this call's in
+# $OUT/kcache.tgz; copied to .cache/gpu-carry/kcache.tgz it saves the next call's NVRTC compiles
+# and tuning, about 150 s on a fresh machine)
+KCACHE=$ROOT/.cache/gpu-carry/kcache.tgz
+[ -f "$KCACHE" ] && mkdir -p "$EMBER_CACHE_DIR" && tar xzf "$KCACHE" -C "$EMBER_CACHE_DIR"
 EMBER=$BUILD/ember
 say() { echo "$*" | tee -a "$SUMMARY"; }
 left() { echo $((DEADLINE - ($(date +%s) - START))); }
@@ -108,7 +113,8 @@ fi
 
 # training: ember's graph-replayed step in each variant, then torch.compile in the same call.
 # TRAIN_VARIANTS: "NAME:VAR=VALUE ...;NAME:..." (environment per run); a NAME starting with
-# "base" runs DIR/ember-base, a build of an earlier commit carried for an A/B, where present.
+# "base" runs DIR/ember-base, a build of an earlier commit carried for an A/B, where present; one
+# starting with "eager" runs without --graph (EMBER_PROFILE=1 then gives the step's breakdown).
 VARIANTS=${TRAIN_VARIANTS:-"default:;profile:EMBER_PROFILE=1;no_fused_head:EMBER_FUSED_HEAD=0;no_graph_plan:EMBER_GRAPH_PLAN=0"}
 T="bench train-gpt2 --device cuda:0 --batch 16 --seq 1024 --steps 10 --warmup 3 --graph"
 NAMES=
@@ -117,13 +123,17 @@ for v in "${VLIST[@]}"; do
     name=${v%%:*}
     vars=${v#*:}
     bin=$EMBER
-    case "$name" in base*) bin=$BUILD/ember-base ;; esac
+    t=$T
+    case "$name" in
+        base*) bin=$BUILD/ember-base ;;
+        eager*) t=${T% --graph} ;; # the profiler sees eager launches only, not graph replays
+    esac
     [ -x "$bin" ] || { say "skipped train_$name: no $bin"; continue; }
     # shellcheck disable=SC2086
     # the first run compiles every kernel through NVRTC into a cold cache (over 150 s on an H100)
     limit=150
     [ -z "$NAMES" ] && limit=300
-    run "train_$name" $limit env $vars "$bin" $T
+    run "train_$name" $limit env $vars "$bin" $t
     NAMES="$NAMES train_$name"
 done
 run torch_compile 240 python3 "$ANCHORS/gpt2_train.py" --batch 16 --seq 1024 --steps 30 --compile
@@ -135,6 +145,9 @@ if [ "${DECODE:-1}" = 1 ]; then
     run transformers 120 python3 "$ANCHORS/decode.py" --dtype fp32 --new 128
 fi
 
+if [ "${KEEP_CACHE:-0}" = 1 ] && [ -n "${OUT:-}" ]; then
+    tar czf "$OUT/kcache.tgz" -C "$EMBER_CACHE_DIR" . && say "kernel cache: $(du -h "$OUT/kcache.tgz" | cut -f1)"
+fi
 say ""
 say "training b16 x 1024 (tokens/s, ms/step, peak GiB):"
 for n in $NAMES torch_compile; do
