@@ -28,7 +28,8 @@ TESTS=1
 PREPARE=0
 TEST_PROGRAMS="kernel_test_wgmma tensor_test_norm_backward tensor_test_gelu_backward tensor_test_attention_qkv \
     tensor_test_trusted_indices tensor_test_attention_wgmma autodiff_test_gradcheck_linear_xent \
-    runtime_test_graph models_test_gpt_batch_static optim_test_flat train_test_step_graph"
+    runtime_test_graph models_test_gpt_batch_static optim_test_flat train_test_step_graph \
+    tensor_test_attention"
 START=$(date +%s)
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -92,7 +93,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 if [ "$TESTS" = 1 ]; then
     for t in ${GPU_TESTS:-$TEST_PROGRAMS}; do
         [ -x "$BUILD/tests/$t" ] || { say "missing $t"; continue; }
-        EMBER_TEST_DEVICE=cuda:0 run "$t" 100 "$BUILD/tests/$t"
+        EMBER_TEST_DEVICE=cuda:0 run "$t" 100 "$BUILD/tests/$t" ||
+            grep -v "^\[ *\(OK\|RUN\) *\]" "$LOGS/$t.log" | tail -25 | tee -a "$SUMMARY"
     done
 fi
 

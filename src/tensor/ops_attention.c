@@ -345,6 +345,36 @@ static bool attn_rows_aligned(const em_tensor *t, int64_t v)
            t->stride[0] % v == 0 && t->stride[1] % v == 0 && t->stride[2] % v == 0;
 }
 
+/* tensor_attention_delta_lines into stats: 16-byte lines of do (g) and o, DL = D / lines units a
+ * row, where the plane holds whole rows and every row starts on a line. EM_ERR_UNSUPPORTED
+ * (nothing launched, no error set) where it cannot run: the plane kernel does. */
+static em_status delta_lines(const char *op, em_device *dev, const em_tensor *g, const em_tensor *o,
+                             const em_tensor *lse, em_tensor *stats)
+{
+    const em_caps *caps = em_device_caps(dev);
+    const char *env = getenv("EMBER_ATTENTION_DELTA_LINES"); /* 0: the plane kernel (A/B) */
+    bool off = env && strcmp(env, "0") == 0;
+    int64_t esz = (int64_t)em_scalar_size(g->dtype), lw = 16 / esz, D = g->shape[3];
+    int64_t dl = D % lw == 0 ? D / lw : 0, rows = g->shape[0] * g->shape[1] * g->shape[2];
+    bool ok = caps->plane_ops && dl >= 1 && !(dl & (dl - 1)) && dl <= caps->plane_dim &&
+              caps->plane_dim <= 64 && g->dtype == o->dtype && lw > 1 && !off &&
+              rows * dl <= (int64_t)UINT32_MAX;
+    for (int i = 0; ok && i < 3; i++) ok = g->stride[i] % lw == 0 && o->stride[i] % lw == 0;
+    ok = ok && g->stride[3] == 1 && o->stride[3] == 1 && g->offset % lw == 0 && o->offset % lw == 0;
+    if (!ok) return EM_ERR_UNSUPPORTED;
+    uint32_t cubes[3], units[3];
+    tn_grid_1d((uint64_t)(rows * dl), cubes, units);
+    uint32_t P = caps->plane_dim;
+    if (units[0] % P) units[0] = (units[0] + P - 1) / P * P; /* whole planes, so whole rows */
+    cubes[0] = (uint32_t)(((uint64_t)(rows * dl) + units[0] - 1) / units[0]);
+    tn_arg args[4] = {tn_arg_t(g), tn_arg_t(o), tn_arg_flat(lse), tn_arg_flat(stats)};
+    args[2].lanes = args[3].lanes = 1; /* scalars beside the lines */
+    em_lang_bind b[3] = {em_lang_bind_type("T", g->dtype), em_lang_bind_type("C", em_dtype(stats)),
+                         em_lang_bind_int("DL", (int64_t)dl)};
+    return tn_launch(op, dev, "tensor_attention_delta_lines", b, 3, (unsigned)lw, cubes, units,
+                     args, 4);
+}
+
 /* The tiled tensor-core backward (after tensor_attention_delta has filled stats): the
  * matrix-op kernels (tensor_attention_bwd_kv_mma for dk and dv, tensor_attention_bwd_q_mma for
  * dq: a cube of 4 planes per 64 keys or queries), or with wg the warpgroup-MMA ones
@@ -518,7 +548,9 @@ static em_status attn_backward(const char *op, const em_tensor *grad_out, const 
     em_lang_bind bind[6];
     size_t nb = attn_binds(dev, dt, D, bind);
     uint32_t cubes[3], units[3];
-    {
+    st = delta_lines(op, dev, gc, oc, lc, stats);
+    if (st != EM_OK && st != EM_ERR_UNSUPPORTED) goto fail;
+    if (st == EM_ERR_UNSUPPORTED) {
         /* a plane per query row where plane ops exist (coalesced reads), else a unit per row */
         const em_caps *caps = em_device_caps(dev);
         uint32_t P = caps->plane_ops && caps->plane_dim >= 4 && caps->plane_dim <= 64 &&

@@ -15,12 +15,16 @@
 #include "ember/tensor_op.h"
 #include "tensor/internal.h"
 
-/* Rows per chunk: as many as keep a chunk's logits within about 256 MiB, at least 1. */
+/* Rows per chunk: as many as keep a chunk's logits within about 768 MiB, at least 1. Each chunk
+ * adds a pass over w's f32 gradient, so fewer chunks are faster; GPT-2 124M at 16 x 1024 on the
+ * H200 (docs/benchmarks.md, session 17): 7 chunks (256 MiB) 41.94 ms a step at a 7.35 GiB peak,
+ * 3 chunks (this) 41.21 ms at 7.72 GiB, 2 chunks 41.14 ms at 7.97 GiB, the whole logits 40.62 ms
+ * at 8.77 GiB (over torch.compile's 8.45). */
 static int64_t chunk_of(int64_t N, int64_t V, em_scalar dt, int64_t asked)
 {
     if (asked > 0) return asked < N ? asked : N;
     int64_t row = V * (int64_t)em_scalar_size(dt);
-    int64_t n = ((int64_t)256 << 20) / (row > 0 ? row : 1);
+    int64_t n = ((int64_t)768 << 20) / (row > 0 ? row : 1);
     if (n < 1) n = 1;
     int64_t chunks = (N + n - 1) / n; /* equal chunks: no short last one */
     return chunks > 0 ? (N + chunks - 1) / chunks : 1;

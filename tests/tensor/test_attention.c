@@ -71,6 +71,46 @@ static void test_dtypes(void **state)
     }
 }
 
+/* The backward's statistics in 16-byte lines (tensor_attention_delta_lines) where the plane holds
+ * a row's D / lanes units: every case against the float64 reference as above, the profiler
+ * showing which kernel ran, and the plane kernel (EMBER_ATTENTION_DELTA_LINES=0) on the same
+ * cases. On the CPU (planes of one unit) that is f32 at D 4; on lavapipe (planes of 8) f32 up to
+ * D 32 and 16-bit types at D 64; on CUDA every head size up to 128. */
+static void test_delta_lines(void **state)
+{
+    (void)state;
+    static const struct {
+        em_scalar dt;
+        int64_t D;
+    } cs[] = {{EM_F32, 4}, {EM_F32, 16}, {EM_F32, 32}, {EM_F16, 64}, {EM_BF16, 64}, {EM_F32, 24}};
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        const em_caps *caps = em_device_caps(dev);
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+            if (!tu_has(dev, cs[i].dt)) continue;
+            int64_t lanes = 16 / (int64_t)em_scalar_size(cs[i].dt), dl = cs[i].D / lanes;
+            bool lines = caps->plane_ops && cs[i].D % lanes == 0 && dl <= caps->plane_dim &&
+                         !(dl & (dl - 1));
+            for (int off = 0; off < 2; off++) {
+                if (off) setenv("EMBER_ATTENTION_DELTA_LINES", "0", 1);
+                em_profile_enable(true);
+                em_profile_reset();
+                acase c = {2, 3, 33, 33, cs[i].D, true, true, false}; /* q strided */
+                run_case(dev, cs[i].dt, c, (uint32_t)(300 + i));
+                em_profile_kernel kf = {0};
+                bool ran =
+                    em_profile_kernel_get("tensor_attention_delta_lines", &kf) && kf.launches > 0;
+                em_profile_enable(false);
+                unsetenv("EMBER_ATTENTION_DELTA_LINES");
+                if (ran != (lines && !off))
+                    fail_msg("%s %s D %lld: the line kernel %s", em_device_name(dev),
+                             em_scalar_name(cs[i].dt), (long long)cs[i].D,
+                             ran ? "ran where it should not" : "did not run");
+            }
+        }
+    }
+}
+
 /* The matrix-unit path, forced where only CUDA would pick it (the devices whose planes are one
  * unit run it; the others fall back to SIMT): the tensor_attention_fwd_mma forward and the tiled
  * backward (tensor_attention_bwd_kv_mma, _bwd_q_mma), f16 and bf16 with D 64 and 128, lengths
@@ -219,10 +259,10 @@ static void test_misuse(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_lengths_f32), cmocka_unit_test(test_fewer_queries),
-        cmocka_unit_test(test_dtypes),      cmocka_unit_test(test_mma_path),
-        cmocka_unit_test(test_long_cpu),    cmocka_unit_test(test_misuse),
-        cmocka_unit_test(test_fast_predicate),
+        cmocka_unit_test(test_lengths_f32),    cmocka_unit_test(test_fewer_queries),
+        cmocka_unit_test(test_dtypes),         cmocka_unit_test(test_mma_path),
+        cmocka_unit_test(test_long_cpu),       cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_fast_predicate), cmocka_unit_test(test_delta_lines),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }
