@@ -196,15 +196,53 @@ static void test_wgmma_compiles(void **state)
     assert_int_equal(failed, 0);
 }
 
+/* The backward's statistics in 16-byte lines (tensor_attention_delta_lines) as ops_attention.c
+ * binds them on CUDA (16-bit types and f32, D 64 and 128: DL = D / lanes units a row within a
+ * plane of 32), through NVRTC for sm_90a: it compiles clean and loads each line with one 16-byte
+ * vector load (the generated source reads 16-byte line types). */
+static void test_delta_lines_compiles(void **state)
+{
+    (void)state;
+    SKIP_UNLESS_NVRTC();
+    const em_lang_module *m = em_lang_builtins();
+    assert_non_null(m);
+    em_caps caps = h200_caps();
+    static const em_scalar types[] = {EM_F16, EM_BF16, EM_F32};
+    for (size_t ti = 0; ti < 3; ti++)
+        for (int d = 64; d <= 128; d += 64) {
+            unsigned lanes = 16 / (unsigned)em_scalar_size(types[ti]);
+            em_lang_bind b[] = {em_lang_bind_type("T", types[ti]), em_lang_bind_type("C", EM_F32),
+                                em_lang_bind_int("DL", d / (int)lanes)};
+            em_lang_spec spec = {b, 3, lanes, &caps};
+            em_lang_diags *dg = em_lang_diags_new();
+            em_ir_kernel *k = em_lang_specialize(m, "tensor_attention_delta_lines", &spec, dg);
+            if (!k) {
+                char *text = em_lang_diags_format(dg);
+                fail_msg("tensor_attention_delta_lines: %s", text ? text : em_last_error());
+            }
+            em_lang_diags_free(dg);
+            char *src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &caps);
+            assert_non_null(src);
+            char line_type[64], label[96];
+            snprintf(line_type, sizeof line_type, "emv<%s, %u> *dout",
+                     types[ti] == EM_F32 ? "float" : "unsigned short", lanes);
+            if (!strstr(src, line_type)) fail_msg("no %s in:\n%s", line_type, src);
+            snprintf(label, sizeof label, "tensor_attention_delta_lines %s D %d",
+                     em_scalar_name(types[ti]), d);
+            expect_nvrtc_clean(src, "sm_90a", label);
+            free(src);
+            em_ir_kernel_free(k);
+        }
+}
+
 int main(void)
 {
     /* ptxas's report of registers and spills (NVRTC reads its options once) */
     setenv("EMBER_NVRTC_OPTIONS", "--ptxas-options=-v", 1);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_wgmma_path),
-        cmocka_unit_test(test_wgmma_tiles),
-        cmocka_unit_test(test_wgmma_fast_predicate),
-        cmocka_unit_test(test_wgmma_compiles),
+        cmocka_unit_test(test_wgmma_path),           cmocka_unit_test(test_wgmma_tiles),
+        cmocka_unit_test(test_wgmma_fast_predicate), cmocka_unit_test(test_wgmma_compiles),
+        cmocka_unit_test(test_delta_lines_compiles),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }
