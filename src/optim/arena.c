@@ -26,7 +26,10 @@
 #include "optim/internal.h"
 #include "tensor/internal.h"
 
-#define ALIGN 64               /* elements between parameter offsets (a multiple of any line) */
+/* Elements between parameter offsets: a multiple of any line, and at least 512 bytes for 2-byte
+ * types, the offset alignment OpenCL sub-buffers need on NVIDIA's driver (CL_DEVICE_MEM_BASE_ADDR
+ * _ALIGN 4096 bits; a recorded graph passes offset buffers as sub-buffers), above Vulkan's. */
+#define ALIGN 256
 #define MAX_ELEMS 0x7fffffffLL /* as fused.c: the kernels index with u32 */
 
 struct op_arena {
