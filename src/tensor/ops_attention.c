@@ -358,9 +358,8 @@ static em_status delta_lines(const char *op, em_device *dev, const em_tensor *g,
     int64_t dl = D % lw == 0 ? D / lw : 0, rows = g->shape[0] * g->shape[1] * g->shape[2];
     bool ok = caps->plane_ops && dl >= 1 && !(dl & (dl - 1)) && dl <= caps->plane_dim &&
               caps->plane_dim <= 64 && g->dtype == o->dtype && lw > 1 && !off &&
-              rows * dl <= (int64_t)UINT32_MAX;
-    for (int i = 0; ok && i < 3; i++) ok = g->stride[i] % lw == 0 && o->stride[i] % lw == 0;
-    ok = ok && g->stride[3] == 1 && o->stride[3] == 1 && g->offset % lw == 0 && o->offset % lw == 0;
+              rows * dl <= (int64_t)UINT32_MAX && attn_rows_aligned(g, lw) &&
+              attn_rows_aligned(o, lw);
     if (!ok) return EM_ERR_UNSUPPORTED;
     uint32_t cubes[3], units[3];
     tn_grid_1d((uint64_t)(rows * dl), cubes, units);

@@ -390,12 +390,14 @@ em_status tr_grads_to_master(em_trainer *t)
 {
     em_status st = EM_OK;
     em_no_grad_begin();
-    /* the optimizer's flat gradient slots (setup_flat), when every pair has a gradient */
-    bool slots = t->npairs > 0 && em_optimizer_grad_slot(t->opt, t->pairs[0].master) != NULL;
-    for (int i = 0; slots && i < t->npairs; i++) slots = em_grad(t->pairs[i].compute) != NULL;
+    /* the optimizer's flat gradient slots (setup_flat), when every pair has a gradient and a
+     * slot (else the casts below, and the optimizer steps per parameter) */
+    bool slots = t->npairs > 0;
+    for (int i = 0; slots && i < t->npairs; i++)
+        slots = em_grad(t->pairs[i].compute) && em_optimizer_grad_slot(t->opt, t->pairs[i].master);
     for (int i = 0; slots && st == EM_OK && i < t->npairs; i++) {
-        em_tensor *slot = em_optimizer_grad_slot(t->opt, t->pairs[i].master);
-        st = slot ? em_copy_(slot, em_grad(t->pairs[i].compute)) : em_last_status();
+        st = em_copy_(em_optimizer_grad_slot(t->opt, t->pairs[i].master),
+                      em_grad(t->pairs[i].compute));
         em_zero_grad(t->pairs[i].compute);
     }
     if (slots) {
