@@ -14,7 +14,9 @@
 # tool's 64 MiB) and ../shared/anchors into .cache/gpu-carry/anchors; carry .cache/gpu-carry.
 # DIR defaults to that copy when it exists, else build-gpu. TRAIN_VARIANTS (below) picks the
 # training runs, ATTN_VARIANTS the attention benchmark's (`ember bench attention` beside
-# scripts/attention_ref.py), GPU_TESTS the test programs (default: all of the list); ATTN=0 and
+# scripts/attention_ref.py), MATMUL_VARIANTS the matmul benchmark's (none by default; a value may
+# be quoted: "pp:EMBER_MATMUL_CONFIG='wgmma-tma-ppr 128x192x64 2x1 s1'"), GPU_TESTS the test
+# programs (default: all of the list), TEST_LIMIT the seconds each may take (100); ATTN=0 and
 # DECODE=0 leave the attention and decoding runs out. Steps that
 # would start later than --deadline seconds (default 560) after the start are skipped. Logs go to
 # $OUT (the device tool's folder), else DIR/train-check-logs. The commit shown is $EMBER_COMMIT.
@@ -29,7 +31,7 @@ PREPARE=0
 TEST_PROGRAMS="kernel_test_wgmma tensor_test_norm_backward tensor_test_gelu_backward tensor_test_attention_qkv \
     tensor_test_trusted_indices tensor_test_attention_wgmma autodiff_test_gradcheck_linear_xent \
     runtime_test_graph models_test_gpt_batch_static optim_test_flat train_test_step_graph \
-    tensor_test_attention"
+    tensor_test_attention tensor_test_matmul_tma"
 START=$(date +%s)
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -93,7 +95,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 if [ "$TESTS" = 1 ]; then
     for t in ${GPU_TESTS:-$TEST_PROGRAMS}; do
         [ -x "$BUILD/tests/$t" ] || { say "missing $t"; continue; }
-        EMBER_TEST_DEVICE=cuda:0 run "$t" 100 "$BUILD/tests/$t" ||
+        EMBER_TEST_DEVICE=cuda:0 run "$t" "${TEST_LIMIT:-100}" "$BUILD/tests/$t" ||
             grep -v "^\[ *\(OK\|RUN\) *\]" "$LOGS/$t.log" | tail -25 | tee -a "$SUMMARY"
     done
 fi
@@ -111,6 +113,23 @@ if [ "${ATTN:-1}" = 1 ]; then
         ANAMES="$ANAMES attn_$name"
     done
     run attn_torch_flash 90 python3 "$ROOT/scripts/attention_ref.py"
+fi
+
+# matmul alone (issue #11): `ember bench matmul` on the GPT-2 shapes and 4096^3 / 8192^3 in each
+# variant of MATMUL_VARIANTS ("NAME:VAR=VALUE ...;..."; e.g. a configuration forced with
+# EMBER_MATMUL_CONFIG), cuBLAS in the same process; empty (the default) leaves it out
+MNAMES=
+MSHAPES=${MATMUL_SHAPES:-16384x2304x768,16384x768x768,16384x3072x768,16384x768x3072,16384x50304x768,4096x4096x4096,8192x8192x8192}
+if [ -n "${MATMUL_VARIANTS:-}" ]; then
+    IFS=';' read -ra MLIST <<< "$MATMUL_VARIANTS"
+    for v in "${MLIST[@]}"; do
+        name=${v%%:*}
+        # shellcheck disable=SC2086
+        # the variables as shell words, so that a value may be quoted ('wgmma-tma-ppr 128x...')
+        eval "mvars=(${v#*:})"
+        run "mm_$name" 200 env EMBER_LOG=debug "${mvars[@]}" "$EMBER" bench matmul --device cuda:0 --dtype bf16 --shapes "$MSHAPES"
+        MNAMES="$MNAMES mm_$name"
+    done
 fi
 
 # training: ember's graph-replayed step in each variant, then torch.compile in the same call.
@@ -158,6 +177,15 @@ done
 say "attention b16 x 12 x 1024 x 64 causal bf16 (fwd ms, bwd ms, fwd TFLOP/s, bwd TFLOP/s):"
 for n in $ANAMES attn_torch_flash; do
     [ -f "$LOGS/$n.log" ] && say "  $n: $(jfield "$LOGS/$n.log" fwd_ms) $(jfield "$LOGS/$n.log" bwd_ms) $(jfield "$LOGS/$n.log" fwd_tflops) $(jfield "$LOGS/$n.log" bwd_tflops)"
+done
+[ -n "$MNAMES" ] && say "matmul bf16 (shape: TFLOP/s, cuBLAS TFLOP/s, ratio; then the choices):"
+for n in $MNAMES; do
+    say "  $n:"
+    python3 -c "import json,sys
+for l in open(sys.argv[1]):
+    if l.startswith('{'):
+        d=json.loads(l); print('    %s: %.1f %.1f %.3f' % ('x'.join(map(str, d.get('shape', []))), d.get('ember_tflops', 0), d.get('ref_tflops', 0), d.get('ratio', 0)))" "$LOGS/$n.log" 2>&1 | tee -a "$SUMMARY"
+    grep -o 'matmul matmul-v[^"]*"[^"]*" ([a-z]*)' "$LOGS/$n.log" | sort -u | sed 's/^/    /' | tee -a "$SUMMARY"
 done
 say "decode b1 f32 (tokens/s):"
 for n in decode_sync1 decode_sync8 transformers; do

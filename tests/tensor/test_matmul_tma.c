@@ -395,7 +395,17 @@ static void tma_pairs_cases(em_device *dev)
     check("pairs pp 128x128, batched", "wgmma-tma-ppr 128x128x64 2x1 s1", true,
           rnd(dev, EM_BF16, EM_SHAPE(2, 140, 64), 207), rnd(dev, EM_BF16, EM_SHAPE(2, 64, 72), 208),
           NULL);
+    /* 192 columns a consumer (192 accumulators a unit): edges along N and M, the epilogue */
+    em_matmul_epilogue ep2 = {.bias = rnd(dev, EM_BF16, EM_SHAPE(400), 213),
+                              .act = EM_MATMUL_ACT_RELU,
+                              .residual = rnd(dev, EM_BF16, EM_SHAPE(300, 400), 214)};
+    check("pairs pp 128x192, edges, epilogue", "wgmma-tma-ppr 128x192x64 2x1 s1", true,
+          rnd(dev, EM_BF16, EM_SHAPE(300, 200), 215), rnd(dev, EM_BF16, EM_SHAPE(200, 400), 216),
+          &ep2);
     /* "wgmma-tma-pr": the persistent cooperative forms with that epilogue */
+    check("pairs coop 256x192, edges, MN-major a", "wgmma-tma-pr 256x192x64 2x1 s1", true,
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(136, 264), 217), 0, 1),
+          rnd(dev, EM_BF16, EM_SHAPE(136, 400), 218), NULL);
     check("pairs coop 256x128, edges", "wgmma-tma-pr 256x128x64 2x1 s1", true,
           rnd(dev, EM_BF16, EM_SHAPE(300, 136), 209), rnd(dev, EM_BF16, EM_SHAPE(136, 200), 210),
           NULL);
@@ -521,13 +531,19 @@ static void test_tma_config(void **state)
         assert_true(mm_config_valid(&p, &f));
         assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.pairs && !q.sepi && !q.ping && q.persist);
         assert_true(q.mw == 2 && q.stages == 4 && q.cluster == 2 && q.smem <= caps.max_shared);
-        int npr = 0, nfull = 0;
-        for (int j = 0; j < n; j++) npr += cand[j].kind == MM_WGMMA && cand[j].lanes == 8;
-        assert_int_equal(npr, 0);
+        /* of them only 256 x 192 (2x1) is a default candidate, beside the ping-pong 128 x 192 */
+        int npr = 0, nfull = 0, npp192 = 0;
+        for (int j = 0; j < n; j++) {
+            npr += cand[j].kind == MM_WGMMA && cand[j].lanes == 8;
+            npp192 += cand[j].kind == MM_WGMMA && cand[j].lanes == 7 && cand[j].bn == 192;
+        }
+        assert_int_equal(npr, 1);
+        assert_int_equal(npp192, 1);
+        npr = 0;
         mm_config all[64];
         int na = mm_candidates(&p, true, all, 64);
         for (int j = 0; j < na; j++) nfull += all[j].kind == MM_WGMMA && all[j].lanes == 8;
-        assert_int_equal(nfull, 3);
+        assert_int_equal(nfull, 4);
         for (int j = 0; j < na; j++) npr += !memcmp(&all[j], &f, sizeof f);
         assert_int_equal(npr, 1);
         assert_true(mm_config_parse("wgmma-tma-pr 256x256x64 2x1 s1", &f)); /* 256 accumulators */

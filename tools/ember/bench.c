@@ -4,7 +4,7 @@
  * references live only here; ember's ops never call them. One JSON line per shape:
  *
  *   {"bench":"matmul","device":"cuda:0","dtype":"bf16","shape":[4096,4096,4096],
- *    "ember_tflops":..., "ember_ms":..., "config":"...", "ref":"cublas", "ref_tflops":...,
+ *    "ember_tflops":..., "ember_ms":..., "ref":"cublas", "ref_tflops":...,
  *    "ratio":...}
  *
  * --dtype tf32 runs f32 operands with tf32 allowed (ember and cuBLAS alike). The first call of a
