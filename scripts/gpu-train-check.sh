@@ -15,7 +15,8 @@
 # DIR defaults to that copy when it exists, else build-gpu. TRAIN_VARIANTS (below) picks the
 # training runs, ATTN_VARIANTS the attention benchmark's (`ember bench attention` beside
 # scripts/attention_ref.py), MATMUL_VARIANTS the matmul benchmark's (none by default; a value may
-# be quoted: "pp:EMBER_MATMUL_CONFIG='wgmma-tma-ppr 128x192x64 2x1 s1'"), GPU_TESTS the test
+# be quoted: "pp:EMBER_MATMUL_CONFIG='wgmma-tma-ppr 128x192x64 2x1 s1'"; words starting with
+# -- are the benchmark's: "dw:--at --shapes 768x768x16384"), GPU_TESTS the test
 # programs (default: all of the list), TEST_LIMIT the seconds each may take (100); ATTN=0 and
 # DECODE=0 leave the attention and decoding runs out. Steps that
 # would start later than --deadline seconds (default 560) after the start are skipped. Logs go to
@@ -125,9 +126,16 @@ if [ -n "${MATMUL_VARIANTS:-}" ]; then
     for v in "${MLIST[@]}"; do
         name=${v%%:*}
         # shellcheck disable=SC2086
-        # the variables as shell words, so that a value may be quoted ('wgmma-tma-ppr 128x...')
-        eval "mvars=(${v#*:})"
-        run "mm_$name" 200 env EMBER_LOG=debug "${mvars[@]}" "$EMBER" bench matmul --device cuda:0 --dtype bf16 --shapes "$MSHAPES"
+        # the words as the shell splits them, so that a value may be quoted ('wgmma-tma-ppr
+        # 128x...'): VAR=VALUE ones go to the environment, the rest (--at, --bt, --shapes L) to
+        # the benchmark; without --shapes it runs MSHAPES
+        eval "mwords=(${v#*:})"
+        menv=() margs=()
+        for w in "${mwords[@]}"; do
+            case "$w" in -*) margs+=("$w") ;; *=*) menv+=("$w") ;; *) margs+=("$w") ;; esac
+        done
+        case " ${margs[*]} " in *" --shapes "*) ;; *) margs+=(--shapes "$MSHAPES") ;; esac
+        run "mm_$name" 200 env EMBER_LOG=debug "${menv[@]}" "$EMBER" bench matmul --device cuda:0 --dtype bf16 "${margs[@]}"
         MNAMES="$MNAMES mm_$name"
     done
 fi
@@ -185,7 +193,7 @@ for n in $MNAMES; do
 for l in open(sys.argv[1]):
     if l.startswith('{'):
         d=json.loads(l); print('    %s: %.1f %.1f %.3f' % ('x'.join(map(str, d.get('shape', []))), d.get('ember_tflops', 0), d.get('ref_tflops', 0), d.get('ratio', 0)))" "$LOGS/$n.log" 2>&1 | tee -a "$SUMMARY"
-    grep -o 'matmul matmul-v[^"]*"[^"]*" ([a-z]*)' "$LOGS/$n.log" | sort -u | sed 's/^/    /' | tee -a "$SUMMARY"
+    grep -o 'matmul matmul-v[^"]*"[^"]*" ([a-z ]*)' "$LOGS/$n.log" | sort -u | sed 's/^/    /' | tee -a "$SUMMARY"
 done
 say "decode b1 f32 (tokens/s):"
 for n in decode_sync1 decode_sync8 transformers; do

@@ -630,16 +630,18 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
         /* 192 columns a consumer (192 accumulators a unit, 5 stages): 38.4 multiply-adds per
          * byte a k step brings in where 128 x 128 has 32, so each multiprocessor takes a sixth
          * fewer bytes from L2 per multiply-add (the K = 768 GPT-2 shapes' N of 768, 2304, 3072
-         * and 50304 are all multiples of 192); the cooperative 256 x 192 (3 stages) has 54.9 */
+         * and 50304 are all multiples of 192). Measured (session 18, H100): 2-5 % faster than
+         * the autotuner's other picks at N = 2304 and 3072, 5 % slower at 768 */
         all[n++] = (mm_config){MM_WGMMA, 128, 192, 64, 2, 1, 1, 7};
-        all[n++] = (mm_config){MM_WGMMA, 256, 192, 64, 2, 1, 1, 8};
         /* the cooperative persistent forms with the epilogue from the registers (cuBLAS's
          * 256 x 128 tile in clusters of two: a quarter fewer bytes from L2 a multiply-add than
          * the ping-pong 128 x 128 tiles, its epilogue without staging), in the full search only:
          * `p 128x256 2x1` lost 5-12 % with this epilogue (session 12, call 5), as both consumers
-         * store while the tensor cores idle; 256 x 128 is not measured yet */
+         * store while the tensor cores idle; 256 x 128 is not measured yet; 256 x 192, 3
+         * stages, ran 0.58-0.80x cuBLAS on the GPT-2 shapes, session 18, H100) */
         for (int i = 0; full && i < 3; i++)
             all[n++] = (mm_config){MM_WGMMA, 256 >> (i / 2), 128 << (i / 2), 64, 2, 2 - i % 2, 1, 8};
+        if (full) all[n++] = (mm_config){MM_WGMMA, 256, 192, 64, 2, 1, 1, 8};
     }
     if (mma_dtype_ok(p)) {
         /* planes x fragments per plane: 128 x 128 tiles of 8 planes of 32 x 64 (about 128

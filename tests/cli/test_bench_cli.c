@@ -3,7 +3,7 @@
  * workload, impl, dtype, batch, new_tokens, tokens_per_s; train-gpt2: those of
  * ../shared/anchors/gpt2_train.py) and its own (device, ...), the figures positive and consistent
  * with each other; --dtype bf16 is reported in the reference's spelling; bad arguments get a
- * usage message and exit status 2; `ember bench matmul --bt --graph` says what it timed. */
+ * usage message and exit status 2; `ember bench matmul --bt --at --graph` says what it timed. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -162,13 +162,16 @@ static void test_matmul_graph_json(void **state)
 {
     (void)state;
     for (int graph = 0; graph < 2; graph++) {
-        cJSON *o = bench_json(graph ? "bench matmul --device cpu --shapes 3x40x24 --bt --graph"
+        /* --at with the graph only: both layouts' flags reported */
+        cJSON *o = bench_json(graph ? "bench matmul --device cpu --shapes 3x40x24 --bt --at --graph"
                                     : "bench matmul --device cpu --shapes 3x40x24 --bt");
         assert_string_equal(string(o, "bench"), "matmul");
         const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "graph");
         const cJSON *bt = cJSON_GetObjectItemCaseSensitive(o, "bt");
-        assert_true(cJSON_IsBool(g) && cJSON_IsBool(bt));
+        const cJSON *at = cJSON_GetObjectItemCaseSensitive(o, "at");
+        assert_true(cJSON_IsBool(g) && cJSON_IsBool(bt) && cJSON_IsBool(at));
         assert_int_equal(cJSON_IsTrue(g), graph);
+        assert_int_equal(cJSON_IsTrue(at), graph);
         assert_true(cJSON_IsTrue(bt));
         assert_true(number(o, "ember_ms") > 0);
         cJSON_Delete(o);

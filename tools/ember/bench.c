@@ -3,7 +3,7 @@
  * CUDA device, OpenBLAS (cblas_sgemm, dlopen'd libopenblas.so.0) on the CPU for f32. The
  * references live only here; ember's ops never call them. One JSON line per shape:
  *
- *   {"bench":"matmul","device":"cuda:0","dtype":"bf16","shape":[4096,4096,4096],
+ *   {"bench":"matmul","device":"cuda:0","dtype":"bf16","shape":[4096,4096,4096],"at":false,
  *    "ember_tflops":..., "ember_ms":..., "ref":"cublas", "ref_tflops":...,
  *    "ratio":...}
  *
@@ -105,15 +105,18 @@ static void *dev_ptr(const em_tensor *t)
     return (char *)t->st->buf->mem + t->offset * (int64_t)em_scalar_size(t->dtype);
 }
 
-/* Seconds per call of the reference on the same operands (row-major C = A B), or -1. */
+/* Seconds per call of the reference on the same operands (row-major C = A B; at / bt: a / b is
+ * the transpose of a row-major [K, M] / [N, K], as the bench makes them), or -1. */
 static double ref_time(reference *r, const char *dtype, const em_tensor *a, const em_tensor *b,
-                       em_tensor *c, int M, int N, int K, int iters)
+                       em_tensor *c, int M, int N, int K, bool at, bool bt, int iters)
 {
     if (!r->name) return -1;
     if (r->gemm) {
         /* the reference reads a and b and writes c itself */
         if (em_realize(a) != EM_OK || em_realize(b) != EM_OK || em_realize(c) != EM_OK) return -1;
-        /* column-major view: C^T [N, M] = B^T [N, K] x A^T [K, M] */
+        /* column-major view: C^T [N, M] = B^T [N, K] x A^T [K, M]; a row-major [K, N] b is
+         * B^T there (no op, leading dim N), a row-major [N, K] one (bt) is B (op T, K); a
+         * likewise (at: op T, leading dim M) */
         int type = !strcmp(dtype, "bf16") ? 14 : !strcmp(dtype, "f16") ? 2 : 0;
         int compute = !strcmp(dtype, "tf32") ? 77 : 68; /* CUBLAS_COMPUTE_32F(_FAST_TF32) */
         float one = 1, zero = 0;
@@ -123,14 +126,15 @@ static double ref_time(reference *r, const char *dtype, const em_tensor *a, cons
                 r->sync();
                 t0 = now_s();
             }
-            if (r->gemm(r->handle, 0, 0, N, M, K, &one, dev_ptr(b), type, N, dev_ptr(a), type, K,
-                        &zero, dev_ptr(c), type, N, compute, -1) != 0)
+            if (r->gemm(r->handle, bt ? 1 : 0, at ? 1 : 0, N, M, K, &one, dev_ptr(b), type,
+                        bt ? K : N, dev_ptr(a), type, at ? M : K, &zero, dev_ptr(c), type, N,
+                        compute, -1) != 0)
                 return -1;
         }
         r->sync();
         return (now_s() - t0) / iters;
     }
-    if (strcmp(dtype, "f32")) return -1;
+    if (strcmp(dtype, "f32") || at || bt) return -1;
     float *ha = malloc((size_t)M * K * 4), *hb = malloc((size_t)K * N * 4),
           *hc = malloc((size_t)M * N * 4);
     double best = -1;
@@ -152,7 +156,8 @@ static int usage(void)
 {
     fprintf(stderr,
             "usage: ember bench matmul [--device D] [--dtype f32|tf32|f16|bf16] "
-            "[--shapes MxNxK,...] [--iters N] [--bt] [--graph] [--cold]\n"
+            "[--shapes MxNxK,...] [--iters N] [--at] [--bt] [--graph] [--cold]\n"
+            "  --at: a is the transpose of a row-major [K, M] (a weight gradient's x^T)\n"
             "  --bt: b is the transpose of a row-major [N, K] (as nn.Linear's weight is)\n"
             "  --graph: time the matmuls recorded as one graph and replayed (no per-launch\n"
             "           host cost: the device's time for small shapes)\n"
@@ -211,9 +216,11 @@ static int bench_matmul(int argc, char **argv)
 {
     const char *devname = "cpu", *dtype = "f32", *shapes = NULL;
     int iters = 0;
-    bool bt = false, graph = false, cold = false;
+    bool at = false, bt = false, graph = false, cold = false;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--bt"))
+        if (!strcmp(argv[i], "--at"))
+            at = true;
+        else if (!strcmp(argv[i], "--bt"))
             bt = true;
         else if (!strcmp(argv[i], "--cold"))
             cold = true;
@@ -261,7 +268,8 @@ static int bench_matmul(int argc, char **argv)
         p += used;
         if (*p == ',') p++;
         em_scope_begin();
-        em_tensor *a = em_randn(dev, dt, EM_SHAPE(M, K), &rng);
+        em_tensor *a = at ? em_transpose(em_randn(dev, dt, EM_SHAPE(K, M), &rng), 0, 1)
+                          : em_randn(dev, dt, EM_SHAPE(M, K), &rng);
         em_tensor *b = bt ? em_transpose(em_randn(dev, dt, EM_SHAPE(N, K), &rng), 0, 1)
                           : em_randn(dev, dt, EM_SHAPE(K, N), &rng);
         double flop = 2.0 * (double)M * (double)N * (double)K;
@@ -292,8 +300,9 @@ static int bench_matmul(int argc, char **argv)
             double e = time_ember(dev, a, bs, nb, &ep, n, graph);
             ok = e > 0;
             if (ok && (s < 0 || e < s)) s = e;
-            double q =
-                bt || cold || !ok ? -1 : ref_time(&ref, dtype, a, b, c, (int)M, (int)N, (int)K, n);
+            double q = cold || !ok
+                           ? -1
+                           : ref_time(&ref, dtype, a, b, c, (int)M, (int)N, (int)K, at, bt, n);
             if (q > 0 && (rs < 0 || q < rs)) rs = q;
         }
         if (!ok) s = -1;
@@ -305,21 +314,22 @@ static int bench_matmul(int argc, char **argv)
         }
         double bytes = (double)em_scalar_size(dt) * (double)(M * K + K * N + M * N);
         printf("{\"bench\":\"matmul\",\"device\":\"%s\",\"device_name\":\"%s\",\"dtype\":\"%s\","
-               "\"shape\":[%lld,%lld,%lld],\"bt\":%s,\"graph\":%s,\"cold_copies\":%d,\"iters\":%d,"
+               "\"shape\":[%lld,%lld,%lld],\"at\":%s,\"bt\":%s,\"graph\":%s,\"cold_copies\":%d,"
+               "\"iters\":%d,"
                "\"rounds\":%d,"
                "\"ember_ms\":%.4f,\"ember_tflops\":%.4f,\"ember_gbps\":%.1f",
                em_device_name(dev), em_device_caps(dev)->device_name, dtype, M, N, K,
-               bt ? "true" : "false", graph ? "true" : "false", cold ? nb : 0, n, rounds, s * 1e3,
-               flop / s / 1e12, bytes / s / 1e9);
+               at ? "true" : "false", bt ? "true" : "false", graph ? "true" : "false",
+               cold ? nb : 0, n, rounds, s * 1e3, flop / s / 1e12, bytes / s / 1e9);
         if (rs > 0)
             printf(",\"ref\":\"%s\",\"ref_ms\":%.4f,\"ref_tflops\":%.4f,\"ratio\":%.3f", ref.name,
                    rs * 1e3, flop / rs / 1e12, rs / s);
         else
-            printf(",\"ref\":null,\"ref_why\":\"%s\"", cold ? "no reference for rotated copies of b"
-                                                       : bt ? "no reference for a transposed b"
-                                                       : ref.name
-                                                           ? "reference does not take this dtype"
-                                                           : ref.why);
+            printf(",\"ref\":null,\"ref_why\":\"%s\"",
+                   cold                                  ? "no reference for rotated copies of b"
+                   : (at || bt) && ref.name && !ref.gemm ? "no CPU reference for transposes"
+                   : ref.name                            ? "reference does not take this dtype"
+                                                         : ref.why);
         printf("}\n");
         fflush(stdout);
         em_scope_end(NULL, 0);
