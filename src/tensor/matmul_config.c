@@ -152,9 +152,10 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
      * consumers' 232 registers without spills) */
     bool coop2 = (c->lanes == 5 || c->lanes == 8) && c->tm == 2 && c->bm == 256;
     if (coop2 && c->bn > 192) return false;
-    /* tn: cubes of a cluster along M (2: the persistent TMA forms, b's tile multicast in halves
-     * of whole 64-column boxes when b is N-major) */
-    bool cl_ok = c->tn == 1 || (c->tn == 2 && c->lanes >= 5 && (c->bn / 64) % 2 == 0);
+    /* tn: cubes of a cluster along M (2: the persistent TMA forms, b's tile multicast in whole
+     * 64-column boxes shared out between the cubes when b is N-major, in halves of its rows when
+     * K-major) */
+    bool cl_ok = c->tn == 1 || (c->tn == 2 && c->lanes >= 5 && c->bn / 64 >= 2);
     if (c->tm < 1 || c->tm > 3 || !cl_ok || (!ping && !coop2 && c->bm != 64 * c->tm) ||
         c->bk != 64 ||
         c->bn < 64 || c->bn > 256 || c->bn % 64 || c->lanes < 0 || c->lanes > 8 ||
@@ -633,6 +634,7 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
          * and 50304 are all multiples of 192). Measured (session 18, H100): 2-5 % faster than
          * the autotuner's other picks at N = 2304 and 3072, 5 % slower at 768 */
         all[n++] = (mm_config){MM_WGMMA, 128, 192, 64, 2, 1, 1, 7};
+        all[n++] = (mm_config){MM_WGMMA, 128, 192, 64, 2, 2, 1, 7};
         /* the cooperative persistent forms with the epilogue from the registers (cuBLAS's
          * 256 x 128 tile in clusters of two: a quarter fewer bytes from L2 a multiply-add than
          * the ping-pong 128 x 128 tiles, its epilogue without staging), in the full search only:

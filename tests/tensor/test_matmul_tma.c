@@ -237,16 +237,43 @@ static void multi_tile_cases(em_device *dev)
     /* both in clusters of two cubes on two row tiles (b's tile multicast on CUDA; on the CPU the
      * cluster's order of tiles, with the second row tile past M where the rows of tiles are
      * odd: the ping-pong form there, whose binaries are the slow part of this test); refused:
-     * no persistent form, b's tile not whole 64-column boxes a cube, 3 cubes */
-    static const tile_form ppc = {"pp cluster", "wgmma-tma-pp 128x128x64 2x2 s1",
-                                  "wgmma-tma-pp 64x256x64 2x2 s1", "wgmma-tma-pp 128x128x64 2x2 s2",
-                                  true, true, true, 257, 200, 70, 133, 130, 131, 136, 131, 136,
-                                  {"wgmma-tma-se 128x128x64 2x2 s1", "wgmma-tma-p 128x192x64 2x2 s1",
+     * no persistent form, b's tile one 64-column box (nothing to share out), 3 cubes */
+    static const tile_form ppc = {"pp cluster",
+                                  "wgmma-tma-pp 128x128x64 2x2 s1",
+                                  "wgmma-tma-pp 64x256x64 2x2 s1",
+                                  "wgmma-tma-pp 128x128x64 2x2 s2",
+                                  true,
+                                  true,
+                                  true,
+                                  257,
+                                  200,
+                                  70,
+                                  133,
+                                  130,
+                                  131,
+                                  136,
+                                  131,
+                                  136,
+                                  {"wgmma-tma-se 128x128x64 2x2 s1", "wgmma-tma-p 128x64x64 2x2 s1",
                                    "wgmma-tma-pp 128x128x64 2x3 s1"}};
-    static const tile_form coopc = {"coop cluster", "wgmma-tma-p 256x128x64 2x2 s1",
-                                    "wgmma-tma-p 128x256x64 2x2 s1", "wgmma-tma-p 256x128x64 2x2 s2",
-                                    true, false, true, 301, 264, 250, 233, 260, 251, 248, 231, 256,
-                                    {"wgmma-tma 128x128x64 2x2 s1", "wgmma-tma-p 256x192x64 2x2 s1"}};
+    static const tile_form coopc = {
+        "coop cluster",
+        "wgmma-tma-p 256x128x64 2x2 s1",
+        "wgmma-tma-p 128x256x64 2x2 s1",
+        "wgmma-tma-p 256x128x64 2x2 s2",
+        true,
+        false,
+        true,
+        301,
+        264,
+        250,
+        233,
+        260,
+        251,
+        248,
+        231,
+        256,
+        {"wgmma-tma 128x128x64 2x2 s1", "wgmma-tma-p 256x64x64 2x2 s1"}};
     tile_form_cases(dev, &pp, 41);
     tile_form_cases(dev, &coop, 81);
     tile_form_cases(dev, &ppc, 121);
@@ -402,6 +429,14 @@ static void tma_pairs_cases(em_device *dev)
     check("pairs pp 128x192, edges, epilogue", "wgmma-tma-ppr 128x192x64 2x1 s1", true,
           rnd(dev, EM_BF16, EM_SHAPE(300, 200), 215), rnd(dev, EM_BF16, EM_SHAPE(200, 400), 216),
           &ep2);
+    /* in clusters of two (on CUDA b's three boxes multicast two from one cube, one from the
+     * other; K-major b in halves of 96 rows) */
+    check("pairs pp 128x192 clusters, edges, epilogue", "wgmma-tma-ppr 128x192x64 2x2 s1", true,
+          rnd(dev, EM_BF16, EM_SHAPE(300, 200), 215), rnd(dev, EM_BF16, EM_SHAPE(200, 400), 216),
+          &ep2);
+    check("pairs pp 128x192 clusters, K-major b", "wgmma-tma-ppr 128x192x64 2x2 s1", true,
+          rnd(dev, EM_BF16, EM_SHAPE(520, 136), 219),
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(392, 136), 220), 0, 1), NULL);
     /* "wgmma-tma-pr": the persistent cooperative forms with that epilogue */
     check("pairs coop 256x192, edges, MN-major a", "wgmma-tma-pr 256x192x64 2x1 s1", true,
           em_transpose(rnd(dev, EM_BF16, EM_SHAPE(136, 264), 217), 0, 1),
@@ -514,7 +549,7 @@ static void test_tma_config(void **state)
         assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.cluster == 1 && !q.multicast);
         int ncl = 0;
         for (int j = 0; j < n; j++) ncl += cand[j].kind == MM_WGMMA && cand[j].tn == 2;
-        assert_int_equal(ncl, 6);
+        assert_int_equal(ncl, 7);
         /* the ping-pong form with the epilogue from the registers: no staging buffer */
         assert_true(mm_config_parse("wgmma-tma-ppr 128x128x64 2x2 s1", &f));
         assert_true(f.lanes == 7);
@@ -531,14 +566,15 @@ static void test_tma_config(void **state)
         assert_true(mm_config_valid(&p, &f));
         assert_true(mm_wgmma_plan_of(&p, &f, &q) && q.pairs && !q.sepi && !q.ping && q.persist);
         assert_true(q.mw == 2 && q.stages == 4 && q.cluster == 2 && q.smem <= caps.max_shared);
-        /* none of them is a default candidate; the ping-pong 128 x 192 is */
+        /* none of them is a default candidate; the ping-pong 128 x 192 is, alone and in
+         * clusters (b's three boxes shared out two and one) */
         int npr = 0, nfull = 0, npp192 = 0;
         for (int j = 0; j < n; j++) {
             npr += cand[j].kind == MM_WGMMA && cand[j].lanes == 8;
             npp192 += cand[j].kind == MM_WGMMA && cand[j].lanes == 7 && cand[j].bn == 192;
         }
         assert_int_equal(npr, 0);
-        assert_int_equal(npp192, 1);
+        assert_int_equal(npp192, 2);
         npr = 0;
         mm_config all[64];
         int na = mm_candidates(&p, true, all, 64);
@@ -549,7 +585,7 @@ static void test_tma_config(void **state)
         assert_true(mm_config_parse("wgmma-tma-pr 256x256x64 2x1 s1", &f)); /* 256 accumulators */
         assert_false(mm_wgmma_plan_of(&p, &f, &q));
         static const char *const clbad[] = {"wgmma-tma-se 128x256x64 2x2 s1", /* not persistent */
-                                            "wgmma-tma-p 128x192x64 2x2 s1",  /* 3 boxes of b */
+                                            "wgmma-tma-p 128x64x64 2x2 s1",   /* 1 box of b */
                                             "wgmma-tma-pp 64x256x64 2x3 s1"};
         for (int i = 0; i < 3; i++) {
             assert_true(mm_config_parse(clbad[i], &f));
