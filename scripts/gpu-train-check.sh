@@ -68,6 +68,9 @@ export EMBER_CACHE_DIR=/tmp/ember-train-check-cache  # outside $OUT: the device 
 # and tuning, about 150 s on a fresh machine)
 KCACHE=$ROOT/.cache/gpu-carry/kcache.tgz
 [ -f "$KCACHE" ] && mkdir -p "$EMBER_CACHE_DIR" && tar xzf "$KCACHE" -C "$EMBER_CACHE_DIR"
+# its compiled kernels only: the autotuner's winners came from another card or commit, so this
+# call tunes afresh (fast with the kernels there) unless KEEP_TUNE=1
+[ "${KEEP_TUNE:-0}" = 1 ] || rm -rf "$EMBER_CACHE_DIR/autotune"
 EMBER=$BUILD/ember
 say() { echo "$*" | tee -a "$SUMMARY"; }
 left() { echo $((DEADLINE - ($(date +%s) - START))); }

@@ -663,6 +663,26 @@ static void test_tma_config(void **state)
     /* not on sm_90 (no TMA there as this runtime uses it) */
     snprintf(caps.arch, sizeof caps.arch, "sm_90");
     assert_false(mm_config_valid(&p, &c));
+    {
+        /* a weight gradient's 768 x 3072 x 16384: 96 tiles of 128 x 192 on 132 compute units,
+         * so the split with the fewest idle rounds (4: three rounds of a quarter of K) is a
+         * candidate beside pick_split's two waves (3: 288 tiles) */
+        mm_problem g = h200_problem(&caps, 768, 3072, 16384, t);
+        mm_config gc[64];
+        int ng = mm_candidates(&g, false, gc, 64), s4 = 0, s3 = 0;
+        for (int j = 0; j < ng; j++) {
+            bool pp192 =
+                gc[j].kind == MM_WGMMA && gc[j].lanes == 7 && gc[j].bn == 192 && gc[j].tn == 1;
+            s4 += pp192 && gc[j].split == 4;
+            s3 += pp192 && gc[j].split == 3;
+        }
+        assert_int_equal(s4, 1);
+        assert_int_equal(s3, 1);
+        /* 4096^3 fills the device: no split of any form */
+        g = h200_problem(&caps, 4096, 4096, 4096, t);
+        ng = mm_candidates(&g, false, gc, 64);
+        for (int j = 0; j < ng; j++) assert_int_equal(gc[j].split, 1);
+    }
     em_release(t);
 }
 
