@@ -434,6 +434,11 @@ static void tma_pairs_cases(em_device *dev)
     check("pairs pp 128x192 clusters, edges, epilogue", "wgmma-tma-ppr 128x192x64 2x2 s1", true,
           rnd(dev, EM_BF16, EM_SHAPE(300, 200), 215), rnd(dev, EM_BF16, EM_SHAPE(200, 400), 216),
           &ep2);
+    /* split-K 4 (the weight gradients' form): K = 600 in chunks of 192, 192, 192 and 24, an
+     * MN-major a as x^T is */
+    check("pairs pp 128x192, 4 split-K chunks, MN-major a", "wgmma-tma-ppr 128x192x64 2x1 s4", true,
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(600, 136), 221), 0, 1),
+          rnd(dev, EM_BF16, EM_SHAPE(600, 200), 222), NULL);
     check("pairs pp 128x192 clusters, K-major b", "wgmma-tma-ppr 128x192x64 2x2 s1", true,
           rnd(dev, EM_BF16, EM_SHAPE(520, 136), 219),
           em_transpose(rnd(dev, EM_BF16, EM_SHAPE(392, 136), 220), 0, 1), NULL);
