@@ -462,6 +462,9 @@ typedef struct em_caps {
     uint64_t max_shared;      /* bytes of shared memory per cube */
     uint64_t memory_total;    /* bytes of device memory (0 = unknown) */
     uint32_t compute_units;   /* multiprocessors / cores */
+    /* bytes a buffer argument's byte offset must be a multiple of (OpenCL's sub-buffers:
+     * CL_DEVICE_MEM_BASE_ADDR_ALIGN; Vulkan's minStorageBufferOffsetAlignment); 0: any */
+    uint32_t buffer_align;
     bool dtype[EM_SCALAR_COUNT]; /* scalar kinds the device computes with */
     bool float_atomic_add;    /* atomic add on f32 */
     bool plane_ops;           /* plane (warp / sub-group) operations */

@@ -59,6 +59,10 @@ struct em_graph {
 /* Moves the recording's temporaries into one arena (graph_plan.c): called by em_graph_end before
  * the ops are issued. Leaves g as it was when the plan gains nothing or cannot be made. */
 void em_rt_graph_plan(em_graph *g);
+
+/* The arena's grain for a device of caps: 256 bytes, or its buffer_align where larger (rounded up
+ * to a multiple of 256), so that every temporary's offset in it is one the device takes. */
+size_t em_rt_graph_plan_align(const em_caps *caps);
 /* Gives the arena back (em_graph_free, after a device sync: a replay may still run, and the
  * arena goes to the driver, not to the stream-ordered pool). Called with the pool lock held. */
 void em_rt_graph_arena_free_locked(em_graph *g);

@@ -21,7 +21,15 @@
 #include <string.h>
 #include "runtime/graph_internal.h"
 
+/* The arena's grain: 256 bytes, or the device's buffer offset alignment where larger (OpenCL
+ * passes an offset buffer as a sub-buffer, whose origin NVIDIA's OpenCL wants 512 bytes aligned) */
 #define PLAN_ALIGN ((size_t)256)
+
+size_t em_rt_graph_plan_align(const em_caps *caps)
+{
+    size_t a = caps ? caps->buffer_align : 0;
+    return a > PLAN_ALIGN ? (a + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN : PLAN_ALIGN;
+}
 
 /* A temporary to place: its lifetime [begin, end), bytes (aligned) and offset in the arena. */
 typedef struct plan_item {
@@ -198,7 +206,7 @@ void em_rt_graph_plan(em_graph *g)
     const char *env = getenv("EMBER_GRAPH_PLAN");
     if ((env && !strcmp(env, "0")) || g->unplanned || !g->nlives || !g->nops)
         return;
-    size_t n = g->nlives;
+    size_t n = g->nlives, align = em_rt_graph_plan_align(em_device_caps(g->dev));
     plan_item *items = malloc(n * sizeof(*items));
     plan_block *blocks = malloc(n * sizeof(*blocks));
     if (!items || !blocks)
@@ -220,7 +228,7 @@ void em_rt_graph_plan(em_graph *g)
         for (size_t k = i0; k < i1; k++) {
             plan_item it = items[k];
             size_t bytes = g->lives[it.life].size;
-            it.size = bytes < PLAN_ALIGN ? PLAN_ALIGN : (bytes + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
+            it.size = bytes < align ? align : (bytes + align - 1) / align * align;
             items[m++] = it;
         }
     }

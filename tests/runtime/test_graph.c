@@ -11,6 +11,7 @@
 
 #include "runtime/rt.h"
 #include "runtime/rt_util.h"
+#include "runtime/graph_internal.h"
 
 enum { N = 1000 };
 
@@ -415,6 +416,27 @@ static void test_planned_arena(void **state)
     }
 }
 
+/* The arena's grain: 256 bytes, or the device's buffer offset alignment where larger (NVIDIA's
+ * OpenCL: 512, where a 256-byte grain put a recorded index_select's argument at offset 381696
+ * and the replay's sub-buffer was refused), rounded up to a multiple of 256; this device's grain
+ * is a multiple of its own alignment. */
+static void test_plan_align(void **state)
+{
+    (void)state;
+    static const struct {
+        uint32_t align;
+        size_t grain;
+    } cases[] = {{0, 256}, {16, 256}, {128, 256}, {256, 256}, {512, 512}, {600, 768}, {4096, 4096}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        em_caps caps = {.buffer_align = cases[i].align};
+        assert_int_equal(em_rt_graph_plan_align(&caps), cases[i].grain);
+    }
+    assert_int_equal(em_rt_graph_plan_align(NULL), 256);
+    const em_caps *c = em_device_caps(dev);
+    size_t g = em_rt_graph_plan_align(c);
+    assert_true(g % 256 == 0 && (c->buffer_align == 0 || g % c->buffer_align == 0));
+}
+
 /* em_buffer_settled: after a sync a buffer written by host writes only is settled; a launch that may write it
  * (a writable argument) unsettles it until the device syncs, one that only reads it does not; a
  * graph's replay unsettles what its launches write until the next sync, and nothing else. */
@@ -451,12 +473,16 @@ static void test_settled(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_record_and_replay), cmocka_unit_test(test_recorded_write),
-        cmocka_unit_test(test_refused),           cmocka_unit_test(test_misuse),
-        cmocka_unit_test(test_max_ops),           cmocka_unit_test(test_pool_rules),
+        cmocka_unit_test(test_record_and_replay),
+        cmocka_unit_test(test_recorded_write),
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_max_ops),
+        cmocka_unit_test(test_pool_rules),
         cmocka_unit_test(test_pool_reuse_across_classes),
         cmocka_unit_test(test_chain_values),
         cmocka_unit_test(test_planned_arena),
+        cmocka_unit_test(test_plan_align),
         cmocka_unit_test(test_settled),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -34,6 +34,8 @@ static void test_probe_open_caps(void **state)
     assert_true(strlen(caps->arch) > 0);
     assert_true(strlen(caps->device_name) > 0);
     assert_true(caps->compute_units >= 1);
+    /* sub-buffers' origin alignment (CL_DEVICE_MEM_BASE_ADDR_ALIGN, in bytes): a power of two */
+    assert_true(caps->buffer_align >= 1 && (caps->buffer_align & (caps->buffer_align - 1)) == 0);
     assert_true(caps->max_cube_units >= 1);
     for (int i = 0; i < 3; i++) {
         assert_true(caps->max_cube_dim[i] >= 1);

@@ -91,6 +91,8 @@ static void test_open_caps(void **state)
     assert_non_null(strstr(caps->arch, "spirv-vulkan1."));
     assert_true(strlen(caps->device_name) > 0);
     assert_true(caps->max_cube_units >= 128);
+    /* minStorageBufferOffsetAlignment, at least the 16 bytes the driver rounds it up to */
+    assert_true(caps->buffer_align >= 16 && (caps->buffer_align & (caps->buffer_align - 1)) == 0);
     for (int i = 0; i < 3; i++) assert_true(caps->max_cube_dim[i] >= 1);
     assert_true(caps->max_shared >= 16384);
     assert_true(caps->memory_total > 0);

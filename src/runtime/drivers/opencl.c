@@ -445,6 +445,7 @@ static em_status query_limits(ocl_dev *d, em_caps *caps)
     d->mem_limit = global ? global : UINT64_MAX;
     d->max_alloc = max_alloc ? max_alloc : d->mem_limit;
     d->sub_align = align_bits >= 8 ? align_bits / 8 : 1;
+    caps->buffer_align = (uint32_t)EM_MIN(d->sub_align, (size_t)UINT32_MAX);
     return EM_OK;
 }
 

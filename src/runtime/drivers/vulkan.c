@@ -650,6 +650,7 @@ static void fill_caps(em_vk_device *d, const vk_support *s, em_caps *caps)
         caps->compute_units = sm_count(d);
     else if (d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU)
         caps->compute_units = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
+    caps->buffer_align = (uint32_t)EM_MIN(d->ssbo_align, (VkDeviceSize)UINT32_MAX);
     bool i16 = s->f2.features.shaderInt16 && s->f11.storageBuffer16BitAccess;
     bool i8 = s->has_12 && s->f12.shaderInt8 && s->f12.storageBuffer8BitAccess;
     caps->dtype[EM_BOOL] = caps->dtype[EM_I32] = caps->dtype[EM_U32] = caps->dtype[EM_F32] = true;
