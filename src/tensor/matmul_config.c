@@ -191,6 +191,10 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
      * consumers' epilogues then leave the shared memory to the other consumer's MMAs, and the
      * cooperative form has no staging slot, so its ring may take that room */
     if (q.sepi && (c->lanes == 7 || c->lanes == 8)) q.sepi = false, q.pairs = true;
+    /* their split-K partials likewise, as lines of 2 of f32 into the contiguous workspace (rows
+     * of N, even); element-wise 4-byte stores had made a weight gradient's split slower than
+     * none (session 18) */
+    if (c->split >= 2 && (c->lanes == 7 || c->lanes == 8)) q.pairs = p->N % 2 == 0;
     /* the TMA kernel's staging slot (1 KiB-aligned): f32 64 x 36 per consumer with sepi */
     if (q.tma) extra += 1024 + (q.sepi ? (size_t)c->tm * 64 * 36 * 4 : 0);
     size_t have = p->caps && p->caps->max_shared ? p->caps->max_shared : (size_t)232448;

@@ -310,6 +310,7 @@ static void test_matmul_tma_compiles(void **state)
         {2, 192, 5, false, false, false, true, false, false, EM_BF16, 2, false, true, 2, 0, 1,
          true},
         {2, 192, 5, true, true, false, false, true, true, EM_F16, 3, false, true, 2, 0, 1, true},
+        {2, 192, 5, true, false, true, false, false, false, EM_BF16, 2, false, true, 2, 0, 1, true},
         {2, 192, 5, false, false, false, true, false, false, EM_BF16, 2, false, true, 2, 0, 2,
          true},
         {2, 192, 5, false, true, false, false, false, false, EM_BF16, 2, false, true, 2, 0, 2,

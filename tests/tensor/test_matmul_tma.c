@@ -683,6 +683,11 @@ static void test_tma_config(void **state)
         }
         assert_int_equal(s4, 1);
         assert_int_equal(s3, 1);
+        /* its partials go out as lines of 2 of f32 (N even), not element by element */
+        mm_config f;
+        mm_wgmma_plan wq;
+        assert_true(mm_config_parse("wgmma-tma-ppr 128x192x64 2x1 s4", &f));
+        assert_true(mm_wgmma_plan_of(&g, &f, &wq) && wq.pairs && !wq.sepi);
         /* 4096^3 fills the device: no split of any form */
         g = h200_problem(&caps, 4096, 4096, 4096, t);
         ng = mm_candidates(&g, false, gc, 64);
