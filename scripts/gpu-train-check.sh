@@ -164,7 +164,7 @@ for v in "${VLIST[@]}"; do
     # shellcheck disable=SC2086
     # the first run compiles every kernel through NVRTC into a cold cache (over 150 s on an H100)
     limit=150
-    [ -z "$NAMES" ] && limit=300
+    [ -z "$NAMES" ] && limit=${TRAIN_LIMIT:-300} # with a carried kernel cache 150 is plenty
     run "train_$name" $limit env $vars "$bin" $t
     NAMES="$NAMES train_$name"
 done

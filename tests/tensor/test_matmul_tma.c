@@ -688,6 +688,20 @@ static void test_tma_config(void **state)
         mm_wgmma_plan wq;
         assert_true(mm_config_parse("wgmma-tma-ppr 128x192x64 2x1 s4", &f));
         assert_true(mm_wgmma_plan_of(&g, &f, &wq) && wq.pairs && !wq.sepi);
+        /* its tuning bucket is its own: N 3072 and 2304 (the same layer's c_attn) apart, 36 and
+         * 40 rows together (four buckets a doubling) */
+        char k1[160], k2[160];
+        mm_tune_key(&g, k1, sizeof k1);
+        mm_problem g2 = h200_problem(&caps, 768, 2304, 16384, t);
+        mm_tune_key(&g2, k2, sizeof k2);
+        assert_non_null(strstr(k1, " m768 n3072 k16384 "));
+        assert_non_null(strstr(k2, " m768 n2560 k16384 "));
+        g2 = h200_problem(&caps, 36, 50304, 768, t);
+        mm_tune_key(&g2, k1, sizeof k1);
+        g2.M = 40;
+        mm_tune_key(&g2, k2, sizeof k2);
+        assert_string_equal(k1, k2);
+        assert_non_null(strstr(k1, " m40 n57344 k768 "));
         /* 4096^3 fills the device: no split of any form */
         g = h200_problem(&caps, 4096, 4096, 4096, t);
         ng = mm_candidates(&g, false, gc, 64);
