@@ -189,13 +189,13 @@ say "attention b16 x 12 x 1024 x 64 causal bf16 (fwd ms, bwd ms, fwd TFLOP/s, bw
 for n in $ANAMES attn_torch_flash; do
     [ -f "$LOGS/$n.log" ] && say "  $n: $(jfield "$LOGS/$n.log" fwd_ms) $(jfield "$LOGS/$n.log" bwd_ms) $(jfield "$LOGS/$n.log" fwd_tflops) $(jfield "$LOGS/$n.log" bwd_tflops)"
 done
-[ -n "$MNAMES" ] && say "matmul bf16 (shape: TFLOP/s, cuBLAS TFLOP/s, ratio; then the choices):"
+[ -n "$MNAMES" ] && say "matmul bf16 (shape: TFLOP/s, cuBLAS TFLOP/s, ratio, configuration; then the choices per bucket):"
 for n in $MNAMES; do
     say "  $n:"
     python3 -c "import json,sys
 for l in open(sys.argv[1]):
     if l.startswith('{'):
-        d=json.loads(l); print('    %s: %.1f %.1f %.3f' % ('x'.join(map(str, d.get('shape', []))), d.get('ember_tflops', 0), d.get('ref_tflops', 0), d.get('ratio', 0)))" "$LOGS/$n.log" 2>&1 | tee -a "$SUMMARY"
+        d=json.loads(l); print('    %s: %.1f %.1f %.3f %s' % ('x'.join(map(str, d.get('shape', []))), d.get('ember_tflops', 0), d.get('ref_tflops', 0), d.get('ratio', 0), d.get('config', '')))" "$LOGS/$n.log" 2>&1 | tee -a "$SUMMARY"
     grep -o 'matmul matmul-v[^"]*"[^"]*" ([a-z ]*)' "$LOGS/$n.log" | sort -u | sed 's/^/    /' | tee -a "$SUMMARY"
 done
 say "decode b1 f32 (tokens/s):"

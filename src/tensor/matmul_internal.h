@@ -184,4 +184,8 @@ em_status mm_launch(const mm_problem *p, const mm_config *c);
  * the candidates, stored in the autotune cache. */
 mm_config mm_choose(const mm_problem *p);
 
+/* The configuration mm_choose last picked on this thread, as text ("wgmma-tma-ppr 128x192x64 2x1
+ * s1"), or "" before any: what a benchmark ran (the choice happens when a pending matmul runs). */
+const char *mm_last_config(void);
+
 #endif

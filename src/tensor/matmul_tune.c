@@ -217,12 +217,21 @@ static void log_choice(const mm_problem *p, const mm_config *c, const char *how)
 
 static mm_config choose(const mm_problem *p, const char **how);
 
+/* The text of this thread's last choice (mm_last_config). */
+static _Thread_local char g_last[64];
+
 mm_config mm_choose(const mm_problem *p)
 {
     const char *how = "heuristic";
     mm_config c = choose(p, &how);
     log_choice(p, &c, how);
+    mm_config_format(&c, g_last, sizeof g_last);
     return c;
+}
+
+const char *mm_last_config(void)
+{
+    return g_last;
 }
 
 static mm_config choose(const mm_problem *p, const char **how)

@@ -173,6 +173,8 @@ static void test_matmul_graph_json(void **state)
         assert_int_equal(cJSON_IsTrue(g), graph);
         assert_int_equal(cJSON_IsTrue(at), graph);
         assert_true(cJSON_IsTrue(bt));
+        /* the configuration that ran, in EMBER_MATMUL_CONFIG's form */
+        assert_true(strlen(string(o, "config")) > 0 && strchr(string(o, "config"), 'x'));
         assert_true(number(o, "ember_ms") > 0);
         cJSON_Delete(o);
     }

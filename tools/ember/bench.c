@@ -4,8 +4,8 @@
  * references live only here; ember's ops never call them. One JSON line per shape:
  *
  *   {"bench":"matmul","device":"cuda:0","dtype":"bf16","shape":[4096,4096,4096],"at":false,
- *    "ember_tflops":..., "ember_ms":..., "ref":"cublas", "ref_tflops":...,
- *    "ratio":...}
+ *    "config":"wgmma-tma-p 128x256x64 2x1 s1", "ember_tflops":..., "ember_ms":..., "ref":"cublas",
+ *    "ref_tflops":..., "ratio":...}
  *
  * --dtype tf32 runs f32 operands with tf32 allowed (ember and cuBLAS alike). The first call of a
  * shape (compilation, autotuning) is not timed; on a GPU 0.3 s of the shape's matmuls warm the
@@ -25,6 +25,7 @@
 #include "ember/tensor.h"
 #include "runtime/rt.h"
 #include "tensor/internal.h"
+#include "tensor/matmul_internal.h"
 
 static double now_s(void)
 {
@@ -287,6 +288,8 @@ static int bench_matmul(int argc, char **argv)
         if (cold && n < nb) n = nb;
         em_tensor *y = a && b ? em_matmul_ex(a, b, &ep) : NULL; /* compile, autotune */
         bool ok = y && em_realize(y) == EM_OK;
+        char config[64]; /* what ran: forced, tuned or the heuristic's */
+        snprintf(config, sizeof config, "%s", ok ? mm_last_config() : "");
         em_release(y);
         em_tensor *c = ok ? em_zeros(dev, dt, EM_SHAPE(M, N)) : NULL;
         /* warm up (GPUs): an idle GPU runs at a fraction of its clock, and the first shape of a
@@ -316,11 +319,11 @@ static int bench_matmul(int argc, char **argv)
         printf("{\"bench\":\"matmul\",\"device\":\"%s\",\"device_name\":\"%s\",\"dtype\":\"%s\","
                "\"shape\":[%lld,%lld,%lld],\"at\":%s,\"bt\":%s,\"graph\":%s,\"cold_copies\":%d,"
                "\"iters\":%d,"
-               "\"rounds\":%d,"
+               "\"rounds\":%d,\"config\":\"%s\","
                "\"ember_ms\":%.4f,\"ember_tflops\":%.4f,\"ember_gbps\":%.1f",
                em_device_name(dev), em_device_caps(dev)->device_name, dtype, M, N, K,
                at ? "true" : "false", bt ? "true" : "false", graph ? "true" : "false",
-               cold ? nb : 0, n, rounds, s * 1e3, flop / s / 1e12, bytes / s / 1e9);
+               cold ? nb : 0, n, rounds, config, s * 1e3, flop / s / 1e12, bytes / s / 1e9);
         if (rs > 0)
             printf(",\"ref\":\"%s\",\"ref_ms\":%.4f,\"ref_tflops\":%.4f,\"ratio\":%.3f", ref.name,
                    rs * 1e3, flop / rs / 1e12, rs / s);
