@@ -128,7 +128,6 @@ if [ -n "${MATMUL_VARIANTS:-}" ]; then
     IFS=';' read -ra MLIST <<< "$MATMUL_VARIANTS"
     for v in "${MLIST[@]}"; do
         name=${v%%:*}
-        # shellcheck disable=SC2086
         # the words as the shell splits them, so that a value may be quoted ('wgmma-tma-ppr
         # 128x...'): VAR=VALUE ones go to the environment, the rest (--at, --bt, --shapes L) to
         # the benchmark; without --shapes it runs MSHAPES

@@ -3,9 +3,9 @@
  * Every parameter is moved into one buffer (tn_rebase: the parameter stays the same tensor, now
  * a view), the parameters in the weight-decay group first; the two Adam moments, the mirrors
  * (the trainer's bf16 weights) and a gradient slot per parameter sit at the same offsets in
- * buffers of their own. Each parameter's offset is a multiple of ALIGN elements, and the gaps
- * stay zero in every buffer (a zero gradient, moment and weight is left zero by the update), so
- * one launch can cover a whole region:
+ * buffers of their own. Each parameter's offset is a multiple of the grain (flat_grain), and the
+ * gaps stay zero in every buffer (a zero gradient, moment and weight is left zero by the update),
+ * so one launch can cover a whole region:
  *
  *   gradient norm   one optim_sumsq over every slot (instead of one per parameter)
  *   clip rescale    one optim_scale_dev over every slot
@@ -26,9 +26,7 @@
 #include "optim/internal.h"
 #include "tensor/internal.h"
 
-/* Elements between parameter offsets: a multiple of any line, and at least 512 bytes for 2-byte
- * types, the offset alignment OpenCL sub-buffers need on NVIDIA's driver (CL_DEVICE_MEM_BASE_ADDR
- * _ALIGN 4096 bits; a recorded graph passes offset buffers as sub-buffers), above Vulkan's. */
+/* The fewest elements between parameter offsets: a multiple of any line. */
 #define ALIGN 256
 #define MAX_ELEMS 0x7fffffffLL /* as fused.c: the kernels index with u32 */
 
@@ -39,6 +37,7 @@ struct op_arena {
     em_tensor **mview;                /* per parameter: its mirror as moved (to check it is kept) */
     int64_t *off;                     /* per parameter: its offset */
     int64_t ndecay, total;            /* the decay group is [0, ndecay), the rest [ndecay, total) */
+    int64_t grain;                    /* elements between parameter offsets (flat_grain) */
     bool written;                     /* the caller wrote every slot (em_optimizer_grads_written) */
 };
 
@@ -85,10 +84,35 @@ static em_tensor *persistent_zeros(em_device *dev, em_scalar dt, int64_t n)
     return z;
 }
 
+int64_t op_flat_grain(size_t elem, uint64_t align)
+{
+    /* the least multiple of ALIGN elements whose bytes are a multiple of align: lcm(ALIGN *
+     * elem, align) bytes */
+    uint64_t x = (uint64_t)ALIGN * elem, y = align > 1 ? align : 1;
+    while (y) {
+        uint64_t r = x % y;
+        x = y, y = r;
+    }
+    return align > 1 ? (int64_t)((uint64_t)ALIGN * (align / x)) : ALIGN;
+}
+
+/* o's grain: op_flat_grain of the narrowest of its buffers' dtypes (the parameters', the
+ * state's, the mirrors', the slots') and its device's buffer_align. */
+static int64_t flat_grain(const em_optimizer *o, em_scalar grad_dtype)
+{
+    const em_tensor *p0 = o->ps[0].t;
+    size_t es = em_scalar_size(em_dtype(p0));
+    size_t sizes[3] = {em_scalar_size(grad_dtype), em_scalar_size(op_compute_type(p0)),
+                       o->ps[0].mirror ? em_scalar_size(em_dtype(o->ps[0].mirror)) : es};
+    for (int i = 0; i < 3; i++) es = sizes[i] < es ? sizes[i] : es;
+    const em_caps *c = em_device_caps(em_tensor_device(p0));
+    return op_flat_grain(es, c ? c->buffer_align : 0);
+}
+
 /* Why o cannot be flattened (the error set), or EM_OK: Adam's fused update, one device, one
  * parameter dtype, contiguous parameters, mirrors on all or none (one dtype), a size the kernels
- * index. *total gets the buffers' length. */
-static em_status check_flat(em_optimizer *o, int64_t *total)
+ * index. *total gets the buffers' length with parameters `grain` elements apart. */
+static em_status check_flat(em_optimizer *o, int64_t grain, int64_t *total)
 {
     if (o->fused != op_adam_fused)
         return em_set_error(EM_ERR_UNSUPPORTED, "flatten: %s has no fused update (Adam has)",
@@ -110,7 +134,7 @@ static em_status check_flat(em_optimizer *o, int64_t *total)
             return em_set_error(EM_ERR_UNSUPPORTED,
                                 "flatten: the mirrors differ (parameter %s), or one is strided",
                                 p->name);
-        *total += (em_numel(p->t) + ALIGN - 1) / ALIGN * ALIGN;
+        *total += (em_numel(p->t) + grain - 1) / grain * grain;
     }
     if (*total > MAX_ELEMS)
         return em_set_error(EM_ERR_UNSUPPORTED, "flatten: %lld elements are too many",
@@ -126,7 +150,7 @@ static em_status layout(em_optimizer *o, op_arena *a, em_scalar grad_dtype)
         for (int i = 0; i < o->n; i++) {
             if (o->ps[i].decay != (pass == 0)) continue;
             a->off[i] = at;
-            at += (em_numel(o->ps[i].t) + ALIGN - 1) / ALIGN * ALIGN;
+            at += (em_numel(o->ps[i].t) + a->grain - 1) / a->grain * a->grain;
         }
         if (pass == 0) a->ndecay = at;
     }
@@ -175,8 +199,8 @@ em_status em_optimizer_flatten(em_optimizer *o, em_scalar grad_dtype)
     if (!em_scalar_is_float(grad_dtype))
         return em_set_error(EM_ERR_INVALID, "optimizer_flatten: gradient dtype %s is not a float",
                             em_scalar_name(grad_dtype));
-    int64_t total = 0;
-    em_status st = check_flat(o, &total);
+    int64_t total = 0, grain = o->n > 0 ? flat_grain(o, grad_dtype) : ALIGN;
+    em_status st = check_flat(o, grain, &total);
     if (st != EM_OK) return em_error_context("optimizer_flatten");
     op_arena *a = calloc(1, sizeof *a);
     if (a) {
@@ -189,6 +213,7 @@ em_status em_optimizer_flatten(em_optimizer *o, em_scalar grad_dtype)
         return em_set_error(EM_ERR_NOMEM, "optimizer_flatten: out of memory");
     }
     a->total = total;
+    a->grain = grain;
     em_no_grad_begin();
     st = layout(o, a, grad_dtype);
     for (int i = 0; st == EM_OK && i < o->n; i++) st = move_in(o, a, i);

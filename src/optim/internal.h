@@ -116,6 +116,13 @@ em_status op_adam_launch(em_optimizer *o, em_tensor *w, const em_tensor *g, em_t
 /* ---- flat storage (arena.c, em_optimizer_flatten) ---- */
 
 void op_arena_free(op_arena *a, int n);
+
+/* Elements between the flat storage's parameter offsets for buffers whose narrowest dtype is
+ * `elem` bytes on a device whose buffer offsets must be multiples of `align` bytes (0: any): the
+ * least multiple of 256 elements whose bytes are a multiple of align, so that a kernel may be
+ * passed a parameter's view at its offset (NVIDIA's OpenCL binds it as a sub-buffer, whose origin
+ * must be 512-byte aligned). */
+int64_t op_flat_grain(size_t elem, uint64_t align);
 /* True when s (a state tensor) is a view of o's flat state: it may be written in place. */
 bool op_arena_holds(const em_optimizer *o, const em_tensor *s);
 /* *grads = every slot as one 1-D tensor (borrowed) when they hold this step's gradients: the

@@ -384,8 +384,8 @@ static int pick_split(const mm_problem *p, int64_t tiles, int bk)
  * read, against the multiply-adds: on an H100 / H200, about 650 TFLOP/s against 3 TB/s, each
  * split costs about 866 / K of the product's time without waste (tiles / cus rounds). Where few
  * tiles meet a long K (a weight gradient's 768 x 3072 x 16384: 96 tiles of 128 x 192 on 132 compute
- * units), pick_split's two waves of cubes leave most of the second idle; this picks 4 there (three
- * rounds of a quarter of K). 1 when no split is cheaper than none. */
+ * units), pick_split's two waves of cubes (3 splits: 288 tiles) leave most of a third round idle;
+ * this picks 4 there (three rounds of a quarter of K). 1 when no split is cheaper than none. */
 static int pick_split_rounds(const mm_problem *p, int64_t tiles, int bk)
 {
     int64_t cus = p->caps && p->caps->compute_units ? p->caps->compute_units : 1;

@@ -217,21 +217,25 @@ static void log_choice(const mm_problem *p, const mm_config *c, const char *how)
 
 static mm_config choose(const mm_problem *p, const char **how);
 
-/* The text of this thread's last choice (mm_last_config). */
-static _Thread_local char g_last[64];
+/* This thread's last choice (mm_last_config formats it: not on every launch). */
+static _Thread_local mm_config g_last;
+static _Thread_local bool g_chose;
 
 mm_config mm_choose(const mm_problem *p)
 {
     const char *how = "heuristic";
     mm_config c = choose(p, &how);
     log_choice(p, &c, how);
-    mm_config_format(&c, g_last, sizeof g_last);
+    g_last = c, g_chose = true;
     return c;
 }
 
 const char *mm_last_config(void)
 {
-    return g_last;
+    static _Thread_local char text[64];
+    text[0] = 0;
+    if (g_chose) mm_config_format(&g_last, text, sizeof text);
+    return text;
 }
 
 static mm_config choose(const mm_problem *p, const char **how)

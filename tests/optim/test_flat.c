@@ -10,7 +10,10 @@
  *     many parameters; the parameters are the same tensors with the same values after flattening;
  *   - a parameter without a gradient (the per-parameter path), state flattened after steps and
  *     loaded by name afterwards, a rescale seen through em_grad;
- *   - refusals: SGD, a parameter whose storage another view shares, a non-float gradient dtype. */
+ *   - refusals: SGD, a parameter whose storage another view shares, a non-float gradient dtype;
+ *   - the grain between parameters: 256 elements, more where the device's buffer offsets must be
+ *     aligned further (op_flat_grain), and every parameter's and slot's byte offset a multiple of
+ *     the device's buffer_align. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +26,8 @@
 #include "ember/autodiff.h"
 #include "ember/optim.h"
 #include "ember/runtime.h"
+#include "optim/internal.h"
+#include "tensor/internal.h"
 #include "tensor/tensor_util.h"
 
 #define NP 6
@@ -208,6 +213,36 @@ static void test_flat_matches(void **state)
         }
 }
 
+/* The grain (op_flat_grain), and on each device the byte offsets of the flattened parameters and
+ * of the bf16 gradient slots against the device's buffer_align. */
+static void test_flat_grain(void **state)
+{
+    (void)state;
+    static const struct {
+        size_t elem;
+        uint64_t align;
+        int64_t grain;
+    } cases[] = {{4, 0, 256},    {2, 16, 256},    {2, 512, 256}, {1, 512, 512},
+                 {2, 1024, 512}, {4, 4096, 1024}, {2, 384, 768}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_int_equal(op_flat_grain(cases[i].elem, cases[i].align), cases[i].grain);
+    for (int d = 0; d < tu_ndev; d++) {
+        if (!tu_has(tu_devs[d], EM_BF16)) continue;
+        side f;
+        side_new(&f, tu_devs[d], false);
+        assert_int_equal(em_optimizer_flatten(f.o, EM_BF16), EM_OK);
+        uint64_t align = em_device_caps(tu_devs[d])->buffer_align;
+        for (int k = 0; k < NP; k++) {
+            const em_tensor *slot = em_optimizer_grad_slot(f.o, f.p[k]);
+            assert_non_null(slot);
+            assert_int_equal(f.p[k]->offset % 256, 0);
+            assert_int_equal(slot->offset, f.p[k]->offset);
+            if (align > 1) assert_int_equal((uint64_t)slot->offset * 2 % align, 0);
+        }
+        side_free(&f);
+    }
+}
+
 typedef struct want {
     const char *name;
     em_tensor *t;
@@ -310,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_flat_matches),
         cmocka_unit_test(test_flat_paths),
         cmocka_unit_test(test_flat_refusals),
+        cmocka_unit_test(test_flat_grain),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }
