@@ -16,7 +16,8 @@
 # training runs, ATTN_VARIANTS the attention benchmark's (`ember bench attention` beside
 # scripts/attention_ref.py), MATMUL_VARIANTS the matmul benchmark's (none by default; a value may
 # be quoted: "pp:EMBER_MATMUL_CONFIG='wgmma-tma-ppr 128x192x64 2x1 s1'"; words starting with
-# -- are the benchmark's: "dw:--at --shapes 768x768x16384"), GPU_TESTS the test
+# -- are the benchmark's: "dw:--at --shapes 768x768x16384"), NCU_CONFIGS Nsight Compute's
+# (below), GPU_TESTS the test
 # programs (default: all of the list), TEST_LIMIT the seconds each may take (100); ATTN=0 and
 # DECODE=0 leave the attention and decoding runs out. Steps that
 # would start later than --deadline seconds (default 560) after the start are skipped. Logs go to
@@ -139,6 +140,33 @@ if [ -n "${MATMUL_VARIANTS:-}" ]; then
         case " ${margs[*]} " in *" --shapes "*) ;; *) margs+=(--shapes "$MSHAPES") ;; esac
         run "mm_$name" 200 env EMBER_LOG=debug "${menv[@]}" "$EMBER" bench matmul --device cuda:0 --dtype bf16 "${margs[@]}"
         MNAMES="$MNAMES mm_$name"
+    done
+fi
+
+# Nsight Compute on one matmul shape (NCU_SHAPE, default 16384x768x768): each configuration of
+# NCU_CONFIGS ("NAME:CONFIG;...", forced with EMBER_MATMUL_CONFIG), then cuBLAS's kernel in the
+# same benchmark; the full reports stay in $LOGS/ncu_NAME.log, the headline figures go to the
+# summary
+if [ -n "${NCU_CONFIGS:-}" ]; then
+    NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    NSH=${NCU_SHAPE:-16384x768x768}
+    NSEC="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats"
+    NMET="--metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio"
+    IFS=';' read -ra NLIST <<< "$NCU_CONFIGS"
+    for v in "${NLIST[@]}" "cublas:"; do
+        name=${v%%:*}
+        cfg=${v#*:}
+        k=regex:matmul_wgmma_tma
+        [ "$name" = cublas ] && k='regex:^(nvjet|sm90|cutlass)'
+        # cuBLAS's run forces the first configuration too (no tuning under the profiler)
+        [ "$name" = cublas ] && cfg=${NLIST[0]#*:}
+        # shellcheck disable=SC2086
+        run "ncu_$name" 150 env EMBER_MATMUL_CONFIG="$cfg" "$NCU" --clock-control none \
+            -k "$k" --launch-skip 12 --launch-count 1 $NSEC $NMET \
+            "$EMBER" bench matmul --device cuda:0 --dtype bf16 --shapes "$NSH"
+        say "  ncu $name ($NSH):"
+        grep -E "^  [a-z]|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Issue Slots Busy|Executed Ipc Active|Warp Cycles Per Issued|No Eligible|Registers Per|stalled_(long_scoreboard|barrier|membar|wait|math_pipe_throttle|short_scoreboard|lg_throttle|mio_throttle|dispatch_stall|sleeping|branch_resolving|no_instruction|not_selected|selected|tex_throttle|drain|misc)_per" \
+            "$LOGS/ncu_$name.log" | head -40 | sed 's/^/    /' | tee -a "$SUMMARY"
     done
 fi
 

@@ -199,7 +199,7 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         if (q.cluster > 1) bd[nb++] = em_lang_bind_int("CL", q.cluster);
         if (q.pairs) {
             bd[nb++] = em_lang_bind_bool("PAIRS", true);
-            bd[nb++] = em_lang_bind_int("OW", 2); /* outv as lines of 2 */
+            bd[nb++] = em_lang_bind_int("OW", q.quads ? 4 : 2); /* outv as lines of 2 or 4 */
         }
         units[0] = (uint32_t)q.units;
         wgq = q;
@@ -226,10 +226,10 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
         em_release(part);
         return em_error_context("matmul");
     }
-    /* the TMA kernel's 16-byte stores: out's (or the partials') buffer as lines of 8 (of 2 for
-     * its pairs) */
+    /* the TMA kernel's 16-byte stores: out's (or the partials') buffer as lines of 8 (of 2 or 4
+     * for its pairs) */
     tn_arg outv = tn_arg_flat(outa.t);
-    outv.lanes = wgq.pairs ? 2 : 8;
+    outv.lanes = wgq.quads ? 4 : wgq.pairs ? 2 : 8;
     outv.offset = 0;
     tn_arg args[11] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
                        tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset),

@@ -241,6 +241,18 @@ static bool indexed(const char *src, const char *prefix)
     return false;
 }
 
+/* Whether generated source src calls em_shfl_xor from the kernel (codegen/cuda.c writes the
+ * mask as "(int)(...)"; the prelude's own calls pass a plain int). */
+static bool shuffles(const char *src)
+{
+    for (const char *p = strstr(src, "em_shfl_xor("); p; p = strstr(p + 1, "em_shfl_xor(")) {
+        const char *eol = strchr(p, '\n');
+        const char *m = strstr(p, ", (int)(");
+        if (m && (!eol || m < eol)) return true;
+    }
+    return false;
+}
+
 /* The built-in matmul_wgmma_tma (src/kernels/matmul_wgmma_tma.ek) in the configurations the
  * host picks (matmul_config.c: two consumers with setmaxnreg 40 / 232, three without; every
  * operand layout; batched, broadcast, split-K partials, the epilogue; the 16-byte epilogue through
@@ -264,59 +276,66 @@ static void test_matmul_tma_compiles(void **state)
         int mw; /* "wgmma-tma-pp": a consumer's tile of 64 mw rows (0: not ping-pong) */
         int cmw; /* "wgmma-tma-p 256x..": 2, both consumers 64 cmw rows of one tile (0: 64) */
         int cl;  /* "... 2x2": clusters of two cubes sharing b's tile by multicast (0: none) */
-        bool pairs; /* "wgmma-tma-ppr": lines of 2 from the registers, no staging */
+        int pairs; /* "wgmma-tma-ppr": lines of 2 (or 4, swapped between units) from the
+                      registers, no staging; 0: none */
     } cfg[] = {
         {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0,
-         false},
+         0},
         {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, false, false, 0, 0, 0,
-         false},
-        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, false, 0, 0, 0, false},
-        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, false, false, 0, 0, 0, false},
+         0},
+        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, false, 0, 0, 0, 0},
+        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, false, false, 0, 0, 0, 0},
         {3, 128, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0,
-         false},
+         0},
         {1, 256, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0,
-         false},
+         0},
         {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, true, false, 0, 0, 0,
-         false},
-        {2, 256, 4, false, true, false, true, false, false, EM_BF16, 2, true, true, 0, 0, 0, false},
+         0},
+        {2, 256, 4, false, true, false, true, false, false, EM_BF16, 2, true, true, 0, 0, 0, 0},
         {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 0, 0,
-         false},
-        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0, 0, 0, false},
-        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 0, 0, false},
+         0},
+        {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0, 0, 0, 0},
+        {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 0, 0, 0},
         {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 2, 0, 0,
-         false},
-        {2, 256, 5, false, true, false, true, false, false, EM_BF16, 2, true, true, 1, 0, 0, false},
-        {2, 128, 6, true, true, true, false, true, false, EM_F16, 3, false, true, 2, 0, 0, false},
-        {2, 128, 6, true, false, false, true, true, true, EM_BF16, 3, true, true, 2, 0, 0, false},
+         0},
+        {2, 256, 5, false, true, false, true, false, false, EM_BF16, 2, true, true, 1, 0, 0, 0},
+        {2, 128, 6, true, true, true, false, true, false, EM_F16, 3, false, true, 2, 0, 0, 0},
+        {2, 128, 6, true, false, false, true, true, true, EM_BF16, 3, true, true, 2, 0, 0, 0},
         {2, 128, 4, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 2, 0,
-         false},
-        {2, 128, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 2, 0, false},
-        {2, 128, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0, 2, 0, false},
+         0},
+        {2, 128, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 2, 0, 0},
+        {2, 128, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0, 2, 0, 0},
         {2, 192, 3, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 2, 0,
-         false},
+         0},
         {2, 256, 5, false, false, false, false, false, false, EM_BF16, 2, true, true, 1, 0, 2,
-         false},
-        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, true, true, 2, 0, 2, false},
-        {2, 256, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 0, 2, false},
+         0},
+        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, true, true, 2, 0, 2, 0},
+        {2, 256, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 0, 2, 0},
         {2, 128, 4, false, false, true, false, false, false, EM_F16, 2, false, true, 0, 2, 2,
-         false},
+         0},
         {2, 256, 5, false, false, false, true, false, false, EM_BF16, 2, false, true, 1, 0, 1,
-         true},
+         2},
         {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, true, 0, 0, 2,
-         true},
+         2},
         {2, 128, 4, false, false, false, true, false, false, EM_BF16, 2, false, true, 0, 2, 2,
-         true},
-        {2, 128, 4, true, true, false, false, true, true, EM_F16, 3, false, true, 0, 2, 1, true},
+         2},
+        {2, 128, 4, true, true, false, false, true, true, EM_F16, 3, false, true, 0, 2, 1, 2},
         {2, 192, 5, false, false, false, true, false, false, EM_BF16, 2, false, true, 2, 0, 1,
-         true},
-        {2, 192, 5, true, true, false, false, true, true, EM_F16, 3, false, true, 2, 0, 1, true},
-        {2, 192, 5, true, false, true, false, false, false, EM_BF16, 2, false, true, 2, 0, 1, true},
+         2},
+        {2, 192, 5, true, true, false, false, true, true, EM_F16, 3, false, true, 2, 0, 1, 2},
+        {2, 192, 5, true, false, true, false, false, false, EM_BF16, 2, false, true, 2, 0, 1, 2},
         {2, 192, 5, false, false, false, true, false, false, EM_BF16, 2, false, true, 2, 0, 2,
-         true},
+         2},
         {2, 192, 5, false, true, false, false, false, false, EM_BF16, 2, false, true, 2, 0, 2,
-         true},
+         2},
         {2, 192, 3, false, false, false, true, false, false, EM_BF16, 2, false, true, 0, 2, 1,
-         true},
+         2},
+        /* lines of 4: ping-pong 128 x 192 in clusters, the epilogue, split-K partials, the
+         * cooperative 256 x 128 */
+        {2, 192, 5, false, false, false, true, false, false, EM_BF16, 2, false, true, 2, 0, 2, 4},
+        {2, 192, 5, true, true, false, false, true, true, EM_F16, 3, false, true, 2, 0, 1, 4},
+        {2, 192, 5, false, false, true, false, false, false, EM_BF16, 2, false, true, 2, 0, 1, 4},
+        {2, 128, 4, false, false, false, true, false, false, EM_BF16, 2, false, true, 0, 2, 2, 4},
     };
     size_t failed = 0;
     for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
@@ -343,8 +362,8 @@ static void test_matmul_tma_compiles(void **state)
                                                    : cfg[i].cmw > 0 ? cfg[i].cmw
                                                                     : 1),
                             em_lang_bind_int("CL", cfg[i].cl > 0 ? cfg[i].cl : 1),
-                            em_lang_bind_bool("PAIRS", cfg[i].pairs),
-                            em_lang_bind_int("OW", cfg[i].pairs ? 2 : 8)};
+                            em_lang_bind_bool("PAIRS", cfg[i].pairs != 0),
+                            em_lang_bind_int("OW", cfg[i].pairs ? cfg[i].pairs : 8)};
         em_lang_spec spec = {b, sizeof b / sizeof b[0], 1, &caps};
         em_lang_diags *d = em_lang_diags_new();
         em_ir_kernel *k = em_lang_specialize(m, "matmul_wgmma_tma", &spec, d);
@@ -375,7 +394,11 @@ static void test_matmul_tma_compiles(void **state)
         assert_non_null(strstr(src, "asm volatile(\"wgmma.fence.sync.aligned;\""));
         assert_null(strstr(src, "fence.proxy.async.shared::cta;\\nwgmma.fence"));
         /* the epilogue's 16-byte lines: stores through outv, out's buffer as lines of 8 */
-        assert_non_null(strstr(src, cfg[i].pairs ? ", 2> *outv_m" : ", 8> *outv_m"));
+        assert_non_null(strstr(src, cfg[i].pairs == 4   ? ", 4> *outv_m"
+                                    : cfg[i].pairs ? ", 2> *outv_m"
+                                                   : ", 8> *outv_m"));
+        /* lines of 4: the neighbouring units' swap */
+        assert_true(shuffles(src) == (cfg[i].pairs == 4));
         assert_true(indexed(src, "outv_m") == (cfg[i].sepi || cfg[i].pairs));
         /* clusters: the launch attribute, b's multicast copies, the consumers' arrivals on the
          * other cube's barriers, the cluster barrier after the inits */

@@ -688,6 +688,17 @@ static void test_tma_config(void **state)
         mm_wgmma_plan wq;
         assert_true(mm_config_parse("wgmma-tma-ppr 128x192x64 2x1 s4", &f));
         assert_true(mm_wgmma_plan_of(&g, &f, &wq) && wq.pairs && !wq.sepi);
+        /* on CUDA as lines of 4 (N a multiple of 4), lines of 2 where N is only even or with
+         * EMBER_MATMUL_QUADS=0 */
+        assert_true(wq.quads);
+        mm_problem g3 = h200_problem(&caps, 768, 3074, 16384, t); /* b K-major: any N */
+        g3.bst[0] = 1, g3.bst[1] = 16384;
+        assert_true(mm_wgmma_plan_of(&g3, &f, &wq) && wq.pairs && !wq.quads);
+        setenv("EMBER_MATMUL_QUADS", "0", 1);
+        assert_true(mm_wgmma_plan_of(&g, &f, &wq) && wq.pairs && !wq.quads);
+        unsetenv("EMBER_MATMUL_QUADS");
+        assert_true(mm_config_parse("wgmma-tma-ppr 128x192x64 2x2 s1", &f));
+        assert_true(mm_wgmma_plan_of(&g, &f, &wq) && wq.pairs && wq.quads);
         /* its tuning bucket is its own: N 3072 and 2304 (the same layer's c_attn) apart, 36 and
          * 40 rows together (four buckets a doubling) */
         char k1[160], k2[160];
