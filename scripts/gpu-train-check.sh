@@ -17,7 +17,7 @@
 # scripts/attention_ref.py), MATMUL_VARIANTS the matmul benchmark's (none by default; a value may
 # be quoted: "pp:EMBER_MATMUL_CONFIG='wgmma-tma-ppr 128x192x64 2x1 s1'"; words starting with
 # -- are the benchmark's: "dw:--at --shapes 768x768x16384"), NCU_CONFIGS Nsight Compute's
-# (below), GPU_TESTS the test
+# (below), B32=1 training at batch 32 as well, GPU_TESTS the test
 # programs (default: all of the list), TEST_LIMIT the seconds each may take (100); ATTN=0 and
 # DECODE=0 leave the attention and decoding runs out. Steps that
 # would start later than --deadline seconds (default 560) after the start are skipped. Logs go to
@@ -196,6 +196,12 @@ for v in "${VLIST[@]}"; do
     NAMES="$NAMES train_$name"
 done
 run torch_compile 240 python3 "$ANCHORS/gpt2_train.py" --batch 16 --seq 1024 --steps 30 --compile
+# B32=1: ember's default step and torch.compile at batch 32 too
+if [ "${B32:-0}" = 1 ]; then
+    run train_b32 150 "$EMBER" ${T/--batch 16/--batch 32}
+    run torch_compile_b32 240 python3 "$ANCHORS/gpt2_train.py" --batch 32 --seq 1024 --steps 30 --compile
+    NAMES="$NAMES train_b32"
+fi
 # decoding at batch 1 beside transformers (DECODE=0 leaves it out)
 if [ "${DECODE:-1}" = 1 ]; then
     D="bench decode --device cuda:0 --dtype f32 --batch 1 --prompt 16 --new 200"
@@ -209,7 +215,7 @@ if [ "${KEEP_CACHE:-0}" = 1 ] && [ -n "${OUT:-}" ]; then
 fi
 say ""
 say "training b16 x 1024 (tokens/s, ms/step, peak GiB):"
-for n in $NAMES torch_compile; do
+for n in $NAMES torch_compile torch_compile_b32; do
     [ -f "$LOGS/$n.log" ] && say "  $n: $(jfield "$LOGS/$n.log" tokens_per_s) $(jfield "$LOGS/$n.log" ms_per_step) $(jfield "$LOGS/$n.log" peak_mem_gib)"
 done
 say "attention b16 x 12 x 1024 x 64 causal bf16 (fwd ms, bwd ms, fwd TFLOP/s, bwd TFLOP/s):"
