@@ -218,6 +218,11 @@ say "training b16 x 1024 (tokens/s, ms/step, peak GiB):"
 for n in $NAMES torch_compile torch_compile_b32; do
     [ -f "$LOGS/$n.log" ] && say "  $n: $(jfield "$LOGS/$n.log" tokens_per_s) $(jfield "$LOGS/$n.log" ms_per_step) $(jfield "$LOGS/$n.log" peak_mem_gib)"
 done
+for n in $NAMES; do
+    case "$n" in
+        train_eager*) say "  $n profile:"; grep -v '^{' "$LOGS/$n.log" | tail -45 | tee -a "$SUMMARY" ;;
+    esac
+done
 say "attention b16 x 12 x 1024 x 64 causal bf16 (fwd ms, bwd ms, fwd TFLOP/s, bwd TFLOP/s):"
 for n in $ANAMES attn_torch_flash; do
     [ -f "$LOGS/$n.log" ] && say "  $n: $(jfield "$LOGS/$n.log" fwd_ms) $(jfield "$LOGS/$n.log" bwd_ms) $(jfield "$LOGS/$n.log" fwd_tflops) $(jfield "$LOGS/$n.log" bwd_tflops)"
