@@ -199,8 +199,8 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
      * where lines of 2 wrote each in two halves (the partials' rows: N a multiple of 4);
      * EMBER_MATMUL_QUADS=0 keeps lines of 2 (A/B) */
     const char *qv = getenv("EMBER_MATMUL_QUADS");
-    q.quads = q.pairs && wgmma_device(p) && (c->split < 2 || p->N % 4 == 0) &&
-              !(qv && !strcmp(qv, "0"));
+    q.quads =
+        q.pairs && wgmma_device(p) && (c->split < 2 || p->N % 4 == 0) && !(qv && !strcmp(qv, "0"));
     /* the TMA kernel's staging slot (1 KiB-aligned): f32 64 x 36 per consumer with sepi */
     if (q.tma) extra += 1024 + (q.sepi ? (size_t)c->tm * 64 * 36 * 4 : 0);
     size_t have = p->caps && p->caps->max_shared ? p->caps->max_shared : (size_t)232448;

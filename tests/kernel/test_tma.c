@@ -279,57 +279,39 @@ static void test_matmul_tma_compiles(void **state)
         int pairs; /* "wgmma-tma-ppr": lines of 2 (or 4, swapped between units) from the
                       registers, no staging; 0: none */
     } cfg[] = {
-        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0,
-         0},
-        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, false, false, 0, 0, 0,
-         0},
+        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0, 0},
+        {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, false, false, 0, 0, 0, 0},
         {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, false, 0, 0, 0, 0},
         {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, false, false, 0, 0, 0, 0},
-        {3, 128, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0,
-         0},
-        {1, 256, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0,
-         0},
-        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, true, false, 0, 0, 0,
-         0},
+        {3, 128, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0, 0},
+        {1, 256, 5, false, false, false, false, false, false, EM_BF16, 2, false, false, 0, 0, 0, 0},
+        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, true, false, 0, 0, 0, 0},
         {2, 256, 4, false, true, false, true, false, false, EM_BF16, 2, true, true, 0, 0, 0, 0},
-        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 0, 0,
-         0},
+        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 0, 0, 0},
         {2, 256, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0, 0, 0, 0},
         {2, 192, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 0, 0, 0},
-        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 2, 0, 0,
-         0},
+        {2, 128, 6, false, false, false, false, false, false, EM_BF16, 2, true, true, 2, 0, 0, 0},
         {2, 256, 5, false, true, false, true, false, false, EM_BF16, 2, true, true, 1, 0, 0, 0},
         {2, 128, 6, true, true, true, false, true, false, EM_F16, 3, false, true, 2, 0, 0, 0},
         {2, 128, 6, true, false, false, true, true, true, EM_BF16, 3, true, true, 2, 0, 0, 0},
-        {2, 128, 4, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 2, 0,
-         0},
+        {2, 128, 4, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 2, 0, 0},
         {2, 128, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 2, 0, 0},
         {2, 128, 4, true, false, true, false, true, false, EM_F16, 3, false, true, 0, 2, 0, 0},
-        {2, 192, 3, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 2, 0,
-         0},
-        {2, 256, 5, false, false, false, false, false, false, EM_BF16, 2, true, true, 1, 0, 2,
-         0},
+        {2, 192, 3, false, false, false, false, false, false, EM_BF16, 2, true, true, 0, 2, 0, 0},
+        {2, 256, 5, false, false, false, false, false, false, EM_BF16, 2, true, true, 1, 0, 2, 0},
         {2, 128, 6, false, true, false, true, false, false, EM_BF16, 2, true, true, 2, 0, 2, 0},
         {2, 256, 4, true, true, false, true, true, true, EM_BF16, 3, true, true, 0, 0, 2, 0},
-        {2, 128, 4, false, false, true, false, false, false, EM_F16, 2, false, true, 0, 2, 2,
-         0},
-        {2, 256, 5, false, false, false, true, false, false, EM_BF16, 2, false, true, 1, 0, 1,
-         2},
-        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, true, 0, 0, 2,
-         2},
-        {2, 128, 4, false, false, false, true, false, false, EM_BF16, 2, false, true, 0, 2, 2,
-         2},
+        {2, 128, 4, false, false, true, false, false, false, EM_F16, 2, false, true, 0, 2, 2, 0},
+        {2, 256, 5, false, false, false, true, false, false, EM_BF16, 2, false, true, 1, 0, 1, 2},
+        {2, 256, 4, false, false, false, false, false, false, EM_BF16, 2, false, true, 0, 0, 2, 2},
+        {2, 128, 4, false, false, false, true, false, false, EM_BF16, 2, false, true, 0, 2, 2, 2},
         {2, 128, 4, true, true, false, false, true, true, EM_F16, 3, false, true, 0, 2, 1, 2},
-        {2, 192, 5, false, false, false, true, false, false, EM_BF16, 2, false, true, 2, 0, 1,
-         2},
+        {2, 192, 5, false, false, false, true, false, false, EM_BF16, 2, false, true, 2, 0, 1, 2},
         {2, 192, 5, true, true, false, false, true, true, EM_F16, 3, false, true, 2, 0, 1, 2},
         {2, 192, 5, true, false, true, false, false, false, EM_BF16, 2, false, true, 2, 0, 1, 2},
-        {2, 192, 5, false, false, false, true, false, false, EM_BF16, 2, false, true, 2, 0, 2,
-         2},
-        {2, 192, 5, false, true, false, false, false, false, EM_BF16, 2, false, true, 2, 0, 2,
-         2},
-        {2, 192, 3, false, false, false, true, false, false, EM_BF16, 2, false, true, 0, 2, 1,
-         2},
+        {2, 192, 5, false, false, false, true, false, false, EM_BF16, 2, false, true, 2, 0, 2, 2},
+        {2, 192, 5, false, true, false, false, false, false, EM_BF16, 2, false, true, 2, 0, 2, 2},
+        {2, 192, 3, false, false, false, true, false, false, EM_BF16, 2, false, true, 0, 2, 1, 2},
         /* lines of 4: ping-pong 128 x 192 in clusters, the epilogue, split-K partials, the
          * cooperative 256 x 128 */
         {2, 192, 5, false, false, false, true, false, false, EM_BF16, 2, false, true, 2, 0, 2, 4},
@@ -394,9 +376,9 @@ static void test_matmul_tma_compiles(void **state)
         assert_non_null(strstr(src, "asm volatile(\"wgmma.fence.sync.aligned;\""));
         assert_null(strstr(src, "fence.proxy.async.shared::cta;\\nwgmma.fence"));
         /* the epilogue's 16-byte lines: stores through outv, out's buffer as lines of 8 */
-        assert_non_null(strstr(src, cfg[i].pairs == 4   ? ", 4> *outv_m"
-                                    : cfg[i].pairs ? ", 2> *outv_m"
-                                                   : ", 8> *outv_m"));
+        assert_non_null(strstr(src, cfg[i].pairs == 4 ? ", 4> *outv_m"
+                                    : cfg[i].pairs    ? ", 2> *outv_m"
+                                                      : ", 8> *outv_m"));
         /* lines of 4: the neighbouring units' swap */
         assert_true(shuffles(src) == (cfg[i].pairs == 4));
         assert_true(indexed(src, "outv_m") == (cfg[i].sepi || cfg[i].pairs));
