@@ -195,12 +195,11 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
      * of N, even); element-wise 4-byte stores had made a weight gradient's split slower than
      * none (session 18) */
     if (c->split >= 2 && (c->lanes == 7 || c->lanes == 8)) q.pairs = p->N % 2 == 0;
-    /* on CUDA, lines of 4 by a swap between neighbouring units: whole 32-byte sectors per store
-     * where lines of 2 wrote each in two halves (the partials' rows: N a multiple of 4);
-     * EMBER_MATMUL_QUADS=0 keeps lines of 2 (A/B) */
+    /* lines of 4 by a swap between neighbouring units (plane shuffles on CUDA, shared memory
+     * on the C target): whole 32-byte sectors per store where lines of 2 wrote each in two
+     * halves (the partials' rows: N a multiple of 4); EMBER_MATMUL_QUADS=0 keeps lines of 2 */
     const char *qv = getenv("EMBER_MATMUL_QUADS");
-    q.quads =
-        q.pairs && wgmma_device(p) && (c->split < 2 || p->N % 4 == 0) && !(qv && !strcmp(qv, "0"));
+    q.quads = q.pairs && (c->split < 2 || p->N % 4 == 0) && !(qv && !strcmp(qv, "0"));
     /* the TMA kernel's staging slot (1 KiB-aligned): f32 64 x 36 per consumer with sepi */
     if (q.tma) extra += 1024 + (q.sepi ? (size_t)c->tm * 64 * 36 * 4 : 0);
     size_t have = p->caps && p->caps->max_shared ? p->caps->max_shared : (size_t)232448;

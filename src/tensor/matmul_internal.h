@@ -62,8 +62,8 @@ typedef struct mm_wgmma_plan {
                     row-major, its rows and batch strides multiples of 8, no split-K) */
     bool pairs;   /* tma, in place of sepi with lanes 7: results out as lines of 2 from the
                      registers */
-    bool quads;   /* pairs on CUDA: lines of 4, two neighbouring units swapping a pair (whole
-                     32-byte sectors a store) */
+    bool quads;   /* pairs as lines of 4, two neighbouring units swapping a pair (whole 32-byte
+                     sectors a store) */
     bool persist; /* tma (c->lanes 5, 6): min(tiles, compute units) cubes loop over the tiles */
     bool ping;    /* tma (c->lanes 6): the two consumers take the cube's tiles in turns, each a
                      bm x bn tile of its own (bm / 64 accumulator sets a unit) */

@@ -407,8 +407,10 @@ static void test_tma_coop(void **state)
     on_tma_devices(tma_coop_cases);
 }
 
-/* "wgmma-tma-ppr": the ping-pong form with the results as lines of 2 straight from the
- * registers in place of the staged 16-byte epilogue: edges, the epilogue, a batch, clusters. */
+/* "wgmma-tma-ppr": the ping-pong form with the results as lines of 4 (2 where 4 do not fit)
+ * straight from the registers in place of the staged 16-byte epilogue: edges, the epilogue, a
+ * batch, clusters. On the CPU the neighbouring units swap their pairs through shared memory,
+ * on CUDA by plane shuffles. */
 static void tma_pairs_cases(em_device *dev)
 {
     check("pairs pp 64x256, edges", "wgmma-tma-ppr 64x256x64 2x1 s1", true,
@@ -439,6 +441,16 @@ static void tma_pairs_cases(em_device *dev)
     check("pairs pp 128x192, 4 split-K chunks, MN-major a", "wgmma-tma-ppr 128x192x64 2x1 s4", true,
           em_transpose(rnd(dev, EM_BF16, EM_SHAPE(600, 136), 221), 0, 1),
           rnd(dev, EM_BF16, EM_SHAPE(600, 200), 222), NULL);
+    /* lines of 2 where lines of 4 do not fit (partials' rows of N = 202: even, not a multiple
+     * of 4) or are turned off; every other case here stores lines of 4 */
+    check("pairs pp 128x192, 4 split-K chunks, N = 202, K-major b",
+          "wgmma-tma-ppr 128x192x64 2x1 s4", true, rnd(dev, EM_BF16, EM_SHAPE(136, 600), 223),
+          em_transpose(rnd(dev, EM_BF16, EM_SHAPE(202, 600), 224), 0, 1), NULL);
+    setenv("EMBER_MATMUL_QUADS", "0", 1);
+    check("pairs pp 128x192, edges, epilogue, lines of 2", "wgmma-tma-ppr 128x192x64 2x1 s1", true,
+          rnd(dev, EM_BF16, EM_SHAPE(300, 200), 215), rnd(dev, EM_BF16, EM_SHAPE(200, 400), 216),
+          &ep2);
+    unsetenv("EMBER_MATMUL_QUADS");
     check("pairs pp 128x192 clusters, K-major b", "wgmma-tma-ppr 128x192x64 2x2 s1", true,
           rnd(dev, EM_BF16, EM_SHAPE(520, 136), 219),
           em_transpose(rnd(dev, EM_BF16, EM_SHAPE(392, 136), 220), 0, 1), NULL);
@@ -688,7 +700,7 @@ static void test_tma_config(void **state)
         mm_wgmma_plan wq;
         assert_true(mm_config_parse("wgmma-tma-ppr 128x192x64 2x1 s4", &f));
         assert_true(mm_wgmma_plan_of(&g, &f, &wq) && wq.pairs && !wq.sepi);
-        /* on CUDA as lines of 4 (N a multiple of 4), lines of 2 where N is only even or with
+        /* as lines of 4 (N a multiple of 4), lines of 2 where N is only even or with
          * EMBER_MATMUL_QUADS=0 */
         assert_true(wq.quads);
         mm_problem g3 = h200_problem(&caps, 768, 3074, 16384, t); /* b K-major: any N */
