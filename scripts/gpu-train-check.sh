@@ -165,7 +165,8 @@ if [ -n "${NCU_CONFIGS:-}" ]; then
             -k "$k" --launch-skip 12 --launch-count 1 $NSEC $NMET \
             "$EMBER" bench matmul --device cuda:0 --dtype bf16 --shapes "$NSH"
         say "  ncu $name ($NSH):"
-        grep -E "^  [a-z]|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Issue Slots Busy|Executed Ipc Active|Warp Cycles Per Issued|No Eligible|Registers Per|stalled_(long_scoreboard|barrier|membar|wait|math_pipe_throttle|short_scoreboard|lg_throttle|mio_throttle|dispatch_stall|sleeping|branch_resolving|no_instruction|not_selected|selected|tex_throttle|drain|misc)_per" \
+        # the kernel's name, the headline figures, the L2's write sectors, NMET's stall reasons
+        grep -E "^  [a-z]|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Compression Input|Issue Slots Busy|Executed Ipc Active|Warp Cycles Per Issued|No Eligible|stalled_" \
             "$LOGS/ncu_$name.log" | head -40 | sed 's/^/    /' | tee -a "$SUMMARY"
     done
 fi
@@ -198,6 +199,7 @@ done
 run torch_compile 240 python3 "$ANCHORS/gpt2_train.py" --batch 16 --seq 1024 --steps 30 --compile
 # B32=1: ember's default step and torch.compile at batch 32 too
 if [ "${B32:-0}" = 1 ]; then
+    # shellcheck disable=SC2086  # T's words are the benchmark's arguments
     run train_b32 150 "$EMBER" ${T/--batch 16/--batch 32}
     run torch_compile_b32 240 python3 "$ANCHORS/gpt2_train.py" --batch 32 --seq 1024 --steps 30 --compile
     NAMES="$NAMES train_b32"
