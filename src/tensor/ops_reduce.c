@@ -419,7 +419,8 @@ static bool cols_geometry(const em_tensor *t, const bool *red, int64_t *rows, in
  *     a power of two up to 32 (a plane of NVIDIA's) chosen to waste the fewest units on the last
  *     tile, the larger on a tie, so that a plane reads TX consecutive lines of each of
  *     32 / TX rows; TY the rest. The rows are split into slices, enough for about 8 cubes per
- *     compute unit (one wave on a GPU), while each unit still adds at least 8 rows.
+ *     compute unit (one wave on a GPU), while each unit still adds at least 8 rows. With one
+ *     slice, TX as low as 4 while the tiles are fewer than the compute units (below).
  *   - The CPU (a cube is one thread looping over its units): TY = 1 (no barriers); each unit
  *     adds a band of V consecutive lines (the largest of 16, 8, 4, 2, 1 dividing nl) row by row,
  *     reading whole cache lines (a unit per line, the four units sharing a cache line each
@@ -450,6 +451,15 @@ static bool cols_plan_for(em_device *dev, em_scalar dt, int64_t rows, int64_t n,
     unsigned tx = 1;
     for (unsigned w = 1; w <= txmax; w *= 2)
         if ((nb + w - 1) / w * w <= (nb + tx - 1) / tx * tx) tx = w;
+    /* one slice on a GPU (the partials' second launch, the norms' partials): as few as 4 bands
+     * a cube while that gives fewer cubes than compute units, so that more cubes share the rows
+     * and each unit adds fewer of them in turn (768 f32 columns of 256 partial rows: 48 cubes of
+     * 4 x 64 units adding 4 rows each, not 6 of 32 x 8 adding 32); EMBER_COLS_NARROW=0 keeps the
+     * widest bands (A/B) */
+    const char *nar = getenv("EMBER_COLS_NARROW");
+    if (!cpu && one_slice && !(nar && !strcmp(nar, "0")))
+        while (tx > 4 && (nb + tx - 1) / tx < (int64_t)(c->compute_units ? c->compute_units : 64))
+            tx /= 2;
     p->tx = tx;
     p->ty = cpu ? 1 : cube / tx;
     p->rows = (uint32_t)rows;
