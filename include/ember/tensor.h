@@ -91,7 +91,11 @@ em_tensor *em_to_device(const em_tensor *t, em_device *dev);
 em_tensor *em_cast(const em_tensor *t, em_scalar dtype);
 /* A contiguous copy. */
 em_tensor *em_clone(const em_tensor *t);
-/* Writes src's elements into dst (same shape after broadcasting src; same dtype). */
+/* Writes src's elements into dst (same shape after broadcasting src; same dtype). A src
+ * donated with em_take is released; when it is the whole result of a matmul not yet run (lazy
+ * execution) that nothing else holds, the matmul writes dst itself and no copy runs (dst
+ * contiguous, of src's shape, its first element 256-byte aligned: the optimizer's gradient slots,
+ * a preallocated output). */
 em_status em_copy_(em_tensor *dst, const em_tensor *src);
 
 /* ---- elementwise: unary --------------------------------------------------------------------- */

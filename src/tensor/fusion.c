@@ -764,6 +764,42 @@ em_status em_realize(const em_tensor *t)
     return s == EM_OK ? fu_before_write(t->st) : s;
 }
 
+int fu_run_into(const em_tensor *src, em_tensor *dst)
+{
+    tn_storage *s = src->st;
+    size_t es = em_scalar_size(dst->dtype);
+    if (!fu_enabled() || !src->taken || src->annotation || s == dst->st || s->dev != dst->st->dev ||
+        src->dtype != dst->dtype || src->rank != dst->rank || src->offset != 0 ||
+        memcmp(src->shape, dst->shape, sizeof(int64_t) * (size_t)src->rank) != 0 ||
+        !em_is_contiguous(src) || !em_is_contiguous(dst) || ((size_t)dst->offset * es) % 256 != 0 ||
+        (size_t)tn_numel(src->rank, src->shape) * es != s->bytes)
+        return 0;
+    pthread_mutex_lock(&fu_lock);
+    fu_node *nd = s->pending;
+    if (!nd || !nd->mm || s->buf || atomic_load(&src->refs) != 1 || atomic_load(&s->refs) != 1 ||
+        atomic_load(&s->readers) != 0) {
+        pthread_mutex_unlock(&fu_lock);
+        return 0;
+    }
+    /* dst's own pending value first (its buffer allocated), then the nodes that read it */
+    em_status st = fu_realize(dst->st);
+    if (st == EM_OK) st = fu_before_write(dst->st);
+    if (st == EM_OK && s->pending == nd) {
+        st = fu_mm_launch_into(nd, dst);
+        if (st == EM_OK) {
+            /* src's storage is left without a buffer: its one holder is released by the caller */
+            s->pending = NULL;
+            unlink_node(nd);
+            free_node(nd);
+            pthread_mutex_unlock(&fu_lock);
+            return 1;
+        }
+        fu_mm_error(nd);
+    }
+    pthread_mutex_unlock(&fu_lock);
+    return st == EM_OK ? 0 : -1;
+}
+
 em_status fu_before_write(tn_storage *st)
 {
     if (atomic_load(&st->readers) == 0) return EM_OK;

@@ -64,6 +64,12 @@ int fu_record(const fu_desc *d, const em_tensor *const *in, int nin, int64_t (*s
  * (a deferred storage; also without a pending node). EM_OK, or the error set (out of device
  * memory included). */
 em_status fu_realize(tn_storage *st);
+/* em_copy_'s shortcut: when src is donated (em_take) and is the whole, otherwise unheld result
+ * of a pending matmul, of dst's dtype and shape, and dst is contiguous on the same device with
+ * its first element 256-byte aligned, the matmul (with its epilogue) runs into dst instead of
+ * its own buffer, and no copy is needed: 1 when it ran, 0 when the copy must run (nothing
+ * changed), -1 with the error set. */
+int fu_run_into(const em_tensor *src, em_tensor *dst);
 /* Called before a kernel writes st: realizes the pending nodes that read st (their leaves), so
  * they see the values they were recorded against. */
 em_status fu_before_write(tn_storage *st);

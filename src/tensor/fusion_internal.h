@@ -127,6 +127,9 @@ void fu_link(fu_node *nd);
  *    changes and it returns 0 (-1 with the error set when an operand failed to run);
  *  - fu_mm_launch: runs nd's matmul with its epilogue into nd->st (its buffer allocated); EM_OK
  *    or the error set;
+ *  - fu_mm_launch_into: runs nd's matmul into view dst (contiguous, realized, of the result's
+ *    elements and dtype, its first element aligned to 256 bytes) instead of nd->st; EM_OK or
+ *    the error set (fu_run_into, fusion.c);
  *  - fu_mm_error: adds the context of a failed realization to the error ("matmul f32[M, K] x
  *    f32[K, N] + bias, gelu_tanh (...)");
  *  - fu_mm_free: frees nd->mm (the leaves are free_node's). */
@@ -135,6 +138,7 @@ int fu_mm_absorb(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int 
 int fu_mm_take(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int nin, int self,
                const em_tensor *out);
 em_status fu_mm_launch(fu_node *nd);
+em_status fu_mm_launch_into(fu_node *nd, const em_tensor *dst);
 void fu_mm_error(const fu_node *nd);
 void fu_mm_free(fu_node *nd);
 

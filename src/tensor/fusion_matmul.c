@@ -309,6 +309,21 @@ em_status fu_mm_launch(fu_node *nd)
     return s;
 }
 
+em_status fu_mm_launch_into(fu_node *nd, const em_tensor *dst)
+{
+    fu_matmul *m = nd->mm;
+    tn_storage *own = m->out.st;
+    int64_t off = m->out.offset;
+    /* out's shape and strides stay: dst is contiguous with the same elements (the caller's
+     * check), so the kernel's geometry is unchanged, only its buffer and first element */
+    m->out.st = dst->st;
+    m->out.offset = dst->offset;
+    em_status s = fu_mm_launch(nd);
+    m->out.st = own;
+    m->out.offset = off;
+    return s;
+}
+
 void fu_mm_error(const fu_node *nd)
 {
     em_strbuf sb;

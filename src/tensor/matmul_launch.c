@@ -29,7 +29,7 @@ static em_status launch_simple(const mm_problem *p)
                           em_lang_bind_int("R", p->R), em_lang_bind_int("TILE", 16)};
     tn_arg args[3] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
                       tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset),
-                      tn_arg_geom(p->out, p->R, p->osh, p->ost, 0)};
+                      tn_arg_geom(p->out, p->R, p->osh, p->ost, p->out->offset)};
     uint32_t cubes[3] = {(uint32_t)((p->N + 15) / 16), (uint32_t)((p->M + 15) / 16),
                          (uint32_t)p->batch};
     uint32_t units[3] = {16, 16, 1};
@@ -43,7 +43,7 @@ static em_status launch_reduce(const mm_problem *p, em_tensor *part, int split)
         em_lang_bind_type("T", p->dt),   em_lang_bind_type("C", p->ct),
         em_lang_bind_int("R", p->R),     em_lang_bind_bool("BIAS", p->bias != NULL),
         em_lang_bind_int("ACT", p->act), em_lang_bind_bool("RES", p->res != NULL)};
-    tn_arg ra[5] = {tn_arg_t(part), tn_arg_geom(p->out, p->R, p->osh, p->ost, 0), bias_arg(p),
+    tn_arg ra[5] = {tn_arg_t(part), tn_arg_geom(p->out, p->R, p->osh, p->ost, p->out->offset), bias_arg(p),
                     res_arg(p), tn_arg_s(em_arg_u32((uint32_t)split))};
     uint32_t rc[3], ru[3];
     tn_grid_1d((uint64_t)(p->batch * p->M * p->N), rc, ru);
@@ -126,7 +126,7 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
     kchunk = (kchunk + c->bk - 1) / c->bk * c->bk; /* chunks start on a BK boundary */
     if (kchunk == 0) kchunk = 1;
     em_tensor *part = NULL;
-    tn_arg outa = tn_arg_geom(p->out, p->R, p->osh, p->ost, 0);
+    tn_arg outa = tn_arg_geom(p->out, p->R, p->osh, p->ost, p->out->offset);
     if (split > 1) {
         int64_t psh[3] = {p->batch * split, p->M, p->N};
         part = tn_new(p->dev, p->ct, 3, psh);

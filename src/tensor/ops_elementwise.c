@@ -289,9 +289,9 @@ em_status tn_copy_into(const char *op, em_tensor *dst, const em_tensor *src)
     return unary_into(op, src, dst, TN_U_COPY, 0, 0);
 }
 
-em_status em_copy_(em_tensor *dst, const em_tensor *src)
+/* em_copy_ but for the release of a donated src. */
+static em_status copy_checked(em_tensor *dst, const em_tensor *src)
 {
-    if (!dst || !src) return em_last_status() != EM_OK ? em_last_status() : EM_ERR_INVALID;
     if (!tn_same_device("copy_", dst, src)) return EM_ERR_INVALID;
     em_status ws = tn_check_write(dst, "copy_");
     if (ws != EM_OK) return ws;
@@ -303,7 +303,21 @@ em_status em_copy_(em_tensor *dst, const em_tensor *src)
         return em_set_error(EM_ERR_INVALID, "copy_: source %s does not broadcast to destination %s",
                             em_describe(src, sb, sizeof sb), em_describe(dst, sa, sizeof sa));
     }
-    return tn_copy_into("copy_", dst, src);
+    /* a donated pending matmul result writes dst itself (fu_run_into) */
+    int into = fu_run_into(src, dst);
+    if (into > 0) return EM_OK;
+    return into < 0 ? em_error_context("copy_") : tn_copy_into("copy_", dst, src);
+}
+
+em_status em_copy_(em_tensor *dst, const em_tensor *src)
+{
+    if (!dst || !src) {
+        tn_done(src);
+        return em_last_status() != EM_OK ? em_last_status() : EM_ERR_INVALID;
+    }
+    em_status st = copy_checked(dst, src);
+    tn_done(src);
+    return st;
 }
 
 em_tensor *em_cast(const em_tensor *t, em_scalar dtype)

@@ -396,9 +396,11 @@ em_status tr_grads_to_master(em_trainer *t)
     for (int i = 0; slots && i < t->npairs; i++)
         slots = em_grad(t->pairs[i].compute) && em_optimizer_grad_slot(t->opt, t->pairs[i].master);
     for (int i = 0; slots && st == EM_OK && i < t->npairs; i++) {
-        st = em_copy_(em_optimizer_grad_slot(t->opt, t->pairs[i].master),
-                      em_grad(t->pairs[i].compute));
+        /* the gradient is taken from the parameter and donated: a weight gradient whose matmul
+         * has not run yet (lazy) then runs into the slot itself, with no copy (em_copy_) */
+        em_tensor *g = em_retain(em_grad(t->pairs[i].compute));
         em_zero_grad(t->pairs[i].compute);
+        st = em_copy_(em_optimizer_grad_slot(t->opt, t->pairs[i].master), em_take(g));
     }
     if (slots) {
         em_no_grad_end();

@@ -7,6 +7,9 @@
  *  - what is not absorbed stays correct: a result read twice (the matmul runs once), an op that
  *    broadcasts the result up, an op that is no epilogue (mul, float ReLU), a cast, a write into
  *    an operand after the matmul was recorded, a result freed unread (no launch), em_flush;
+ *  - a donated result copied into an aligned view of another buffer (em_copy_): the matmul writes
+ *    the view itself; not donated, misaligned or unfused, the copy runs; the buffer's other
+ *    values, its own pending value and a pending reader of it stay right;
  *  - autodiff: Linear + GELU-tanh + residual, Linear + residual and a kept product give identical
  *    gradients fused and unfused; while recording, adds move into the epilogue (an add's rule
  *    keeps no input) but not the GELU, nor anything under the recompute policy;
@@ -273,6 +276,88 @@ static void test_not_absorbed(void **state)
     }
 }
 
+/* ---- a donated result copied into a view (em_copy_, fu_run_into) ------------------------------ */
+
+/* buf [320] f32 (zeros, or 0.5 * i pending when `pending_dst`), then em_copy_ of bias + a x b
+ * ([7, 9]) into buf[off .. off + 63) as [7, 9]: donated or not. Returns buf's values; *launches
+ * gets those of the copy, *before the values a pending reader of buf (2 * buf, recorded before
+ * the copy) saw. */
+static double *copy_into(em_device *dev, int64_t off, bool donate, bool pending_dst, uint64_t *launches,
+                         double **before)
+{
+    em_scope_begin();
+    em_tensor *a = mat(dev, EM_SHAPE(7, 33), 1), *b = mat(dev, EM_SHAPE(33, 9), 2);
+    em_tensor *bias = mat(dev, EM_SHAPE(9), 3);
+    em_tensor *buf = em_zeros(dev, EM_F32, EM_SHAPE(320));
+    assert_int_equal(em_flush(), EM_OK);
+    if (pending_dst) buf = em_mul_scalar(em_take(em_add_scalar(em_take(em_arange(dev, EM_F32, 0, 320, 1)), 0)), 0.5);
+    em_tensor *reader = em_mul_scalar(buf, 2);
+    em_tensor *dst = em_view(em_narrow(buf, 0, off, 63), EM_SHAPE(7, 9));
+    assert_non_null(dst);
+    em_tensor *y = em_add(em_take(em_matmul(a, b)), bias);
+    em_tensor_stats s0 = em_tensor_stats_get();
+    assert_int_equal(em_copy_(dst, donate ? em_take(y) : y), EM_OK);
+    assert_int_equal(em_flush(), EM_OK);
+    *launches = since(s0);
+    if (!donate) { /* y is still the caller's, its values intact */
+        double *w = tu_read(y), *d = tu_read(dst);
+        assert_true(tu_close_n("kept source", w, d, 63, 0));
+        free(w);
+        free(d);
+    }
+    *before = tu_read(reader);
+    double *v = tu_read(buf);
+    em_scope_end(NULL, 0);
+    return v;
+}
+
+/* The matmul writes the view itself (one launch fewer than the same copy of a kept result)
+ * when its result is donated, whole, unheld and the view 256-byte aligned; misaligned or
+ * unfused the copy runs (as many launches). Either way buf holds the product at the view and its
+ * old values elsewhere, and a pending reader of buf saw the old values. */
+static void test_copy_into(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        struct {
+            int64_t off;
+            bool pending, fused;
+            uint64_t saved; /* launches the donation saves */
+        } cases[] = {{64, false, true, 1}, {128, true, true, 1}, {3, false, true, 0}, {64, false, false, 0}};
+        /* the product alone, unfused, as the reference */
+        em_fusion_set(false);
+        uint64_t l[2];
+        double *bf, *ref = copy_into(dev, 0, false, false, &l[0], &bf);
+        free(bf);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            for (int donate = 0; donate < 2; donate++) {
+                em_fusion_set(cases[c].fused);
+                double *before, *v = copy_into(dev, cases[c].off, donate, cases[c].pending, &l[donate], &before);
+                em_fusion_set(true);
+                char what[96];
+                snprintf(what, sizeof what, "copy into offset %lld (%s), case %zu on %s",
+                         (long long)cases[c].off, donate ? "donated" : "kept", c, em_device_name(dev));
+                for (int64_t i = 0; i < 320; i++) {
+                    double old = cases[c].pending ? 0.5 * (double)i : 0;
+                    bool in = i >= cases[c].off && i < cases[c].off + 63;
+                    double want = in ? ref[i - cases[c].off] : old;
+                    if (fabs(v[i] - want) > 1e-5 * (1 + fabs(want)) || before[i] != 2 * old)
+                        fail_msg("%s: element %lld is %g (want %g), the reader saw %g (want %g)",
+                                 what, (long long)i, v[i], want, before[i], 2 * old);
+                }
+                free(v);
+                free(before);
+            }
+            if (l[1] + cases[c].saved != l[0])
+                fail_msg("case %zu on %s: %llu launches donated, %llu kept (want %llu fewer)", c,
+                         em_device_name(dev), (unsigned long long)l[1], (unsigned long long)l[0],
+                         (unsigned long long)cases[c].saved);
+        }
+        free(ref);
+    }
+}
+
 /* A result freed unread never runs; em_flush runs a pending one (with its absorbed epilogue)
  * and a host read after it launches nothing more; fused_ops counts the absorbed ops. */
 static void test_drop_and_flush(void **state)
@@ -495,6 +580,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_absorbed_patterns), cmocka_unit_test(test_not_absorbed),
         cmocka_unit_test(test_drop_and_flush),    cmocka_unit_test(test_recorder_keeps_input),
+        cmocka_unit_test(test_copy_into),
         cmocka_unit_test(test_autodiff),
         cmocka_unit_test(test_realize_out_of_memory), cmocka_unit_test(test_fusion_off),
     };
