@@ -118,6 +118,14 @@ em_tensor *tn_xent_classes(const char *op, const em_tensor *targets, int64_t n_c
 /* The per-row losses [N] of logits [N, C] (realized, 2-D) against checked classes, recording
  * nothing; NULL with the error set. */
 em_tensor *tn_xent_rows(const em_tensor *logits, const em_tensor *cls);
+/* Both at once, in one launch that reads the logits twice (tn_xent_rows, then
+ * em_cross_entropy_rows_backward, read them three times): returns the logits' gradient (over
+ * the logits when they are donated, as em_cross_entropy_rows_backward) for row gradients
+ * grad_out and label smoothing ls, and sets *rows to the per-row losses [N] (grad_out's dtype),
+ * recording nothing; NULL with the error set (*rows NULL). The logits are released when
+ * donated. */
+em_tensor *tn_xent_rows_grad(const em_tensor *grad_out, const em_tensor *logits, const em_tensor *classes,
+                             double ls, em_tensor **rows);
 
 /* ---- host dtype conversions (convert.c) ---- */
 uint16_t tn_f32_to_f16(float f);

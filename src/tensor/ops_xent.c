@@ -248,10 +248,11 @@ done:
     return out;
 }
 
-em_tensor *em_cross_entropy_rows_backward(const em_tensor *grad_out, const em_tensor *logits,
-                                          const em_tensor *classes, double label_smoothing)
+/* em_cross_entropy_rows_backward; with loss (a contiguous [N] of grad_out's dtype) the rows'
+ * losses stored there too, by the same launch (tensor_xent_backward's LOSS). */
+static em_tensor *xent_backward(const char *op, const em_tensor *grad_out, const em_tensor *logits,
+                                const em_tensor *classes, double label_smoothing, const em_tensor *loss)
 {
-    const char *op = "cross_entropy_rows backward";
     em_tensor *dx = NULL;
     if (!grad_out || !logits || !classes) goto done;
     char a[96], b[96], c[96];
@@ -285,15 +286,18 @@ em_tensor *em_cross_entropy_rows_backward(const em_tensor *grad_out, const em_te
     if (!g) goto fail;
     em_scalar ct = tn_compute_type(logits->dtype);
     unsigned cube = tn_cube_for(C, NULL);
-    em_lang_bind bind[5] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
+    em_lang_bind bind[6] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
                             em_lang_bind_type("M", tn_math_type(logits->st->dev, ct)),
-                            em_lang_bind_type("O", g->dtype), em_lang_bind_int("CUBE", cube)};
-    tn_arg args[8] = {tn_arg_flat(logits), tn_arg_s(em_arg_u32((uint32_t)C)),
+                            em_lang_bind_type("O", g->dtype), em_lang_bind_int("CUBE", cube),
+                            em_lang_bind_bool("LOSS", loss != NULL)};
+    /* without loss, g stands in for it (never written) */
+    tn_arg args[9] = {tn_arg_flat(logits), tn_arg_s(em_arg_u32((uint32_t)C)),
                       tn_arg_s(em_arg_u32((uint32_t)logits->stride[1])),
                       tn_arg_s(em_arg_u32((uint32_t)logits->stride[0])), tn_arg_t(classes), tn_arg_t(g),
-                      tn_arg_flat(dx), tn_arg_s(tn_scalar_arg(logits->dtype, label_smoothing))};
+                      tn_arg_t(loss ? loss : g), tn_arg_flat(dx),
+                      tn_arg_s(tn_scalar_arg(logits->dtype, label_smoothing))};
     uint32_t cubes[3] = {(uint32_t)N, 1, 1}, units[3] = {cube, 1, 1};
-    em_status st = xent_launch(op, "tensor_xent_backward", 2, bind, 5, cubes, units, args, 8, 6);
+    em_status st = xent_launch(op, "tensor_xent_backward", 2, bind, 6, cubes, units, args, 9, 7);
     em_release(g);
     if (st == EM_OK) goto done;
 fail:
@@ -301,5 +305,31 @@ fail:
     dx = NULL;
 done:
     if (logits != dx) tn_done(logits);
+    return dx;
+}
+
+em_tensor *em_cross_entropy_rows_backward(const em_tensor *grad_out, const em_tensor *logits,
+                                          const em_tensor *classes, double label_smoothing)
+{
+    return xent_backward("cross_entropy_rows backward", grad_out, logits, classes, label_smoothing, NULL);
+}
+
+em_tensor *tn_xent_rows_grad(const em_tensor *grad_out, const em_tensor *logits, const em_tensor *classes,
+                             double label_smoothing, em_tensor **rows)
+{
+    *rows = NULL;
+    if (!grad_out || !logits || !classes) {
+        tn_done(logits);
+        return NULL;
+    }
+    int64_t N = logits->shape[0];
+    em_tensor *loss = tn_new(logits->st->dev, grad_out->dtype, 1, &N);
+    em_tensor *dx = loss ? xent_backward("cross_entropy_rows", grad_out, logits, classes, label_smoothing, loss) : NULL;
+    if (!loss) tn_done(logits);
+    if (!dx) {
+        em_release(loss);
+        return NULL;
+    }
+    *rows = loss;
     return dx;
 }

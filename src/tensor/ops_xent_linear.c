@@ -2,8 +2,9 @@
  * rows without its [N, V] logits (issue #13, peak memory: GPT-2's bf16 logits at 16 x 1024 rows
  * are 1.65 GB, the largest block of a training step). The rows go in chunks; per chunk the
  * logits (one matmul), the per-row losses (the fused classifier's forward, ops_xent.c) and, when
- * gradients are recorded, the logits' gradient written over them (its backward) and multiplied
- * into x's rows and w at once (two matmuls: what the backward of the whole block would run, in
+ * gradients are recorded, the logits' gradient written over them (its backward, the same launch
+ * as the losses then: tn_xent_rows_grad reads the logits twice) and multiplied into x's rows and
+ * w at once (two matmuls: what the backward of the whole block would run, in
  * the same FLOPs). w's gradient sums over the chunks in f32 and is rounded once to w's dtype.
  * The op records x and w with both gradients as saved inputs; the backward (autodiff's rule)
  * only scales them by the loss's gradient and the mean's divisor. Inside, the op computes on
@@ -57,16 +58,22 @@ static bool chunk(const em_tensor *xa, const em_tensor *wa, const em_tensor *cls
     em_scope_begin();
     em_tensor *xc = em_narrow(xa, 0, r0, n), *cc = em_narrow(cls, 0, r0, n);
     em_tensor *lg = xc ? em_matmul(xc, em_transpose(wa, 0, 1)) : NULL; /* [n, V] */
-    em_tensor *rows = lg && em_realize(lg) == EM_OK ? tn_xent_rows(lg, cc) : NULL;
+    bool lg_ok = lg && em_realize(lg) == EM_OK;
+    em_tensor *rows = NULL, *dl = NULL;
+    if (lg_ok && grad) {
+        /* the losses and the gradient of the chunk's summed loss (ones per row, over the logits
+         * in place) in one launch */
+        em_tensor *ones = em_ones(em_tensor_device(lg), tn_compute_type(em_dtype(lg)), EM_SHAPE(n));
+        dl = ones ? tn_xent_rows_grad(ones, em_take(lg), cc, 0.0, &rows) : NULL;
+    } else if (lg_ok) {
+        rows = tn_xent_rows(lg, cc);
+    }
     em_tensor *s = rows ? em_sum(rows, NULL, 0, false) : NULL;
     if (s && *sum) s = em_add(*sum, em_take(s));
     em_tensor *d = NULL, *g = NULL;
-    if (s && grad) {
-        /* the gradient of the chunk's summed loss: ones per row, over the logits in place */
-        em_tensor *ones = em_ones(em_tensor_device(lg), em_dtype(rows), EM_SHAPE(n));
-        em_tensor *dl = ones ? em_cross_entropy_rows_backward(ones, em_take(lg), cc, 0.0) : NULL;
-        d = dl ? em_matmul(dl, wa) : NULL; /* [n, C] */
-        g = dl ? em_matmul(em_transpose(dl, 0, 1), xc) : NULL; /* [V, C] */
+    if (s && dl) {
+        d = em_matmul(dl, wa); /* [n, C] */
+        g = em_matmul(em_transpose(dl, 0, 1), xc); /* [V, C] */
         /* over several chunks summed in f32 (the sum's buffer donated: updated in place) */
         if (g && acc) g = em_cast(em_take(g), EM_F32);
         if (g && acc && *dw) {

@@ -4,10 +4,12 @@
  * GPT-2's 50257 (rows shorter and longer than a cube), every float dtype, ignored rows, label
  * smoothing, logits read through a transposed or narrowed view, a non-uniform gradient of the
  * losses, very large and -inf logits; the gradient written over donated logits (directly and
- * through the tape); and the misuse cases (a class out of range, shapes that do
+ * through the tape); the losses and the gradient from one launch (tn_xent_rows_grad, the chunked
+ * head's); and the misuse cases (a class out of range, shapes that do
  * not match, a smoothing outside [0, 1), integer logits), each an error naming what is wrong. */
 #include "ember/autodiff.h"
 #include "ember/tensor_grad.h"
+#include "tensor/internal.h" /* tn_xent_classes, tn_xent_rows_grad */
 #include "tensor_util.h"
 
 enum { IGNORE = -100 };
@@ -119,6 +121,22 @@ static void run_case(em_device *dev, em_scalar dt, int64_t rows, int64_t n, int 
     double dtol = dt == EM_F16 || dt == EM_BF16 ? 2e-2 : tu_tol_on(dev, dt) * 10;
     if (!tu_close_n(what, got, dx, (size_t)(rows * n), dtol)) fail_msg("%s: gradient", what);
     free(got);
+    /* the losses and the gradient from one launch (the chunked head's tn_xent_rows_grad) */
+    em_tensor *cls = tn_xent_classes("test", tt, n, IGNORE, NULL);
+    em_tensor *rl = NULL;
+    em_no_grad_begin();
+    em_tensor_stats s0 = em_tensor_stats_get();
+    em_tensor *d1 = cls ? tn_xent_rows_grad(gt, lg, cls, ls, &rl) : NULL;
+    uint64_t launches = em_tensor_stats_get().launches - s0.launches;
+    em_no_grad_end();
+    if (!d1 || !rl) fail_msg("%s: tn_xent_rows_grad: %s", what, em_last_error());
+    got = tu_read(rl);
+    if (!tu_close_n(what, got, loss, (size_t)rows, loss_tol(dev, dt))) fail_msg("%s: one launch's loss", what);
+    free(got);
+    got = tu_read(d1);
+    if (!tu_close_n(what, got, dx, (size_t)(rows * n), dtol)) fail_msg("%s: one launch's gradient", what);
+    free(got);
+    if (launches != 1) fail_msg("%s: losses and gradient took %llu launches", what, (unsigned long long)launches);
     em_scope_end(NULL, 0);
     free(x);
     free(g);
