@@ -8,6 +8,7 @@
  * tensor is what the op records as its second input, so the backward reads it as it is. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ember/tensor_grad.h"
 #include "tensor/fusion.h"
@@ -248,6 +249,31 @@ done:
     return out;
 }
 
+/* tensor_xent_backward's cube and its V (lines a unit keeps in registers between its passes,
+ * 0: none, the row read twice) for logits x of C classes: on GPUs, where x is realized (its
+ * line width then known: xent_width), the cube of tn_cube_for doubled up to 1024 units (the
+ * device's most) until each unit keeps at most 128 bytes of the row (32 registers of T:
+ * GPT-2's 50304 bf16 classes as 1024 units of 7 lines of 8); EMBER_XENT_KEEP=0 keeps none
+ * (A/B). */
+static unsigned xent_keep(const em_tensor *x, int64_t C, unsigned *cube)
+{
+    *cube = tn_cube_for(C, NULL);
+    const em_caps *c = em_device_caps(x->st->dev);
+    const char *env = getenv("EMBER_XENT_KEEP");
+    if (!c || !strcmp(c->target, "c") || (env && !strcmp(env, "0")) || !x->st->buf || x->st->pending)
+        return 0;
+    unsigned lw = xent_width(x, 16), most = c->max_cube_units ? c->max_cube_units : 256;
+    int64_t nl = C / lw, line = (int64_t)lw * (int64_t)em_scalar_size(x->dtype);
+    for (unsigned k = *cube; k <= 1024 && k <= most; k *= 2) {
+        int64_t v = (nl + k - 1) / k;
+        if (v * line <= 128) {
+            *cube = k;
+            return (unsigned)v;
+        }
+    }
+    return 0;
+}
+
 /* em_cross_entropy_rows_backward; with loss (a contiguous [N] of grad_out's dtype) the rows'
  * losses stored there too, by the same launch (tensor_xent_backward's LOSS). */
 static em_tensor *xent_backward(const char *op, const em_tensor *grad_out, const em_tensor *logits,
@@ -285,11 +311,11 @@ static em_tensor *xent_backward(const char *op, const em_tensor *grad_out, const
     em_tensor *g = tn_contig(grad_out);
     if (!g) goto fail;
     em_scalar ct = tn_compute_type(logits->dtype);
-    unsigned cube = tn_cube_for(C, NULL);
-    em_lang_bind bind[6] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
+    unsigned cube, keep = xent_keep(logits, C, &cube);
+    em_lang_bind bind[7] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
                             em_lang_bind_type("M", tn_math_type(logits->st->dev, ct)),
                             em_lang_bind_type("O", g->dtype), em_lang_bind_int("CUBE", cube),
-                            em_lang_bind_bool("LOSS", loss != NULL)};
+                            em_lang_bind_bool("LOSS", loss != NULL), em_lang_bind_int("V", keep)};
     /* without loss, g stands in for it (never written) */
     tn_arg args[9] = {tn_arg_flat(logits), tn_arg_s(em_arg_u32((uint32_t)C)),
                       tn_arg_s(em_arg_u32((uint32_t)logits->stride[1])),
@@ -297,7 +323,7 @@ static em_tensor *xent_backward(const char *op, const em_tensor *grad_out, const
                       tn_arg_t(loss ? loss : g), tn_arg_flat(dx),
                       tn_arg_s(tn_scalar_arg(logits->dtype, label_smoothing))};
     uint32_t cubes[3] = {(uint32_t)N, 1, 1}, units[3] = {cube, 1, 1};
-    em_status st = xent_launch(op, "tensor_xent_backward", 2, bind, 6, cubes, units, args, 9, 7);
+    em_status st = xent_launch(op, "tensor_xent_backward", keep ? 1 : 2, bind, 7, cubes, units, args, 9, 7);
     em_release(g);
     if (st == EM_OK) goto done;
 fail:

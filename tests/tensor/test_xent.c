@@ -5,12 +5,15 @@
  * smoothing, logits read through a transposed or narrowed view, a non-uniform gradient of the
  * losses, very large and -inf logits; the gradient written over donated logits (directly and
  * through the tape); the losses and the gradient from one launch (tn_xent_rows_grad, the chunked
- * head's); and the misuse cases (a class out of range, shapes that do
+ * head's); the backward with its lines kept in registers (on GPUs) through NVRTC; and the misuse
+ * cases (a class out of range, shapes that do
  * not match, a smoothing outside [0, 1), integer logits), each an error naming what is wrong. */
 #include "ember/autodiff.h"
 #include "ember/tensor_grad.h"
-#include "tensor/internal.h" /* tn_xent_classes, tn_xent_rows_grad */
 #include "tensor_util.h"
+#include "kernel/codegen/codegen.h"
+#include "kernel/hopper_util.h"
+#include "tensor/internal.h" /* tn_xent_classes, tn_xent_rows_grad */
 
 enum { IGNORE = -100 };
 
@@ -333,6 +336,47 @@ static void test_gradient_in_place(void **state)
     }
 }
 
+/* tensor_xent_backward for the H200 as the host binds it for GPT-2's fused head (50304 bf16
+ * classes in lines of 8: 1024 units keeping 7 lines each, the losses too; xent_keep in
+ * ops_xent.c) and without kept lines (256 units), through NVRTC for sm_90: it must compile
+ * within __launch_bounds__'s registers and spill nothing (ptxas's report). */
+static void test_cuda_compiles(void **state)
+{
+    (void)state;
+    SKIP_UNLESS_NVRTC();
+    const em_lang_module *m = em_lang_builtins();
+    assert_non_null(m);
+    em_caps caps = cuda_caps("sm_90");
+    static const struct {
+        em_scalar dt;
+        unsigned cube, v, lw;
+        bool loss;
+    } cases[] = {{EM_BF16, 1024, 7, 8, true}, {EM_BF16, 1024, 7, 8, false}, {EM_F16, 256, 0, 8, true},
+                 {EM_F32, 256, 0, 4, false}};
+    for (size_t i = 0; i < EM_ARRAY_LEN(cases); i++) {
+        em_lang_bind b[7] = {em_lang_bind_type("T", cases[i].dt), em_lang_bind_type("C", EM_F32),
+                             em_lang_bind_type("M", EM_F32),       em_lang_bind_type("O", EM_F32),
+                             em_lang_bind_int("CUBE", cases[i].cube), em_lang_bind_bool("LOSS", cases[i].loss),
+                             em_lang_bind_int("V", cases[i].v)};
+        em_lang_spec spec = {b, 7, cases[i].lw, &caps};
+        em_lang_diags *dg = em_lang_diags_new();
+        em_ir_kernel *k = em_lang_specialize(m, "tensor_xent_backward", &spec, dg);
+        if (!k) {
+            char *text = em_lang_diags_format(dg);
+            fail_msg("%s", text ? text : em_last_error());
+        }
+        em_lang_diags_free(dg);
+        char *src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &caps);
+        assert_non_null(src);
+        char label[96];
+        snprintf(label, sizeof label, "tensor_xent_backward %s cube %u V %u%s", em_scalar_name(cases[i].dt),
+                 cases[i].cube, cases[i].v, cases[i].loss ? " LOSS" : "");
+        expect_nvrtc_clean(src, "sm_90", label);
+        free(src);
+        em_ir_kernel_free(k);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -342,6 +386,7 @@ int main(void)
         cmocka_unit_test(test_misuse),
         cmocka_unit_test(test_half_logits),
         cmocka_unit_test(test_gradient_in_place),
+        cmocka_unit_test(test_cuda_compiles),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }
