@@ -17,8 +17,7 @@
 # scripts/attention_ref.py), MATMUL_VARIANTS the matmul benchmark's (none by default; a value may
 # be quoted: "pp:EMBER_MATMUL_CONFIG='wgmma-tma-ppr 128x192x64 2x1 s1'"; words starting with
 # -- are the benchmark's: "dw:--at --shapes 768x768x16384"), NCU_CONFIGS Nsight Compute's
-# (below), B32=1 training at batch 32 as well, NSYS=1 a per-kernel breakdown of the replayed
-# step (Nsight Systems), GPU_TESTS the test
+# (below), B32=1 training at batch 32 as well, GPU_TESTS the test
 # programs (default: all of the list), TEST_LIMIT the seconds each may take (100); ATTN=0 and
 # DECODE=0 leave the attention and decoding runs out. Steps that
 # would start later than --deadline seconds (default 560) after the start are skipped. Logs go to
@@ -205,32 +204,12 @@ if [ "${B32:-0}" = 1 ]; then
     run torch_compile_b32 240 python3 "$ANCHORS/gpt2_train.py" --batch 32 --seq 1024 --steps 30 --compile
     NAMES="$NAMES train_b32"
 fi
-# NSYS=1: Nsight Systems over ember's replayed b16 step (graph nodes traced one by one), its
-# kernels summed by name (the per-kernel breakdown issue #13 asks for); the summary keeps the top
-NSYS_BIN=$(command -v nsys)
-for f in /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys; do
-    [ -z "$NSYS_BIN" ] && [ -x "$f" ] && NSYS_BIN=$f
-done
-if [ "${NSYS:-0}" = 1 ] && [ -n "$NSYS_BIN" ]; then
-    # shellcheck disable=SC2086  # T's words are the benchmark's arguments
-    run nsys_train 200 "$NSYS_BIN" profile --cuda-graph-trace=node --trace=cuda -o /tmp/ember-train \
-        --force-overwrite true "$EMBER" ${T/--steps 10/--steps 5}
-    run nsys_stats 120 "$NSYS_BIN" stats --report cuda_gpu_kern_sum --format csv /tmp/ember-train.nsys-rep
-elif [ "${NSYS:-0}" = 1 ]; then
-    say "no nsys on this machine"
-fi
 # decoding at batch 1 beside transformers (DECODE=0 leaves it out)
 if [ "${DECODE:-1}" = 1 ]; then
     D="bench decode --device cuda:0 --dtype f32 --batch 1 --prompt 16 --new 200"
     run decode_sync1 60 "$EMBER" $D --steps-per-sync 1
     run decode_sync8 60 "$EMBER" $D --steps-per-sync 8
     run transformers 120 python3 "$ANCHORS/decode.py" --dtype fp32 --new 128
-    if [ "${NSYS:-0}" = 1 ] && [ -n "$NSYS_BIN" ]; then
-        # shellcheck disable=SC2086  # D's words are the benchmark's arguments
-        run nsys_decode 120 "$NSYS_BIN" profile --cuda-graph-trace=node --trace=cuda -o /tmp/ember-decode \
-            --force-overwrite true "$EMBER" $D --steps-per-sync 1
-        run nsys_decode_stats 120 "$NSYS_BIN" stats --report cuda_gpu_kern_sum --format csv /tmp/ember-decode.nsys-rep
-    fi
 fi
 
 if [ "${KEEP_CACHE:-0}" = 1 ] && [ -n "${OUT:-}" ]; then
@@ -246,18 +225,6 @@ for n in $NAMES; do
         train_eager*) say "  $n profile:"; grep -v '^{' "$LOGS/$n.log" | tail -45 | tee -a "$SUMMARY" ;;
     esac
 done
-# kern_top LOG N TITLE: the first N kernels of an nsys cuda_gpu_kern_sum report (by total time)
-kern_top() {
-    [ -f "$1" ] || return 0
-    say "  $3"
-    python3 -c "import csv,sys
-rows=[r for r in csv.reader(open(sys.argv[1])) if len(r) > 8]
-h=rows[0]; ti=h.index('Total Time (ns)'); ci=h.index('Instances'); ni=h.index('Name')
-for r in rows[1:int(sys.argv[2])+1]: print('    %9.2f %6s %s' % (float(r[ti])/1e6, r[ci], r[ni][:90]))" "$1" "$2" 2>&1 | tee -a "$SUMMARY"
-}
-# the training run: 3 warm-up and 5 timed steps and the recording step; decoding: 216 steps
-kern_top "$LOGS/nsys_stats.log" 30 "nsys train kernels (total ms, count, name) over the run:"
-kern_top "$LOGS/nsys_decode_stats.log" 20 "nsys decode kernels (total ms, count, name) over the run:"
 say "attention b16 x 12 x 1024 x 64 causal bf16 (fwd ms, bwd ms, fwd TFLOP/s, bwd TFLOP/s):"
 for n in $ANAMES attn_torch_flash; do
     [ -f "$LOGS/$n.log" ] && say "  $n: $(jfield "$LOGS/$n.log" fwd_ms) $(jfield "$LOGS/$n.log" bwd_ms) $(jfield "$LOGS/$n.log" fwd_tflops) $(jfield "$LOGS/$n.log" bwd_tflops)"
