@@ -307,8 +307,11 @@ static double head_loss(em_gpt *g, const em_tensor *x, const em_tensor *y, const
     if (!loss) fail_msg("EMBER_FUSED_HEAD=%s: %s", env ? env : "(unset)", em_last_error());
     double v = em_item(loss);
     em_profile_enable(false);
-    em_profile_kernel pk = {0};
-    *xent_launches = em_profile_kernel_get("tensor_xent", &pk) ? pk.launches : 0;
+    /* the classifier's launches: one a chunk, tensor_xent_backward where the fused head computes
+     * the losses with the gradient (the parameters record it), else tensor_xent */
+    em_profile_kernel pk = {0}, pb = {0};
+    *xent_launches = (em_profile_kernel_get("tensor_xent", &pk) ? pk.launches : 0) +
+                     (em_profile_kernel_get("tensor_xent_backward", &pb) ? pb.launches : 0);
     em_release(loss);
     unsetenv("EMBER_FUSED_HEAD");
     return v;
