@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ember/kernel.h"
+#include "kernel/codegen/codegen.h"
 #include "runtime/drivers/nvrtc.h"
 
 /* An H200's capabilities as target `target` ("cuda", "opencl", ...) reports them, with `arch`. */
@@ -90,6 +91,28 @@ static inline int nvrtc_problems(const char *log, const char *label)
             n++;
         }
     return n;
+}
+
+/* The CUDA source of built-in kernel `name` specialized with binds[0..nb) at line width lw for
+ * caps (the caller frees it); fails the test with the language's diagnostics when it does not
+ * specialize. */
+static inline char *builtin_cuda_source(const char *name, const em_lang_bind *binds, size_t nb,
+                                        unsigned lw, const em_caps *caps)
+{
+    const em_lang_module *m = em_lang_builtins();
+    if (!m) fail_msg("%s", em_last_error());
+    em_lang_spec spec = {binds, nb, lw, caps};
+    em_lang_diags *dg = em_lang_diags_new();
+    em_ir_kernel *k = em_lang_specialize(m, name, &spec, dg);
+    if (!k) {
+        char *text = em_lang_diags_format(dg);
+        fail_msg("%s: %s", name, text ? text : em_last_error());
+    }
+    em_lang_diags_free(dg);
+    char *src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, caps);
+    if (!src) fail_msg("%s: %s", name, em_last_error());
+    em_ir_kernel_free(k);
+    return src;
 }
 
 /* expect_nvrtc_compiles with ptxas's report (--ptxas-options=-v): prints its register line
