@@ -114,6 +114,15 @@ em_tensor *ad_take_input(const ad_ctx *c, int i)
     return em_take(t);
 }
 
+em_tensor *ad_take_out_grad(const ad_ctx *c, const em_tensor *g)
+{
+    if (!c->gout || *c->gout != g || !g) return (em_tensor *)g;
+    em_tensor *t = *c->gout;
+    *c->gout = NULL;
+    em_tensor_untrack(t); /* the op's result (or nothing) owns it now, not a scope */
+    return em_take(t);
+}
+
 em_tensor *ad_take_grad(const ad_ctx *c, int i)
 {
     if (i < 0 || i >= c->nin || !c->needs[i] || !c->edge || !c->edge[i]) return NULL;
@@ -150,6 +159,7 @@ static em_status step(ad_node *n, bool last)
     c.out_shape = n->out_shape;
     c.out_dtype = n->out_dtype;
     c.edge = n->edge;
+    c.gout = &g;
     em_tensor *gin[EM_TOP_MAX_INPUTS] = {NULL};
     em_status st = EM_OK;
     em_tensor *owned[EM_TOP_MAX_INPUTS] = {NULL};
@@ -176,7 +186,7 @@ static em_status step(ad_node *n, bool last)
     }
     for (int i = 0; i < n->nin; i++) em_release(owned[i]); /* those not taken */
     em_release((em_tensor *)c.out);
-    em_release(g);
+    em_release(g); /* NULL when the rule took it (ad_take_out_grad) */
     for (int i = 0; i < n->nin; i++) {
         em_tensor *gi = gin[i];
         gin[i] = NULL;

@@ -25,6 +25,7 @@ typedef struct ad_ctx {
     em_tensor **owned;                     /* the step's references to in[] (ad_take_input) */
     unsigned takeable;                     /* bit i: in[i] is held by nothing else (below) */
     struct ad_node *const *edge;           /* the input nodes (ad_take_grad) */
+    em_tensor **gout;                      /* the step's reference to g (ad_take_out_grad) */
 } ad_ctx;
 
 /* Saved input i as a donated reference (em_take) the rule's op may write its result into, when
@@ -32,6 +33,13 @@ typedef struct ad_ctx {
  * that tensor: the tape let go of it before the rule ran. NULL otherwise (use c->in[i]). After a
  * take, c->in[i] must not be used. */
 em_tensor *ad_take_input(const ad_ctx *c, int i);
+
+/* g, the gradient of the rule's output, donated (em_take) to the one op that reads it last, so
+ * that the op may write into g's buffer or move the pending matmul that makes g into its own
+ * result (a GELU's backward into the input-gradient matmul's epilogue: docs/fusion.md); the step
+ * then holds no reference to it. g itself (borrowed) where the step holds none. After a take, g
+ * must not be used. */
+em_tensor *ad_take_out_grad(const ad_ctx *c, const em_tensor *g);
 
 /* The gradient input i has received so far from its other consumers, taken from its node (a new
  * reference; the node then holds none): a rule that takes it must return gin[i] with it added,

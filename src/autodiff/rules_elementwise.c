@@ -66,8 +66,14 @@ UNARY_RULE(rdiv_scalar, em_div(em_mul_scalar(g, -c->p->f[0]), SQ(X(c))))
 UNARY_RULE(cast, (em_tensor *)g)
 
 /* gelu and gelu_tanh: g times the derivative, one op (em_gelu_backward). */
-static em_tensor *d_gelu(const ad_ctx *c, const em_tensor *g) { return em_gelu_backward(g, X(c), false); }
-static em_tensor *d_gelu_tanh(const ad_ctx *c, const em_tensor *g) { return em_gelu_backward(g, X(c), true); }
+static em_tensor *d_gelu(const ad_ctx *c, const em_tensor *g)
+{
+    return em_gelu_backward(ad_take_out_grad(c, g), X(c), false);
+}
+static em_tensor *d_gelu_tanh(const ad_ctx *c, const em_tensor *g)
+{
+    return em_gelu_backward(ad_take_out_grad(c, g), X(c), true);
+}
 
 /* silu(x) = x s(x): s (1 + x (1 - s)) */
 static em_tensor *d_silu(const ad_ctx *c, const em_tensor *g)

@@ -8,9 +8,11 @@
  * An elementwise op recorded in place on the donated result (fu_record's hook) extends the
  * epilogue act(a x b + bias) + residual when it fits the epilogue's fixed order: an add of a row
  * vector [N] -> bias, then ReLU (integers) / GELU / GELU-tanh -> act, then an add of a tensor that
- * broadcasts to the result -> residual. Anything else runs the matmul first and is recorded on
- * its buffer as before. Realizing launches the matmul (mm_execute: autotuning, the kernel
- * choice) into the storage's buffer, allocated then.
+ * broadcasts to the result -> residual; or, after the bias, GELU's backward with the result as its
+ * gradient (em_gelu_backward(y, x): the input-gradient matmul of the layer after a GELU) -> the
+ * result times gelu'(x), x read as the residual. Anything else runs the matmul first and is
+ * recorded on its buffer as before. Realizing launches the matmul (mm_execute: autotuning, the
+ * kernel choice) into the storage's buffer, allocated then.
  *
  * Order of realization, so that nothing recurses deeper than one level: an operand (a, b, a bias
  * or residual) that is itself a pending matmul is run when this node is recorded or absorbs it.
@@ -121,6 +123,19 @@ static int act_of(const fu_matmul *m, const fu_desc *d)
     return -1;
 }
 
+/* The epilogue code of op d when it is GELU's or GELU-tanh's backward whose gradient operand
+ * (input 0) is m's result (self): em_gelu_backward(dy Wt, x) = (dy Wt) gelu'(x), x (the
+ * activation's input) then the epilogue's residual operand; 0 otherwise, or with
+ * EMBER_MATMUL_GELU_GRAD=0 (for A/B runs). The math runs in the compute type, as the op's. */
+static int act_grad_of(const fu_matmul *m, const fu_desc *d, int self)
+{
+    if (d->kind != FU_BINARY || self != 0 || d->C != m->p.ct || d->M != d->C) return 0;
+    if (d->code != TN_B_GELU_GRAD && d->code != TN_B_GELU_TANH_GRAD) return 0;
+    const char *env = getenv("EMBER_MATMUL_GELU_GRAD");
+    if (env && strcmp(env, "0") == 0) return 0;
+    return d->code == TN_B_GELU_GRAD ? MM_ACT_GELU_GRAD : MM_ACT_GELU_TANH_GRAD;
+}
+
 /* Whether t is a row vector of the op's result `out` (a whole view of m's result, maybe
  * reshaped): [N], or [1, ..., N], where N is out's last dim and b's columns (b is not 1-D). */
 static bool is_row(const fu_matmul *m, const em_tensor *t, const em_tensor *out)
@@ -178,7 +193,8 @@ static bool restride(int rank, const int64_t *shape, const int64_t *stride, int 
 
 /* What op d of in[0..nin) on in[self] (a whole view of m's result, seen as `out`) is to m's
  * epilogue: 1 its bias, 2 its activation (*act), 3 its residual (*rst: the other operand's
- * strides over m's result), 0 none of them. No side effects. */
+ * strides over m's result), 4 an activation's backward (*act) whose input is the other operand,
+ * read as the residual is (*rst), 0 none of them. No side effects. */
 static int classify(const fu_node *nd, const fu_desc *d, const em_tensor *const *in, int nin,
                     int self, const em_tensor *out, int *act, int64_t *rst)
 {
@@ -195,8 +211,12 @@ static int classify(const fu_node *nd, const fu_desc *d, const em_tensor *const 
             kind = 1;
         else if (!m->has_res)
             kind = 3; /* fu_record saw o broadcast to out's shape */
+    } else if (o && !m->act && !m->has_res && (*act = act_grad_of(m, d, self)) > 0 &&
+               o->st != nd->st && o->st != in[self]->st && o->dtype == nd->dtype &&
+               o->st->dev == nd->st->dev) {
+        kind = 4; /* after a bias, as the op would read m's result */
     }
-    if (kind == 3) { /* a residual over out's shape, then m's result's */
+    if (kind == 3 || kind == 4) { /* a residual over out's shape, then m's result's */
         int64_t ost[EM_MAX_RANK];
         tn_expand_geom(o, out->rank, out->shape, ost);
         if (!restride(out->rank, out->shape, ost, m->rr, m->rsh, rst)) kind = 0;
@@ -222,7 +242,8 @@ static int absorb(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int
         m->has_bias = true;
     } else if (kind == 2) {
         m->act = act;
-    } else {
+    } else { /* 3, or 4 with the activation's input as the residual */
+        if (kind == 4) m->act = act;
         fu_copy_view(&m->res, o); /* as a view of m's result's shape (strides 0 where broadcast) */
         m->res.rank = m->rr;
         memcpy(m->res.shape, m->rsh, sizeof(int64_t) * (size_t)m->rr);
@@ -274,26 +295,30 @@ int fu_mm_take(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int ni
 /* "matmul f32[7, 33] x f32[33, 257] + bias, gelu_tanh, residual" into sb. */
 static void describe(const fu_matmul *m, em_strbuf *sb)
 {
-    static const char *const acts[] = {"", "relu", "gelu", "gelu_tanh"};
+    static const char *const acts[] = {"",          "relu",          "gelu",
+                                       "gelu_tanh", "gelu backward", "gelu_tanh backward"};
     char sa[128], sb2[128];
     tn_describe_shape(m->a.dtype, m->a.rank, m->a.shape, sa, sizeof sa);
     tn_describe_shape(m->b.dtype, m->b.rank, m->b.shape, sb2, sizeof sb2);
     em_sb_printf(sb, "matmul %s x %s", sa, sb2);
     const char *sep = " + ";
     if (m->has_bias) em_sb_printf(sb, "%sbias", sep), sep = ", ";
-    if (m->act > 0 && m->act <= 3) em_sb_printf(sb, "%s%s", sep, acts[m->act]), sep = ", ";
-    if (m->has_res) em_sb_printf(sb, "%sresidual", sep);
+    if (m->act > 0 && m->act <= MM_ACT_GELU_TANH_GRAD)
+        em_sb_printf(sb, "%s%s", sep, acts[m->act]), sep = ", ";
+    if (m->has_res && m->act < MM_ACT_GELU_GRAD) em_sb_printf(sb, "%sresidual", sep);
 }
 
 em_status fu_mm_launch(fu_node *nd)
 {
     fu_matmul *m = nd->mm;
+    bool grad = m->act >= MM_ACT_GELU_GRAD; /* no public code: checked as none, then set */
     em_matmul_epilogue ep = {.bias = m->has_bias ? &m->bias : NULL,
-                             .act = (em_matmul_act)m->act,
+                             .act = grad ? EM_MATMUL_ACT_NONE : (em_matmul_act)m->act,
                              .residual = m->has_res ? &m->res : NULL,
                              .allow_tf32 = m->tf32};
     mm_problem p = m->p;
     if (!mm_setup_epilogue(&p, &ep, m->rr, m->rsh)) return em_last_status();
+    p.act = m->act;
     if (fu_debug_on()) {
         em_strbuf sb;
         em_sb_init(&sb);

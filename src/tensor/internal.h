@@ -228,6 +228,28 @@ enum {
     TN_U_SUBS, TN_U_DIVS,
 };
 em_tensor *tn_unary(const char *op, const em_tensor *t, int code, double p0, double p1);
+/* The binary ops' codes (tn_binary_op and tn_binary_pred of tensor_elementwise.ek). */
+enum {
+    TN_B_ADD = 0,
+    TN_B_SUB,
+    TN_B_MUL,
+    TN_B_DIV,
+    TN_B_POW,
+    TN_B_MAX,
+    TN_B_MIN,
+    TN_B_REM,
+    TN_B_EQ,
+    TN_B_NE,
+    TN_B_LT,
+    TN_B_LE,
+    TN_B_GT,
+    TN_B_GE,
+    TN_B_AND,
+    TN_B_OR,
+    TN_B_XOR,
+    TN_B_GELU_GRAD,
+    TN_B_GELU_TANH_GRAD,
+};
 /* Broadcast shape of a and b into out; false with "op: shapes A and B cannot be broadcast". */
 bool tn_broadcast(const char *op, const em_tensor *a, const em_tensor *b, int *rank,
                   int64_t *shape);

@@ -109,12 +109,17 @@ typedef struct mm_problem {
     int64_t bias_off;                           /* its offset */
     const em_tensor *res;                       /* epilogue residual or NULL */
     int64_t rst[EM_MAX_RANK];     /* its strides in out's rank-R geometry (0 where broadcast) */
-    int act;                      /* em_matmul_act */
+    int act;                      /* em_matmul_act, or MM_ACT_GELU_GRAD / _TANH_GRAD below */
     bool tf32;                    /* f32 may run on tensor cores as tf32 */
     bool ln;                      /* a's rows layer-normalized over K in the kernel (skinny only) */
     const em_tensor *ln_w, *ln_b; /* with ln: its weight and bias [K] or NULL */
     double ln_eps;                /* with ln: its epsilon */
 } mm_problem;
+
+/* Epilogue codes past em_matmul_act's, used by fusion only (fusion_matmul.c): GELU's and
+ * GELU-tanh's backward, the result (plus bias) times the derivative at the residual operand (the
+ * activation's input) instead of the residual added; the kernels' ACT 4 and 5 (mm_epilogue). */
+enum { MM_ACT_GELU_GRAD = EM_MATMUL_ACT_GELU_TANH + 1, MM_ACT_GELU_TANH_GRAD };
 
 /* ops_matmul.c */
 /* Checks epilogue ep (NULL: none) against p, whose result has rank rr and shape rsh, and fills

@@ -357,11 +357,11 @@ em_tensor *em_contiguous(const em_tensor *t)
     return em_clone(t);
 }
 
-enum { B_ADD = 0, B_SUB, B_MUL, B_DIV, B_POW, B_MAX, B_MIN, B_REM, B_EQ, B_NE, B_LT, B_LE, B_GT,
-       B_GE, B_AND, B_OR, B_XOR, B_GELU_GRAD, B_GELU_TANH_GRAD };
-
 /* Whether binary op `code` is a comparison or a logical op (a bool result). */
-static bool is_pred(int code) { return code >= B_EQ && code <= B_XOR; }
+static bool is_pred(int code)
+{
+    return code >= TN_B_EQ && code <= TN_B_XOR;
+}
 
 /* ---- type promotion -------------------------------------------------------------------------- */
 
@@ -472,7 +472,7 @@ static em_tensor *binary(const char *op, const em_tensor *a, const em_tensor *b,
     if (!tn_same_device(op, a, b)) goto done;
     {
         em_scalar pt = em_promote_types(a->dtype, b->dtype);
-        if (code == B_DIV && !em_scalar_is_float(pt)) pt = EM_F32;
+        if (code == TN_B_DIV && !em_scalar_is_float(pt)) pt = EM_F32;
         if (pt != a->dtype || pt != b->dtype) return binary_promoted(op, a, b, code, pt);
     }
     if (a->dtype != b->dtype) {
@@ -480,8 +480,9 @@ static em_tensor *binary(const char *op, const em_tensor *a, const em_tensor *b,
                      em_scalar_name(a->dtype), em_scalar_name(b->dtype));
         goto done;
     }
-    bool logical = code >= B_AND && code <= B_XOR;
-    if (a->dtype == EM_BOOL && !logical && code != B_EQ && code != B_NE && code != B_MAX && code != B_MIN) {
+    bool logical = code >= TN_B_AND && code <= TN_B_XOR;
+    if (a->dtype == EM_BOOL && !logical && code != TN_B_EQ && code != TN_B_NE && code != TN_B_MAX &&
+        code != TN_B_MIN) {
         em_set_error(EM_ERR_INVALID, "%s: not defined for bool tensors", op);
         goto done;
     }
@@ -511,7 +512,7 @@ static em_tensor *binary(const char *op, const em_tensor *a, const em_tensor *b,
     tn_expand_geom(b, rank, shape, strides[1]);
     memcpy(strides[2], out->stride, sizeof strides[2]);
     fu_desc fd = {op, is_pred(code) ? FU_BPRED : FU_BINARY, code, ct, bd[4].type, {{0}, {0}}, 0};
-    if (code == B_ADD) /* an add's inputs are not kept by autodiff: a matmul may take it over */
+    if (code == TN_B_ADD) /* an add's inputs are not kept by autodiff: a matmul may take it over */
         for (int k = 0; k < 2; k++)
             if (!rec || !tn_record_keeps_input(EM_TOP_ADD, k)) fd.movable |= 1u << k;
     int fr = fu_record(&fd, ins, 2, strides, out);
@@ -520,7 +521,7 @@ static em_tensor *binary(const char *op, const em_tensor *a, const em_tensor *b,
         const em_tensor *ts[3] = {a, b, out};
         st = run_walk(op, "tensor_binary", bd, 5, ts, 3, rank, shape, strides, NULL, 0);
     }
-    if (st == EM_OK && rec && code <= B_REM)
+    if (st == EM_OK && rec && code <= TN_B_REM)
         tn_record((em_tensor_op)(EM_TOP_ADD + code), NULL, ins, 2, out);
     if (out == a || out == b) {
         tn_done(out == a ? b : a);
@@ -542,23 +543,23 @@ done:
 
 #define BINARY(name, code)                                                                         \
     em_tensor *em_##name(const em_tensor *a, const em_tensor *b) { return binary(#name, a, b, code); }
-BINARY(add, B_ADD)
-BINARY(sub, B_SUB)
-BINARY(mul, B_MUL)
-BINARY(div, B_DIV)
-BINARY(pow, B_POW)
-BINARY(maximum, B_MAX)
-BINARY(minimum, B_MIN)
-BINARY(remainder, B_REM)
-BINARY(eq, B_EQ)
-BINARY(ne, B_NE)
-BINARY(lt, B_LT)
-BINARY(le, B_LE)
-BINARY(gt, B_GT)
-BINARY(ge, B_GE)
-BINARY(logical_and, B_AND)
-BINARY(logical_or, B_OR)
-BINARY(logical_xor, B_XOR)
+BINARY(add, TN_B_ADD)
+BINARY(sub, TN_B_SUB)
+BINARY(mul, TN_B_MUL)
+BINARY(div, TN_B_DIV)
+BINARY(pow, TN_B_POW)
+BINARY(maximum, TN_B_MAX)
+BINARY(minimum, TN_B_MIN)
+BINARY(remainder, TN_B_REM)
+BINARY(eq, TN_B_EQ)
+BINARY(ne, TN_B_NE)
+BINARY(lt, TN_B_LT)
+BINARY(le, TN_B_LE)
+BINARY(gt, TN_B_GT)
+BINARY(ge, TN_B_GE)
+BINARY(logical_and, TN_B_AND)
+BINARY(logical_or, TN_B_OR)
+BINARY(logical_xor, TN_B_XOR)
 
 em_tensor *em_gelu_backward(const em_tensor *grad_out, const em_tensor *x, bool tanh_approx)
 {
@@ -566,9 +567,11 @@ em_tensor *em_gelu_backward(const em_tensor *grad_out, const em_tensor *x, bool 
     if (grad_out && x && (!em_scalar_is_float(grad_out->dtype) || !em_scalar_is_float(x->dtype))) {
         em_set_error(EM_ERR_INVALID, "%s: needs floating-point tensors, got %s and %s", op,
                      em_scalar_name(grad_out->dtype), em_scalar_name(x->dtype));
+        tn_done(grad_out);
+        if (x != grad_out) tn_done(x);
         return NULL;
     }
-    return binary(op, grad_out, x, tanh_approx ? B_GELU_TANH_GRAD : B_GELU_GRAD);
+    return binary(op, grad_out, x, tanh_approx ? TN_B_GELU_TANH_GRAD : TN_B_GELU_GRAD);
 }
 
 /* ---- where and masked_fill ------------------------------------------------------------------- */

@@ -361,7 +361,8 @@ static void test_corpus_compiles(void **state)
 }
 
 /* The matmul kernels in the configurations src/tensor/matmul_config.c picks on CUDA (tensor-core
- * tiles and plans per dtype, SIMT tiles, split-K partials, every epilogue flag), beyond the
+ * tiles and plans per dtype, SIMT tiles, split-K partials, every epilogue flag and activation,
+ * GELU's backward (ACT 4, 5) included), beyond the
  * defaults that test_builtins_compile covers. */
 static void test_matmul_configs_compile(void **state)
 {
@@ -405,24 +406,20 @@ static void test_matmul_configs_compile(void **state)
     for (size_t t = 0; t < 3; t++) {
         int v = mma_types[t] == EM_F32 ? 4 : 8;
         for (size_t i = 0; i < sizeof(plans) / sizeof(plans[0]); i++) {
-            em_lang_bind b[] = {em_lang_bind_type("T", mma_types[t]),
-                                em_lang_bind_type("O", plans[i].raw ? EM_F32 : mma_types[t]),
-                                em_lang_bind_int("R", plans[i].raw ? 3 : 2),
-                                em_lang_bind_int("WARPS_M", plans[i].wm),
-                                em_lang_bind_int("WARPS_N", plans[i].wn),
-                                em_lang_bind_int("FM", plans[i].fm),
-                                em_lang_bind_int("FN", plans[i].fn),
-                                em_lang_bind_int("BK", plans[i].bk),
-                                em_lang_bind_int("STAGES", plans[i].stages),
-                                em_lang_bind_bool("AT", plans[i].at),
-                                em_lang_bind_bool("BT", plans[i].bt),
-                                em_lang_bind_int("VA", plans[i].va ? v : 1),
-                                em_lang_bind_int("VB", plans[i].vb ? v : 1),
-                                em_lang_bind_int("PLANE", 32),
-                                em_lang_bind_bool("RAW", plans[i].raw),
-                                em_lang_bind_bool("BIAS", plans[i].epi),
-                                em_lang_bind_int("ACT", plans[i].epi ? 2 : 0),
-                                em_lang_bind_bool("RES", plans[i].epi)};
+            em_lang_bind b[] = {
+                em_lang_bind_type("T", mma_types[t]),
+                em_lang_bind_type("O", plans[i].raw ? EM_F32 : mma_types[t]),
+                em_lang_bind_int("R", plans[i].raw ? 3 : 2),
+                em_lang_bind_int("WARPS_M", plans[i].wm), em_lang_bind_int("WARPS_N", plans[i].wn),
+                em_lang_bind_int("FM", plans[i].fm), em_lang_bind_int("FN", plans[i].fn),
+                em_lang_bind_int("BK", plans[i].bk), em_lang_bind_int("STAGES", plans[i].stages),
+                em_lang_bind_bool("AT", plans[i].at), em_lang_bind_bool("BT", plans[i].bt),
+                em_lang_bind_int("VA", plans[i].va ? v : 1),
+                em_lang_bind_int("VB", plans[i].vb ? v : 1), em_lang_bind_int("PLANE", 32),
+                em_lang_bind_bool("RAW", plans[i].raw), em_lang_bind_bool("BIAS", plans[i].epi),
+                /* GELU's backward (4) in one epilogue, GELU in the other */
+                em_lang_bind_int("ACT", plans[i].epi ? (i == 0 ? 4 : 2) : 0),
+                em_lang_bind_bool("RES", plans[i].epi)};
             items[n++] = item("matmul_mma", 1, sizeof(b) / sizeof(b[0]), b);
         }
     }
@@ -450,7 +447,11 @@ static void test_matmul_configs_compile(void **state)
     for (size_t t = 0; t < 3; t++) {
         em_lang_bind b[] = {em_lang_bind_type("T", mma_types[t]), em_lang_bind_type("C", EM_F32),
                             em_lang_bind_int("R", 3), em_lang_bind_bool("BIAS", true),
-                            em_lang_bind_int("ACT", 1), em_lang_bind_bool("RES", true)};
+                            /* ReLU, GELU-tanh's backward (5), GELU's (4) */
+                            em_lang_bind_int("ACT", t == 0   ? 1
+                                                    : t == 1 ? 5
+                                                             : 4),
+                            em_lang_bind_bool("RES", true)};
         items[n++] = item("matmul_splitk_reduce", 1, sizeof(b) / sizeof(b[0]), b);
     }
     /* the skinny kernel (few rows: decoding) as the H200's defaults make it: row-major b with
@@ -485,7 +486,7 @@ static void test_matmul_configs_compile(void **state)
                                 em_lang_bind_bool("BT", skinny[i].bt),
                                 em_lang_bind_bool("RAW", skinny[i].raw),
                                 em_lang_bind_bool("BIAS", skinny[i].epi),
-                                em_lang_bind_int("ACT", skinny[i].epi ? 2 : 0),
+                                em_lang_bind_int("ACT", skinny[i].epi ? (i == 0 ? 5 : 2) : 0),
                                 em_lang_bind_bool("RES", skinny[i].epi),
                                 em_lang_bind_bool("LN", skinny[i].ln),
                                 em_lang_bind_bool("LNW", skinny[i].ln),

@@ -255,7 +255,8 @@ static bool shuffles(const char *src)
 
 /* The built-in matmul_wgmma_tma (src/kernels/matmul_wgmma_tma.ek) in the configurations the
  * host picks (matmul_config.c: two consumers with setmaxnreg 40 / 232, three without; every
- * operand layout; batched, broadcast, split-K partials, the epilogue; the 16-byte epilogue through
+ * operand layout; batched, broadcast, split-K partials, the epilogue (GELU, or GELU-tanh's backward
+ * in the lines-of-4 forms); the 16-byte epilogue through
  * shared memory and persistent cubes; ping-pong consumers of 128 x 128 and 64 x 256, PING), through
  * NVRTC for sm_90a
  * with ptxas's report: it must compile, spill nothing, keep setmaxnreg and not serialize the
@@ -322,30 +323,25 @@ static void test_matmul_tma_compiles(void **state)
     size_t failed = 0;
     for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
         bool regs = cfg[i].wg == 2;
-        em_lang_bind b[] = {em_lang_bind_type("T", cfg[i].t),
-                            em_lang_bind_type("O", cfg[i].raw ? EM_F32 : cfg[i].t),
-                            em_lang_bind_int("R", cfg[i].r),
-                            em_lang_bind_int("WG", cfg[i].wg),
-                            em_lang_bind_int("BN", cfg[i].bn),
-                            em_lang_bind_int("STAGES", cfg[i].stages),
-                            em_lang_bind_bool("AT", cfg[i].at),
-                            em_lang_bind_bool("BT", cfg[i].bt),
-                            em_lang_bind_bool("RAW", cfg[i].raw),
-                            em_lang_bind_bool("BIAS", cfg[i].epi),
-                            em_lang_bind_int("ACT", cfg[i].epi ? 2 : 0),
-                            em_lang_bind_bool("RES", cfg[i].epi),
-                            em_lang_bind_int("PREGS", regs ? 40 : 0),
-                            em_lang_bind_bool("AZ", cfg[i].az),
-                            em_lang_bind_bool("BZ", cfg[i].bz),
-                            em_lang_bind_bool("SEPI", cfg[i].sepi),
-                            em_lang_bind_bool("PERSIST", cfg[i].persist),
-                            em_lang_bind_bool("PING", cfg[i].mw > 0),
-                            em_lang_bind_int("MW", cfg[i].mw > 0    ? cfg[i].mw
-                                                   : cfg[i].cmw > 0 ? cfg[i].cmw
-                                                                    : 1),
-                            em_lang_bind_int("CL", cfg[i].cl > 0 ? cfg[i].cl : 1),
-                            em_lang_bind_bool("PAIRS", cfg[i].pairs != 0),
-                            em_lang_bind_int("OW", cfg[i].pairs ? cfg[i].pairs : 8)};
+        em_lang_bind b[] = {
+            em_lang_bind_type("T", cfg[i].t),
+            em_lang_bind_type("O", cfg[i].raw ? EM_F32 : cfg[i].t), em_lang_bind_int("R", cfg[i].r),
+            em_lang_bind_int("WG", cfg[i].wg), em_lang_bind_int("BN", cfg[i].bn),
+            em_lang_bind_int("STAGES", cfg[i].stages), em_lang_bind_bool("AT", cfg[i].at),
+            em_lang_bind_bool("BT", cfg[i].bt), em_lang_bind_bool("RAW", cfg[i].raw),
+            em_lang_bind_bool("BIAS", cfg[i].epi),
+            /* lines of 4 (the training step's form): GELU-tanh's backward */
+            em_lang_bind_int("ACT", cfg[i].epi ? (cfg[i].pairs == 4 ? 5 : 2) : 0),
+            em_lang_bind_bool("RES", cfg[i].epi), em_lang_bind_int("PREGS", regs ? 40 : 0),
+            em_lang_bind_bool("AZ", cfg[i].az), em_lang_bind_bool("BZ", cfg[i].bz),
+            em_lang_bind_bool("SEPI", cfg[i].sepi), em_lang_bind_bool("PERSIST", cfg[i].persist),
+            em_lang_bind_bool("PING", cfg[i].mw > 0),
+            em_lang_bind_int("MW", cfg[i].mw > 0    ? cfg[i].mw
+                                   : cfg[i].cmw > 0 ? cfg[i].cmw
+                                                    : 1),
+            em_lang_bind_int("CL", cfg[i].cl > 0 ? cfg[i].cl : 1),
+            em_lang_bind_bool("PAIRS", cfg[i].pairs != 0),
+            em_lang_bind_int("OW", cfg[i].pairs ? cfg[i].pairs : 8)};
         em_lang_spec spec = {b, sizeof b / sizeof b[0], 1, &caps};
         em_lang_diags *d = em_lang_diags_new();
         em_ir_kernel *k = em_lang_specialize(m, "matmul_wgmma_tma", &spec, d);

@@ -2,8 +2,10 @@
  * docs/fusion.md "Matmul epilogues"), on every device present (or $EMBER_TEST_DEVICE):
  *  - each absorbed pattern (bias; GELU, GELU-tanh, ReLU on integers; residual; bias + act; bias +
  *    act + residual; a broadcast residual; a result reshaped before the ops, as em_linear_forward
- *    does) gives the unfused result (em_fusion_set(false)) within rounding and launches one
- *    kernel fused, against one per op unfused; odd sizes, batched and transposed operands;
+ *    does; GELU's and GELU-tanh's backward with the result as the gradient, after a bias, at a
+ *    broadcast input) gives the unfused result (em_fusion_set(false)) within rounding and
+ *    launches one kernel fused, against one per op unfused; odd sizes, batched and transposed
+ *    operands;
  *  - what is not absorbed stays correct: a result read twice (the matmul runs once), an op that
  *    broadcasts the result up, an op that is no epilogue (mul, float ReLU), a cast, a write into
  *    an operand after the matmul was recorded, a result freed unread (no launch), em_flush;
@@ -12,19 +14,46 @@
  *    values, its own pending value and a pending reader of it stay right;
  *  - autodiff: Linear + GELU-tanh + residual, Linear + residual and a kept product give identical
  *    gradients fused and unfused; while recording, adds move into the epilogue (an add's rule
- *    keeps no input) but not the GELU, nor anything under the recompute policy;
+ *    keeps no input) but not the GELU, nor anything under the recompute policy; an MLP's
+ *    backward moves the GELU's backward into fc2's input-gradient matmul (one launch fewer);
  *  - running out of memory when the matmul runs is an error at the sync point naming it.
  * Autotuning is off (EMBER_AUTOTUNE=off) so that launch counts are the kernels' own. */
 #include "tensor_util.h"
 
 #include "ember/autodiff.h"
 #include "ember/nn.h"
+#include "ember/tensor_grad.h"
 
-enum { P_BIAS, P_GELU, P_GELU_TANH, P_RELU, P_RES, P_BIAS_ACT, P_LINEAR, P_RES_BCAST, P_RESHAPE,
-       P_COUNT };
-static const char *const p_names[] = {"bias", "gelu", "gelu_tanh", "relu", "residual", "bias+gelu",
-                                      "bias+gelu_tanh+residual", "broadcast residual", "reshaped"};
-static const int p_ops[] = {1, 1, 1, 1, 1, 2, 3, 1, 3}; /* elementwise ops after the matmul */
+enum {
+    P_BIAS,
+    P_GELU,
+    P_GELU_TANH,
+    P_RELU,
+    P_RES,
+    P_BIAS_ACT,
+    P_LINEAR,
+    P_RES_BCAST,
+    P_RESHAPE,
+    P_GELU_GRAD,
+    P_GELU_TANH_GRAD,
+    P_BIAS_GELU_GRAD,
+    P_GELU_GRAD_BCAST,
+    P_COUNT
+};
+static const char *const p_names[] = {"bias",
+                                      "gelu",
+                                      "gelu_tanh",
+                                      "relu",
+                                      "residual",
+                                      "bias+gelu",
+                                      "bias+gelu_tanh+residual",
+                                      "broadcast residual",
+                                      "reshaped",
+                                      "gelu backward",
+                                      "gelu_tanh backward",
+                                      "bias+gelu_tanh backward",
+                                      "gelu backward at a broadcast input"};
+static const int p_ops[] = {1, 1, 1, 1, 1, 2, 3, 1, 3, 1, 1, 2, 1}; /* elementwise ops after it */
 
 typedef struct geom {
     int64_t batch, M, K, N; /* batch 0: plain matrices */
@@ -74,6 +103,19 @@ static double *run_pattern(em_device *dev, em_scalar dt, int p, geom g, bool fus
         y = em_add(em_take(em_gelu_tanh(em_take(em_add(bias, em_take(y))))), res);
         break;
     case P_RES_BCAST: y = em_add(em_take(y), col); break;
+    /* GELU's backward with the product as its gradient: res (in [-2, 2]) is the GELU's input */
+    case P_GELU_GRAD:
+        y = em_gelu_backward(em_take(y), res, false);
+        break;
+    case P_GELU_TANH_GRAD:
+        y = em_gelu_backward(em_take(y), res, true);
+        break;
+    case P_BIAS_GELU_GRAD:
+        y = em_gelu_backward(em_take(em_add(em_take(y), bias)), res, true);
+        break;
+    case P_GELU_GRAD_BCAST:
+        y = em_gelu_backward(em_take(y), col, false);
+        break;
     default: { /* P_RESHAPE: [3 m, N] seen as [3, m, N], as em_linear_forward reshapes */
         y = em_reshape(em_take(y), EM_SHAPE(3, g.M / 3, g.N));
         y = em_add(em_take(y), bias);
@@ -102,6 +144,7 @@ static double tol_of(em_scalar dt)
 static void check_pattern(em_device *dev, em_scalar dt, int p, geom g)
 {
     if (p == P_RESHAPE && g.batch) return; /* a is 2-D there: the batch folds into M */
+    if (p >= P_GELU_GRAD && !em_scalar_is_float(dt)) return;
     uint64_t lf, lu;
     size_t nf, nu;
     geom g2 = g;
@@ -140,6 +183,7 @@ static void test_absorbed_patterns(void **state)
         for (int i = 0; i < 2; i++) {
             if (!tu_has(dev, dts[i])) continue;
             check_pattern(dev, dts[i], P_LINEAR, gs[0]);
+            check_pattern(dev, dts[i], P_BIAS_GELU_GRAD, gs[0]);
             if (cpu) check_pattern(dev, dts[i], P_RESHAPE, gs[1]);
         }
         check_pattern(dev, EM_I32, P_RELU, gs[0]); /* integer ReLU is absorbed: same math */
@@ -235,6 +279,32 @@ static em_tensor *not_epilogue(em_device *dev, uint64_t *launches)
     return y;
 }
 
+/* GELU's backward of the product, not absorbed: as the op's input x rather than its gradient
+ * (`as_input`), or with EMBER_MATMUL_GELU_GRAD=0 (the A/B switch). The matmul runs, the op reads
+ * its buffer. */
+static em_tensor *gelu_grad_not_epilogue(em_device *dev, uint64_t *launches, bool as_input)
+{
+    em_tensor *a = mat(dev, EM_SHAPE(7, 33), 1), *b = mat(dev, EM_SHAPE(33, 9), 2);
+    em_tensor *t = mat(dev, EM_SHAPE(7, 9), 5);
+    em_flush();
+    if (!as_input) setenv("EMBER_MATMUL_GELU_GRAD", "0", 1);
+    em_tensor_stats s0 = em_tensor_stats_get();
+    em_tensor *y = em_take(em_matmul(a, b));
+    y = as_input ? em_gelu_backward(t, y, true) : em_gelu_backward(y, t, true);
+    em_flush();
+    *launches = since(s0);
+    unsetenv("EMBER_MATMUL_GELU_GRAD");
+    return y;
+}
+static em_tensor *gelu_grad_input(em_device *dev, uint64_t *launches)
+{
+    return gelu_grad_not_epilogue(dev, launches, true);
+}
+static em_tensor *gelu_grad_switched_off(em_device *dev, uint64_t *launches)
+{
+    return gelu_grad_not_epilogue(dev, launches, false);
+}
+
 /* A cast changes the dtype: the matmul runs, the cast reads it. */
 static em_tensor *cast_after(em_device *dev, uint64_t *launches)
 {
@@ -272,6 +342,8 @@ static void test_not_absorbed(void **state)
         compare(dev, "broadcast up", broadcast_up, 2);
         compare(dev, "mul, relu", not_epilogue, 2);
         compare(dev, "cast", cast_after, 2);
+        compare(dev, "gelu backward of the product", gelu_grad_input, 2);
+        compare(dev, "gelu backward, switched off", gelu_grad_switched_off, 2);
         compare(dev, "write to an operand", write_operand, 3);
     }
 }
@@ -477,6 +549,70 @@ static void test_autodiff(void **state)
     }
 }
 
+/* An MLP's backward, y = fc2(gelu_tanh(fc1(x))) over x [2, 5, 16] (16 -> 32 -> 16), loss
+ * sum(y * y): mode 0 fused, 1 fused with EMBER_MATMUL_GELU_GRAD=0, 2 unfused. g[0..3] get the
+ * gradients of x, fc1's weight and bias, fc2's weight; returns the backward's launches. */
+static uint64_t mlp_grads(em_device *dev, int mode, double **g)
+{
+    em_fusion_set(mode != 2);
+    if (mode == 1) setenv("EMBER_MATMUL_GELU_GRAD", "0", 1);
+    em_rng rng = em_rng_new(23);
+    em_linear *fc1 = em_linear_new(dev, EM_F32, 16, 32, true, true, &rng);
+    em_linear *fc2 = em_linear_new(dev, EM_F32, 32, 16, true, true, &rng);
+    assert_non_null(fc1);
+    assert_non_null(fc2);
+    em_tensor *x = mat(dev, EM_SHAPE(2, 5, 16), 9);
+    em_set_requires_grad(x, true);
+    em_tensor *h = em_gelu_tanh(em_take(em_linear_forward(fc1, x)));
+    em_tensor *y = em_linear_forward(fc2, em_take(h));
+    em_tensor *loss = em_sum(em_take(em_mul(y, y)), NULL, 0, false);
+    assert_non_null(loss);
+    assert_int_equal(em_flush(), EM_OK);
+    uint64_t l0 = em_tensor_stats_get().launches;
+    assert_int_equal(em_backward(loss, NULL), EM_OK);
+    assert_int_equal(em_flush(), EM_OK);
+    uint64_t launches = em_tensor_stats_get().launches - l0;
+    g[0] = tu_read(em_grad(x));
+    g[1] = tu_read(em_grad(fc1->weight));
+    g[2] = tu_read(em_grad(fc1->bias));
+    g[3] = tu_read(em_grad(fc2->weight));
+    em_release(loss);
+    em_release(y);
+    em_release(x);
+    em_module_free(&fc1->base);
+    em_module_free(&fc2->base);
+    unsetenv("EMBER_MATMUL_GELU_GRAD");
+    em_fusion_set(true);
+    return launches;
+}
+
+/* The backward engine donates a GELU's incoming gradient to its rule (ad_take_out_grad), so the
+ * input-gradient matmul of fc2 absorbs the GELU's backward: one launch fewer than with the switch
+ * off, and the same gradients as unfused. */
+static void test_autodiff_gelu_backward(void **state)
+{
+    (void)state;
+    em_autodiff_init();
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        double *g[3][4];
+        uint64_t l[3];
+        for (int mode = 0; mode < 3; mode++) l[mode] = mlp_grads(dev, mode, g[mode]);
+        if (l[0] + 1 != l[1])
+            fail_msg("on %s: %llu backward launches fused, %llu with the GELU backward not "
+                     "absorbed (want one fewer)",
+                     em_device_name(dev), (unsigned long long)l[0], (unsigned long long)l[1]);
+        const size_t n[4] = {160, 512, 32, 512};
+        for (int mode = 0; mode < 2; mode++)
+            for (int i = 0; i < 4; i++)
+                if (!tu_close_n("grad", g[mode][i], g[2][i], n[i], tu_is_cpu(dev) ? 1e-6 : 1e-5))
+                    fail_msg("mode %d: gradient %d differs from unfused on %s", mode, i,
+                             em_device_name(dev));
+        for (int mode = 0; mode < 3; mode++)
+            for (int i = 0; i < 4; i++) free(g[mode][i]);
+    }
+}
+
 /* A recorder that annotates every result of an annotated input and keeps (says it keeps) the
  * inputs of adds or not: an add takes a donated pending matmul over only when it does not. */
 static bool g_keeps;
@@ -578,11 +714,15 @@ int main(void)
     setenv("EMBER_AUTOTUNE", "off", 1);
     unsetenv("EMBER_MATMUL_CONFIG");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_absorbed_patterns), cmocka_unit_test(test_not_absorbed),
-        cmocka_unit_test(test_drop_and_flush),    cmocka_unit_test(test_recorder_keeps_input),
+        cmocka_unit_test(test_absorbed_patterns),
+        cmocka_unit_test(test_not_absorbed),
+        cmocka_unit_test(test_drop_and_flush),
+        cmocka_unit_test(test_recorder_keeps_input),
         cmocka_unit_test(test_copy_into),
         cmocka_unit_test(test_autodiff),
-        cmocka_unit_test(test_realize_out_of_memory), cmocka_unit_test(test_fusion_off),
+        cmocka_unit_test(test_autodiff_gelu_backward),
+        cmocka_unit_test(test_realize_out_of_memory),
+        cmocka_unit_test(test_fusion_off),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }

@@ -12,9 +12,11 @@
  * form "wgmma-tma-pp" (two consumers taking a cube's tiles in turns: 128 x 128 and 64 x 256 a
  * consumer), with three tiles a cube so that one consumer skips the other's tile in the ring;
  * and the cooperative 256 x 128 (and 256 x 192) tile "wgmma-tma-p 256x128x64 2x1" (two consumers
- * of 128 rows each on one tile, two accumulator sets a unit). */
+ * of 128 rows each on one tile, two accumulator sets a unit). The lines-of-4 form "wgmma-tma-ppr"
+ * also with GELU-tanh's backward moved into its epilogue by fusion. */
 #include "tensor_util.h"
 #include "tensor/matmul_internal.h"
+#include "ember/tensor_grad.h"
 
 /* a [Ba?, M, K] x b [Bb?, K, N] (+ bias[n], ReLU, + residual [M, N]) in float64; a batch of 1
  * or none broadcasts. */
@@ -407,6 +409,42 @@ static void test_tma_coop(void **state)
     on_tma_devices(tma_coop_cases);
 }
 
+/* GELU-tanh's backward moved into the matmul's epilogue (fusion_matmul.c: em_gelu_backward of
+ * the donated product, x the GELU's input, read as the residual is) under configuration cfg:
+ * (a b) gelu_tanh'(x) against float64, in `launches` kernels (the TMA kernel, and split-K's
+ * reduction where it splits), none of them the op's own. */
+static void check_gelu_grad(const char *what, const char *cfg, em_tensor *a, em_tensor *b,
+                            em_tensor *x, uint64_t launches)
+{
+    int64_t nb = 0;
+    double *ref = ref_mm(a, b, NULL, &nb), *xv = tu_read(x); /* (reading b^T launches a copy) */
+    setenv("EMBER_MATMUL_CONFIG", cfg, 1);
+    em_profile_reset();
+    assert_int_equal(em_flush(), EM_OK);
+    uint64_t l0 = em_tensor_stats_get().launches;
+    em_tensor *y = em_gelu_backward(em_take(em_matmul(a, b)), x, true);
+    if (!y) fprintf(stderr, "%s: %s\n", what, em_last_error());
+    assert_non_null(y);
+    em_shape rs = em_shape_of(y);
+    for (int64_t i = 0; i < em_numel(y); i++) {
+        double v = xv[i], u = 0.7978845608028654 * (v + 0.044715 * v * v * v), t = tanh(u);
+        ref[i] *=
+            0.5 * (1 + t) + 0.5 * v * (1 - t * t) * 0.7978845608028654 * (1 + 0.134145 * v * v);
+    }
+    char label[256];
+    snprintf(label, sizeof label, "%s (%s, gelu_tanh backward)", what, cfg);
+    tu_check(label, y, rs, ref, tu_tol(em_dtype(a)));
+    uint64_t ran = em_tensor_stats_get().launches - l0;
+    em_profile_kernel pk;
+    if (!em_profile_kernel_get("matmul_wgmma_tma", &pk) || pk.launches != 1 || ran != launches)
+        fail_msg("%s: %llu launches (want %llu, the TMA kernel's one of them)", label,
+                 (unsigned long long)ran, (unsigned long long)launches);
+    free(ref);
+    free(xv);
+    em_release(y);
+    unsetenv("EMBER_MATMUL_CONFIG");
+}
+
 /* "wgmma-tma-ppr": the ping-pong form with the results as lines of 4 (2 where 4 do not fit)
  * straight from the registers in place of the staged 16-byte epilogue: edges, the epilogue, a
  * batch, clusters. On the CPU the neighbouring units swap their pairs through shared memory,
@@ -454,6 +492,16 @@ static void tma_pairs_cases(em_device *dev)
     check("pairs pp 128x192 clusters, K-major b", "wgmma-tma-ppr 128x192x64 2x2 s1", true,
           rnd(dev, EM_BF16, EM_SHAPE(520, 136), 219),
           em_transpose(rnd(dev, EM_BF16, EM_SHAPE(392, 136), 220), 0, 1), NULL);
+    /* GELU-tanh's backward in the epilogue (an MLP's input gradient: dy W^T, K-major b), from
+     * the registers and through split-K's reduction */
+    check_gelu_grad("pairs pp 128x192, gelu backward, edges", "wgmma-tma-ppr 128x192x64 2x1 s1",
+                    rnd(dev, EM_BF16, EM_SHAPE(300, 200), 225),
+                    em_transpose(rnd(dev, EM_BF16, EM_SHAPE(400, 200), 226), 0, 1),
+                    rnd(dev, EM_BF16, EM_SHAPE(300, 400), 227), 1);
+    check_gelu_grad("pairs pp 128x192, gelu backward, 4 split-K chunks",
+                    "wgmma-tma-ppr 128x192x64 2x1 s4", rnd(dev, EM_BF16, EM_SHAPE(136, 600), 228),
+                    rnd(dev, EM_BF16, EM_SHAPE(600, 200), 229),
+                    rnd(dev, EM_BF16, EM_SHAPE(136, 200), 230), 2);
     /* "wgmma-tma-pr": the persistent cooperative forms with that epilogue */
     check("pairs coop 256x192, edges, MN-major a", "wgmma-tma-pr 256x192x64 2x1 s1", true,
           em_transpose(rnd(dev, EM_BF16, EM_SHAPE(136, 264), 217), 0, 1),
