@@ -19,7 +19,8 @@
 # -- are the benchmark's: "dw:--at --shapes 768x768x16384"), NCU_CONFIGS Nsight Compute's
 # (below), B32=1 training at batch 32 as well, GPU_TESTS the test
 # programs (default: all of the list), TEST_LIMIT the seconds each may take (100); ATTN=0 and
-# DECODE=0 leave the attention and decoding runs out. Steps that
+# DECODE=0 leave the attention and decoding runs out, NCU_TRAIN Nsight Compute's figures for
+# the training step's kernels (below). Steps that
 # would start later than --deadline seconds (default 560) after the start are skipped. Logs go to
 # $OUT (the device tool's folder), else DIR/train-check-logs. The commit shown is $EMBER_COMMIT.
 set -u
@@ -169,6 +170,38 @@ if [ -n "${NCU_CONFIGS:-}" ]; then
         grep -E "^  [a-z]|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|Compression Input|Issue Slots Busy|Executed Ipc Active|Warp Cycles Per Issued|No Eligible|stalled_" \
             "$LOGS/ncu_$name.log" | head -40 | sed 's/^/    /' | tee -a "$SUMMARY"
     done
+fi
+
+# Nsight Compute on the eager training step's kernels whose names match NCU_TRAIN (a regex, e.g.
+# "tensor_norm_backward|tensor_cols_sum"): the launches of the second step (NCU_TRAIN_SKIP of
+# them skipped first, NCU_TRAIN_COUNT profiled), each kernel's duration and DRAM traffic, summed
+# per kernel name into the summary (the raw CSV stays in $LOGS/ncu_train.log)
+if [ -n "${NCU_TRAIN:-}" ]; then
+    NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    run ncu_train 200 "$NCU" --clock-control none -k "regex:$NCU_TRAIN" \
+        --launch-skip "${NCU_TRAIN_SKIP:-0}" --launch-count "${NCU_TRAIN_COUNT:-200}" --csv --print-units base \
+        --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size \
+        "$EMBER" bench train-gpt2 --device cuda:0 --batch 16 --seq 1024 --steps 1 --warmup 1
+    say "  ncu of the training step's kernels (name: launches, total us, GB read, GB written, TB/s, grid x block of the largest):"
+    python3 - "$LOGS/ncu_train.log" <<'PY' 2>&1 | tee -a "$SUMMARY"
+import csv, sys, collections
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+if not rows:
+    sys.exit("    no ncu rows")
+h = rows[0]; ix = {k: h.index(k) for k in ("ID", "Kernel Name", "Metric Name", "Metric Value")}
+k = collections.defaultdict(dict)
+for r in rows[1:]:
+    try: v = float(r[ix["Metric Value"]].replace(",", ""))
+    except ValueError: continue
+    k[r[ix["ID"]]][r[ix["Metric Name"]]] = v; k[r[ix["ID"]]]["name"] = r[ix["Kernel Name"]].split("(")[0]
+agg = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0.0, ""])
+for d in k.values():
+    a = agg[d["name"]]; t = d.get("gpu__time_duration.sum", 0) / 1e3
+    a[0] += 1; a[1] += t; a[2] += d.get("dram__bytes_read.sum", 0) / 1e9; a[3] += d.get("dram__bytes_write.sum", 0) / 1e9
+    if t > a[4]: a[4] = t; a[5] = "%dx%d (%.1f us)" % (d.get("launch__grid_size", 0), d.get("launch__block_size", 0), t)
+for n, a in sorted(agg.items(), key=lambda x: -x[1][1]):
+    print("    %s: %d, %.1f us, %.3f GB, %.3f GB, %.2f TB/s, %s" % (n, a[0], a[1], a[2], a[3], (a[2] + a[3]) / (a[1] * 1e-6) / 1e3 if a[1] else 0, a[5]))
+PY
 fi
 
 # training: ember's graph-replayed step in each variant, then torch.compile in the same call.
