@@ -3,9 +3,9 @@
  *  - each absorbed pattern (bias; GELU, GELU-tanh, ReLU on integers; residual; bias + act; bias +
  *    act + residual; a broadcast residual; a result reshaped before the ops, as em_linear_forward
  *    does; GELU's and GELU-tanh's backward with the result as the gradient, after a bias, at a
- *    broadcast input) gives the unfused result (em_fusion_set(false)) within rounding and
- *    launches one kernel fused, against one per op unfused; odd sizes, batched and transposed
- *    operands;
+ *    broadcast input; opt-in, EMBER_MATMUL_GELU_GRAD=1, set by main) gives the unfused result
+ * (em_fusion_set(false)) within rounding and launches one kernel fused, against one per op unfused;
+ * odd sizes, batched and transposed operands;
  *  - what is not absorbed stays correct: a result read twice (the matmul runs once), an op that
  *    broadcasts the result up, an op that is no epilogue (mul, float ReLU), a cast, a write into
  *    an operand after the matmul was recorded, a result freed unread (no launch), em_flush;
@@ -280,20 +280,20 @@ static em_tensor *not_epilogue(em_device *dev, uint64_t *launches)
 }
 
 /* GELU's backward of the product, not absorbed: as the op's input x rather than its gradient
- * (`as_input`), or with EMBER_MATMUL_GELU_GRAD=0 (the A/B switch). The matmul runs, the op reads
- * its buffer. */
+ * (`as_input`), or without EMBER_MATMUL_GELU_GRAD=1 (the default: opt-in). The matmul runs, the op
+ * reads its buffer. */
 static em_tensor *gelu_grad_not_epilogue(em_device *dev, uint64_t *launches, bool as_input)
 {
     em_tensor *a = mat(dev, EM_SHAPE(7, 33), 1), *b = mat(dev, EM_SHAPE(33, 9), 2);
     em_tensor *t = mat(dev, EM_SHAPE(7, 9), 5);
     em_flush();
-    if (!as_input) setenv("EMBER_MATMUL_GELU_GRAD", "0", 1);
+    if (!as_input) unsetenv("EMBER_MATMUL_GELU_GRAD");
     em_tensor_stats s0 = em_tensor_stats_get();
     em_tensor *y = em_take(em_matmul(a, b));
     y = as_input ? em_gelu_backward(t, y, true) : em_gelu_backward(y, t, true);
     em_flush();
     *launches = since(s0);
-    unsetenv("EMBER_MATMUL_GELU_GRAD");
+    setenv("EMBER_MATMUL_GELU_GRAD", "1", 1);
     return y;
 }
 static em_tensor *gelu_grad_input(em_device *dev, uint64_t *launches)
@@ -550,12 +550,12 @@ static void test_autodiff(void **state)
 }
 
 /* An MLP's backward, y = fc2(gelu_tanh(fc1(x))) over x [2, 5, 16] (16 -> 32 -> 16), loss
- * sum(y * y): mode 0 fused, 1 fused with EMBER_MATMUL_GELU_GRAD=0, 2 unfused. g[0..3] get the
+ * sum(y * y): mode 0 fused, 1 fused without EMBER_MATMUL_GELU_GRAD=1, 2 unfused. g[0..3] get the
  * gradients of x, fc1's weight and bias, fc2's weight; returns the backward's launches. */
 static uint64_t mlp_grads(em_device *dev, int mode, double **g)
 {
     em_fusion_set(mode != 2);
-    if (mode == 1) setenv("EMBER_MATMUL_GELU_GRAD", "0", 1);
+    if (mode == 1) unsetenv("EMBER_MATMUL_GELU_GRAD");
     em_rng rng = em_rng_new(23);
     em_linear *fc1 = em_linear_new(dev, EM_F32, 16, 32, true, true, &rng);
     em_linear *fc2 = em_linear_new(dev, EM_F32, 32, 16, true, true, &rng);
@@ -581,7 +581,7 @@ static uint64_t mlp_grads(em_device *dev, int mode, double **g)
     em_release(x);
     em_module_free(&fc1->base);
     em_module_free(&fc2->base);
-    unsetenv("EMBER_MATMUL_GELU_GRAD");
+    setenv("EMBER_MATMUL_GELU_GRAD", "1", 1);
     em_fusion_set(true);
     return launches;
 }
@@ -713,6 +713,7 @@ int main(void)
 {
     setenv("EMBER_AUTOTUNE", "off", 1);
     unsetenv("EMBER_MATMUL_CONFIG");
+    setenv("EMBER_MATMUL_GELU_GRAD", "1", 1); /* GELU's backward in the epilogue is opt-in */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_absorbed_patterns),
         cmocka_unit_test(test_not_absorbed),

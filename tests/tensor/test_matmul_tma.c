@@ -419,6 +419,7 @@ static void check_gelu_grad(const char *what, const char *cfg, em_tensor *a, em_
     int64_t nb = 0;
     double *ref = ref_mm(a, b, NULL, &nb), *xv = tu_read(x); /* (reading b^T launches a copy) */
     setenv("EMBER_MATMUL_CONFIG", cfg, 1);
+    setenv("EMBER_MATMUL_GELU_GRAD", "1", 1); /* opt-in */
     em_profile_reset();
     assert_int_equal(em_flush(), EM_OK);
     uint64_t l0 = em_tensor_stats_get().launches;
@@ -443,6 +444,7 @@ static void check_gelu_grad(const char *what, const char *cfg, em_tensor *a, em_
     free(xv);
     em_release(y);
     unsetenv("EMBER_MATMUL_CONFIG");
+    unsetenv("EMBER_MATMUL_GELU_GRAD");
 }
 
 /* "wgmma-tma-ppr": the ping-pong form with the results as lines of 4 (2 where 4 do not fit)
