@@ -204,8 +204,6 @@ static void test_delta_lines_compiles(void **state)
 {
     (void)state;
     SKIP_UNLESS_NVRTC();
-    const em_lang_module *m = em_lang_builtins();
-    assert_non_null(m);
     em_caps caps = h200_caps();
     static const em_scalar types[] = {EM_F16, EM_BF16, EM_F32};
     for (size_t ti = 0; ti < 3; ti++)
@@ -213,16 +211,7 @@ static void test_delta_lines_compiles(void **state)
             unsigned lanes = 16 / (unsigned)em_scalar_size(types[ti]);
             em_lang_bind b[] = {em_lang_bind_type("T", types[ti]), em_lang_bind_type("C", EM_F32),
                                 em_lang_bind_int("DL", d / (int)lanes)};
-            em_lang_spec spec = {b, 3, lanes, &caps};
-            em_lang_diags *dg = em_lang_diags_new();
-            em_ir_kernel *k = em_lang_specialize(m, "tensor_attention_delta_lines", &spec, dg);
-            if (!k) {
-                char *text = em_lang_diags_format(dg);
-                fail_msg("tensor_attention_delta_lines: %s", text ? text : em_last_error());
-            }
-            em_lang_diags_free(dg);
-            char *src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &caps);
-            assert_non_null(src);
+            char *src = builtin_cuda_source("tensor_attention_delta_lines", b, 3, lanes, &caps);
             char line_type[64], label[96];
             snprintf(line_type, sizeof line_type, "emv<%s, %u> *dout",
                      types[ti] == EM_F32 ? "float" : "unsigned short", lanes);
@@ -231,7 +220,6 @@ static void test_delta_lines_compiles(void **state)
                      em_scalar_name(types[ti]), d);
             expect_nvrtc_clean(src, "sm_90a", label);
             free(src);
-            em_ir_kernel_free(k);
         }
 }
 
