@@ -16,7 +16,7 @@
 #include "tensor/internal.h"
 
 /* The values of each array a unit keeps in registers (x, g, and its sums of g * xhat and of g). */
-#define NB_VALUES 16
+#define NB_VALUES 24
 
 /* Checks the inputs; false with the error set (naming both shapes where they disagree). */
 static bool check_inputs(const char *op, const em_tensor *g, const em_tensor *x, int nnorm,
@@ -117,17 +117,19 @@ static em_status backward_ops(const char *op, const em_tensor *g, const em_tenso
 bool tn_norm_backward_plan(const em_caps *c, em_scalar dt, int64_t rows, int64_t n, int64_t x_rs,
                            const int64_t *al, int na, tn_rows_plan *p)
 {
-    /* 16-byte loads, and NB_VALUES values of each of x, g and the two column sums in registers */
+    /* 16-byte loads, and NB_VALUES values of each of x and g in registers (the sums and the weight
+     * are in shared memory) */
     return tn_rows_plan_caps(c, dt, rows, n, x_rs, al, na, 16 / (unsigned)em_scalar_size(dt), NB_VALUES, p);
 }
 
-/* The number of cubes the kernel runs for `rows` rows, `per` groups of units to a cube: about
- * four per compute unit (each group then takes several rows in turn, and the partial sums stay
- * few), never more than the rows need. */
+/* The number of cubes the kernel runs for `rows` rows, `per` groups of units to a cube: as many as
+ * stay resident together, about five per compute unit (ptxas gives the kernel 95 registers a unit
+ * at GPT-2's rows, and five cubes of 128 units fill an H100's 64K registers; each group then
+ * takes several rows in turn, and the partial sums stay few), never more than the rows need. */
 static uint32_t cubes_for(em_device *dev, int64_t rows, unsigned per)
 {
     const em_caps *c = em_device_caps(dev);
-    int64_t want = (int64_t)(c && c->compute_units ? c->compute_units : 64) * 4;
+    int64_t want = (int64_t)(c && c->compute_units ? c->compute_units : 64) * 5;
     int64_t need = (rows + per - 1) / per;
     return (uint32_t)(need < want ? need : want);
 }
