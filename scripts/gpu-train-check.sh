@@ -20,7 +20,8 @@
 # (below), B32=1 training at batch 32 as well, GPU_TESTS the test
 # programs (default: all of the list), TEST_LIMIT the seconds each may take (100); ATTN=0 and
 # DECODE=0 leave the attention and decoding runs out, NCU_TRAIN Nsight Compute's figures for
-# the training step's kernels (below). Steps that
+# the training step's kernels (below), TORCH_PROFILE=1 PyTorch's own breakdown of its compiled
+# step (scripts/torch-profile-gpt2.py). Steps that
 # would start later than --deadline seconds (default 560) after the start are skipped. Logs go to
 # $OUT (the device tool's folder), else DIR/train-check-logs. The commit shown is $EMBER_COMMIT.
 set -u
@@ -230,6 +231,9 @@ for v in "${VLIST[@]}"; do
     NAMES="$NAMES train_$name"
 done
 run torch_compile 240 python3 "$ANCHORS/gpt2_train.py" --batch 16 --seq 1024 --steps 30 --compile
+# TORCH_PROFILE=1: torch.profiler's device time a step by kernel family, beside ember's eager profile
+[ "${TORCH_PROFILE:-0}" = 1 ] &&
+    run torch_profile 240 python3 "$ROOT/scripts/torch-profile-gpt2.py" --anchors "$ANCHORS" --batch 16 --compile
 # B32=1: ember's default step and torch.compile at batch 32 too
 if [ "${B32:-0}" = 1 ]; then
     # shellcheck disable=SC2086  # T's words are the benchmark's arguments
@@ -258,6 +262,7 @@ for n in $NAMES; do
         train_eager*) say "  $n profile:"; grep -v '^{' "$LOGS/$n.log" | tail -45 | tee -a "$SUMMARY" ;;
     esac
 done
+[ -f "$LOGS/torch_profile.log" ] && { say "  torch.compile profile:"; grep -v '^{' "$LOGS/torch_profile.log" | tail -40 | tee -a "$SUMMARY"; }
 say "attention b16 x 12 x 1024 x 64 causal bf16 (fwd ms, bwd ms, fwd TFLOP/s, bwd TFLOP/s):"
 for n in $ANAMES attn_torch_flash; do
     [ -f "$LOGS/$n.log" ] && say "  $n: $(jfield "$LOGS/$n.log" fwd_ms) $(jfield "$LOGS/$n.log" bwd_ms) $(jfield "$LOGS/$n.log" fwd_tflops) $(jfield "$LOGS/$n.log" bwd_tflops)"
