@@ -176,7 +176,8 @@ fi
 # Nsight Compute on the eager training step's kernels whose names match NCU_TRAIN (a regex, e.g.
 # "tensor_norm_backward|tensor_cols_sum"): the launches of the second step (NCU_TRAIN_SKIP of
 # them skipped first, NCU_TRAIN_COUNT profiled), each kernel's duration and DRAM traffic, summed
-# per kernel name into the summary (the raw CSV stays in $LOGS/ncu_train.log)
+# per kernel name into the summary (per name and launch shape with NCU_BY_GRID=1; the raw CSV
+# stays in $LOGS/ncu_train.log)
 if [ -n "${NCU_TRAIN:-}" ]; then
     NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     run ncu_train 200 "$NCU" --clock-control none -k "regex:$NCU_TRAIN" \
@@ -184,7 +185,7 @@ if [ -n "${NCU_TRAIN:-}" ]; then
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size \
         "$EMBER" bench train-gpt2 --device cuda:0 --batch 16 --seq 1024 --steps 1 --warmup 1
     say "  ncu of the training step's kernels (name: launches, total us, GB read, GB written, TB/s, grid x block of the largest):"
-    python3 - "$LOGS/ncu_train.log" <<'PY' 2>&1 | tee -a "$SUMMARY"
+    python3 - "$LOGS/ncu_train.log" "${NCU_BY_GRID:-0}" <<'PY' 2>&1 | tee -a "$SUMMARY"
 import csv, sys, collections
 rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
 if not rows:
@@ -196,8 +197,11 @@ for r in rows[1:]:
     except ValueError: continue
     k[r[ix["ID"]]][r[ix["Metric Name"]]] = v; k[r[ix["ID"]]]["name"] = r[ix["Kernel Name"]].split("(")[0]
 agg = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0.0, ""])
+by_grid = sys.argv[2] == "1"
 for d in k.values():
-    a = agg[d["name"]]; t = d.get("gpu__time_duration.sum", 0) / 1e3
+    key = d["name"]
+    if by_grid: key += " %dx%d" % (d.get("launch__grid_size", 0), d.get("launch__block_size", 0))
+    a = agg[key]; t = d.get("gpu__time_duration.sum", 0) / 1e3
     a[0] += 1; a[1] += t; a[2] += d.get("dram__bytes_read.sum", 0) / 1e9; a[3] += d.get("dram__bytes_write.sum", 0) / 1e9
     if t > a[4]: a[4] = t; a[5] = "%dx%d (%.1f us)" % (d.get("launch__grid_size", 0), d.get("launch__block_size", 0), t)
 for n, a in sorted(agg.items(), key=lambda x: -x[1][1]):
