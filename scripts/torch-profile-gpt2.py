@@ -14,8 +14,9 @@ import argparse, collections, json, re, sys
 def family(name):
     """The kernel family of a CUDA kernel's name, as ember's breakdown groups its own."""
     n = name.lower()
-    rules = [("matmul", r"gemm|xmma|cutlass|nvjet|cublas|sm90_|sm80_"),
-             ("attention", r"flash|fmha|attention|sdpa"),
+    # attention first: cuDNN's flash kernels' names hold "sm90" and "wgmma" too
+    rules = [("attention", r"flash|fmha|attention|sdpa|compute_dot_do_o|convert_dq"),
+             ("matmul", r"gemm|xmma|cutlass|nvjet|cublas|sm90_|sm80_"),
              ("optimizer", r"adam|multi_tensor"),
              ("norm", r"layer_norm|layernorm|native_layer"),
              ("cross-entropy", r"cross_entropy|nll|log_softmax|softmax"),
