@@ -35,7 +35,7 @@ PREPARE=0
 TEST_PROGRAMS="kernel_test_wgmma tensor_test_norm_backward tensor_test_gelu_backward tensor_test_attention_qkv \
     tensor_test_trusted_indices tensor_test_attention_wgmma autodiff_test_gradcheck_linear_xent \
     runtime_test_graph models_test_gpt_batch_static optim_test_flat train_test_step_graph \
-    tensor_test_attention tensor_test_matmul_tma tensor_test_reduce_cols tensor_test_fusion_matmul tensor_test_xent"
+    tensor_test_attention tensor_test_matmul_tma tensor_test_reduce_cols tensor_test_fusion_matmul tensor_test_xent autodiff_test_grad_into"
 START=$(date +%s)
 while [ $# -gt 0 ]; do
     case "$1" in

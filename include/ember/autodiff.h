@@ -45,6 +45,13 @@ void em_zero_grad(em_tensor *t);
 /* Replaces t's gradient with g (retained; NULL drops it). Shape and dtype must match t's. Used by
  * optimizers, clipping and gradient all-reduce. */
 em_status em_set_grad(em_tensor *t, em_tensor *g);
+/* Asks that t's gradient (a leaf's) be written into dest (retained; the shape, dtype and device of
+ * t; NULL clears it) when t has none yet: the ops that can write their result there do (the
+ * column sums of a bias's gradient, the norms' weight and bias gradients), and em_grad(t) is then
+ * dest itself; any other gradient is kept as before, in its own tensor. dest's contents are
+ * overwritten by the next backward that reaches t. A trainer uses it to have gradients land in
+ * the optimizer's flat buffer (em_optimizer_grad_slot) without a copy. */
+em_status em_set_grad_into(em_tensor *t, em_tensor *dest);
 
 /* Backpropagates from `root`. grad_root is d/d root: NULL means ones, allowed only for a tensor
  * of one element. Frees the nodes walked (root no longer requires gradients afterwards). */

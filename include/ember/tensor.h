@@ -208,6 +208,12 @@ em_tensor *em_min(const em_tensor *t, const int *dims, int ndims, bool keepdim);
 em_tensor *em_all(const em_tensor *t, const int *dims, int ndims, bool keepdim);
 em_tensor *em_any(const em_tensor *t, const int *dims, int ndims, bool keepdim);
 em_tensor *em_logsumexp(const em_tensor *t, const int *dims, int ndims, bool keepdim);
+/* out = the sum of t over its leading dims (all but the last rank(out), which must be out's
+ * shape), written into out (floats; out may be of another float dtype than t, and a view, such
+ * as a slot of a flat gradient buffer): where out is contiguous the column sums write it
+ * themselves, else the sum is made and copied in. Consumes a donated t. EM_OK or the error set
+ * (out's shape against t's named), out left as it was. */
+em_status em_sum_leading_into(em_tensor *out, const em_tensor *t);
 /* Variance with Bessel's correction `correction` (1 = unbiased, 0 = population). */
 em_tensor *em_var(const em_tensor *t, const int *dims, int ndims, int correction, bool keepdim);
 em_tensor *em_std(const em_tensor *t, const int *dims, int ndims, int correction, bool keepdim);

@@ -97,6 +97,13 @@ em_tensor *em_gelu_backward(const em_tensor *grad_out, const em_tensor *x, bool 
 em_status em_norm_backward(const em_tensor *grad_out, const em_tensor *x, int nnorm,
                            const em_tensor *weight, double eps, bool rms, const em_tensor *residual,
                            em_tensor **dx, em_tensor **dw, em_tensor **db);
+/* em_norm_backward with the weight's and the bias's gradients written into dw_into and db_into
+ * where given (tensors of the normalized dims' shape, any float dtype, views allowed: a slot of
+ * a flat gradient buffer), *dw and *db then a new reference to them. */
+em_status em_norm_backward_into(const em_tensor *grad_out, const em_tensor *x, int nnorm,
+                                const em_tensor *weight, double eps, bool rms,
+                                const em_tensor *residual, em_tensor **dx, em_tensor **dw,
+                                em_tensor **db, em_tensor *dw_into, em_tensor *db_into);
 
 #ifdef __cplusplus
 }

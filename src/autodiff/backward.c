@@ -63,14 +63,16 @@ static em_status accumulate(ad_node *n, em_tensor *g)
         return EM_OK;
     }
     if (!*slot) {
-        if (n->leaf && (!em_tensor_exclusive(g) || !em_is_contiguous(g))) {
+        /* the leaf's destination, written by the rule's op (ad_grad_dest), is kept as it is */
+        bool dest = n->leaf && g == n->dest;
+        if (n->leaf && !dest && (!em_tensor_exclusive(g) || !em_is_contiguous(g))) {
             /* a leaf's gradient is its own: never the storage of another gradient or the caller's
              */
             em_tensor *c = em_clone(g);
             em_release(g);
             if (!(g = c)) return em_last_status();
         }
-        if (n->leaf) em_tensor_untrack(g);
+        if (n->leaf && !dest) em_tensor_untrack(g);
         *slot = g;
         return EM_OK;
     }
@@ -134,6 +136,19 @@ em_tensor *ad_take_grad(const ad_ctx *c, int i)
         return NULL;
     in->acc = NULL;
     return t;
+}
+
+em_tensor *ad_grad_dest(const ad_ctx *c, int i)
+{
+    if (i < 0 || i >= c->nin || !c->needs[i] || !c->edge || !c->edge[i]) return NULL;
+    ad_node *in = c->edge[i];
+    em_tensor *d = in->leaf && in->requires_grad && !in->grad ? in->dest : NULL;
+    if (!d || em_dtype(d) != c->in_dtype[i]) return NULL;
+    em_shape s = em_shape_of(d);
+    if (s.rank != c->in_shape[i].rank ||
+        memcmp(s.d, c->in_shape[i].d, sizeof(int64_t) * (size_t)s.rank))
+        return NULL;
+    return d;
 }
 
 /* Runs n's rule on its accumulated gradient and passes the results to its inputs; with `last`

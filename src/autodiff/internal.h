@@ -48,6 +48,12 @@ em_tensor *ad_take_out_grad(const ad_ctx *c, const em_tensor *g);
  * shape or dtype than the input's. */
 em_tensor *ad_take_grad(const ad_ctx *c, int i);
 
+/* Where input i's gradient is to be written (em_set_grad_into; borrowed): its leaf's destination
+ * when the leaf wants a gradient, has none yet and the destination has the input's shape and
+ * dtype. A rule whose op can write its result there returns that tensor itself as gin[i] (a new
+ * reference), and the leaf then keeps it as its gradient. NULL otherwise. */
+em_tensor *ad_grad_dest(const ad_ctx *c, int i);
+
 /* A backward rule: from g = d loss / d out (out's shape, out's dtype) computes d loss / d in[i]
  * for every i with c->needs[i], as a new reference in gin[i] (NULL = a zero gradient). A gradient
  * may have any shape that broadcasts to the input's shape and any float dtype: the tape sums it

@@ -142,11 +142,25 @@ static em_status bw_zero(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
 #define A(c) ((c)->in[0])
 #define B(c) ((c)->in[1])
 
+/* r (of the broadcast shape) summed to input i's shape (borrowed): written into the input's
+ * gradient destination (ad_grad_dest) when it has one and the sum is over leading dims only (a
+ * bias's gradient, into the optimizer's slot), else as ad_sum_to makes it. */
+static em_tensor *sum_to_input(const ad_ctx *c, int i, em_tensor *r)
+{
+    em_tensor *d = ad_grad_dest(c, i);
+    int lead = r ? em_rank(r) - c->in_shape[i].rank : -1;
+    bool cols = d && lead > 0;
+    for (int k = 0; cols && k < c->in_shape[i].rank; k++)
+        cols = em_shape_of(r).d[lead + k] == c->in_shape[i].d[k];
+    if (!cols) return ru_sum_to(r, c->in_shape[i]);
+    return em_sum_leading_into(d, r) == EM_OK ? d : NULL;
+}
+
 /* Finishes a binary rule: sums r[0], r[1] (of the broadcast shape) to the inputs' shapes. */
 static em_status binary_end(const ad_ctx *c, em_tensor **r, em_tensor **gin)
 {
     for (int i = 0; i < 2; i++)
-        if (c->needs[i] && r[i]) r[i] = ru_sum_to(r[i], c->in_shape[i]);
+        if (c->needs[i] && r[i]) r[i] = sum_to_input(c, i, r[i]);
     return ru_end(c, r, gin, 2, 0);
 }
 

@@ -163,9 +163,12 @@ static em_status norm(const ad_ctx *c, const em_tensor *g, em_tensor **gin, bool
     em_tensor *r[3] = {NULL, NULL, NULL};
     /* x's gradient so far (a residual connection's) is added in the same pass */
     em_tensor *resid = ad_take_grad(c, 0);
-    em_status st = em_norm_backward(g, c->in[0], (int)c->p->k, w, c->p->f[0], rms, resid,
-                                    c->needs[0] ? &r[0] : NULL, n > 1 && c->needs[1] ? &r[1] : NULL,
-                                    n > 2 && c->needs[2] ? &r[2] : NULL);
+    /* the weight's and bias's sums go straight into their gradient destinations where they have
+     * them (ad_grad_dest: the optimizer's slots) */
+    em_status st = em_norm_backward_into(
+        g, c->in[0], (int)c->p->k, w, c->p->f[0], rms, resid, c->needs[0] ? &r[0] : NULL,
+        n > 1 && c->needs[1] ? &r[1] : NULL, n > 2 && c->needs[2] ? &r[2] : NULL,
+        n > 1 ? ad_grad_dest(c, 1) : NULL, n > 2 ? ad_grad_dest(c, 2) : NULL);
     em_release(resid);
     for (int i = 0; i < n; i++) gin[i] = st == EM_OK && c->needs[i] ? r[i] : NULL;
     return st;

@@ -9,6 +9,7 @@
  * or recipes under the recompute policy). Nodes are reference-counted: by the annotation of their
  * output tensor and by their consumers' edges; releasing a long chain is iterative. */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,6 +78,7 @@ static void node_destroy(ad_node *n)
 {
     ad_node_free_state(n); /* pushes the edges (we are draining) */
     em_release(n->grad);
+    em_release(n->dest);
     free(n);
 }
 
@@ -322,16 +324,20 @@ void em_zero_grad(em_tensor *t)
     n->grad = NULL;
 }
 
-em_status em_set_grad(em_tensor *t, em_tensor *g)
+/* Stores g (retained; NULL clears) in *field of t's leaf node (made when g is given) for op
+ * (set_grad, set_grad_into; `what` names g in the error), after checking that t is a leaf and g
+ * has t's shape, dtype and device. */
+static em_status set_leaf_field(const char *op, const char *what, em_tensor *t, em_tensor *g,
+                                size_t field)
 {
     em_autodiff_init();
-    if (!t) return em_set_error(EM_ERR_INVALID, "set_grad: no tensor given");
+    if (!t) return em_set_error(EM_ERR_INVALID, "%s: no tensor given", op);
     ad_node *n = ad_node_of(t);
     if (n && !n->leaf)
         return em_set_error(EM_ERR_INVALID,
-                            "set_grad: only leaf tensors keep gradients (this one is "
-                            "the result of a recorded %s)",
-                            em_top_name(n->op));
+                            "%s: only leaf tensors keep gradients (this one is the result of a "
+                            "recorded %s)",
+                            op, em_top_name(n->op));
     if (g) {
         em_shape a = em_shape_of(t), b = em_shape_of(g);
         if (em_dtype(g) != em_dtype(t) || a.rank != b.rank ||
@@ -339,17 +345,29 @@ em_status em_set_grad(em_tensor *t, em_tensor *g)
             em_tensor_device(g) != em_tensor_device(t)) {
             char sa[128], sb[128];
             return em_set_error(EM_ERR_INVALID,
-                                "set_grad: gradient %s does not match tensor %s (same "
-                                "shape, dtype and device needed)",
-                                em_describe(g, sb, sizeof sb), em_describe(t, sa, sizeof sa));
+                                "%s: %s %s does not match tensor %s (same shape, dtype and device "
+                                "needed)",
+                                op, what, em_describe(g, sb, sizeof sb),
+                                em_describe(t, sa, sizeof sa));
         }
         if (!n && !(n = new_leaf(t))) return EM_ERR_NOMEM;
     }
     if (!n) return EM_OK;
+    em_tensor **slot = (em_tensor **)((char *)n + field);
     em_retain(g);
-    em_release(n->grad);
-    n->grad = g;
+    em_release(*slot);
+    *slot = g;
     return EM_OK;
+}
+
+em_status em_set_grad(em_tensor *t, em_tensor *g)
+{
+    return set_leaf_field("set_grad", "gradient", t, g, offsetof(ad_node, grad));
+}
+
+em_status em_set_grad_into(em_tensor *t, em_tensor *dest)
+{
+    return set_leaf_field("set_grad_into", "destination", t, dest, offsetof(ad_node, dest));
 }
 
 em_tensor *em_detach(const em_tensor *t)

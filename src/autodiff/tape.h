@@ -34,6 +34,7 @@ typedef struct ad_node {
     bool freed;         /* op node: its backward state was freed */
     bool broken;        /* op node: recording failed (out of memory) */
     em_tensor *grad;    /* leaf: the accumulated gradient (owned) */
+    em_tensor *dest;    /* leaf: where its gradient is to be written (em_set_grad_into; owned) */
     /* op nodes */
     em_tensor_op op;                         /* the op recorded */
     em_top_params p;                         /* its params */

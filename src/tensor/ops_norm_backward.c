@@ -12,6 +12,7 @@
  * same pass. */
 #include <string.h>
 
+#include "ember/tensor_grad.h"
 #include "tensor/fusion.h"
 #include "tensor/internal.h"
 
@@ -138,7 +139,8 @@ static uint32_t cubes_for(em_device *dev, int64_t rows, unsigned per)
  * false (nothing run) when the path does not apply. EM_OK or the error set. */
 static em_status backward_rows(const char *op, const em_tensor *g, const em_tensor *x, int nnorm,
                                const em_tensor *w, double eps, bool rms, const em_tensor *resid,
-                               const bool *want, em_tensor **res, bool *taken)
+                               const bool *want, em_tensor *const *into, em_tensor **res,
+                               bool *taken)
 {
     int64_t rows, n, rs, grows, gn, grs;
     *taken = false;
@@ -212,7 +214,16 @@ static em_status backward_rows(const char *op, const em_tensor *g, const em_tens
         for (int k = 0; k < 2; k++) {
             if (!want[1 + k]) continue;
             em_tensor *rowsv = tn_view(part, 2, (int64_t[]){prows, n}, (int64_t[]){n, 1}, (int64_t)k * prows * n);
-            em_tensor *out = rowsv ? tn_new(dev, dt, nnorm, x->shape + x->rank - nnorm) : NULL;
+            /* straight into the caller's tensor where it is contiguous (the column sum writes any
+             * float dtype at any offset), else into a new one (copied in by the caller) */
+            em_tensor *in = into[k] && em_is_contiguous(into[k]) ? into[k] : NULL;
+            if (in && (st = fu_before_write(in->st)) != EM_OK) {
+                em_release(rowsv);
+                goto fail;
+            }
+            em_tensor *out = !rowsv ? NULL
+                             : in   ? em_retain(in)
+                                    : tn_new(dev, dt, nnorm, x->shape + x->rank - nnorm);
             if (out) st = tn_cols_sum_rows(op, rowsv, out);
             em_release(rowsv);
             if (!out || st != EM_OK) {
@@ -238,6 +249,33 @@ em_status em_norm_backward(const em_tensor *grad_out, const em_tensor *x, int nn
                            const em_tensor *weight, double eps, bool rms, const em_tensor *residual,
                            em_tensor **dx, em_tensor **dw, em_tensor **db)
 {
+    return em_norm_backward_into(grad_out, x, nnorm, weight, eps, rms, residual, dx, dw, db, NULL,
+                                 NULL);
+}
+
+/* Whether t (a gradient's destination, or NULL) has the normalized dims' shape of x, a float
+ * dtype, x's device and is writable; false with the error set. */
+static bool check_into(const char *op, const char *what, em_tensor *t, const em_tensor *x,
+                       int nnorm)
+{
+    if (!t) return true;
+    char a[128], b[128];
+    bool ok = t->rank == nnorm && em_scalar_is_float(t->dtype);
+    for (int i = 0; ok && i < nnorm; i++) ok = t->shape[i] == x->shape[x->rank - nnorm + i];
+    if (!ok) {
+        em_set_error(EM_ERR_INVALID,
+                     "%s: the %s gradient's destination %s does not fit the normalized dims of %s",
+                     op, what, em_describe(t, a, sizeof a), em_describe(x, b, sizeof b));
+        return false;
+    }
+    return tn_same_device(op, x, t) && tn_check_write(t, op) == EM_OK;
+}
+
+em_status em_norm_backward_into(const em_tensor *grad_out, const em_tensor *x, int nnorm,
+                                const em_tensor *weight, double eps, bool rms,
+                                const em_tensor *residual, em_tensor **dx, em_tensor **dw,
+                                em_tensor **db, em_tensor *dw_into, em_tensor *db_into)
+{
     const char *op = rms ? "rms_norm backward" : "layer_norm backward";
     if (dx) *dx = NULL;
     if (dw) *dw = NULL;
@@ -247,14 +285,29 @@ em_status em_norm_backward(const em_tensor *grad_out, const em_tensor *x, int nn
         return em_last_status();
     }
     if (!check_inputs(op, grad_out, x, nnorm, weight, rms, residual, dw, db)) return em_last_status();
+    em_tensor *into[2] = {dw ? dw_into : NULL, db ? db_into : NULL};
+    if (!check_into(op, "weight", into[0], x, nnorm) || !check_into(op, "bias", into[1], x, nnorm))
+        return em_last_status();
     const bool want[3] = {dx != NULL, dw != NULL, db != NULL};
     em_tensor *res[3] = {NULL, NULL, NULL};
     if (!want[0] && !want[1] && !want[2]) return EM_OK;
     bool taken = false;
     em_status st = em_numel(x) == 0 ? EM_OK
-                                    : backward_rows(op, grad_out, x, nnorm, weight, eps, rms, residual, want, res, &taken);
+                                    : backward_rows(op, grad_out, x, nnorm, weight, eps, rms,
+                                                    residual, want, into, res, &taken);
     if (st == EM_OK && !taken) st = backward_ops(op, grad_out, x, nnorm, weight, eps, rms, residual, want, res);
-    if (st != EM_OK) return st;
+    /* the sums made elsewhere (no rows: zeros) are copied into the destinations */
+    for (int k = 0; k < 2 && st == EM_OK; k++) {
+        if (!into[k] || res[1 + k] == into[k]) continue;
+        em_tensor *made = res[1 + k];
+        res[1 + k] = NULL;
+        st = made ? em_copy_(into[k], em_take(made)) : tn_fill(into[k], 0);
+        if (st == EM_OK) res[1 + k] = em_retain(into[k]);
+    }
+    if (st != EM_OK) {
+        for (int i = 0; i < 3; i++) em_release(res[i]);
+        return st;
+    }
     if (dx) *dx = res[0];
     if (dw) *dw = res[1];
     if (db) *db = res[2];

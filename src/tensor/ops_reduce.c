@@ -508,9 +508,9 @@ static em_status cols_launch(const char *op, em_device *dev, const cols_plan *p,
 }
 
 /* Runs the column path: out (contiguous, the kept dims' n values, of t's dtype or another float
- * dtype) = scale * the sums of t over the dims set in red, when they are leading dims
- * (cols_geometry); with several slices, through a scratch buffer of compute-type partials and a
- * second launch (one_slice: always one launch). *taken as for rows_apply. */
+ * dtype; any offset a line divides) = scale * the sums of t over the dims set in red, when they are
+ * leading dims (cols_geometry); with several slices, through a scratch buffer of compute-type
+ * partials and a second launch (one_slice: always one launch). *taken as for rows_apply. */
 static em_status cols_sum(const char *op, const em_tensor *t, const bool *red, em_tensor *out,
                           double scale, bool one_slice, bool *taken)
 {
@@ -518,26 +518,29 @@ static em_status cols_sum(const char *op, const em_tensor *t, const bool *red, e
     *taken = false;
     if (!cols_geometry(t, red, &rows, &n, &rs)) return EM_OK;
     em_device *dev = t->st->dev;
-    int64_t al[2] = {t->offset, rs};
+    int64_t al[3] = {t->offset, rs, out->offset};
     cols_plan p, q;
-    if (!cols_plan_for(dev, t->dtype, rows, n, rs, al, 2, one_slice, &p) ||
-        t->offset / p.lw + (int64_t)p.rows * p.x_rs + p.nl > (int64_t)UINT32_MAX)
+    if (!cols_plan_for(dev, t->dtype, rows, n, rs, al, 3, one_slice, &p) ||
+        t->offset / p.lw + (int64_t)p.rows * p.x_rs + p.nl > (int64_t)UINT32_MAX ||
+        out->offset / p.lw + p.nl > (int64_t)UINT32_MAX)
         return EM_OK;
     *taken = true;
     if (tn_realize(t) != EM_OK || realize_rows(op, NULL, NULL, out) != EM_OK) return em_error_context("%s", op);
-    uint32_t x_off = (uint32_t)(t->offset / p.lw);
+    uint32_t x_off = (uint32_t)(t->offset / p.lw), o_off = (uint32_t)(out->offset / p.lw);
     if (p.slices == 1)
-        return cols_launch(op, dev, &p, t->dtype, t, x_off, out->dtype, out, 0, scale);
+        return cols_launch(op, dev, &p, t->dtype, t, x_off, out->dtype, out, o_off, scale);
     em_scalar ct = tn_compute_type(t->dtype);
-    int64_t al2[2] = {0, n};
-    if (!cols_plan_for(dev, ct, p.slices, n, n, al2, 2, true, &q)) {
+    int64_t al2[3] = {0, n, out->offset};
+    if (!cols_plan_for(dev, ct, p.slices, n, n, al2, 3, true, &q)) {
         /* cannot happen: the partials are fewer and contiguous */
         return em_set_error(EM_ERR_INTERNAL, "%s: no plan for %u partial rows", op, p.slices);
     }
     em_tensor *part = tn_new(dev, ct, 2, (int64_t[]){p.slices, n});
     if (!part) return em_error_context("%s", op);
     em_status st = cols_launch(op, dev, &p, t->dtype, t, x_off, ct, part, 0, 1.0);
-    if (st == EM_OK) st = cols_launch(op, dev, &q, ct, part, 0, out->dtype, out, 0, scale);
+    if (st == EM_OK)
+        st = cols_launch(op, dev, &q, ct, part, 0, out->dtype, out, (uint32_t)(out->offset / q.lw),
+                         scale);
     em_release(part);
     return st;
 }
@@ -549,6 +552,48 @@ em_status tn_cols_sum_rows(const char *op, const em_tensor *t, em_tensor *out)
     em_status st = t->rank == 2 ? cols_sum(op, t, red, out, 1.0, t->shape[0] <= 2048, &taken) : EM_OK;
     if (st == EM_OK && !taken)
         st = em_set_error(EM_ERR_INTERNAL, "%s: the column sum does not fit its input", op);
+    return st;
+}
+
+em_status em_sum_leading_into(em_tensor *out, const em_tensor *t)
+{
+    const char *op = "sum_leading_into";
+    char a[128], b[128];
+    if (!out || !t) {
+        tn_done(t);
+        return em_last_status() != EM_OK ? em_last_status()
+                                         : em_set_error(EM_ERR_INVALID, "%s: NULL tensor", op);
+    }
+    int lead = t->rank - out->rank;
+    bool fits = lead >= 0 && em_scalar_is_float(t->dtype) && em_scalar_is_float(out->dtype);
+    for (int i = 0; fits && i < out->rank; i++) fits = out->shape[i] == t->shape[lead + i];
+    em_status st = EM_OK;
+    if (!fits) {
+        st = em_set_error(EM_ERR_INVALID,
+                          "%s: %s is not the sum of %s over its leading dims (float tensors)", op,
+                          em_describe(out, a, sizeof a), em_describe(t, b, sizeof b));
+    } else if (tn_same_device(op, out, t) && (st = tn_check_write(out, op)) == EM_OK) {
+        bool red[EM_MAX_RANK] = {false}, taken = false;
+        for (int i = 0; i < lead; i++) red[i] = true;
+        /* the column path writes out itself; else the sum is made and copied in */
+        if (lead > 0 && em_is_contiguous(out) && tn_numel(t->rank, t->shape) > 0) {
+            st = fu_before_write(out->st);
+            if (st == EM_OK) st = cols_sum(op, t, red, out, 1.0, false, &taken);
+        }
+        if (st == EM_OK && !taken) {
+            int dims[EM_MAX_RANK];
+            for (int i = 0; i < lead; i++) dims[i] = i;
+            em_scope_begin();
+            /* summed in out's dtype where it differs (f32 sums of bf16, as the column path's) */
+            const em_tensor *in = out->dtype == t->dtype ? t : em_cast(t, out->dtype);
+            em_tensor *s = !in ? NULL : lead > 0 ? em_sum(in, dims, lead, false) : (em_tensor *)in;
+            st = s ? em_copy_(out, s) : em_last_status();
+            em_scope_end(NULL, 0);
+        }
+    } else if (st == EM_OK) {
+        st = em_last_status();
+    }
+    tn_done(t);
     return st;
 }
 

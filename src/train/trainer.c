@@ -162,6 +162,16 @@ static void setup_flat(em_trainer *t)
     if (em_optimizer_flatten(t->opt, gd) != EM_OK) {
         EM_LOGI("training: the optimizer steps per parameter (%s)", em_last_error());
         em_clear_error();
+        return;
+    }
+    /* the ops that can (the bias and norm gradients' column sums) write the compute copy's
+     * gradients straight into their slots (em_set_grad_into), which saves a copy launch each;
+     * EMBER_GRAD_INTO=0 leaves every gradient in its own tensor (A/B) */
+    const char *into = getenv("EMBER_GRAD_INTO");
+    for (int i = 0; i < t->npairs && !(into && !strcmp(into, "0")); i++) {
+        em_tensor *slot = em_optimizer_grad_slot(t->opt, t->pairs[i].master);
+        if (slot && em_set_grad_into(t->pairs[i].compute, slot) != EM_OK)
+            em_clear_error(); /* not this one */
     }
 }
 
@@ -399,8 +409,13 @@ em_status tr_grads_to_master(em_trainer *t)
         /* the gradient is taken from the parameter and donated: a weight gradient whose matmul
          * has not run yet (lazy) then runs into the slot itself, with no copy (em_copy_) */
         em_tensor *g = em_retain(em_grad(t->pairs[i].compute));
+        em_tensor *slot = em_optimizer_grad_slot(t->opt, t->pairs[i].master);
         em_zero_grad(t->pairs[i].compute);
-        st = em_copy_(em_optimizer_grad_slot(t->opt, t->pairs[i].master), em_take(g));
+        if (g == slot) { /* written there by its op (em_set_grad_into) */
+            em_release(g);
+            continue;
+        }
+        st = em_copy_(slot, em_take(g));
     }
     if (slots) {
         em_no_grad_end();
