@@ -180,7 +180,7 @@ fi
 # stays in $LOGS/ncu_train.log)
 if [ -n "${NCU_TRAIN:-}" ]; then
     NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-    run ncu_train 200 "$NCU" --clock-control none -k "regex:$NCU_TRAIN" \
+    run ncu_train 200 "$NCU" --clock-control none --cache-control none -k "regex:$NCU_TRAIN" \
         --launch-skip "${NCU_TRAIN_SKIP:-0}" --launch-count "${NCU_TRAIN_COUNT:-200}" --csv --print-units base \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__block_size \
         "$EMBER" bench train-gpt2 --device cuda:0 --batch 16 --seq 1024 --steps 1 --warmup 1
@@ -266,7 +266,7 @@ for n in $NAMES; do
         train_eager*) say "  $n profile:"; grep -v '^{' "$LOGS/$n.log" | tail -45 | tee -a "$SUMMARY" ;;
     esac
 done
-[ -f "$LOGS/torch_profile.log" ] && { say "  torch.compile profile:"; grep -v '^{' "$LOGS/torch_profile.log" | tail -40 | tee -a "$SUMMARY"; }
+[ -f "$LOGS/torch_profile.log" ] && { say "  torch.compile profile:"; grep -v '^{' "$LOGS/torch_profile.log" | tail -62 | tee -a "$SUMMARY"; }
 say "attention b16 x 12 x 1024 x 64 causal bf16 (fwd ms, bwd ms, fwd TFLOP/s, bwd TFLOP/s):"
 for n in $ANAMES attn_torch_flash; do
     [ -f "$LOGS/$n.log" ] && say "  $n: $(jfield "$LOGS/$n.log" fwd_ms) $(jfield "$LOGS/$n.log" bwd_ms) $(jfield "$LOGS/$n.log" fwd_tflops) $(jfield "$LOGS/$n.log" bwd_tflops)"

@@ -62,7 +62,7 @@ def main():
     for _ in range(a.warmup):
         step()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
         for _ in range(a.steps):
             step()
         torch.cuda.synchronize()
@@ -87,6 +87,13 @@ def main():
     print("  largest kernels: ms/step, launches/step")
     for name, (cnt, us) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:25]:
         print("    %.3f %4.0f  %s" % (us / a.steps / 1e3, cnt / a.steps, name[:110]))
+    # the matmuls by operator and input shapes (device time of the kernels each launched)
+    print("  matmuls by input shapes: ms/step, calls/step")
+    mm = [e for e in prof.key_averages(group_by_input_shape=True)
+          if e.key in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")]
+    dev_us = lambda e: getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+    for e in sorted(mm, key=lambda e: -dev_us(e))[:20]:
+        print("    %.3f %4.0f  %s %s" % (dev_us(e) / a.steps / 1e3, e.count / a.steps, e.key, e.input_shapes))
     print(json.dumps({"workload": "torch_profile", "kernel_ms_per_step": round(total, 2),
                       "families": {k: round(v[1] / a.steps / 1e3, 3) for k, v in fams.items()}}))
 
