@@ -263,7 +263,7 @@ for n in $NAMES torch_compile torch_compile_b32; do
 done
 for n in $NAMES; do
     case "$n" in
-        train_eager*) say "  $n profile:"; grep -v '^{' "$LOGS/$n.log" | tail -45 | tee -a "$SUMMARY" ;;
+        train_eager*) say "  $n profile:"; grep -v '^{' "$LOGS/$n.log" | tail -90 | tee -a "$SUMMARY" ;;
     esac
 done
 [ -f "$LOGS/torch_profile.log" ] && { say "  torch.compile profile:"; grep -v '^{' "$LOGS/torch_profile.log" | tail -62 | tee -a "$SUMMARY"; }

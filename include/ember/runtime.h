@@ -363,6 +363,13 @@ void em_profile_add_bytes(const char *name, uint64_t read, uint64_t written);
 /* Prints the table (one row per kernel name, sorted by device time, then host time, with totals)
  * and the memory, copy and sync counts to out (stderr when NULL). Does not reset. */
 void em_profile_report(FILE *out);
+/* Labels this thread's launches (NULL or "" clears) while EMBER_PROFILE=shapes turned the
+ * profiler on: each is then counted, with the bytes reported for it, under "<kernel> <label>",
+ * so that one kernel's launches split by the problem they ran (the tensor layer labels its
+ * matmuls with their layout, shape and epilogue). Ignored otherwise. */
+void em_profile_label(const char *label);
+/* Whether labels are being counted (EMBER_PROFILE=shapes, the profiler on). */
+bool em_profile_labels_on(void);
 
 #ifdef __cplusplus
 }

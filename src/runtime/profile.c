@@ -17,6 +17,7 @@
  * not how long a run takes unprofiled. On the CPU, launches are synchronous anyway.
  *
  * One mutex guards everything below (taken only while profiling, or by the API calls). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/rt.h"
@@ -91,6 +92,29 @@ void em_rt_profile_device_closing(em_device *dev)
 
 /* ---- recording ------------------------------------------------------------------------------- */
 
+static _Atomic bool labels_on;          /* EMBER_PROFILE=shapes: launches counted per label */
+static _Thread_local char tl_label[96]; /* this thread's label (em_profile_label), "" for none */
+
+void em_profile_label(const char *label)
+{
+    if (!atomic_load(&labels_on)) return;
+    snprintf(tl_label, sizeof tl_label, "%s", label ? label : "");
+}
+
+bool em_profile_labels_on(void)
+{
+    return atomic_load(&labels_on) && atomic_load(&em_rt_profile_on);
+}
+
+/* The name a launch of kernel `name` is counted under: "name label" while this thread has a label,
+ * in buf. */
+static const char *counted_name(const char *name, char *buf, size_t size)
+{
+    if (!tl_label[0] || !atomic_load(&labels_on)) return name;
+    snprintf(buf, size, "%s %s", name, tl_label);
+    return buf;
+}
+
 /* The entry of a kernel name, made on first use; NULL when out of memory. Called with the lock
  * held. */
 static prof_kernel *entry(const char *name)
@@ -135,8 +159,10 @@ em_status em_rt_profile_launch(em_kernel *kernel, const uint32_t cube_count[3],
             st = drv->sync(dev->state);
         device_s = em_rt_now() - t0;
     }
+    char key[192];
+    const char *name = counted_name(em_ir_kernel_name(kernel->ir), key, sizeof key);
     pthread_mutex_lock(&P.lock);
-    prof_kernel *pk = st == EM_OK ? entry(em_ir_kernel_name(kernel->ir)) : NULL;
+    prof_kernel *pk = st == EM_OK ? entry(name) : NULL;
     if (pk) {
         pk->fig.launches++;
         pk->fig.host_s += t1 - t0;
@@ -180,6 +206,8 @@ void em_profile_add_bytes(const char *name, uint64_t read, uint64_t written)
 {
     if (!atomic_load(&em_rt_profile_on) || !name)
         return;
+    char key[192];
+    name = counted_name(name, key, sizeof key);
     pthread_mutex_lock(&P.lock);
     prof_kernel *pk = entry(name);
     if (pk) {
@@ -385,6 +413,7 @@ static void read_env(void)
     const char *v = getenv("EMBER_PROFILE");
     if (!v || !*v || strcmp(v, "0") == 0)
         return;
+    atomic_store(&labels_on, strcmp(v, "shapes") == 0);
     em_profile_reset();
     em_profile_enable(true);
     atexit(report_at_exit);

@@ -117,7 +117,29 @@ static em_status launch_skinny(const mm_problem *p, const mm_config *c, tn_arg o
                      11);
 }
 
+static em_status launch_labeled(const mm_problem *p, const mm_config *c);
+
+/* mm_launch's launches under a profiler label (EMBER_PROFILE=shapes): the layout of a and b (n
+ * where the last dim is contiguous), M x N x K, the batch, and the epilogue (bias, act, res). */
 em_status mm_launch(const mm_problem *p, const mm_config *c)
+{
+    if (!em_profile_labels_on()) return launch_labeled(p, c);
+    /* pending operands run first, under their own names */
+    if (tn_realize(p->a) != EM_OK || tn_realize(p->b) != EM_OK || tn_realize(p->bias) != EM_OK ||
+        tn_realize(p->res) != EM_OK)
+        return em_error_context("matmul");
+    char label[96];
+    snprintf(label, sizeof label, "%c%c %lldx%lldx%lld b%lld e%d%d%d",
+             p->ast[p->R - 1] == 1 ? 'n' : 't', p->bst[p->R - 1] == 1 ? 'n' : 't', (long long)p->M,
+             (long long)p->N, (long long)p->K, (long long)p->batch, p->bias != NULL, p->act,
+             p->res != NULL);
+    em_profile_label(label);
+    em_status st = launch_labeled(p, c);
+    em_profile_label(NULL);
+    return st;
+}
+
+static em_status launch_labeled(const mm_problem *p, const mm_config *c)
 {
     if (c->kind == MM_SIMPLE && !p->bias && !p->res && !p->act) return launch_simple(p);
     bool mma = c->kind == MM_MMA, wg = c->kind == MM_WGMMA;
