@@ -202,6 +202,9 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     q.quads = q.pairs && (c->split < 2 || p->N % 4 == 0) && !(qv && !strcmp(qv, "0"));
     /* the TMA kernel's staging slot (1 KiB-aligned): f32 64 x 36 per consumer with sepi */
     if (q.tma) extra += 1024 + (q.sepi ? (size_t)c->tm * 64 * 36 * 4 : 0);
+    /* and the lines of 4's tile of bias (f32, BN per consumer; the kernel's SB), not on split-K's
+     * partials, which take no bias */
+    if (q.tma && q.quads && p->bias && c->split < 2) extra += 1024 + (size_t)c->tm * c->bn * 4;
     size_t have = p->caps && p->caps->max_shared ? p->caps->max_shared : (size_t)232448;
     int stages = have > extra ? (int)((have - extra) / stage) : 0;
     if (stages > 6) stages = 6;
