@@ -138,6 +138,18 @@ static bool tma_map_of(const int64_t *sh, const int64_t *st, int R, int fast, in
     return str[1] >= dim[0] && (dim[2] == 1 || str[2] >= dim[1] * str[1]);
 }
 
+bool mm_res_rows16(const mm_problem *p)
+{
+    /* the epilogue's residual, not the GELU backward's input (ACT 4, 5) */
+    const em_tensor *r = p->res;
+    if (!r || p->act >= MM_ACT_GELU_GRAD || em_scalar_size(p->dt) != 2 || p->N % 8 != 0 ||
+        p->rst[p->R - 1] != 1 || r->offset % 8 != 0)
+        return false;
+    for (int d = 0; d < p->R - 1; d++)
+        if (p->rst[d] % 8 != 0) return false;
+    return true;
+}
+
 bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *out)
 {
     if (p->dt != EM_F16 && p->dt != EM_BF16) return false;
@@ -205,6 +217,10 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     /* and the lines of 4's tile of bias (f32, BN per consumer; the kernel's SB), not on split-K's
      * partials, which take no bias */
     if (q.tma && q.quads && p->bias && c->split < 2) extra += 1024 + (size_t)c->tm * c->bn * 4;
+    /* and its residual operand's two chunks of 64 x 32 per consumer (the kernel's SR), where
+     * its rows are 16-byte aligned (RV) */
+    q.rv = q.tma && q.quads && c->split < 2 && mm_res_rows16(p);
+    if (q.rv) extra += 1024 + (size_t)c->tm * 2 * 64 * 32 * 2;
     size_t have = p->caps && p->caps->max_shared ? p->caps->max_shared : (size_t)232448;
     int stages = have > extra ? (int)((have - extra) / stage) : 0;
     if (stages > 6) stages = 6;

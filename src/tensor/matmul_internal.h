@@ -64,6 +64,8 @@ typedef struct mm_wgmma_plan {
                      registers */
     bool quads;   /* pairs as lines of 4, two neighbouring units swapping a pair (whole 32-byte
                      sectors a store) */
+    bool rv;      /* quads with the residual operand staged through shared memory (the kernel's
+                     RV: mm_res_rows16) */
     bool persist; /* tma (c->lanes 5, 6): min(tiles, compute units) cubes loop over the tiles */
     bool ping;    /* tma (c->lanes 6): the two consumers take the cube's tiles in turns, each a
                      bm x bn tile of its own (bm / 64 accumulator sets a unit) */
@@ -115,6 +117,11 @@ typedef struct mm_problem {
     const em_tensor *ln_w, *ln_b; /* with ln: its weight and bias [K] or NULL */
     double ln_eps;                /* with ln: its epsilon */
 } mm_problem;
+
+/* Whether p's residual (the epilogue's, added: not the GELU backward's input) has 16-byte
+ * aligned rows of 2-byte elements (its last dim contiguous, N a multiple of 8): the TMA kernel's
+ * lines of 4 then stage it through shared memory (its RV; matmul_config.c). */
+bool mm_res_rows16(const mm_problem *p);
 
 /* Epilogue codes past em_matmul_act's, used by fusion only (fusion_matmul.c): GELU's and
  * GELU-tanh's backward, the result (plus bias) times the derivative at the residual operand (the

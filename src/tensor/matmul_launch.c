@@ -167,7 +167,7 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c)
     const int64_t *ast = p->ast, *bst = p->bst;
     bool akfast = ast[p->R - 1] == 1 || ast[p->R - 2] != 1;
     bool bnfast = bst[p->R - 1] == 1 || bst[p->R - 2] != 1;
-    em_lang_bind bd[24];
+    em_lang_bind bd[32];
     size_t nb = 0;
     bd[nb++] = em_lang_bind_type("T", p->dt);
     if (!mma && !wg) bd[nb++] = em_lang_bind_type("C", p->ct);
@@ -222,6 +222,7 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c)
         if (q.pairs) {
             bd[nb++] = em_lang_bind_bool("PAIRS", true);
             bd[nb++] = em_lang_bind_int("OW", q.quads ? 4 : 2); /* outv as lines of 2 or 4 */
+            if (q.rv) bd[nb++] = em_lang_bind_bool("RV", true);
         }
         units[0] = (uint32_t)q.units;
         wgq = q;
