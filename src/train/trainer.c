@@ -148,6 +148,15 @@ static em_status setup_mirrors(em_trainer *t)
     return EM_OK;
 }
 
+/* em_module_visit: parameter e's gradient into its optimizer slot (user: the optimizer). */
+static bool grad_into_slot(const char *name, em_module_entry *e, void *user)
+{
+    (void)name;
+    em_tensor *slot = e->is_param ? em_optimizer_grad_slot(user, e->t) : NULL;
+    if (slot && em_set_grad_into(e->t, slot) != EM_OK) em_clear_error(); /* not this one */
+    return true;
+}
+
 /* One optimizer over every parameter on one device: its flat storage (em_optimizer_flatten), so
  * that the norm, the clip and AdamW take a launch per region instead of one per parameter; bf16
  * mode writes the compute copy's gradients into the slots (tr_grads_to_master). Where it cannot
@@ -168,11 +177,14 @@ static void setup_flat(em_trainer *t)
      * gradients straight into their slots (em_set_grad_into), which saves a copy launch each;
      * EMBER_GRAD_INTO=0 leaves every gradient in its own tensor (A/B) */
     const char *into = getenv("EMBER_GRAD_INTO");
-    for (int i = 0; i < t->npairs && !(into && !strcmp(into, "0")); i++) {
+    if (into && !strcmp(into, "0")) return;
+    for (int i = 0; i < t->npairs; i++) {
         em_tensor *slot = em_optimizer_grad_slot(t->opt, t->pairs[i].master);
         if (slot && em_set_grad_into(t->pairs[i].compute, slot) != EM_OK)
             em_clear_error(); /* not this one */
     }
+    /* f32 mode: the parameters' own gradients (the optimizer's gather then skips them) */
+    if (t->npairs == 0) em_module_visit(em_gpt_module(t->master), grad_into_slot, t->opt);
 }
 
 static em_status setup_bf16(em_trainer *t)

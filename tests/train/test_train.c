@@ -5,7 +5,8 @@
  * data position and dropout generator must all be restored); a corrupt or missing checkpoint
  * gives a clear error; the metrics log is JSON lines; the loss curve is an SVG; bad settings are
  * refused with a message; with a time budget the learning-rate schedule spans the steps expected
- * to fit in it. */
+ * to fit in it; the gradients written straight into the optimizer's slots give the same losses
+ * with fewer copies. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 
 #include "base/file.h"
 #include "data/data_util.h"
+#include "ember/runtime.h"
 #include "ember/train.h"
 #include "train/internal.h"
 
@@ -180,6 +182,57 @@ static void test_loss_goes_down(void **state)
     free(log);
     assert_int_equal(steps, 40);
     assert_int_equal(vals, 2); /* step 20 and the end */
+    remove_dir(dir);
+}
+
+/* The step's copy launches (tensor_unary) and losses of max_steps steps of c, with the gradients
+ * written into the optimizer's slots (EMBER_GRAD_INTO unset) or not (=0). */
+static uint64_t copies_of_run(em_train_config *c, bool into, record *r)
+{
+    if (into)
+        unsetenv("EMBER_GRAD_INTO");
+    else
+        setenv("EMBER_GRAD_INTO", "0", 1);
+    em_trainer *t = em_trainer_new(c);
+    if (!t) fail_msg("trainer: %s", em_last_error());
+    em_train_observer o = observer(r);
+    em_profile_reset();
+    em_profile_enable(true);
+    run_ok(t, &o);
+    em_profile_enable(false);
+    em_profile_kernel k;
+    uint64_t n = em_profile_kernel_get("tensor_unary", &k) ? k.launches : 0;
+    em_trainer_free(t);
+    unsetenv("EMBER_GRAD_INTO");
+    return n;
+}
+
+/* Gradient destinations (em_set_grad_into): in f32 and in bf16, the biases' and norms' gradients
+ * land in the optimizer's flat slots, so a step launches fewer copies, and the losses are the
+ * same bit for bit as with every gradient in its own tensor. */
+static void test_grads_into_slots(void **state)
+{
+    (void)state;
+    char dir[512], text[1024];
+    scratch_dir("train-into", dir, sizeof dir);
+    make_text(dir, text, sizeof text, 100);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        em_train_config c;
+        small_config(&c, text, dir);
+        c.max_steps = 6;
+        c.eval_every = 0;
+        c.bf16 = bf16 == 1;
+        record on = {{0}, {0}, 0, NAN}, off = {{0}, {0}, 0, NAN};
+        uint64_t with = copies_of_run(&c, true, &on), without = copies_of_run(&c, false, &off);
+        fprintf(stderr,
+                "[train] %s: %llu copy launches with the slots as destinations, %llu without\n",
+                bf16 ? "bf16" : "f32", (unsigned long long)with, (unsigned long long)without);
+        /* 2 layers: 4 biases and 4 norm parameters each, and the final norm's 2, a step */
+        assert_true(without >= with + 6 * 10);
+        assert_int_equal(on.n, 6);
+        assert_int_equal(off.n, 6);
+        assert_memory_equal(on.loss, off.loss, 6 * sizeof(double));
+    }
     remove_dir(dir);
 }
 
@@ -360,6 +413,7 @@ int main(void)
         cmocka_unit_test(test_bad_settings),
         cmocka_unit_test(test_loss_goes_down),
         cmocka_unit_test(test_resume_is_exact),
+        cmocka_unit_test(test_grads_into_slots),
         cmocka_unit_test(test_schedule_spans_the_time_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
