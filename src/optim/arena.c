@@ -269,10 +269,17 @@ em_status op_arena_gather(em_optimizer *o, em_tensor **grads)
     em_status st = EM_OK;
     for (int i = 0; st == EM_OK && i < o->n; i++) {
         em_tensor *g = em_grad(o->ps[i].t);
-        if (g == a->slot[i]) continue; /* gathered before (and not replaced since) */
-        st = em_copy_(a->slot[i], g);
-        if (st == EM_OK && em_dtype(a->slot[i]) == em_dtype(o->ps[i].t))
-            st = em_set_grad(o->ps[i].t, a->slot[i]);
+        if (g == a->slot[i]) continue; /* gathered before, or written there (em_set_grad_into) */
+        if (em_dtype(a->slot[i]) == em_dtype(o->ps[i].t)) {
+            /* the slot becomes the gradient: the old one is donated to the copy, so a weight's
+             * gradient whose matmul has not run yet runs straight into the slot */
+            em_tensor *own = em_retain(g);
+            em_zero_grad(o->ps[i].t);
+            st = em_copy_(a->slot[i], em_take(own));
+            if (st == EM_OK) st = em_set_grad(o->ps[i].t, a->slot[i]);
+        } else {
+            st = em_copy_(a->slot[i], g);
+        }
         if (st != EM_OK) em_error_context("parameter %s", o->ps[i].name);
     }
     if (st == EM_OK) *grads = a->grad;
