@@ -148,10 +148,11 @@ static em_status bw_zero(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
 static em_tensor *sum_to_input(const ad_ctx *c, int i, em_tensor *r)
 {
     em_tensor *d = ad_grad_dest(c, i);
-    int lead = r ? em_rank(r) - c->in_shape[i].rank : -1;
-    bool cols = d && lead > 0;
+    em_shape rs = r ? em_shape_of(r) : (em_shape){0};
+    int lead = rs.rank - c->in_shape[i].rank;
+    bool cols = d && r && lead > 0;
     for (int k = 0; cols && k < c->in_shape[i].rank; k++)
-        cols = em_shape_of(r).d[lead + k] == c->in_shape[i].d[k];
+        cols = rs.d[lead + k] == c->in_shape[i].d[k];
     if (!cols) return ru_sum_to(r, c->in_shape[i]);
     return em_sum_leading_into(d, r) == EM_OK ? d : NULL;
 }

@@ -217,10 +217,6 @@ static em_status backward_rows(const char *op, const em_tensor *g, const em_tens
             /* straight into the caller's tensor where it is contiguous (the column sum writes any
              * float dtype at any offset), else into a new one (copied in by the caller) */
             em_tensor *in = into[k] && em_is_contiguous(into[k]) ? into[k] : NULL;
-            if (in && (st = fu_before_write(in->st)) != EM_OK) {
-                em_release(rowsv);
-                goto fail;
-            }
             em_tensor *out = !rowsv ? NULL
                              : in   ? em_retain(in)
                                     : tn_new(dev, dt, nnorm, x->shape + x->rank - nnorm);

@@ -525,7 +525,10 @@ static em_status cols_sum(const char *op, const em_tensor *t, const bool *red, e
         out->offset / p.lw + p.nl > (int64_t)UINT32_MAX)
         return EM_OK;
     *taken = true;
-    if (tn_realize(t) != EM_OK || realize_rows(op, NULL, NULL, out) != EM_OK) return em_error_context("%s", op);
+    /* out may be a view of a buffer others read (a gradient's slot): they run first */
+    if (tn_realize(t) != EM_OK || realize_rows(op, NULL, NULL, out) != EM_OK ||
+        fu_before_write(out->st) != EM_OK)
+        return em_error_context("%s", op);
     uint32_t x_off = (uint32_t)(t->offset / p.lw), o_off = (uint32_t)(out->offset / p.lw);
     if (p.slices == 1)
         return cols_launch(op, dev, &p, t->dtype, t, x_off, out->dtype, out, o_off, scale);
@@ -576,10 +579,8 @@ em_status em_sum_leading_into(em_tensor *out, const em_tensor *t)
         bool red[EM_MAX_RANK] = {false}, taken = false;
         for (int i = 0; i < lead; i++) red[i] = true;
         /* the column path writes out itself; else the sum is made and copied in */
-        if (lead > 0 && em_is_contiguous(out) && tn_numel(t->rank, t->shape) > 0) {
-            st = fu_before_write(out->st);
-            if (st == EM_OK) st = cols_sum(op, t, red, out, 1.0, false, &taken);
-        }
+        if (lead > 0 && em_is_contiguous(out) && tn_numel(t->rank, t->shape) > 0)
+            st = cols_sum(op, t, red, out, 1.0, false, &taken);
         if (st == EM_OK && !taken) {
             int dims[EM_MAX_RANK];
             for (int i = 0; i < lead; i++) dims[i] = i;

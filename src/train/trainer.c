@@ -148,12 +148,19 @@ static em_status setup_mirrors(em_trainer *t)
     return EM_OK;
 }
 
-/* em_module_visit: parameter e's gradient into its optimizer slot (user: the optimizer). */
-static bool grad_into_slot(const char *name, em_module_entry *e, void *user)
+/* Names master's optimizer slot (if it has one) as t's gradient destination (em_set_grad_into):
+ * t is master itself, or its bf16 compute copy. */
+static void grad_into_slot(em_optimizer *o, const em_tensor *master, em_tensor *t)
+{
+    em_tensor *slot = em_optimizer_grad_slot(o, master);
+    if (slot && em_set_grad_into(t, slot) != EM_OK) em_clear_error(); /* not this one */
+}
+
+/* em_module_visit: f32 mode's parameter e takes its slot (user: the optimizer). */
+static bool param_grad_into_slot(const char *name, em_module_entry *e, void *user)
 {
     (void)name;
-    em_tensor *slot = e->is_param ? em_optimizer_grad_slot(user, e->t) : NULL;
-    if (slot && em_set_grad_into(e->t, slot) != EM_OK) em_clear_error(); /* not this one */
+    if (e->is_param) grad_into_slot(user, e->t, e->t);
     return true;
 }
 
@@ -178,13 +185,10 @@ static void setup_flat(em_trainer *t)
      * EMBER_GRAD_INTO=0 leaves every gradient in its own tensor (A/B) */
     const char *into = getenv("EMBER_GRAD_INTO");
     if (into && !strcmp(into, "0")) return;
-    for (int i = 0; i < t->npairs; i++) {
-        em_tensor *slot = em_optimizer_grad_slot(t->opt, t->pairs[i].master);
-        if (slot && em_set_grad_into(t->pairs[i].compute, slot) != EM_OK)
-            em_clear_error(); /* not this one */
-    }
+    for (int i = 0; i < t->npairs; i++)
+        grad_into_slot(t->opt, t->pairs[i].master, t->pairs[i].compute);
     /* f32 mode: the parameters' own gradients (the optimizer's gather then skips them) */
-    if (t->npairs == 0) em_module_visit(em_gpt_module(t->master), grad_into_slot, t->opt);
+    if (t->npairs == 0) em_module_visit(em_gpt_module(t->master), param_grad_into_slot, t->opt);
 }
 
 static em_status setup_bf16(em_trainer *t)
