@@ -180,8 +180,8 @@ void tn_attention_tiles(int64_t D, char *out, size_t size)
 /* Bytes of shared memory the largest of the wgmma kernels takes for head size d (2-byte
  * elements), with up to 1 KiB per shared array that the CUDA generator spends aligning them.
  * Forward: Q, two stages of K and V, the row-reduction scratch. dk/dv: K, V, two stages of Q and
- * dO, two stages of lse and delta. dq: Q, dO, two stages of K and V. (P, P^T and dS stay in
- * registers as the A operands of the next MMA.) */
+ * dO, two stages of lse and delta, and for the fused backward dS^T. dq: Q, dO, two stages of K
+ * and V. (P, P^T and dS stay in registers as the A operands of the next MMA.) */
 static size_t attn_wgmma_smem(int64_t d, const attn_tiles *t)
 {
     size_t e = 2, dd = (size_t)d;
@@ -189,6 +189,7 @@ static size_t attn_wgmma_smem(int64_t d, const attn_tiles *t)
                  128 * (size_t)t->fwd_wg * 4 + 4 * 1024;
     size_t kv = (2 * 64 * (size_t)t->kv_wg * dd + 4 * (size_t)t->kv_bq * dd) * e +
                 4 * (size_t)t->kv_bq * 4 + 6 * 1024;
+    kv += 64 * (size_t)t->kv_wg * (size_t)t->kv_bq * e + 1024; /* the fused backward's dS^T */
     size_t dq = (2 * 64 * (size_t)t->q_wg * dd + 4 * (size_t)t->q_bk * dd) * e + 4 * 1024;
     size_t most = fwd > kv ? fwd : kv;
     return most > dq ? most : dq;
@@ -374,6 +375,36 @@ static em_status delta_lines(const char *op, em_device *dev, const em_tensor *g,
                      args, 4);
 }
 
+/* Whether the wgmma backward takes one fused pass (tensor_attention_bwd_kv_wgmma with DQ: dq
+ * summed in f32 with atomics, then rounded by tensor_attention_dq_finish) instead of a second
+ * pass for dq: where both dq and dk / dv are wanted and the dk/dv tiles are whole query blocks of
+ * 64; by default at head size 64 (at 128 the dQ tile's 64 more registers a unit would spill).
+ * EMBER_ATTENTION_FUSED_BWD=0 keeps two passes (A/B: the two-pass dq is deterministic), =1 takes
+ * the fused pass at any head size (tests). */
+static bool attn_fused_bwd(int64_t D, const attn_tiles *t)
+{
+    const char *env = getenv("EMBER_ATTENTION_FUSED_BWD");
+    if (t->kv_bq % 64) return false;
+    if (env && (!strcmp(env, "0") || !strcmp(env, "1"))) return env[0] == '1';
+    return D == 64;
+}
+
+/* dq = dqa scale rounded to dq's dtype (tensor_attention_dq_finish), 16-byte lines of dq where its
+ * rows allow them. */
+static em_status attn_dq_finish(const char *op, em_device *dev, const em_tensor *dqa, em_tensor *gq,
+                                double scale)
+{
+    int64_t lw = 16 / (int64_t)em_scalar_size(gq->dtype);
+    if (!attn_rows_aligned(gq, lw)) lw = 1;
+    uint64_t lines = (uint64_t)(em_numel(gq) / lw);
+    uint32_t cubes[3], units[3];
+    tn_grid_1d(lines, cubes, units);
+    tn_arg args[3] = {tn_arg_flat(dqa), tn_arg_t(gq), tn_arg_s(em_arg_f32((float)scale))};
+    em_lang_bind b[1] = {em_lang_bind_type("T", gq->dtype)};
+    return tn_launch(op, dev, "tensor_attention_dq_finish", b, 1, (unsigned)lw, cubes, units, args,
+                     3);
+}
+
 /* The tiled tensor-core backward (after tensor_attention_delta has filled stats): the
  * matrix-op kernels (tensor_attention_bwd_kv_mma for dk and dv, tensor_attention_bwd_q_mma for
  * dq: a cube of 4 planes per 64 keys or queries), or with wg the warpgroup-MMA ones
@@ -396,10 +427,12 @@ static em_status attn_backward_mma(const char *op, em_tensor *const views[4], em
                             em_lang_bind_int("PLANE", plane),
                             em_lang_bind_int("V", vec ? 8 : 1)};
     attn_tiles t = attn_tiles_get(q->shape[3]);
-    em_lang_bind wbind[6] = {
+    bool fused = wg && gq && gk && attn_fused_bwd(q->shape[3], &t);
+    em_lang_bind wbind[7] = {
         em_lang_bind_type("T", q->dtype),   em_lang_bind_type("M", tn_math_type(dev, EM_F32)),
         em_lang_bind_int("D", q->shape[3]), em_lang_bind_int("WG", t.kv_wg),
-        em_lang_bind_int("BQ", t.kv_bq),    em_lang_bind_int("V", vec ? 8 : 1)};
+        em_lang_bind_int("BQ", t.kv_bq),    em_lang_bind_int("V", vec ? 8 : 1),
+        em_lang_bind_bool("DQ", fused)};
     int64_t bh = q->shape[0] * q->shape[1], rows = wg ? 64 * t.kv_wg : 64;
     uint32_t cubes[3] = {0, (uint32_t)bh, 1};
     uint32_t units[3] = {wg ? 128 * (uint32_t)t.kv_wg : 4 * plane, 1, 1};
@@ -407,12 +440,26 @@ static em_status attn_backward_mma(const char *op, em_tensor *const views[4], em
     tn_arg in[5] = {tn_arg_t(views[0]), tn_arg_t(views[1]), tn_arg_t(views[2]), tn_arg_t(views[3]),
                     tn_arg_flat(stats)};
     if (gk) {
-        tn_arg args[9] = {in[0], in[1], in[2], in[3], in[4], tn_arg_t(gk), tn_arg_t(gv), flag, sc};
+        /* the fused pass's dq sums: f32 [B H, Tq, D], zeroed (else the kernel leaves its dqa,
+         * stats, untouched) */
+        int64_t dshape[1] = {bh * q->shape[2] * q->shape[3]};
+        em_tensor *dqa = fused ? tn_new(dev, EM_F32, 1, dshape) : NULL;
+        if (fused && (!dqa || tn_fill(dqa, 0) != EM_OK)) {
+            em_release(dqa);
+            return em_last_status();
+        }
+        /* the matrix-op kernel has no dqa: its arguments are the first 7 and the last 2 */
+        tn_arg args[10] = {in[0], in[1], in[2], in[3], in[4], tn_arg_t(gk), tn_arg_t(gv)};
+        if (wg) args[7] = tn_arg_flat(fused ? dqa : stats);
+        args[wg ? 8 : 7] = flag;
+        args[wg ? 9 : 8] = sc;
         cubes[0] = (uint32_t)((k->shape[2] + rows - 1) / rows);
         em_status st =
             tn_launch(op, dev, wg ? "tensor_attention_bwd_kv_wgmma" : "tensor_attention_bwd_kv_mma",
-                      wg ? wbind : bind, 6, 1, cubes, units, args, 9);
-        if (st != EM_OK) return st;
+                      wg ? wbind : bind, wg ? 7 : 6, 1, cubes, units, args, wg ? 10 : 9);
+        if (st == EM_OK && fused) st = attn_dq_finish(op, dev, dqa, gq, scale);
+        em_release(dqa);
+        if (st != EM_OK || fused) return st;
     }
     if (gq) {
         tn_arg args[8] = {in[0], in[1], in[2], in[3], in[4], tn_arg_t(gq), flag, sc};

@@ -4,7 +4,8 @@
  * when one is present (EMBER_TEST_DEVICE=cuda:0). The output and the gradients against the
  * float64 reference of attention_case.h for f16 and bf16, D 64 and 128, causal and not, Tq < Tk,
  * lengths off the tiles (1, 33, 100, 200), B * H > 1, k's rows unaligned (element copies), with
- * the profiler's launch counts showing that the wgmma kernels ran; other tiles per kernel
+ * the profiler's launch counts showing that the wgmma kernels ran (the fused backward, with dq
+ * summed by atomics, at D 64; EMBER_ATTENTION_FUSED_BWD switching it); other tiles per kernel
  * (EMBER_ATTENTION_TILES); and the kernels' CUDA source
  * through NVRTC for sm_90a where NVRTC is installed. */
 #include <stdlib.h>
@@ -56,15 +57,57 @@ static void test_wgmma_path(void **state)
         assert_int_equal(fwd.launches, NCASES);
         assert_false(em_profile_kernel_get("tensor_attention_fwd_mma", &other));
         assert_false(em_profile_kernel_get("tensor_attention_fwd", &other));
-        /* and every backward the two wgmma passes, once each */
+        /* and every backward the dk/dv pass; at head size 64 with dq summed in it (the fused
+         * pass, then the rounding kernel), at 128 followed by the dq pass */
+        int d64 = 0;
+        for (size_t i = 0; i < NCASES; i++) d64 += cases[i].c.D == 64;
         assert_true(em_profile_kernel_get("tensor_attention_bwd_kv_wgmma", &other));
         assert_int_equal(other.launches, NCASES);
         assert_true(em_profile_kernel_get("tensor_attention_bwd_q_wgmma", &other));
-        assert_int_equal(other.launches, NCASES);
+        assert_int_equal(other.launches, NCASES - d64);
+        assert_true(em_profile_kernel_get("tensor_attention_dq_finish", &other));
+        assert_int_equal(other.launches, d64);
         assert_false(em_profile_kernel_get("tensor_attention_bwd_kv_mma", &other));
         assert_false(em_profile_kernel_get("tensor_attention_bwd_q_mma", &other));
         ran++;
     }
+    em_profile_enable(false);
+    em_profile_reset();
+    unsetenv("EMBER_ATTENTION");
+    if (!ran) skip();
+}
+
+/* EMBER_ATTENTION_FUSED_BWD: =0 keeps two passes at head size 64 (the dq pass runs, no rounding
+ * kernel), =1 fuses at 128 too (two warpgroups a cube, one dq block a tile: warpgroup 0 alone
+ * adds it); both against the same references. */
+static void test_wgmma_fused_modes(void **state)
+{
+    (void)state;
+    static const size_t picks[] = {0, 5, 3, 7}; /* D 64, 64, 128, 128 */
+    em_profile_kernel kv, dq, fin;
+    setenv("EMBER_ATTENTION", "wgmma", 1);
+    unsetenv("EMBER_ATTENTION_BWD");
+    em_profile_enable(true);
+    int ran = 0;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        if (!runs_wgmma(dev)) continue;
+        for (int fused = 0; fused < 2; fused++) {
+            setenv("EMBER_ATTENTION_FUSED_BWD", fused ? "1" : "0", 1);
+            em_profile_reset();
+            for (size_t i = 0; i < EM_ARRAY_LEN(picks); i++)
+                run_case(dev, cases[picks[i]].dt, cases[picks[i]].c,
+                         (uint32_t)(600 + 10 * fused + i));
+            assert_true(em_profile_kernel_get("tensor_attention_bwd_kv_wgmma", &kv));
+            assert_int_equal(kv.launches, EM_ARRAY_LEN(picks));
+            bool has_dq = em_profile_kernel_get("tensor_attention_bwd_q_wgmma", &dq);
+            bool has_fin = em_profile_kernel_get("tensor_attention_dq_finish", &fin);
+            assert_true(fused ? !has_dq && has_fin && fin.launches == EM_ARRAY_LEN(picks)
+                              : has_dq && !has_fin && dq.launches == EM_ARRAY_LEN(picks));
+        }
+        ran++;
+    }
+    unsetenv("EMBER_ATTENTION_FUSED_BWD");
     em_profile_enable(false);
     em_profile_reset();
     unsetenv("EMBER_ATTENTION");
@@ -77,7 +120,9 @@ static void test_wgmma_path(void **state)
 static void test_wgmma_tiles(void **state)
 {
     (void)state;
-    static const char *const tiles[] = {"1:64:1:32:3:32", "3:48:2:16:1:128"};
+    /* the third: two warpgroups of keys and query tiles of 128, so the fused backward's two dq
+     * blocks a tile go one to each warpgroup */
+    static const char *const tiles[] = {"1:64:1:32:3:32", "3:48:2:16:1:128", "1:64:2:128:1:64"};
     static const size_t picks[] = {1, 2, 4, 5};
     setenv("EMBER_ATTENTION", "wgmma", 1);
     unsetenv("EMBER_ATTENTION_BWD");
@@ -135,15 +180,20 @@ static void test_wgmma_compiles(void **state)
     const em_lang_module *m = em_lang_builtins();
     assert_non_null(m);
     em_caps caps = h200_caps();
-    static const char *const kernels[] = {"tensor_attention_fwd_wgmma",
-                                          "tensor_attention_bwd_kv_wgmma",
-                                          "tensor_attention_bwd_q_wgmma"};
+    /* the dk/dv pass twice: alone and as the fused backward (DQ, which the host takes at head
+     * size 64 only) */
+    static const char *const kernels[] = {
+        "tensor_attention_fwd_wgmma", "tensor_attention_bwd_kv_wgmma",
+        "tensor_attention_bwd_q_wgmma", "tensor_attention_bwd_kv_wgmma"};
     size_t failed = 0;
-    for (size_t ki = 0; ki < sizeof kernels / sizeof kernels[0]; ki++)
+    for (size_t kn = 0; kn < sizeof kernels / sizeof kernels[0]; kn++)
         for (int t = 0; t < 2; t++)
             for (int d = 64; d <= 128; d += 64)
                 for (int vec = 8; vec >= 1; vec -= 7) {
+                    size_t ki = kn == 3 ? 1 : kn;
+                    bool dq = kn == 3;
                     if (vec == 1 && (t || d != 64)) continue;
+                    if (dq && d != 64) continue;
                     em_scalar ty = t ? EM_BF16 : EM_F16;
                     /* the default tiles at D: warpgroups and streamed tile per kernel */
                     char tiles[64];
@@ -161,6 +211,7 @@ static void test_wgmma_compiles(void **state)
                                         em_lang_bind_int("PLANE", 32)};
                     size_t nb = sizeof b / sizeof b[0];
                     if (ki) nb = 6;
+                    if (dq) b[6] = em_lang_bind_bool("DQ", true), nb = 7;
                     em_lang_spec spec = {b, nb, 1, &caps};
                     em_lang_diags *dg = em_lang_diags_new();
                     em_ir_kernel *k = em_lang_specialize(m, kernels[ki], &spec, dg);
@@ -184,8 +235,8 @@ static void test_wgmma_compiles(void **state)
                                       vec, em_last_error());
                         failed++;
                     } else {
-                        print_message("%s %s D %d V %d: %.60s\n", kernels[ki], em_scalar_name(ty),
-                                      d, vec, nvrtc_used(log));
+                        print_message("%s%s %s D %d V %d: %.60s\n", kernels[ki], dq ? " DQ" : "",
+                                      em_scalar_name(ty), d, vec, nvrtc_used(log));
                         failed += (size_t)nvrtc_problems(log, kernels[ki]);
                     }
                     free(log);
@@ -228,9 +279,9 @@ int main(void)
     /* ptxas's report of registers and spills (NVRTC reads its options once) */
     setenv("EMBER_NVRTC_OPTIONS", "--ptxas-options=-v", 1);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_wgmma_path),           cmocka_unit_test(test_wgmma_tiles),
-        cmocka_unit_test(test_wgmma_fast_predicate), cmocka_unit_test(test_wgmma_compiles),
-        cmocka_unit_test(test_delta_lines_compiles),
+        cmocka_unit_test(test_wgmma_path),     cmocka_unit_test(test_wgmma_fused_modes),
+        cmocka_unit_test(test_wgmma_tiles),    cmocka_unit_test(test_wgmma_fast_predicate),
+        cmocka_unit_test(test_wgmma_compiles), cmocka_unit_test(test_delta_lines_compiles),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }
