@@ -54,6 +54,15 @@ static inline void expect_nvrtc_compiles(const char *src, const char *arch)
     free(bin);
 }
 
+/* Fails the test unless CUDA source src holds every string of want (n of them) and compiles
+ * for sm_90a (where NVRTC is installed). */
+static inline void expect_sm90a_source(const char *src, const char *const *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strstr(src, want[i])) fail_msg("no `%s` in the CUDA source:\n%s", want[i], src);
+    expect_nvrtc_compiles(src, "sm_90a");
+}
+
 /* Skips the calling cmocka test (saying why) where NVRTC is not installed. */
 #define SKIP_UNLESS_NVRTC()                                                                        \
     do {                                                                                           \

@@ -1,6 +1,8 @@
-/* test_tma.c — the kernel language's tensor memory accelerator builtins (tma_load, tma_acquire;
- * src/kernel/lang/lower_tma.c) and the runtime's tensor maps (em_tensor_map_encode), without a
- * GPU:
+/* test_tma.c — the kernel language's tensor memory accelerator builtins (tma_load, tma_acquire,
+ * tma_reduce_add; src/kernel/lang/lower_tma.c) and the runtime's tensor maps
+ * (em_tensor_map_encode), without a GPU:
+ *  - bulk reductions (tma_reduce_add) from three cubes on the CPU, as atomic adds; their PTX,
+ *    compiled by NVRTC for sm_90a;
  *  - boxes of 2-D and 3-D maps (inside, across the edges, past them) copied on the CPU, whose
  *    tma_load follows the CPU form of the map, checked element by element against the layout
  *    the hardware documents (rows of the box one after another; under the 128-byte swizzle
@@ -148,6 +150,45 @@ static void test_encode_rules(void **state)
     em_buffer_free(b);
 }
 
+/* Each cube scales src (N floats) by its position + 1 into shared memory and adds it to dst from
+ * element 4 on through the copy engine: a unit per 4 elements issues one tma_reduce_add, then
+ * commits and waits until its group has read the shared memory. */
+static const char *radd_src =
+    "kernel void radd(tensor(f32) dst, const tensor(f32) src, comptime u32 N = 64)\n"
+    "{\n"
+    "    shared f32 buf[N];\n"
+    "    for (u32 i in range(UNIT_POS, N, CUBE_DIM_X)) { buf[i] = src[i] * f32(CUBE_POS_X + 1); }\n"
+    "    fence_proxy_async();\n"
+    "    sync_cube();\n"
+    "    if (UNIT_POS < N / 4) { tma_reduce_add(dst, 4 + UNIT_POS * 4, buf, UNIT_POS * 4, 4); }\n"
+    "    tma_commit();\n"
+    "    tma_wait_read(0);\n"
+    "}\n";
+
+/* On the CPU the reductions are atomic adds: three cubes (threads) add 1, 2 and 3 times src, and
+ * the elements around the range stay as they were. */
+static void test_reduce_add_on_cpu(void **state)
+{
+    (void)state;
+    em_lang_module *m = must_load(radd_src);
+    enum { N = 64, LEN = N + 12 };
+    float dst[LEN], src[N], out[LEN];
+    for (int i = 0; i < LEN; i++) dst[i] = (float)i + 0.5f;
+    for (int i = 0; i < N; i++) src[i] = (float)i * 0.25f - 3.0f;
+    em_buffer *bd = buf_new(dst, sizeof dst), *bs = buf_new(src, sizeof src);
+    em_lang_spec spec = {NULL, 0, 1, NULL};
+    em_arg args[] = {em_arg_buffer(bd, LEN), em_arg_buffer(bs, N)};
+    launch_x(m, "radd", &spec, 3, 32, args, 2);
+    buf_get(bd, out, sizeof out);
+    for (int i = 0; i < LEN; i++) {
+        float want = dst[i] + (i >= 4 && i < 4 + N ? 6.0f * src[i - 4] : 0.0f);
+        if (out[i] != want) fail_msg("dst[%d] is %g, want %g", i, (double)out[i], (double)want);
+    }
+    em_buffer_free(bd);
+    em_buffer_free(bs);
+    em_lang_module_free(m);
+}
+
 /* ---- CUDA ------------------------------------------------------------------------------------ */
 
 /* Kernel box<bf16> of m for caps, simplified; NULL with the diagnostics in `why`. */
@@ -189,9 +230,7 @@ static void test_cuda_source(void **state)
         "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;",
         "__shared__ __align__(1024)",
     };
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
-        if (!strstr(src, want[i])) fail_msg("no `%s` in the CUDA source:\n%s", want[i], src);
-    expect_nvrtc_compiles(src, "sm_90a");
+    expect_sm90a_source(src, want, sizeof want / sizeof want[0]);
     free(src);
     em_caps old = cuda_caps("sm_90");
     src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &old);
@@ -199,6 +238,49 @@ static void test_cuda_source(void **state)
     assert_non_null(strstr(em_last_error(), "need"));
     em_ir_kernel_free(k);
     em_lang_module_free(m);
+}
+
+/* radd for an sm_90a device: the bulk reduction, its commit and its wait in the source, through
+ * NVRTC; refused before sm_90a; a destination of another type gets a diagnostic at it. */
+static void test_reduce_add_cuda(void **state)
+{
+    (void)state;
+    em_lang_module *m = must_load(radd_src);
+    em_caps caps = cuda_caps("sm_90a");
+    em_lang_spec spec = {NULL, 0, 1, &caps};
+    em_lang_diags *d = em_lang_diags_new();
+    em_ir_kernel *k = em_lang_specialize(m, "radd", &spec, d);
+    em_lang_diags_free(d);
+    assert_non_null(k);
+    assert_int_equal(em_ir_simplify(k), EM_OK);
+    char *src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &caps);
+    if (!src) fail_msg("%s", em_last_error());
+    static const char *const want[] = {
+        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;",
+        "cp.async.bulk.commit_group;",
+        "cp.async.bulk.wait_group.read 0;",
+        "fence.proxy.async.shared::cta;",
+    };
+    expect_sm90a_source(src, want, sizeof want / sizeof want[0]);
+    free(src);
+    em_ir_kernel_free(k);
+    em_caps old = cuda_caps("sm_80");
+    spec.caps = &old;
+    d = em_lang_diags_new();
+    assert_null(em_lang_specialize(m, "radd", &spec, d));
+    char *text = em_lang_diags_format(d);
+    if (!text || !strstr(text, "needs the tensor memory accelerator"))
+        fail_msg("unexpected diagnostic: %s", text ? text : "(none)");
+    free(text);
+    em_lang_diags_free(d);
+    em_lang_module_free(m);
+    const char *bad = "kernel void bad(tensor(f16) o, const tensor(f32) s)\n"
+                      "{\n    shared f32 t[64];\n    t[0] = s[0];\n"
+                      "    tma_reduce_add(o, 0, t, 0, 4);\n}\n";
+    assert_true(check_error_at(bad, 5, 20,
+                               "'tma_reduce_add' needs an f32 tensor parameter as its "
+                               "destination",
+                               NULL));
 }
 
 static void expect_refused(const em_lang_module *m, const em_caps *caps, const char *what)
@@ -474,10 +556,9 @@ int main(void)
     /* ptxas's report for test_matmul_tma_compiles (NVRTC reads the options once) */
     setenv("EMBER_NVRTC_OPTIONS", "--ptxas-options=-v", 1);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_boxes_on_cpu),
-        cmocka_unit_test(test_encode_rules),
-        cmocka_unit_test(test_cuda_source),
-        cmocka_unit_test(test_refused_elsewhere),
+        cmocka_unit_test(test_boxes_on_cpu),        cmocka_unit_test(test_reduce_add_on_cpu),
+        cmocka_unit_test(test_reduce_add_cuda),     cmocka_unit_test(test_encode_rules),
+        cmocka_unit_test(test_cuda_source),         cmocka_unit_test(test_refused_elsewhere),
         cmocka_unit_test(test_matmul_tma_compiles),
     };
     return cmocka_run_group_tests(tests, dev_setup, dev_teardown);

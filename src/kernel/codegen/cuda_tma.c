@@ -15,6 +15,11 @@
  *   "cuda.tma.fence_async"   ()
  *       fence.proxy.async.shared::cta: the unit's shared-memory writes (barrier inits) become
  *       visible to the async proxy (the copy engine) before it completes transactions on them.
+ *   "cuda.tma.reduce_add:D,S@D"  (di, si, n)
+ *       cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32: n f32 of shared array S
+ *       from element si added to global D from element di (16-byte multiples and alignment).
+ *   "cuda.tma.commit", "cuda.tma.wait_read:N"
+ *       cp.async.bulk.commit_group; cp.async.bulk.wait_group.read N.
  * All need sm_90a (PTX ISA 8.3 for the tensor-map fence). */
 #include <stdio.h>
 #include <string.h>
@@ -91,6 +96,29 @@ static void acquire(em_spmd *e, const em_ir_inst *in, const char *what)
     em_sb_free(&mi);
 }
 
+static void reduce_add(em_spmd *e, const em_ir_inst *in, const char *what)
+{
+    unsigned v[2] = {0, 0};
+    if (sscanf(what, "%u,%u@", &v[0], &v[1]) != 2 || in->imm != 3 ||
+        !mem_is(e, (em_ir_mem)v[0], EM_MEM_GLOBAL, EM_F32) ||
+        !mem_is(e, (em_ir_mem)v[1], EM_MEM_SHARED, EM_F32)) {
+        em_spmd_fail(e, "malformed bulk reduction `%s`", in->str);
+        return;
+    }
+    em_strbuf di, si, n;
+    em_sb_init(&di), em_sb_init(&si), em_sb_init(&n);
+    em_spmd_val_u32(e, in->args[0], &di);
+    em_spmd_val_u32(e, in->args[1], &si);
+    em_spmd_val_u32(e, in->args[2], &n);
+    em_spmd_line(e,
+                 "asm volatile(\"cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 "
+                 "[%%0], [%%1], %%2;\" :: \"l\"((unsigned long long)(%s + (unsigned)(%s))), "
+                 "\"r\"((unsigned)__cvta_generic_to_shared(%s + (unsigned)(%s))), "
+                 "\"r\"((unsigned)(%s) * 4u) : \"memory\");",
+                 e->mname[v[0]], di.data, e->mname[v[1]], si.data, n.data);
+    em_sb_free(&di), em_sb_free(&si), em_sb_free(&n);
+}
+
 void em_cuda_tma(em_spmd *e, const em_ir_inst *in, const char *what, em_strbuf *sb)
 {
     em_sb_append(sb, "(void)0");
@@ -109,6 +137,13 @@ void em_cuda_tma(em_spmd *e, const em_ir_inst *in, const char *what, em_strbuf *
         acquire(e, in, what + 8);
     else if (!strcmp(what, "fence_async"))
         em_spmd_line(e, "asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");");
+    else if (!strncmp(what, "reduce_add:", 11))
+        reduce_add(e, in, what + 11);
+    else if (!strcmp(what, "commit"))
+        em_spmd_line(e, "asm volatile(\"cp.async.bulk.commit_group;\" ::: \"memory\");");
+    else if (!strncmp(what, "wait_read:", 10) && what[10] >= '0' && what[10] <= '7' && !what[11])
+        em_spmd_line(e, "asm volatile(\"cp.async.bulk.wait_group.read %c;\" ::: \"memory\");",
+                     what[10]);
     else
         em_spmd_fail(e, "unknown tensor-map intrinsic `%s`", in->str);
 }

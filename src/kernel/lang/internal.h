@@ -432,7 +432,15 @@ enum {
     MBAR_SETMAXNREG_DEC
 };
 /* The tensor-memory-accelerator builtins (the imm of their BI_TMA entries). */
-enum { TMA_LOAD, TMA_ACQUIRE, TMA_FENCE_ASYNC, TMA_LOAD_MULTICAST };
+enum {
+    TMA_LOAD,
+    TMA_ACQUIRE,
+    TMA_FENCE_ASYNC,
+    TMA_LOAD_MULTICAST,
+    TMA_REDUCE_ADD,
+    TMA_COMMIT,
+    TMA_WAIT_READ
+};
 
 /* An intrinsic (as em_ir_intrinsic) that names the memory `mem` it works on (defined in
  * src/kernel/ir.c; the warpgroup MMA's lowering uses it). */

@@ -17,20 +17,31 @@
  *       makes map mi, written by the host, safe to use by this unit (once, before its loads).
  *   fence_proxy_async()
  *       makes this unit's earlier shared-memory writes visible to the copy engine (the async
- *       proxy): after mbarrier_init, before the barriers are handed to tma_load.
+ *       proxy): after mbarrier_init, before the barriers are handed to tma_load, and after
+ *       writing what tma_reduce_add reads.
+ *   tma_reduce_add(dst, di, src, si, n)
+ *       adds n f32 elements of the shared array src from element si to the f32 tensor dst from
+ *       element di, by the copy engine (dst[di + e] += src[si + e], each element atomically, in
+ *       the L2 cache), asynchronously: the unit's bulk group, closed by tma_commit, and
+ *       tma_wait_read(N) (N comptime) waits until at most N of its groups still read their
+ *       shared memory, which may then be written again. n, di and si must be multiples of 4
+ *       (16 bytes; the shared array 16-byte aligned, as every one is).
  *
  * On CUDA for sm_90a they become intrinsics that codegen/cuda_tma.c writes as PTX
  * ("cuda.tma.load:DST,BAR,MAP@DST" with (di, bi << 32 | mi, y << 32 | x, z), the
  * packing because an IR instruction has four operands: cp.async.bulk.tensor.3d;
  * "cuda.tma.load_mc:DST,BAR,MAP@DST" with (mask << 32 | di, ...): its .multicast::cluster form;
  * "cuda.tma.acquire:MAP@MAP" with (mi): fence.proxy.tensormap::generic.acquire;
- * "cuda.tma.fence_async": fence.proxy.async.shared::cta); the map's
+ * "cuda.tma.fence_async": fence.proxy.async.shared::cta; "cuda.tma.reduce_add:DST,SRC@DST"
+ * with (di, si, n): cp.reduce.async.bulk .add.f32; "cuda.tma.commit", "cuda.tma.wait_read:N":
+ * cp.async.bulk.commit_group and .wait_group.read N); the map's
  * address is all the instruction needs, and src is not read. On the C target (and without a
  * target) the copy happens at once (a multicast one into the cube's own array only: cubes there
  * are clusters of one), in loops that read src with the geometry of the CPU form
  * of the map (tma.h), zero-fill outside its dims and apply the same swizzle; the barrier is
- * left alone (as every barrier op there: lower_mbarrier.c), and the fences do nothing.
- * Other targets reject both. */
+ * left alone (as every barrier op there: lower_mbarrier.c), and the fences do nothing; a
+ * reduction happens at once too, as atomic adds, and its commit and wait do nothing.
+ * Other targets reject them all. */
 #include <stdio.h>
 #include <string.h>
 
@@ -198,12 +209,65 @@ static lv load(lower *L, const ast_expr *e, lv *a, bool multicast)
     return em_lang_lv_void();
 }
 
+/* tma_reduce_add (the top of the file). */
+static lv reduce_add(lower *L, const ast_expr *e, lv *a)
+{
+    const char *fn = "tma_reduce_add";
+    if (!mem_of(L, e, &a[0], 0, EM_MEM_GLOBAL, EM_F32, fn,
+                "an f32 tensor parameter as its destination") ||
+        !mem_of(L, e, &a[2], 2, EM_MEM_SHARED, EM_F32, fn, "a shared array of f32 as its source"))
+        return em_lang_lv_err();
+    if (!a[0].writable)
+        return em_lang_lerr(L, apos(e, 0), NULL, "cannot write to read-only tensor '%s'",
+                            a[0].name ? a[0].name : "?");
+    static const char *const what[] = {NULL, "the destination index", NULL, "the source index",
+                                       "the element count"};
+    em_ir_val v[5] = {0};
+    for (unsigned i = 1; i < 5; i++)
+        if (what[i] && !index_arg(L, e, a, i, what[i], &v[i])) return em_lang_lv_err();
+    em_ir_kernel *k = L->k;
+    if (emulated(L)) {
+        em_ir_val x = em_ir_var(k, em_ty(EM_U32), "tma_e");
+        if (!em_lang_ir_open(L, e->op_pos)) return em_lang_lv_err();
+        em_ir_range_begin(k, x, u32c(k, 0), v[4], u32c(k, 1), false);
+        em_ir_val from = em_ir_load(k, a[2].mem, bin(k, EM_OP_ADD, v[3], x));
+        em_ir_atomic(k, EM_OP_ATOMIC_ADD, a[0].mem, bin(k, EM_OP_ADD, v[1], x), from, EM_IR_NONE);
+        em_lang_ir_close(L);
+        return em_lang_lv_void();
+    }
+    char name[64];
+    snprintf(name, sizeof name, "cuda.tma.reduce_add:%u,%u@%u", (unsigned)a[0].mem,
+             (unsigned)a[2].mem, (unsigned)a[0].mem);
+    em_ir_val args[3] = {v[1], v[3], v[4]};
+    em_ir_intrinsic_mem(k, name, (em_type){0, 0}, a[0].mem, args, 3);
+    return em_lang_lv_void();
+}
+
 lv em_lang_lower_tma(lower *L, const ast_expr *e, const lang_builtin *b, lv *a)
 {
     if (!em_lang_hopper_target(L, e, b->name, "tma", "the tensor memory accelerator"))
         return em_lang_lv_err();
     if (b->imm == TMA_LOAD || b->imm == TMA_LOAD_MULTICAST)
         return load(L, e, a, b->imm == TMA_LOAD_MULTICAST);
+    if (b->imm == TMA_REDUCE_ADD) return reduce_add(L, e, a);
+    if (b->imm == TMA_COMMIT) {
+        if (!emulated(L)) em_ir_intrinsic(L->k, "cuda.tma.commit", (em_type){0, 0}, NULL, 0);
+        return em_lang_lv_void();
+    }
+    if (b->imm == TMA_WAIT_READ) {
+        int64_t n = 0;
+        if (!em_lang_comptime_int(L, &a[0], apos(e, 0), "the groups left reading", &n))
+            return em_lang_lv_err();
+        if (n < 0 || n > 7)
+            return em_lang_lerr(L, apos(e, 0), "0 to 7", "'%s' of %lld groups", b->name,
+                                (long long)n);
+        if (!emulated(L)) {
+            char name[40];
+            snprintf(name, sizeof name, "cuda.tma.wait_read:%lld", (long long)n);
+            em_ir_intrinsic(L->k, name, (em_type){0, 0}, NULL, 0);
+        }
+        return em_lang_lv_void();
+    }
     if (b->imm == TMA_FENCE_ASYNC) {
         if (!emulated(L)) em_ir_intrinsic(L->k, "cuda.tma.fence_async", (em_type){0, 0}, NULL, 0);
         return em_lang_lv_void();
