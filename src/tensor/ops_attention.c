@@ -190,7 +190,7 @@ static size_t attn_wgmma_smem(int64_t d, const attn_tiles *t)
     size_t kv = (2 * 64 * (size_t)t->kv_wg * dd + 4 * (size_t)t->kv_bq * dd) * e +
                 4 * (size_t)t->kv_bq * 4 + 6 * 1024;
     /* the fused backward's dS^T and f32 dQ tiles (rows of D + 8) */
-    kv += 64 * (size_t)t->kv_wg * ((size_t)t->kv_bq * e + (dd + 8) * 4) + 2 * 1024;
+    kv += 64 * ((size_t)t->kv_wg * (size_t)t->kv_bq * e + (dd + 8) * 4) + 2 * 1024;
     size_t dq = (2 * 64 * (size_t)t->q_wg * dd + 4 * (size_t)t->q_bk * dd) * e + 4 * 1024;
     size_t most = fwd > kv ? fwd : kv;
     return most > dq ? most : dq;
@@ -378,14 +378,14 @@ static em_status delta_lines(const char *op, em_device *dev, const em_tensor *g,
 
 /* Whether the wgmma backward takes one fused pass (tensor_attention_bwd_kv_wgmma with DQ: dq
  * summed in f32 with atomics, then rounded by tensor_attention_dq_finish) instead of a second
- * pass for dq: where both dq and dk / dv are wanted and the dk/dv tiles are whole query blocks of
- * 64; by default at head size 64 (at 128 the dQ tile's 64 more registers a unit would spill).
- * EMBER_ATTENTION_FUSED_BWD=0 keeps two passes (A/B: the two-pass dq is deterministic), =1 takes
- * the fused pass at any head size (tests). */
+ * pass for dq: where both dq and dk / dv are wanted and the dk/dv cubes are one warpgroup with
+ * query tiles of 64; by default at head size 64 (at 128 the dQ tile's 64 more registers a unit
+ * would spill). EMBER_ATTENTION_FUSED_BWD=0 keeps two passes (A/B: the two-pass dq is
+ * deterministic), =1 takes the fused pass at any head size (tests). */
 static bool attn_fused_bwd(int64_t D, const attn_tiles *t)
 {
     const char *env = getenv("EMBER_ATTENTION_FUSED_BWD");
-    if (t->kv_bq % 64) return false;
+    if (t->kv_bq != 64 || t->kv_wg != 1) return false;
     if (env && (!strcmp(env, "0") || !strcmp(env, "1"))) return env[0] == '1';
     return D == 64;
 }
