@@ -377,17 +377,15 @@ static em_status delta_lines(const char *op, em_device *dev, const em_tensor *g,
 }
 
 /* Whether the wgmma backward takes one fused pass (tensor_attention_bwd_kv_wgmma with DQ: dq
- * summed in f32 with atomics, then rounded by tensor_attention_dq_finish) instead of a second
- * pass for dq: where both dq and dk / dv are wanted and the dk/dv cubes are one warpgroup with
- * query tiles of 64; by default at head size 64 (at 128 the dQ tile's 64 more registers a unit
- * would spill). EMBER_ATTENTION_FUSED_BWD=0 keeps two passes (A/B: the two-pass dq is
- * deterministic), =1 takes the fused pass at any head size (tests). */
-static bool attn_fused_bwd(int64_t D, const attn_tiles *t)
+ * summed in f32 by the copy engine's bulk reductions, then rounded by tensor_attention_dq_finish)
+ * instead of a second pass for dq: with EMBER_ATTENTION_FUSED_BWD=1, where both dq and dk / dv
+ * are wanted and the dk/dv cubes are one warpgroup with query tiles of 64. Off by default: on an
+ * H100 (session 23, docs/benchmarks.md) the fused backward of GPT-2's attention took 0.478 ms
+ * against the two passes' 0.407, and the training step 38.01 ms against 37.80. */
+static bool attn_fused_bwd(const attn_tiles *t)
 {
     const char *env = getenv("EMBER_ATTENTION_FUSED_BWD");
-    if (t->kv_bq != 64 || t->kv_wg != 1) return false;
-    if (env && (!strcmp(env, "0") || !strcmp(env, "1"))) return env[0] == '1';
-    return D == 64;
+    return env && !strcmp(env, "1") && t->kv_bq == 64 && t->kv_wg == 1;
 }
 
 /* dq = dqa scale rounded to dq's dtype (tensor_attention_dq_finish), 16-byte lines of dq where its
@@ -428,7 +426,7 @@ static em_status attn_backward_mma(const char *op, em_tensor *const views[4], em
                             em_lang_bind_int("PLANE", plane),
                             em_lang_bind_int("V", vec ? 8 : 1)};
     attn_tiles t = attn_tiles_get(q->shape[3]);
-    bool fused = wg && gq && gk && attn_fused_bwd(q->shape[3], &t);
+    bool fused = wg && gq && gk && attn_fused_bwd(&t);
     em_lang_bind wbind[7] = {
         em_lang_bind_type("T", q->dtype),   em_lang_bind_type("M", tn_math_type(dev, EM_F32)),
         em_lang_bind_int("D", q->shape[3]), em_lang_bind_int("WG", t.kv_wg),

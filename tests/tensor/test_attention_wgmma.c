@@ -4,8 +4,8 @@
  * when one is present (EMBER_TEST_DEVICE=cuda:0). The output and the gradients against the
  * float64 reference of attention_case.h for f16 and bf16, D 64 and 128, causal and not, Tq < Tk,
  * lengths off the tiles (1, 33, 100, 200), B * H > 1, k's rows unaligned (element copies), with
- * the profiler's launch counts showing that the wgmma kernels ran (the fused backward, with dq
- * summed by atomics, at D 64; EMBER_ATTENTION_FUSED_BWD switching it); other tiles per kernel
+ * the profiler's launch counts showing that the wgmma kernels ran (and the fused backward, with dq
+ * summed by bulk reductions, where EMBER_ATTENTION_FUSED_BWD=1 asks for it); other tiles per kernel
  * (EMBER_ATTENTION_TILES); and the kernels' CUDA source
  * through NVRTC for sm_90a where NVRTC is installed. */
 #include <stdlib.h>
@@ -57,16 +57,12 @@ static void test_wgmma_path(void **state)
         assert_int_equal(fwd.launches, NCASES);
         assert_false(em_profile_kernel_get("tensor_attention_fwd_mma", &other));
         assert_false(em_profile_kernel_get("tensor_attention_fwd", &other));
-        /* and every backward the dk/dv pass; at head size 64 with dq summed in it (the fused
-         * pass, then the rounding kernel), at 128 followed by the dq pass */
-        int d64 = 0;
-        for (size_t i = 0; i < NCASES; i++) d64 += cases[i].c.D == 64;
+        /* and every backward the two wgmma passes, once each (the fused pass is opt-in) */
         assert_true(em_profile_kernel_get("tensor_attention_bwd_kv_wgmma", &other));
         assert_int_equal(other.launches, NCASES);
         assert_true(em_profile_kernel_get("tensor_attention_bwd_q_wgmma", &other));
-        assert_int_equal(other.launches, NCASES - d64);
-        assert_true(em_profile_kernel_get("tensor_attention_dq_finish", &other));
-        assert_int_equal(other.launches, d64);
+        assert_int_equal(other.launches, NCASES);
+        assert_false(em_profile_kernel_get("tensor_attention_dq_finish", &other));
         assert_false(em_profile_kernel_get("tensor_attention_bwd_kv_mma", &other));
         assert_false(em_profile_kernel_get("tensor_attention_bwd_q_mma", &other));
         ran++;
@@ -77,9 +73,9 @@ static void test_wgmma_path(void **state)
     if (!ran) skip();
 }
 
-/* EMBER_ATTENTION_FUSED_BWD: =0 keeps two passes at head size 64 (the dq pass runs, no rounding
- * kernel), =1 fuses at 128 too (with one warpgroup of keys a cube, which the fused pass needs);
- * both against the same references. */
+/* EMBER_ATTENTION_FUSED_BWD: =0 keeps two passes (the dq pass runs, no rounding kernel), =1
+ * fuses them, at head size 64 and 128 (with one warpgroup of keys a cube, which the fused pass
+ * needs); both against the same references. */
 static void test_wgmma_fused_modes(void **state)
 {
     (void)state;
