@@ -179,21 +179,18 @@ void tn_attention_tiles(int64_t D, char *out, size_t size)
 
 /* Bytes of shared memory the largest of the wgmma kernels takes for head size d (2-byte
  * elements), with up to 1 KiB per shared array that the CUDA generator spends aligning them.
- * Forward: Q, two stages of K and V, the row-reduction scratch. dk/dv: K, V, three stages of Q,
- * dO, lse and delta (the fused backward: two, and dS^T and dQ). dq: Q, dO, two stages of
+ * Forward: Q, two stages of K and V, the row-reduction scratch. dk/dv: K, V, two stages of Q and
+ * dO, two stages of lse and delta, and for the fused backward dS^T and dQ. dq: Q, dO, two stages of
  * K and V. (P, P^T and dS stay in registers as the A operands of the next MMA.) */
 static size_t attn_wgmma_smem(int64_t d, const attn_tiles *t)
 {
     size_t e = 2, dd = (size_t)d;
     size_t fwd = (64 * (size_t)t->fwd_wg * dd + 4 * (size_t)t->fwd_bk * dd) * e +
                  128 * (size_t)t->fwd_wg * 4 + 4 * 1024;
-    /* dk/dv: three stages; the fused backward two, with its dS^T and f32 dQ tile (rows of D + 8) */
-    size_t kv3 = (2 * 64 * (size_t)t->kv_wg * dd + 6 * (size_t)t->kv_bq * dd) * e +
-                 6 * (size_t)t->kv_bq * 4 + 6 * 1024;
     size_t kv = (2 * 64 * (size_t)t->kv_wg * dd + 4 * (size_t)t->kv_bq * dd) * e +
                 4 * (size_t)t->kv_bq * 4 + 6 * 1024;
+    /* the fused backward's dS^T and f32 dQ tiles (rows of D + 8) */
     kv += 64 * ((size_t)t->kv_wg * (size_t)t->kv_bq * e + (dd + 8) * 4) + 2 * 1024;
-    kv = kv > kv3 ? kv : kv3;
     size_t dq = (2 * 64 * (size_t)t->q_wg * dd + 4 * (size_t)t->q_bk * dd) * e + 4 * 1024;
     size_t most = fwd > kv ? fwd : kv;
     return most > dq ? most : dq;
