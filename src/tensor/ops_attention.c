@@ -148,8 +148,12 @@ static attn_tiles attn_tiles_get(int64_t D)
 {
     /* head size 64: one warpgroup a cube (on an H100 in session 16 the forward ran 1.24x and the
      * backward 1.07x faster than with two, docs/benchmarks.md: more cubes hide each other's
-     * softmax); 128: two, since one warpgroup's dk/dv at 255 registers spills */
-    attn_tiles t = D <= 64 ? (attn_tiles){1, 128, 1, 64, 1, 64} : (attn_tiles){2, 128, 2, 64, 2, 64};
+     * softmax), key tiles of 64 for the forward (96 registers and 41 KiB a cube, where 128 took
+     * 128 and 73 KiB) and query tiles of 48 for dk/dv (150 registers: three cubes a
+     * multiprocessor where 64 took 180 and two): on an H100 in session 23 the forward 0.119
+     * against 0.127 ms and the backward 0.388 against 0.401 (GPT-2's b16 x 12 x 1024 x 64);
+     * 128: two, since one warpgroup's dk/dv at 255 registers spills */
+    attn_tiles t = D <= 64 ? (attn_tiles){1, 64, 1, 48, 1, 64} : (attn_tiles){2, 128, 2, 64, 2, 64};
     const char *env = getenv("EMBER_ATTENTION_TILES");
     attn_tiles e;
     if (env && sscanf(env, "%d:%d:%d:%d:%d:%d", &e.fwd_wg, &e.fwd_bk, &e.kv_wg, &e.kv_bq, &e.q_wg,

@@ -123,7 +123,9 @@ static void test_forced_paths(void **state)
         setenv("EMBER_ATTENTION_FUSED_BWD", "0", 1);
         run_case(cpu, EM_BF16, 1, 70, 2, 64, true, paths[i]);
         setenv("EMBER_ATTENTION_FUSED_BWD", "1", 1);
+        setenv("EMBER_ATTENTION_TILES", "1:64:1:64:1:64", 1); /* the fused pass's tiles */
         if (i == 1) run_case(cpu, EM_BF16, 1, 70, 2, 64, true, "wgmma, fused backward");
+        unsetenv("EMBER_ATTENTION_TILES");
         unsetenv("EMBER_ATTENTION_FUSED_BWD");
         setenv("EMBER_ATTENTION_BWD", "matmul", 1);
         run_case(cpu, EM_BF16, 2, 20, 1, 64, true, "public-ops backward");

@@ -119,7 +119,7 @@ static void test_wgmma_fused_modes(void **state)
 static void test_wgmma_tiles(void **state)
 {
     (void)state;
-    static const char *const tiles[] = {"1:64:1:32:3:32", "3:48:2:16:1:128"};
+    static const char *const tiles[] = {"1:128:1:32:3:32", "3:48:2:16:1:128"};
     static const size_t picks[] = {1, 2, 4, 5};
     setenv("EMBER_ATTENTION", "wgmma", 1);
     unsetenv("EMBER_ATTENTION_BWD");
