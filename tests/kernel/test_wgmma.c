@@ -3,7 +3,8 @@
  *    the accumulator's register layout) against references written here from the PTX ISA's
  *    tables, and against the tile layout that src/kernels/matmul_wgmma.ek copies into;
  *  - a kernel using wgmma_mma with every operand layout, run on the CPU (where the ops are
- *    emulated as the hardware addresses its operands) against a float64 product;
+ *    emulated as the hardware addresses its operands) against a float64 product, and with its
+ *    first MMA overwriting a non-zero accumulator (add false);
  *  - the CUDA source of the ops for an sm_90a device (PTX text, descriptor constant, accumulator
  *    operands, 1024-byte shared alignment), compiled by NVRTC for sm_90a when it is installed,
  *    with the built-in matmul_wgmma and matmul_wgmma_ws kernels in the configurations the host
@@ -160,7 +161,7 @@ static const char *wg_src =
     "}\n"
     "kernel<T: float> void wg(const tensor(T) a, const tensor(T) b, tensor(f32) out,\n"
     "                         comptime u32 N = 64, comptime bool AMN = false,\n"
-    "                         comptime bool BMN = false)\n"
+    "                         comptime bool BMN = false, comptime bool OVER = false)\n"
     "{\n"
     "    shared T sa[64 * 64];\n"
     "    shared T sb[N * 64];\n"
@@ -175,12 +176,12 @@ static const char *wg_src =
     "        u32 n = e % N;\n"
     "        sb[BMN ? at(k, n, 64) : at(n, k, N)] = b[e];\n"
     "    }\n"
-    "    for (u32 i in range(N / 2)) { acc[i] = 0.0; }\n"
+    "    for (u32 i in range(N / 2)) { acc[i] = OVER ? 1000.0 : 0.0; }\n"
     "    wgmma_fence();\n"
     "    sync_cube();\n"
     "    comptime for (u32 kk in range(4)) {\n"
     "        wgmma_mma(acc, sa, AMN ? kk * 1024 : kk * 16, AMN ? 4096 : 0, sb,\n"
-    "                  BMN ? kk * 1024 : kk * 16, BMN ? 4096 : 0);\n"
+    "                  BMN ? kk * 1024 : kk * 16, BMN ? 4096 : 0, !OVER || kk > 0);\n"
     "    }\n"
     "    wgmma_commit();\n"
     "    wgmma_wait(acc, 0);\n"
@@ -199,7 +200,9 @@ static uint16_t bf16_bits(float f)
     return (uint16_t)(u >> 16); /* the test's values are exact in bf16 */
 }
 
-static void run_wg(em_lang_module *m, unsigned n, bool amn, bool bmn)
+/* With over, acc starts at 1000 and the first MMA overwrites it (add false): the product alone
+ * comes out either way. */
+static void run_wg(em_lang_module *m, unsigned n, bool amn, bool bmn, bool over)
 {
     uint16_t a[64 * 64], b[64 * 256];
     float fa[64 * 64], fb[64 * 256], out[64 * 256];
@@ -210,8 +213,9 @@ static void run_wg(em_lang_module *m, unsigned n, bool amn, bool bmn)
     em_buffer *ba = buf_new(a, sizeof a), *bb = buf_new(b, 64 * n * 2),
               *bo = buf_new(NULL, 64 * n * 4);
     em_lang_bind binds[] = {em_lang_bind_type("T", EM_BF16), em_lang_bind_int("N", n),
-                            em_lang_bind_bool("AMN", amn), em_lang_bind_bool("BMN", bmn)};
-    em_lang_spec spec = {binds, 4, 1, NULL};
+                            em_lang_bind_bool("AMN", amn), em_lang_bind_bool("BMN", bmn),
+                            em_lang_bind_bool("OVER", over)};
+    em_lang_spec spec = {binds, 5, 1, NULL};
     em_arg args[] = {em_arg_buffer(ba, 64 * 64), em_arg_buffer(bb, 64 * n),
                      em_arg_buffer(bo, 64 * n)};
     launch_x(m, "wg", &spec, 1, 128, args, 3);
@@ -235,11 +239,12 @@ static void test_emulated_on_cpu(void **state)
 {
     (void)state;
     em_lang_module *m = must_load(wg_src);
-    run_wg(m, 64, false, false);
-    run_wg(m, 256, false, true); /* the forward pass: row-major a, row-major (MN-major) b */
-    run_wg(m, 128, true, false); /* a^T b and a b^T of backward passes */
-    run_wg(m, 128, true, true);
-    run_wg(m, 8, false, false);
+    run_wg(m, 64, false, false, false);
+    run_wg(m, 256, false, true, false); /* the forward pass: row-major a, row-major (MN-major) b */
+    run_wg(m, 128, true, false, false); /* a^T b and a b^T of backward passes */
+    run_wg(m, 128, true, true, false);
+    run_wg(m, 8, false, false, false);
+    run_wg(m, 64, false, true, true); /* the first MMA overwrites acc (add false) */
     em_lang_module_free(m);
 }
 
@@ -390,9 +395,10 @@ static void test_cuda_source(void **state)
     em_lang_module *m = must_load(wg_src);
     em_caps caps = cuda_caps("sm_90a");
     em_lang_bind b[] = {em_lang_bind_type("T", EM_BF16), em_lang_bind_int("N", 256),
-                        em_lang_bind_bool("AMN", true), em_lang_bind_bool("BMN", false)};
+                        em_lang_bind_bool("AMN", true), em_lang_bind_bool("BMN", false),
+                        em_lang_bind_bool("OVER", true)};
     char why[2048] = "";
-    em_ir_kernel *k = specialize(m, "wg", b, 4, &caps, why, sizeof why);
+    em_ir_kernel *k = specialize(m, "wg", b, 5, &caps, why, sizeof why);
     if (!k) fail_msg("%s", why);
     char *ir = em_ir_print_kernel(k);
     assert_non_null(strstr(ir, "cuda.wgmma.mma:256,bf16,1,0@"));
@@ -403,6 +409,9 @@ static void test_cuda_source(void **state)
     if (!src) fail_msg("%s", em_last_error());
     assert_non_null(strstr(src, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, "));
     assert_non_null(strstr(src, "%126, %127}, %128, %129, p, 1, 1, 1, 0;"));
+    /* the scale-d predicate's operand: the first MMA overwrites (0), the others add (1) */
+    assert_non_null(strstr(src, "\"r\"(0u) : \"memory\");"));
+    assert_non_null(strstr(src, "\"r\"(1u) : \"memory\");"));
     assert_non_null(strstr(src, "fence.proxy.async.shared::cta;\\nwgmma.fence.sync.aligned;"));
     assert_non_null(strstr(src, "wgmma.commit_group.sync.aligned;"));
     assert_non_null(strstr(src, "wgmma.wait_group.sync.aligned 0;"));

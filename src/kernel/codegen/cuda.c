@@ -852,12 +852,19 @@ static bool cu_wgmma(em_spmd *e, const em_ir_inst *in, const char *what, em_strb
         for (unsigned r = 0; r < 4; r++)
             em_sb_printf(&frag, "\"r\"(%s[%u]), ", e->mname[am], ao + r);
         em_spmd_val(e, in->args[0], &db);
+        em_strbuf add;
+        em_sb_init(&add);
+        if (in->imm > 1)
+            em_spmd_val_u32(e, in->args[1], &add); /* the scale-d predicate (add to acc) */
+        else
+            em_sb_append(&add, "1");
         em_spmd_line(e,
                      "asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%u, 0;\\n"
                      "wgmma.mma_async.sync.aligned.m64n%uk16.f32.%s.%s {%s}, {%%%u, %%%u, %%%u, "
-                     "%%%u}, %%%u, p, 1, 1, %u;\\n}\" : %s : %s\"l\"(%s), \"r\"(1) : \"memory\");",
+                     "%%%u}, %%%u, p, 1, 1, %u;\\n}\" : %s : %s\"l\"(%s), \"r\"(%s) : \"memory\");",
                      n / 2 + 5, n, t, t, regs.data, n / 2, n / 2 + 1, n / 2 + 2, n / 2 + 3,
-                     n / 2 + 4, tb, ops.data, frag.data, db.data);
+                     n / 2 + 4, tb, ops.data, frag.data, db.data, add.data);
+        em_sb_free(&add);
         em_sb_free(&regs);
         em_sb_free(&ops);
         em_sb_free(&frag);
@@ -880,12 +887,19 @@ static bool cu_wgmma(em_spmd *e, const em_ir_inst *in, const char *what, em_strb
         em_sb_init(&db);
         em_spmd_val(e, in->args[0], &da);
         em_spmd_val(e, in->args[1], &db);
+        em_strbuf add;
+        em_sb_init(&add);
+        if (in->imm > 2)
+            em_spmd_val_u32(e, in->args[2], &add); /* the scale-d predicate (add to acc) */
+        else
+            em_sb_append(&add, "1");
         em_spmd_line(e,
                      "asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%u, 0;\\n"
                      "wgmma.mma_async.sync.aligned.m64n%uk16.f32.%s.%s {%s}, %%%u, %%%u, p, 1, 1, "
-                     "%u, %u;\\n}\" : %s : \"l\"(%s), \"l\"(%s), \"r\"(1) : \"memory\");",
+                     "%u, %u;\\n}\" : %s : \"l\"(%s), \"l\"(%s), \"r\"(%s) : \"memory\");",
                      n / 2 + 2, n, t, t, regs.data, n / 2, n / 2 + 1, ta, tb, ops.data, da.data,
-                     db.data);
+                     db.data, add.data);
+        em_sb_free(&add);
         em_sb_free(&regs);
         em_sb_free(&ops);
         em_sb_free(&da);

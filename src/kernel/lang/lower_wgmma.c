@@ -1,8 +1,9 @@
 /* lower_wgmma.c — the warpgroup MMA builtins (Hopper's wgmma.mma_async, docs/kernel-language.md
  * "Warpgroup matrix multiply-accumulate"):
  *
- *   wgmma_mma(acc, a, a_off, a_mn, b, b_off, b_mn)   acc (64 x N, f32) += A (64 x 16) * B (16 x N)
- *   wgmma_mma_rs(acc, a, a_off, b, b_off, b_mn)      the same with A from registers
+ *   wgmma_mma(acc, a, a_off, a_mn, b, b_off, b_mn[, add])  acc (64 x N, f32) += A (64 x 16) * B
+ *                                                        (16 x N); with add false, acc = A * B
+ *   wgmma_mma_rs(acc, a, a_off, b, b_off, b_mn[, add])    the same with A from registers
  *   wgmma_fence([r...])  wgmma_fence_regs([r...])  wgmma_commit()  wgmma_wait(acc, pending)
  *
  * acc is a local f32 array of N/2 elements (N = 8 .. 256, a multiple of 8) holding the unit's
@@ -14,7 +15,10 @@
  * hold the unit's A fragment as pairs of 16-bit values of B's type (low half first), in the
  * order of the accumulator's registers (wgmma.h: em_wgmma_a_coord), so that an f32 accumulator
  * tile packed pairwise is the A operand of the next product. The fences' optional arguments are
- * such register arrays (up to three): their writes are kept before the fence.
+ * such register arrays (up to three): their writes are kept before the fence. add (a bool, true
+ * when left out) is the instruction's scale-d predicate: false starts the accumulator from the
+ * product, so a chain's first MMA needs no zeroed accumulator (whose writes between the fence
+ * and the MMA make ptxas insert a warpgroup.arrive).
  *
  * On CUDA for compute capability 9.0 they become intrinsics that codegen/cuda.c writes as PTX
  * ("cuda.wgmma.desc:LBO@MEM" -> the u64 descriptor of a shared array at an offset,
@@ -199,9 +203,10 @@ static em_ir_val a_element(em_ir_kernel *k, const a_source *src, em_ir_val row, 
                       em_ir_bitcast(k, em_ty(src->t), em_ir_cast(k, em_ty(EM_U16), half)));
 }
 
-/* acc[i] += sum over k < 16 of A(row, k) B(k, col) for each register i of this unit. */
+/* acc[i] += sum over k < 16 of A(row, k) B(k, col) for each register i of this unit (acc[i] =
+ * the sum where the bool `add` is false). */
 static bool emulate_mma(lower *L, const ast_expr *e, const lv *acc, const a_source *src,
-                        const lv *b, em_ir_val boff, uint32_t blay)
+                        const lv *b, em_ir_val boff, uint32_t blay, em_ir_val add)
 {
     em_ir_kernel *k = L->k;
     em_ir_val t = bin(k, EM_OP_REM, em_ir_builtin(k, EM_UNIT_POS), u32c(k, EM_WGMMA_UNITS));
@@ -225,7 +230,9 @@ static bool emulate_mma(lower *L, const ast_expr *e, const lv *acc, const a_sour
     v = bin(k, EM_OP_ADD, cbase, v);
     col = bin(k, EM_OP_ADD, col, v);
     em_ir_val s = em_ir_var(k, em_ty(EM_F32), "wg_s");
-    em_ir_assign(k, s, em_ir_load(k, acc->mem, i));
+    em_ir_assign(k, s,
+                 em_ir_ternary(k, EM_OP_SELECT, add, em_ir_load(k, acc->mem, i),
+                               em_ir_const_float(k, em_ty(EM_F32), 0.0)));
     em_ir_val kk = em_ir_var(k, em_ty(EM_U32), "wg_k");
     if (!em_lang_ir_open(L, e->op_pos)) return false;
     em_ir_range_begin(k, kk, u32c(k, 0), u32c(k, EM_WGMMA_K), u32c(k, 1), false);
@@ -248,6 +255,19 @@ static em_ir_val descriptor(em_ir_kernel *k, em_ir_mem m, em_ir_val off, uint32_
     return em_ir_intrinsic_mem(k, name, em_ty(EM_U64), m, &off, 1);
 }
 
+/* The optional `add` argument i (a bool; true when left out) as a value. */
+static bool add_arg(lower *L, const ast_expr *e, lv *a, unsigned i, em_ir_val *out)
+{
+    if (e->nargs <= i) {
+        *out = em_ir_const_bool(L->k, true);
+        return true;
+    }
+    lv x = em_lang_coerce(L, a[i], em_ty(EM_BOOL), apos(e, i), "add (whether to add to acc)");
+    if (x.kind == V_ERR) return false;
+    *out = em_lang_materialize(L, &x);
+    return true;
+}
+
 static lv mma(lower *L, const ast_expr *e, lv *a)
 {
     em_scalar t = EM_SCALAR_COUNT;
@@ -260,18 +280,20 @@ static lv mma(lower *L, const ast_expr *e, lv *a)
     lv bi = em_lang_to_index(L, a[5], apos(e, 5), "the offset of b");
     if (ai.kind == V_ERR || bi.kind == V_ERR) return em_lang_lv_err();
     em_ir_val aoff = em_lang_materialize(L, &ai), boff = em_lang_materialize(L, &bi);
+    em_ir_val add = 0;
+    if (!add_arg(L, e, a, 7, &add)) return em_lang_lv_err();
     em_ir_kernel *k = L->k;
     if (emulated(L)) {
         a_source src = {.a = &a[1], .off = aoff, .lay = alay};
-        if (!emulate_mma(L, e, &a[0], &src, &a[4], boff, blay)) return em_lang_lv_err();
+        if (!emulate_mma(L, e, &a[0], &src, &a[4], boff, blay, add)) return em_lang_lv_err();
         return em_lang_lv_void();
     }
-    em_ir_val d[2] = {descriptor(k, a[1].mem, aoff, alay * 2),
-                      descriptor(k, a[4].mem, boff, blay * 2)};
+    em_ir_val d[3] = {descriptor(k, a[1].mem, aoff, alay * 2),
+                      descriptor(k, a[4].mem, boff, blay * 2), em_ir_cast(k, em_ty(EM_U32), add)};
     char name[96];
     snprintf(name, sizeof name, "cuda.wgmma.mma:%u,%s,%d,%d@%u", a[0].length * 2, em_scalar_name(t),
              alay != 0, blay != 0, (unsigned)a[0].mem);
-    em_ir_intrinsic_mem(k, name, (em_type){0, 0}, a[0].mem, d, 2);
+    em_ir_intrinsic_mem(k, name, (em_type){0, 0}, a[0].mem, d, 3);
     return em_lang_lv_void();
 }
 
@@ -310,7 +332,7 @@ static em_ir_mem wg_scratch(lower *L)
 
 /* wgmma_mma_rs emulated: each unit stores its fragment in the scratch, then reads the others'. */
 static bool emulate_mma_rs(lower *L, const ast_expr *e, const lv *acc, const lv *a, uint32_t aoff,
-                           em_scalar t, const lv *b, em_ir_val boff, uint32_t blay)
+                           em_scalar t, const lv *b, em_ir_val boff, uint32_t blay, em_ir_val add)
 {
     em_ir_kernel *k = L->k;
     em_ir_mem scratch = wg_scratch(L);
@@ -326,7 +348,7 @@ static bool emulate_mma_rs(lower *L, const ast_expr *e, const lv *acc, const lv 
                     .t = t,
                     .g0 =
                         bin(k, EM_OP_SUB, unit, bin(k, EM_OP_REM, unit, u32c(k, EM_WGMMA_UNITS)))};
-    if (!emulate_mma(L, e, acc, &src, b, boff, blay)) return false;
+    if (!emulate_mma(L, e, acc, &src, b, boff, blay, add)) return false;
     em_ir_sync_cube(k); /* every unit has read the fragments before they are stored again */
     return true;
 }
@@ -341,17 +363,19 @@ static lv mma_rs(lower *L, const ast_expr *e, lv *a)
     lv bi = em_lang_to_index(L, a[4], apos(e, 4), "the offset of b");
     if (bi.kind == V_ERR) return em_lang_lv_err();
     em_ir_val boff = em_lang_materialize(L, &bi);
+    em_ir_val add = 0;
+    if (!add_arg(L, e, a, 6, &add)) return em_lang_lv_err();
     em_ir_kernel *k = L->k;
     if (emulated(L)) {
-        if (!emulate_mma_rs(L, e, &a[0], &a[1], aoff, t, &a[3], boff, blay))
+        if (!emulate_mma_rs(L, e, &a[0], &a[1], aoff, t, &a[3], boff, blay, add))
             return em_lang_lv_err();
         return em_lang_lv_void();
     }
-    em_ir_val d = descriptor(k, a[3].mem, boff, blay * 2);
+    em_ir_val d[2] = {descriptor(k, a[3].mem, boff, blay * 2), em_ir_cast(k, em_ty(EM_U32), add)};
     char name[96];
     snprintf(name, sizeof name, "cuda.wgmma.mma_rs:%u,%s,%d,%u,%u@%u", a[0].length * 2,
              em_scalar_name(t), blay != 0, (unsigned)a[1].mem, aoff, (unsigned)a[0].mem);
-    em_ir_intrinsic_mem(k, name, (em_type){0, 0}, a[0].mem, &d, 1);
+    em_ir_intrinsic_mem(k, name, (em_type){0, 0}, a[0].mem, d, 2);
     return em_lang_lv_void();
 }
 
