@@ -787,6 +787,17 @@ static void acc_operands(em_spmd *e, em_ir_mem m, unsigned n, em_strbuf *sb)
         em_sb_printf(sb, "%s\"+f\"(%s[%u])", i ? ", " : "", e->mname[m], i);
 }
 
+/* The scale-d predicate's operand of a warpgroup MMA into *add (initialized here): argument i
+ * when the instruction has it (the add flag), else 1 (add to the accumulator). */
+static void wgmma_add_operand(em_spmd *e, const em_ir_inst *in, unsigned i, em_strbuf *add)
+{
+    em_sb_init(add);
+    if (in->imm > (int64_t)i)
+        em_spmd_val_u32(e, in->args[i], add);
+    else
+        em_sb_append(add, "1");
+}
+
 static bool cu_wgmma(em_spmd *e, const em_ir_inst *in, const char *what, em_strbuf *sb)
 {
     if (strcmp(e->caps.arch, "sm_90a")) {
@@ -853,11 +864,7 @@ static bool cu_wgmma(em_spmd *e, const em_ir_inst *in, const char *what, em_strb
             em_sb_printf(&frag, "\"r\"(%s[%u]), ", e->mname[am], ao + r);
         em_spmd_val(e, in->args[0], &db);
         em_strbuf add;
-        em_sb_init(&add);
-        if (in->imm > 1)
-            em_spmd_val_u32(e, in->args[1], &add); /* the scale-d predicate (add to acc) */
-        else
-            em_sb_append(&add, "1");
+        wgmma_add_operand(e, in, 1, &add);
         em_spmd_line(e,
                      "asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%u, 0;\\n"
                      "wgmma.mma_async.sync.aligned.m64n%uk16.f32.%s.%s {%s}, {%%%u, %%%u, %%%u, "
@@ -888,11 +895,7 @@ static bool cu_wgmma(em_spmd *e, const em_ir_inst *in, const char *what, em_strb
         em_spmd_val(e, in->args[0], &da);
         em_spmd_val(e, in->args[1], &db);
         em_strbuf add;
-        em_sb_init(&add);
-        if (in->imm > 2)
-            em_spmd_val_u32(e, in->args[2], &add); /* the scale-d predicate (add to acc) */
-        else
-            em_sb_append(&add, "1");
+        wgmma_add_operand(e, in, 2, &add);
         em_spmd_line(e,
                      "asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%u, 0;\\n"
                      "wgmma.mma_async.sync.aligned.m64n%uk16.f32.%s.%s {%s}, %%%u, %%%u, p, 1, 1, "
