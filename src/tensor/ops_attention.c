@@ -443,8 +443,8 @@ static em_status attn_backward_mma(const char *op, em_tensor *const views[4], em
     tn_arg in[5] = {tn_arg_t(views[0]), tn_arg_t(views[1]), tn_arg_t(views[2]), tn_arg_t(views[3]),
                     tn_arg_flat(stats)};
     if (gk) {
-        /* the fused pass's dq sums: f32 [B H, Tq, D], zeroed (else the kernel leaves its dqa,
-         * stats, untouched) */
+        /* the fused pass's dq sums: f32 [B H, Tq, D], zeroed (without the fused pass the
+         * kernel's dqa argument is stats, which it then does not touch) */
         int64_t dshape[1] = {bh * q->shape[2] * q->shape[3]};
         em_tensor *dqa = fused ? tn_new(dev, EM_F32, 1, dshape) : NULL;
         if (fused && (!dqa || tn_fill(dqa, 0) != EM_OK)) {
