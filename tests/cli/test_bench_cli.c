@@ -213,7 +213,7 @@ static void test_attention_json(void **state)
     assert_int_equal((int)number(o, "heads"), 3);
     assert_int_equal((int)number(o, "seq"), 40);
     assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "causal")));
-    assert_string_equal(string(o, "tiles"), "1:128:1:64:1:64"); /* the defaults at D 64 */
+    assert_string_equal(string(o, "tiles"), "1:64:1:48:1:64"); /* the defaults at D 64 */
     double fwd = number(o, "fwd_ms"), bwd = number(o, "bwd_ms");
     assert_true(fwd > 0 && bwd > 0);
     double flop = 4.0 * 2 * 3 * (40.0 * 41 / 2) * 64;
@@ -246,7 +246,7 @@ static void test_attention_json(void **state)
                           "2>&1", &code);
         unsetenv("EMBER_ATTENTION_TILES");
         snprintf(warning, sizeof warning, "EMBER_ATTENTION_TILES='%s' is not", bad_tiles[i]);
-        if (code != 0 || !strstr(out, warning) || !strstr(out, "\"tiles\":\"1:128:1:64:1:64\""))
+        if (code != 0 || !strstr(out, warning) || !strstr(out, "\"tiles\":\"1:64:1:48:1:64\""))
             fail_msg("EMBER_ATTENTION_TILES=%s: status %d, output:\n%s", bad_tiles[i], code, out);
         free(out);
     }

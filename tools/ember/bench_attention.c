@@ -8,7 +8,7 @@
  *
  *   {"bench":"attention","impl":"ember","device":"cuda:0","device_name":"...","dtype":"bf16",
  *    "batch":16,"heads":12,"seq":1024,"dim":64,"causal":true,"fwd_ms":...,"bwd_ms":...,
- *    "fwd_tflops":...,"bwd_tflops":...,"fast":true,"tiles":"1:128:1:64:1:64"}
+ *    "fwd_tflops":...,"bwd_tflops":...,"fast":true,"tiles":"1:64:1:48:1:64"}
  *
  * fast: em_attention_fast (the matrix-unit kernels ran); tiles: the wgmma kernels' tiles in
  * effect (tn_attention_tiles: EMBER_ATTENTION_TILES where it is valid, else the defaults).
