@@ -181,11 +181,23 @@ void tn_attention_tiles(int64_t D, char *out, size_t size)
     snprintf(out, size, "%d:%d:%d:%d:%d:%d", t.fwd_wg, t.fwd_bk, t.kv_wg, t.kv_bq, t.q_wg, t.q_bk);
 }
 
+/* Whether the wgmma backward takes one fused pass (tensor_attention_bwd_kv_wgmma with DQ: dq
+ * summed in f32 by the copy engine's bulk reductions, then rounded by tensor_attention_dq_finish)
+ * instead of a second pass for dq: with EMBER_ATTENTION_FUSED_BWD=1, where both dq and dk / dv
+ * are wanted and the dk/dv cubes are one warpgroup with query tiles of 64. Off by default: on an
+ * H100 (session 23, docs/benchmarks.md) the fused backward of GPT-2's attention took 0.478 ms
+ * against the two passes' 0.407, and the training step 38.01 ms against 37.80. */
+static bool attn_fused_bwd(const attn_tiles *t)
+{
+    const char *env = getenv("EMBER_ATTENTION_FUSED_BWD");
+    return env && !strcmp(env, "1") && t->kv_bq == 64 && t->kv_wg == 1;
+}
+
 /* Bytes of shared memory the largest of the wgmma kernels takes for head size d (2-byte
  * elements), with up to 1 KiB per shared array that the CUDA generator spends aligning them.
  * Forward: Q, two stages of K and V, the row-reduction scratch. dk/dv: K, V, two stages of Q and
- * dO, two stages of lse and delta, and for the fused backward dS^T and dQ. dq: Q, dO, two stages of
- * K and V. (P, P^T and dS stay in registers as the A operands of the next MMA.) */
+ * dO, two stages of lse and delta, and where the fused backward runs dS^T and dQ. dq: Q, dO, two
+ * stages of K and V. (P, P^T and dS stay in registers as the A operands of the next MMA.) */
 static size_t attn_wgmma_smem(int64_t d, const attn_tiles *t)
 {
     size_t e = 2, dd = (size_t)d;
@@ -193,8 +205,9 @@ static size_t attn_wgmma_smem(int64_t d, const attn_tiles *t)
                  128 * (size_t)t->fwd_wg * 4 + 4 * 1024;
     size_t kv = (2 * 64 * (size_t)t->kv_wg * dd + 4 * (size_t)t->kv_bq * dd) * e +
                 4 * (size_t)t->kv_bq * 4 + 6 * 1024;
-    /* the fused backward's dS^T and f32 dQ tiles (rows of D + 8) */
-    kv += 64 * ((size_t)t->kv_wg * (size_t)t->kv_bq * e + (dd + 8) * 4) + 2 * 1024;
+    /* the fused backward's dS^T and f32 dQ tile (rows of D + 8), where it runs */
+    if (attn_fused_bwd(t))
+        kv += 64 * ((size_t)t->kv_wg * (size_t)t->kv_bq * e + (dd + 8) * 4) + 2 * 1024;
     size_t dq = (2 * 64 * (size_t)t->q_wg * dd + 4 * (size_t)t->q_bk * dd) * e + 4 * 1024;
     size_t most = fwd > kv ? fwd : kv;
     return most > dq ? most : dq;
@@ -378,18 +391,6 @@ static em_status delta_lines(const char *op, em_device *dev, const em_tensor *g,
                          em_lang_bind_int("DL", (int64_t)dl)};
     return tn_launch(op, dev, "tensor_attention_delta_lines", b, 3, (unsigned)lw, cubes, units,
                      args, 4);
-}
-
-/* Whether the wgmma backward takes one fused pass (tensor_attention_bwd_kv_wgmma with DQ: dq
- * summed in f32 by the copy engine's bulk reductions, then rounded by tensor_attention_dq_finish)
- * instead of a second pass for dq: with EMBER_ATTENTION_FUSED_BWD=1, where both dq and dk / dv
- * are wanted and the dk/dv cubes are one warpgroup with query tiles of 64. Off by default: on an
- * H100 (session 23, docs/benchmarks.md) the fused backward of GPT-2's attention took 0.478 ms
- * against the two passes' 0.407, and the training step 38.01 ms against 37.80. */
-static bool attn_fused_bwd(const attn_tiles *t)
-{
-    const char *env = getenv("EMBER_ATTENTION_FUSED_BWD");
-    return env && !strcmp(env, "1") && t->kv_bq == 64 && t->kv_wg == 1;
 }
 
 /* dq = dqa scale rounded to dq's dtype (tensor_attention_dq_finish), 16-byte lines of dq where its

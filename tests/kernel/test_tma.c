@@ -281,6 +281,19 @@ static void test_reduce_add_cuda(void **state)
                                "'tma_reduce_add' needs an f32 tensor parameter as its "
                                "destination",
                                NULL));
+    const char *ro = "kernel void bad(const tensor(f32) o, const tensor(f32) s)\n"
+                     "{\n    shared f32 t[64];\n    t[0] = s[0];\n"
+                     "    tma_reduce_add(o, 0, t, 0, 4);\n}\n";
+    assert_true(check_error_at(ro, 5, 20, "cannot write to read-only tensor 'o'", NULL));
+    const char *wait = "kernel void bad(tensor(f32) o, u32 n)\n"
+                       "{\n    shared f32 t[64];\n    t[0] = o[0];\n"
+                       "    tma_wait_read(n);\n}\n";
+    assert_true(
+        check_error_at(wait, 5, 19, "the groups left reading must be known at compile time", NULL));
+    const char *many = "kernel void bad(tensor(f32) o)\n"
+                       "{\n    shared f32 t[64];\n    t[0] = o[0];\n"
+                       "    tma_wait_read(8);\n}\n";
+    assert_true(check_error_at(many, 5, 19, "'tma_wait_read' of 8 groups", "0 to 7"));
 }
 
 static void expect_refused(const em_lang_module *m, const em_caps *caps, const char *what)

@@ -512,6 +512,12 @@ static void test_refused_elsewhere(void **state)
     assert_true(check_error_at(bad2, 5, 15,
                                "'wgmma_mma': an accumulator of 6 elements is no 64 x N tile",
                                "N (twice its length) is a multiple of 8 from 8 to 256"));
+    /* the add flag is a bool */
+    const char *bad3 =
+        "kernel void bad(tensor(f32) out)\n{\n    shared bf16 s[4096];\n    f32 acc[32];\n"
+        "    wgmma_mma(acc, s, 0, 0, s, 0, 0, 1u);\n    out[0] = acc[0];\n}\n";
+    assert_true(check_error_at(
+        bad3, 5, 38, "cannot convert 'u32' to 'bool' in add (whether to add to acc)", NULL));
     em_lang_module_free(m);
 }
 

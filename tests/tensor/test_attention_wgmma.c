@@ -91,7 +91,10 @@ static void test_wgmma_fused_modes(void **state)
         for (int fused = 0; fused < 2; fused++) {
             setenv("EMBER_ATTENTION_FUSED_BWD", fused ? "1" : "0", 1);
             /* the fused pass takes one warpgroup of keys a cube, also at head size 128 */
-            if (fused) setenv("EMBER_ATTENTION_TILES", "2:128:1:64:2:64", 1);
+            if (fused)
+                setenv("EMBER_ATTENTION_TILES", "2:128:1:64:2:64", 1);
+            else
+                unsetenv("EMBER_ATTENTION_TILES");
             em_profile_reset();
             for (size_t i = 0; i < EM_ARRAY_LEN(picks); i++)
                 run_case(dev, cases[picks[i]].dt, cases[picks[i]].c,
