@@ -140,9 +140,9 @@ static bool tma_map_of(const int64_t *sh, const int64_t *st, int R, int fast, in
 
 bool mm_res_rows16(const mm_problem *p)
 {
-    /* the epilogue's residual, not the GELU backward's input (ACT 4, 5) */
+    /* the epilogue's residual or GELU-tanh's backward's input (ACT 5), not erf's (ACT 4) */
     const em_tensor *r = p->res;
-    if (!r || p->act >= MM_ACT_GELU_GRAD || em_scalar_size(p->dt) != 2 || p->N % 8 != 0 ||
+    if (!r || p->act == MM_ACT_GELU_GRAD || em_scalar_size(p->dt) != 2 || p->N % 8 != 0 ||
         p->rst[p->R - 1] != 1 || r->offset % 8 != 0)
         return false;
     for (int d = 0; d < p->R - 1; d++)

@@ -3,7 +3,8 @@
  *  - each absorbed pattern (bias; GELU, GELU-tanh, ReLU on integers; residual; bias + act; bias +
  *    act + residual; a broadcast residual; a result reshaped before the ops, as em_linear_forward
  *    does; GELU's and GELU-tanh's backward with the result as the gradient, after a bias, at a
- *    broadcast input; opt-in, EMBER_MATMUL_GELU_GRAD=1, set by main) gives the unfused result
+ *    broadcast input: erf's with EMBER_MATMUL_GELU_GRAD=1, set by main; GELU-tanh's by default
+ *    too) gives the unfused result
  * (em_fusion_set(false)) within rounding and launches one kernel fused, against one per op unfused;
  * odd sizes, batched and transposed operands;
  *  - what is not absorbed stays correct: a result read twice (the matmul runs once), an op that
@@ -279,22 +280,33 @@ static em_tensor *not_epilogue(em_device *dev, uint64_t *launches)
     return y;
 }
 
-/* GELU's backward of the product, not absorbed: as the op's input x rather than its gradient
- * (`as_input`), or without EMBER_MATMUL_GELU_GRAD=1 (the default: opt-in). The matmul runs, the op
- * reads its buffer. */
-static em_tensor *gelu_grad_not_epilogue(em_device *dev, uint64_t *launches, bool as_input)
+/* GELU's (tanh: GELU-tanh's) backward of the product (`as_input`: the product as the op's input
+ * x rather than its gradient, never absorbed) with EMBER_MATMUL_GELU_GRAD set to `env` (NULL:
+ * unset); back to "1" (main's setting) after. */
+static em_tensor *gelu_grad_with(em_device *dev, uint64_t *launches, bool as_input, const char *env,
+                                 bool tanh)
 {
     em_tensor *a = mat(dev, EM_SHAPE(7, 33), 1), *b = mat(dev, EM_SHAPE(33, 9), 2);
     em_tensor *t = mat(dev, EM_SHAPE(7, 9), 5);
     em_flush();
-    if (!as_input) unsetenv("EMBER_MATMUL_GELU_GRAD");
+    if (env)
+        setenv("EMBER_MATMUL_GELU_GRAD", env, 1);
+    else
+        unsetenv("EMBER_MATMUL_GELU_GRAD");
     em_tensor_stats s0 = em_tensor_stats_get();
     em_tensor *y = em_take(em_matmul(a, b));
-    y = as_input ? em_gelu_backward(t, y, true) : em_gelu_backward(y, t, true);
+    y = as_input ? em_gelu_backward(t, y, tanh) : em_gelu_backward(y, t, tanh);
     em_flush();
     *launches = since(s0);
     setenv("EMBER_MATMUL_GELU_GRAD", "1", 1);
     return y;
+}
+
+/* Not absorbed: the product as the op's input, or with EMBER_MATMUL_GELU_GRAD=0. The matmul
+ * runs, the op reads its buffer. */
+static em_tensor *gelu_grad_not_epilogue(em_device *dev, uint64_t *launches, bool as_input)
+{
+    return gelu_grad_with(dev, launches, as_input, "0", true);
 }
 static em_tensor *gelu_grad_input(em_device *dev, uint64_t *launches)
 {
@@ -303,6 +315,16 @@ static em_tensor *gelu_grad_input(em_device *dev, uint64_t *launches)
 static em_tensor *gelu_grad_switched_off(em_device *dev, uint64_t *launches)
 {
     return gelu_grad_not_epilogue(dev, launches, false);
+}
+/* With EMBER_MATMUL_GELU_GRAD unset: GELU-tanh's backward is absorbed (one launch), erf's is not
+ * (two). */
+static em_tensor *gelu_tanh_grad_default(em_device *dev, uint64_t *launches)
+{
+    return gelu_grad_with(dev, launches, false, NULL, true);
+}
+static em_tensor *gelu_erf_grad_default(em_device *dev, uint64_t *launches)
+{
+    return gelu_grad_with(dev, launches, false, NULL, false);
 }
 
 /* A cast changes the dtype: the matmul runs, the cast reads it. */
@@ -344,6 +366,9 @@ static void test_not_absorbed(void **state)
         compare(dev, "cast", cast_after, 2);
         compare(dev, "gelu backward of the product", gelu_grad_input, 2);
         compare(dev, "gelu backward, switched off", gelu_grad_switched_off, 2);
+        compare(dev, "gelu (erf) backward, by default", gelu_erf_grad_default, 2);
+        /* and beside it, GELU-tanh's backward without the switch: absorbed by default */
+        compare(dev, "gelu-tanh backward, by default", gelu_tanh_grad_default, 1);
         compare(dev, "write to an operand", write_operand, 3);
     }
 }
@@ -550,12 +575,12 @@ static void test_autodiff(void **state)
 }
 
 /* An MLP's backward, y = fc2(gelu_tanh(fc1(x))) over x [2, 5, 16] (16 -> 32 -> 16), loss
- * sum(y * y): mode 0 fused, 1 fused without EMBER_MATMUL_GELU_GRAD=1, 2 unfused. g[0..3] get the
+ * sum(y * y): mode 0 fused, 1 fused with EMBER_MATMUL_GELU_GRAD=0, 2 unfused. g[0..3] get the
  * gradients of x, fc1's weight and bias, fc2's weight; returns the backward's launches. */
 static uint64_t mlp_grads(em_device *dev, int mode, double **g)
 {
     em_fusion_set(mode != 2);
-    if (mode == 1) unsetenv("EMBER_MATMUL_GELU_GRAD");
+    if (mode == 1) setenv("EMBER_MATMUL_GELU_GRAD", "0", 1);
     em_rng rng = em_rng_new(23);
     em_linear *fc1 = em_linear_new(dev, EM_F32, 16, 32, true, true, &rng);
     em_linear *fc2 = em_linear_new(dev, EM_F32, 32, 16, true, true, &rng);
@@ -713,7 +738,7 @@ int main(void)
 {
     setenv("EMBER_AUTOTUNE", "off", 1);
     unsetenv("EMBER_MATMUL_CONFIG");
-    setenv("EMBER_MATMUL_GELU_GRAD", "1", 1); /* GELU's backward in the epilogue is opt-in */
+    setenv("EMBER_MATMUL_GELU_GRAD", "1", 1); /* erf's form too (the default: only tanh's) */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_absorbed_patterns),
         cmocka_unit_test(test_not_absorbed),
