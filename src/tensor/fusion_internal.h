@@ -130,6 +130,11 @@ void fu_link(fu_node *nd);
  *  - fu_mm_launch_into: runs nd's matmul into view dst (contiguous, realized, of the result's
  *    elements and dtype, its first element aligned to 256 bytes) instead of nd->st; EM_OK or
  *    the error set (fu_run_into, fusion.c);
+ *  - fu_mm_colsum_into: when t is a whole view of the result of pending matmul (t->st's node)
+ *    and out a contiguous float [N] (N the result's last dim) of another storage, runs the matmul
+ *    now with out receiving the result's sums over its leading dims as well (mm_problem.colsum:
+ *    in the epilogue where the kernel can) and sets *taken; otherwise does nothing. EM_OK or the
+ *    error set;
  *  - fu_mm_error: adds the context of a failed realization to the error ("matmul f32[M, K] x
  *    f32[K, N] + bias, gelu_tanh (...)");
  *  - fu_mm_free: frees nd->mm (the leaves are free_node's). */
@@ -139,6 +144,7 @@ int fu_mm_take(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int ni
                const em_tensor *out);
 em_status fu_mm_launch(fu_node *nd);
 em_status fu_mm_launch_into(fu_node *nd, const em_tensor *dst);
+em_status fu_mm_colsum_into(const em_tensor *t, em_tensor *out, bool *taken);
 void fu_mm_error(const fu_node *nd);
 void fu_mm_free(fu_node *nd);
 

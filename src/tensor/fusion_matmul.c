@@ -354,6 +354,30 @@ em_status fu_mm_launch_into(fu_node *nd, const em_tensor *dst)
     return s;
 }
 
+em_status fu_mm_colsum_into(const em_tensor *t, em_tensor *out, bool *taken)
+{
+    *taken = false;
+    fu_node *nd = t->st->pending;
+    if (!nd || !nd->mm || t->rank < 2 || out->st == t->st) return EM_OK;
+    const char *env = getenv("EMBER_MATMUL_COLSUM"); /* "0": the column sum after the matmul */
+    if (env && !strcmp(env, "0")) return EM_OK;
+    fu_matmul *m = nd->mm;
+    int64_t n = m->rsh[m->rr - 1];
+    if (!em_is_contiguous(t) || t->offset != m->out.offset || t->shape[t->rank - 1] != n ||
+        tn_numel(t->rank, t->shape) != tn_numel(m->rr, m->rsh) || !em_is_contiguous(out) ||
+        tn_numel(out->rank, out->shape) != n || !em_scalar_is_float(out->dtype))
+        return EM_OK;
+    /* out is written: its own pending value first, and what reads it before the write */
+    if (fu_realize(out->st) != EM_OK || tn_realize(out) != EM_OK ||
+        fu_before_write(out->st) != EM_OK)
+        return em_error_context("matmul column sums");
+    m->p.colsum = out;
+    em_status st = fu_realize(t->st);
+    if (t->st->pending == nd) m->p.colsum = NULL; /* still pending (it failed): no sums next time */
+    *taken = st == EM_OK;
+    return st;
+}
+
 void fu_mm_error(const fu_node *nd)
 {
     em_strbuf sb;

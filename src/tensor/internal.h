@@ -305,5 +305,9 @@ em_status tn_attention_backward_into(const char *op, const em_tensor *grad_out, 
  * float tensor, on the column path (tensor_cols.ek), accumulated in t's compute type; one launch
  * for up to 2048 rows. */
 em_status tn_cols_sum_rows(const char *op, const em_tensor *t, em_tensor *out);
+/* out (float, t's trailing dims) = the sum of float t over its leading dims, written in place:
+ * em_sum_leading_into without consuming t; a pending matmul's result takes the sums in its
+ * epilogue (fu_mm_colsum_into). */
+em_status tn_sum_leading_into(const char *op, const em_tensor *t, em_tensor *out);
 
 #endif

@@ -66,6 +66,8 @@ typedef struct mm_wgmma_plan {
                      sectors a store) */
     bool rv;      /* quads with the residual operand staged through shared memory (the kernel's
                      RV: mm_res_rows16) */
+    bool cs;      /* quads with the result's column sums in the epilogue (the kernel's CS:
+                   * mm_problem.colsum set, not split) */
     bool persist; /* tma (c->lanes 5, 6): min(tiles, compute units) cubes loop over the tiles */
     bool ping;    /* tma (c->lanes 6): the two consumers take the cube's tiles in turns, each a
                      bm x bn tile of its own (bm / 64 accumulator sets a unit) */
@@ -116,6 +118,10 @@ typedef struct mm_problem {
     bool ln;                      /* a's rows layer-normalized over K in the kernel (skinny only) */
     const em_tensor *ln_w, *ln_b; /* with ln: its weight and bias [K] or NULL */
     double ln_eps;                /* with ln: its epsilon */
+    em_tensor *colsum; /* or NULL: also the result's sums over its rows and batch, [N] (a bias's
+                        * gradient; fusion_matmul.c), written by mm_launch: in the TMA kernel's
+                        * epilogue (CS) where it stores lines of 4 unsplit, else by a column sum
+                        * of the result after it */
 } mm_problem;
 
 /* Whether p's residual (the epilogue's, added: not the GELU backward's input) has 16-byte

@@ -117,13 +117,23 @@ static em_status launch_skinny(const mm_problem *p, const mm_config *c, tn_arg o
                      11);
 }
 
-static em_status launch_labeled(const mm_problem *p, const mm_config *c);
+static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *cs);
+
+/* The launches of c on p, and p->colsum where the kernel did not write it (its CS): a column
+ * sum of the result after it. */
+static em_status launch_with_colsum(const mm_problem *p, const mm_config *c)
+{
+    bool cs = false;
+    em_status st = launch_labeled(p, c, &cs);
+    if (st == EM_OK && p->colsum && !cs) st = tn_sum_leading_into("matmul", p->out, p->colsum);
+    return st;
+}
 
 /* mm_launch's launches under a profiler label (EMBER_PROFILE=shapes): the layout of a and b (n
  * where the last dim is contiguous), M x N x K, the batch, and the epilogue (bias, act, res). */
 em_status mm_launch(const mm_problem *p, const mm_config *c)
 {
-    if (!em_profile_labels_on()) return launch_labeled(p, c);
+    if (!em_profile_labels_on()) return launch_with_colsum(p, c);
     /* pending operands run first, under their own names */
     if (tn_realize(p->a) != EM_OK || tn_realize(p->b) != EM_OK || tn_realize(p->bias) != EM_OK ||
         tn_realize(p->res) != EM_OK)
@@ -134,12 +144,12 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
              (long long)p->N, (long long)p->K, (long long)p->batch, p->bias != NULL, p->act,
              p->res != NULL);
     em_profile_label(label);
-    em_status st = launch_labeled(p, c);
+    em_status st = launch_with_colsum(p, c);
     em_profile_label(NULL);
     return st;
 }
 
-static em_status launch_labeled(const mm_problem *p, const mm_config *c)
+static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *cs)
 {
     if (c->kind == MM_SIMPLE && !p->bias && !p->res && !p->act) return launch_simple(p);
     bool mma = c->kind == MM_MMA, wg = c->kind == MM_WGMMA;
@@ -223,6 +233,7 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c)
             bd[nb++] = em_lang_bind_bool("PAIRS", true);
             bd[nb++] = em_lang_bind_int("OW", q.quads ? 4 : 2); /* outv as lines of 2 or 4 */
             if (q.rv) bd[nb++] = em_lang_bind_bool("RV", true);
+            if (q.cs) bd[nb++] = em_lang_bind_bool("CS", true);
         }
         units[0] = (uint32_t)q.units;
         wgq = q;
@@ -254,7 +265,19 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c)
     tn_arg outv = tn_arg_flat(outa.t);
     outv.lanes = wgq.quads ? 4 : wgq.pairs ? 2 : 8;
     outv.offset = 0;
-    tn_arg args[11] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
+    /* CS: the column sums' partials, f32 [batch ceil(M / 64 mw), N] (the kernel's csum; out's
+     * buffer stands in without) */
+    em_tensor *csp = NULL;
+    if (tma && wgq.cs) {
+        int64_t rows = 64 * (int64_t)wgq.mw, csh[2] = {p->batch * ((p->M + rows - 1) / rows), p->N};
+        csp = tn_new(p->dev, EM_F32, 2, csh);
+        if (!csp) {
+            em_release(part);
+            em_release(maps);
+            return em_error_context("matmul");
+        }
+    }
+    tn_arg args[13] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
                        tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset),
                        outa,
                        bias_arg(p),
@@ -264,7 +287,9 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c)
                        tn_arg_s(em_arg_u32((akfast ? 1u : 0u) | (bnfast ? 2u : 0u))),
                        tma ? mapa[0] : tn_arg_s(em_arg_u32(0)),
                        tma ? mapa[1] : tn_arg_s(em_arg_u32(0)),
-                       outv};
+                       outv,
+                       tn_arg_s(tn_flat_buffer(csp ? csp : outa.t, EM_F32, 1)),
+                       tn_arg_s(em_arg_u32(0))};
     uint32_t cubes[3] = {(uint32_t)((p->N + c->bn - 1) / c->bn),
                          (uint32_t)((p->M + c->bm - 1) / c->bm), (uint32_t)(p->batch * split)};
     if (wg && wgq.persist) {
@@ -283,9 +308,11 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c)
                         : wg                ? "matmul_wgmma"
                         : c->kind == MM_CPU ? "matmul_cpu"
                                             : "matmul_simt";
-    em_status st =
-        tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, tma ? 11 : 8);
+    em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, tma ? 13 : 8);
     if (st == EM_OK && split > 1) st = launch_reduce(p, part, split);
+    if (st == EM_OK && csp) st = tn_cols_sum_rows("matmul", csp, p->colsum);
+    *cs = csp != NULL;
+    em_release(csp);
     em_release(part);
     em_release(maps);
     return st;

@@ -558,42 +558,50 @@ em_status tn_cols_sum_rows(const char *op, const em_tensor *t, em_tensor *out)
     return st;
 }
 
+em_status tn_sum_leading_into(const char *op, const em_tensor *t, em_tensor *out)
+{
+    char a[128], b[128];
+    int lead = t->rank - out->rank;
+    bool fits = lead >= 0 && em_scalar_is_float(t->dtype) && em_scalar_is_float(out->dtype);
+    for (int i = 0; fits && i < out->rank; i++) fits = out->shape[i] == t->shape[lead + i];
+    if (!fits)
+        return em_set_error(EM_ERR_INVALID,
+                            "%s: %s is not the sum of %s over its leading dims (float tensors)", op,
+                            em_describe(out, a, sizeof a), em_describe(t, b, sizeof b));
+    em_status st = EM_OK;
+    if (!tn_same_device(op, out, t)) return em_last_status();
+    if ((st = tn_check_write(out, op)) != EM_OK) return st;
+    /* a pending matmul's result: its column sums in its epilogue where the kernel can */
+    bool taken = false;
+    if (lead > 0 && (st = fu_mm_colsum_into(t, out, &taken)) != EM_OK) return st;
+    if (taken) return EM_OK;
+    bool red[EM_MAX_RANK] = {false};
+    for (int i = 0; i < lead; i++) red[i] = true;
+    /* the column path writes out itself; else the sum is made and copied in */
+    if (lead > 0 && em_is_contiguous(out) && tn_numel(t->rank, t->shape) > 0)
+        st = cols_sum(op, t, red, out, 1.0, false, &taken);
+    if (st == EM_OK && !taken) {
+        int dims[EM_MAX_RANK];
+        for (int i = 0; i < lead; i++) dims[i] = i;
+        em_scope_begin();
+        /* summed in out's dtype where it differs (f32 sums of bf16, as the column path's) */
+        const em_tensor *in = out->dtype == t->dtype ? t : em_cast(t, out->dtype);
+        em_tensor *s = !in ? NULL : lead > 0 ? em_sum(in, dims, lead, false) : (em_tensor *)in;
+        st = s ? em_copy_(out, s) : em_last_status();
+        em_scope_end(NULL, 0);
+    }
+    return st;
+}
+
 em_status em_sum_leading_into(em_tensor *out, const em_tensor *t)
 {
     const char *op = "sum_leading_into";
-    char a[128], b[128];
     if (!out || !t) {
         tn_done(t);
         return em_last_status() != EM_OK ? em_last_status()
                                          : em_set_error(EM_ERR_INVALID, "%s: NULL tensor", op);
     }
-    int lead = t->rank - out->rank;
-    bool fits = lead >= 0 && em_scalar_is_float(t->dtype) && em_scalar_is_float(out->dtype);
-    for (int i = 0; fits && i < out->rank; i++) fits = out->shape[i] == t->shape[lead + i];
-    em_status st = EM_OK;
-    if (!fits) {
-        st = em_set_error(EM_ERR_INVALID,
-                          "%s: %s is not the sum of %s over its leading dims (float tensors)", op,
-                          em_describe(out, a, sizeof a), em_describe(t, b, sizeof b));
-    } else if (tn_same_device(op, out, t) && (st = tn_check_write(out, op)) == EM_OK) {
-        bool red[EM_MAX_RANK] = {false}, taken = false;
-        for (int i = 0; i < lead; i++) red[i] = true;
-        /* the column path writes out itself; else the sum is made and copied in */
-        if (lead > 0 && em_is_contiguous(out) && tn_numel(t->rank, t->shape) > 0)
-            st = cols_sum(op, t, red, out, 1.0, false, &taken);
-        if (st == EM_OK && !taken) {
-            int dims[EM_MAX_RANK];
-            for (int i = 0; i < lead; i++) dims[i] = i;
-            em_scope_begin();
-            /* summed in out's dtype where it differs (f32 sums of bf16, as the column path's) */
-            const em_tensor *in = out->dtype == t->dtype ? t : em_cast(t, out->dtype);
-            em_tensor *s = !in ? NULL : lead > 0 ? em_sum(in, dims, lead, false) : (em_tensor *)in;
-            st = s ? em_copy_(out, s) : em_last_status();
-            em_scope_end(NULL, 0);
-        }
-    } else if (st == EM_OK) {
-        st = em_last_status();
-    }
+    em_status st = tn_sum_leading_into(op, t, out);
     tn_done(t);
     return st;
 }

@@ -13,7 +13,8 @@
  * consumer), with three tiles a cube so that one consumer skips the other's tile in the ring;
  * and the cooperative 256 x 128 (and 256 x 192) tile "wgmma-tma-p 256x128x64 2x1" (two consumers
  * of 128 rows each on one tile, two accumulator sets a unit). The lines-of-4 form "wgmma-tma-ppr"
- * also with GELU-tanh's backward moved into its epilogue by fusion. */
+ * also with GELU-tanh's backward moved into its epilogue by fusion, and with the column sums of
+ * its result (a bias's gradient) taken in the epilogue. */
 #include "tensor_util.h"
 #include "tensor/matmul_internal.h"
 #include "ember/tensor_grad.h"
@@ -524,6 +525,95 @@ static void test_tma_pairs(void **state)
     on_tma_devices(tma_pairs_cases);
 }
 
+/* The column sums of a pending product taken with it (em_sum_leading_into on its whole result:
+ * fusion_matmul.c's fu_mm_colsum_into, mm_problem.colsum): with GELU-tanh's backward of x in the
+ * epilogue where x is given (an MLP's fc bias gradient), under configuration cfg. The sums
+ * (into an f32 [N]) match float64 sums of the result as stored, and the result still matches
+ * float64. `cs`: the kernel's epilogue took them (CS), so the column-sum launch read only its
+ * partials (f32, a row per 64 mw rows); else it read the whole result. */
+static void check_colsum(const char *what, const char *cfg, em_tensor *a, em_tensor *b,
+                         em_tensor *x, bool cs)
+{
+    int64_t nb = 0;
+    double *ref = ref_mm(a, b, NULL, &nb), *xv = x ? tu_read(x) : NULL;
+    setenv("EMBER_MATMUL_CONFIG", cfg, 1);
+    em_device *dev = em_tensor_device(a);
+    em_shape as = em_shape_of(a), bs = em_shape_of(b);
+    int64_t M = as.d[as.rank - 2], N = bs.d[bs.rank - 1];
+    em_tensor *sums = em_zeros(dev, EM_F32, EM_SHAPE(N));
+    assert_non_null(sums);
+    assert_int_equal(em_flush(), EM_OK);
+    em_profile_reset();
+    em_tensor *y = em_matmul(a, b); /* (not taken: em_sum_leading_into would consume it) */
+    if (x) y = em_gelu_backward(em_take(y), x, true);
+    assert_non_null(y);
+    em_status st = em_sum_leading_into(sums, y);
+    if (st != EM_OK) fprintf(stderr, "%s: %s\n", what, em_last_error());
+    assert_int_equal(st, EM_OK);
+    char label[256];
+    snprintf(label, sizeof label, "%s (%s, column sums)", what, cfg);
+    if (xv)
+        for (int64_t i = 0; i < nb * M * N; i++) {
+            double v = xv[i], u = 0.7978845608028654 * (v + 0.044715 * v * v * v), t = tanh(u);
+            ref[i] *=
+                0.5 * (1 + t) + 0.5 * v * (1 - t * t) * 0.7978845608028654 * (1 + 0.134145 * v * v);
+        }
+    tu_check(label, y, em_shape_of(y), ref, tu_tol(em_dtype(a)));
+    double *yv = tu_read(y), *got = tu_read(sums), *want = calloc((size_t)N, sizeof(double));
+    assert_non_null(want);
+    for (int64_t r = 0; r < nb * M; r++)
+        for (int64_t n = 0; n < N; n++) want[n] += yv[r * N + n];
+    tu_check(label, sums, EM_SHAPE(N), want, 1e-4);
+    em_profile_kernel pk;
+    uint64_t whole = (uint64_t)(nb * M * N) * em_scalar_size(em_dtype(a));
+    if (!em_profile_kernel_get("tensor_cols_sum", &pk) || pk.launches != 1 ||
+        (cs ? pk.bytes_read >= whole / 2 : pk.bytes_read < whole))
+        fail_msg("%s: the column sums read %llu bytes in %llu launches (the result is %llu bytes; "
+                 "want %s)",
+                 label, (unsigned long long)pk.bytes_read, (unsigned long long)pk.launches,
+                 (unsigned long long)whole, cs ? "the epilogue's partials" : "the result");
+    free(ref), free(xv), free(yv), free(got), free(want);
+    em_release(y);
+    em_release(sums);
+    unsetenv("EMBER_MATMUL_CONFIG");
+}
+
+/* The column sums in the epilogue (CS) of the lines-of-4 forms: ping-pong with one and two
+ * accumulator sets, the cooperative 256-row tile, clusters, edges along M and N, a batch, with
+ * and without GELU-tanh's backward; and where the kernel cannot (split-K, lines of 2), the
+ * column sum after it. */
+static void tma_colsum_cases(em_device *dev)
+{
+    check_colsum("pp 128x192, gelu backward, edges", "wgmma-tma-ppr 128x192x64 2x1 s1",
+                 rnd(dev, EM_BF16, EM_SHAPE(300, 200), 231),
+                 em_transpose(rnd(dev, EM_BF16, EM_SHAPE(400, 200), 232), 0, 1),
+                 rnd(dev, EM_BF16, EM_SHAPE(300, 400), 233), true);
+    check_colsum("pp 64x256, edges", "wgmma-tma-ppr 64x256x64 2x1 s1",
+                 rnd(dev, EM_BF16, EM_SHAPE(131, 200), 234),
+                 rnd(dev, EM_BF16, EM_SHAPE(200, 264), 235), NULL, true);
+    check_colsum("coop 256x128 clusters, N = 88", "wgmma-tma-pr 256x128x64 2x2 s1",
+                 rnd(dev, EM_BF16, EM_SHAPE(300, 96), 236),
+                 rnd(dev, EM_BF16, EM_SHAPE(96, 88), 237), NULL, true);
+    check_colsum("pp 128x128, batched", "wgmma-tma-ppr 128x128x64 2x1 s1",
+                 rnd(dev, EM_BF16, EM_SHAPE(2, 140, 64), 238),
+                 rnd(dev, EM_BF16, EM_SHAPE(2, 64, 72), 239), NULL, true);
+    check_colsum("pp 128x192, 4 split-K chunks: after", "wgmma-tma-ppr 128x192x64 2x1 s4",
+                 rnd(dev, EM_BF16, EM_SHAPE(136, 600), 240),
+                 rnd(dev, EM_BF16, EM_SHAPE(600, 200), 241),
+                 rnd(dev, EM_BF16, EM_SHAPE(136, 200), 242), false);
+    setenv("EMBER_MATMUL_QUADS", "0", 1);
+    check_colsum("pp 128x192, lines of 2: after", "wgmma-tma-ppr 128x192x64 2x1 s1",
+                 rnd(dev, EM_BF16, EM_SHAPE(300, 200), 231),
+                 rnd(dev, EM_BF16, EM_SHAPE(200, 400), 243), NULL, false);
+    unsetenv("EMBER_MATMUL_QUADS");
+}
+
+static void test_tma_colsum(void **state)
+{
+    (void)state;
+    on_tma_devices(tma_colsum_cases);
+}
+
 static mm_problem h200_problem(em_caps *caps, int64_t M, int64_t N, int64_t K, em_tensor *t)
 {
     memset(caps, 0, sizeof *caps);
@@ -794,12 +884,11 @@ static int setup(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tma_kernel),
-        cmocka_unit_test(test_tma_persistent),
-        cmocka_unit_test(test_tma_pingpong),
-        cmocka_unit_test(test_tma_coop),
-        cmocka_unit_test(test_tma_pairs),
+        cmocka_unit_test(test_tma_kernel),   cmocka_unit_test(test_tma_persistent),
+        cmocka_unit_test(test_tma_pingpong), cmocka_unit_test(test_tma_coop),
+        cmocka_unit_test(test_tma_pairs),    cmocka_unit_test(test_tma_colsum),
         cmocka_unit_test(test_tma_config),
     };
+    if (getenv("TU_ONLY")) cmocka_set_test_filter(getenv("TU_ONLY"));
     return cmocka_run_group_tests(tests, setup, tu_teardown);
 }
