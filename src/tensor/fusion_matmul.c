@@ -10,10 +10,9 @@
  * vector [N] -> bias, then ReLU (integers) / GELU / GELU-tanh -> act, then an add of a tensor that
  * broadcasts to the result -> residual; or, after the bias, GELU's backward with the result as its
  * gradient (em_gelu_backward(y, x): the input-gradient matmul of the layer after a GELU) -> the
- * result times gelu'(x), x read as the residual (GELU-tanh's by default, erf's with
- * EMBER_MATMUL_GELU_GRAD=1). Anything else runs the matmul first and is recorded on its buffer as
- * before. Realizing launches the matmul (mm_execute: autotuning, the kernel choice) into the
- * storage's buffer, allocated then.
+ * result times gelu'(x), x read as the residual (opt-in: EMBER_MATMUL_GELU_GRAD=1). Anything else
+ * runs the matmul first and is recorded on its buffer as before. Realizing launches the matmul
+ * (mm_execute: autotuning, the kernel choice) into the storage's buffer, allocated then.
  *
  * Order of realization, so that nothing recurses deeper than one level: an operand (a, b, a bias
  * or residual) that is itself a pending matmul is run when this node is recorded or absorbs it.
@@ -127,18 +126,18 @@ static int act_of(const fu_matmul *m, const fu_desc *d)
 /* The epilogue code of op d when it is GELU's or GELU-tanh's backward whose gradient operand
  * (input 0) is m's result (self): em_gelu_backward(dy Wt, x) = (dy Wt) gelu'(x), x (the
  * activation's input) then the epilogue's residual operand; 0 otherwise. The math runs in the
- * compute type, as the op's. EMBER_MATMUL_GELU_GRAD: unset, GELU-tanh's backward only (its
- * logistic form, x staged through shared memory with the residual's copies: docs/benchmarks.md,
- * session 24); "0" neither; "1" both (erf's form reads x per element, which cost an H100's GPT-2
- * step 2 ms in session 21). */
+ * compute type, as the op's. Opt-in (EMBER_MATMUL_GELU_GRAD=1): on an H100 the GPT-2 step was
+ * 2 ms slower with it in session 21 and still 0.8 ms slower in session 24, with x staged through
+ * shared memory on the lines of 4 and the derivative in its logistic form (docs/benchmarks.md):
+ * the per-element epilogue in the consumers of a K = 768 product costs more than the pass it
+ * saves. */
 static int act_grad_of(const fu_matmul *m, const fu_desc *d, int self)
 {
     if (d->kind != FU_BINARY || self != 0 || d->C != m->p.ct || d->M != d->C) return 0;
     if (d->code != TN_B_GELU_GRAD && d->code != TN_B_GELU_TANH_GRAD) return 0;
     const char *env = getenv("EMBER_MATMUL_GELU_GRAD");
-    if (env && !strcmp(env, "0")) return 0;
-    if (d->code == TN_B_GELU_GRAD) return env && !strcmp(env, "1") ? MM_ACT_GELU_GRAD : 0;
-    return MM_ACT_GELU_TANH_GRAD;
+    if (!env || strcmp(env, "1") != 0) return 0;
+    return d->code == TN_B_GELU_GRAD ? MM_ACT_GELU_GRAD : MM_ACT_GELU_TANH_GRAD;
 }
 
 /* Whether t is a row vector of the op's result `out` (a whole view of m's result, maybe
@@ -359,8 +358,8 @@ em_status fu_mm_colsum_into(const em_tensor *t, em_tensor *out, bool *taken)
     *taken = false;
     fu_node *nd = t->st->pending;
     if (!nd || !nd->mm || t->rank < 2 || out->st == t->st) return EM_OK;
-    const char *env = getenv("EMBER_MATMUL_COLSUM"); /* "0": the column sum after the matmul */
-    if (env && !strcmp(env, "0")) return EM_OK;
+    const char *env = getenv("EMBER_MATMUL_COLSUM"); /* opt-in: "1" */
+    if (!env || strcmp(env, "1") != 0) return EM_OK;
     fu_matmul *m = nd->mm;
     int64_t n = m->rsh[m->rr - 1];
     if (!em_is_contiguous(t) || t->offset != m->out.offset || t->shape[t->rank - 1] != n ||

@@ -543,6 +543,8 @@ static void check_colsum(const char *what, const char *cfg, em_tensor *a, em_ten
     em_tensor *sums = em_zeros(dev, EM_F32, EM_SHAPE(N));
     assert_non_null(sums);
     assert_int_equal(em_flush(), EM_OK);
+    setenv("EMBER_MATMUL_COLSUM", "1", 1); /* opt-in */
+    setenv("EMBER_MATMUL_GELU_GRAD", "1", 1);
     em_profile_reset();
     em_tensor *y = em_matmul(a, b); /* (not taken: em_sum_leading_into would consume it) */
     if (x) y = em_gelu_backward(em_take(y), x, true);
@@ -576,6 +578,8 @@ static void check_colsum(const char *what, const char *cfg, em_tensor *a, em_ten
     em_release(y);
     em_release(sums);
     unsetenv("EMBER_MATMUL_CONFIG");
+    unsetenv("EMBER_MATMUL_COLSUM");
+    unsetenv("EMBER_MATMUL_GELU_GRAD");
 }
 
 /* The column sums in the epilogue (CS) of the lines-of-4 forms: ping-pong with one and two
