@@ -395,6 +395,14 @@ int fu_record(const fu_desc *d, const em_tensor *const *in, int nin, int64_t (*s
         pthread_mutex_unlock(&fu_lock);
         if (r != 0) return r;
     }
+    if (nin == 1 && d->kind == FU_UNARY && in[0]->st->pending && in[0]->st->pending->mm) {
+        /* an activation of a pending matmul's result that is kept (a GELU's input, for its
+         * backward): the matmul writes both (fusion_matmul.c) */
+        pthread_mutex_lock(&fu_lock);
+        int r = fu_mm_act_pre(d, in[0], out);
+        pthread_mutex_unlock(&fu_lock);
+        if (r != 0) return r;
+    }
     /* the donated result of a pending row-wise reduction: its epilogue absorbs the op, or it runs
      * now and the op reads its buffer (fusion_rows.c) */
     int rr = fu_rows_absorb(d, in, nin, strides, out);

@@ -135,6 +135,11 @@ void fu_link(fu_node *nd);
  *    now with out receiving the result's sums over its leading dims as well (mm_problem.colsum:
  *    in the epilogue where the kernel can) and sets *taken; otherwise does nothing. EM_OK or the
  *    error set;
+ *  - fu_mm_act_pre: with EMBER_MATMUL_PRE=1, when unary op d is an activation the matmul's
+ *    epilogue takes (GELU, GELU-tanh) of `in`, a whole, not donated view of the result of a
+ *    pending matmul without an activation or residual, and `out` a fresh contiguous storage of
+ *    its size: runs the matmul now writing act(result) into out and the result into its own
+ *    storage (mm_problem.pre), returning 1; 0 when it does not apply, -1 with the error set;
  *  - fu_mm_error: adds the context of a failed realization to the error ("matmul f32[M, K] x
  *    f32[K, N] + bias, gelu_tanh (...)");
  *  - fu_mm_free: frees nd->mm (the leaves are free_node's). */
@@ -145,6 +150,7 @@ int fu_mm_take(fu_node *nd, const fu_desc *d, const em_tensor *const *in, int ni
 em_status fu_mm_launch(fu_node *nd);
 em_status fu_mm_launch_into(fu_node *nd, const em_tensor *dst);
 em_status fu_mm_colsum_into(const em_tensor *t, em_tensor *out, bool *taken);
+int fu_mm_act_pre(const fu_desc *d, const em_tensor *in, em_tensor *out);
 void fu_mm_error(const fu_node *nd);
 void fu_mm_free(fu_node *nd);
 

@@ -39,6 +39,9 @@ typedef struct fu_matmul {
     int rr;    /* the result's rank and shape */
     int64_t rsh[EM_MAX_RANK];
     int absorbed; /* elementwise ops absorbed into the epilogue */
+    em_tensor act_out; /* with pre_act: the activated result's view (fu_mm_act_pre), where the
+                        * matmul writes act(result) while its own storage gets the result */
+    int pre_act;
 } fu_matmul;
 
 
@@ -323,6 +326,7 @@ em_status fu_mm_launch(fu_node *nd)
     mm_problem p = m->p;
     if (!mm_setup_epilogue(&p, &ep, m->rr, m->rsh)) return em_last_status();
     p.act = m->act;
+    if (m->pre_act) p.pre = p.out, p.out = &m->act_out, p.act = m->pre_act;
     if (fu_debug_on()) {
         em_strbuf sb;
         em_sb_init(&sb);
@@ -375,6 +379,33 @@ em_status fu_mm_colsum_into(const em_tensor *t, em_tensor *out, bool *taken)
     if (t->st->pending == nd) m->p.colsum = NULL; /* still pending (it failed): no sums next time */
     *taken = st == EM_OK;
     return st;
+}
+
+int fu_mm_act_pre(const fu_desc *d, const em_tensor *in, em_tensor *out)
+{
+    fu_node *nd = in->st->pending;
+    if (!nd || !nd->mm || in->taken || out->st->pending || out->st->buf) return 0;
+    const char *env = getenv("EMBER_MATMUL_PRE"); /* opt-in: "1" */
+    if (!env || strcmp(env, "1") != 0) return 0;
+    fu_matmul *m = nd->mm;
+    int act = act_of(m, d);
+    if (act <= 0 || m->act || m->has_res || m->pre_act || in->dtype != nd->dtype ||
+        out->dtype != nd->dtype || !em_is_contiguous(in) || in->offset != m->out.offset ||
+        tn_numel(in->rank, in->shape) != tn_numel(m->rr, m->rsh) || !em_is_contiguous(out) ||
+        out->offset != 0 || tn_numel(out->rank, out->shape) != tn_numel(m->rr, m->rsh))
+        return 0;
+    m->act_out = m->out; /* the result's geometry (contiguous) on out's storage */
+    m->act_out.st = out->st;
+    m->act_out.offset = 0;
+    m->pre_act = act;
+    em_status st = tn_realize(out) == EM_OK ? fu_realize(in->st) : em_last_status();
+    if (in->st->pending == nd) m->pre_act = 0; /* still pending (it failed) */
+    if (st != EM_OK) {
+        em_error_context("%s", d->name);
+        return -1;
+    }
+    fu_count_fused(1);
+    return 1;
 }
 
 void fu_mm_error(const fu_node *nd)

@@ -309,5 +309,8 @@ em_status tn_cols_sum_rows(const char *op, const em_tensor *t, em_tensor *out);
  * em_sum_leading_into without consuming t; a pending matmul's result takes the sums in its
  * epilogue (fu_mm_colsum_into). */
 em_status tn_sum_leading_into(const char *op, const em_tensor *t, em_tensor *out);
+/* out = unary op `code` (a float op without parameters: TN_U_*) of t, into out (t's shape),
+ * launched now (not recorded for fusion): a matmul's activation after its pre-activation result. */
+em_status tn_unary_run(const char *op, const em_tensor *t, em_tensor *out, int code);
 
 #endif

@@ -68,6 +68,8 @@ typedef struct mm_wgmma_plan {
                      RV: mm_res_rows16) */
     bool cs;      /* quads with the result's column sums in the epilogue (the kernel's CS:
                    * mm_problem.colsum set, not split) */
+    bool pre;     /* quads with the value before the activation written too (the kernel's PRE:
+                   * mm_problem.pre set, not split, N a multiple of 4) */
     bool persist; /* tma (c->lanes 5, 6): min(tiles, compute units) cubes loop over the tiles */
     bool ping;    /* tma (c->lanes 6): the two consumers take the cube's tiles in turns, each a
                      bm x bn tile of its own (bm / 64 accumulator sets a unit) */
@@ -122,6 +124,11 @@ typedef struct mm_problem {
                         * gradient; fusion_matmul.c), written by mm_launch: in the TMA kernel's
                         * epilogue (CS) where it stores lines of 4 unsplit, else by a column sum
                         * of the result after it */
+    em_tensor *pre;    /* or NULL: with act (1 to 3) and no residual, the result before the
+                        * activation (after the bias) is written here too, out's shape, contiguous
+                        * as out (fusion_matmul.c: a GELU kept for its backward), by the TMA kernel's
+                        * lines of 4 (PRE); other configurations run the product into pre and the
+                        * activation from it into out */
 } mm_problem;
 
 /* Whether p's residual (the epilogue's, added: not the GELU backward's input) has 16-byte

@@ -119,12 +119,31 @@ static em_status launch_skinny(const mm_problem *p, const mm_config *c, tn_arg o
 
 static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *cs);
 
+/* Whether c's kernel writes p->pre itself (the TMA kernel's PRE). */
+static bool does_pre(const mm_problem *p, const mm_config *c)
+{
+    mm_wgmma_plan q;
+    return c->kind == MM_WGMMA && mm_wgmma_plan_of(p, c, &q) && q.tma && q.pre;
+}
+
 /* The launches of c on p, and p->colsum where the kernel did not write it (its CS): a column
- * sum of the result after it. */
-static em_status launch_with_colsum(const mm_problem *p, const mm_config *c)
+ * sum of the result after it; with p->pre where the kernel does not write it (its PRE): the
+ * product without the activation into pre, then the activation from pre into out. */
+static em_status launch_with_extras(const mm_problem *p, const mm_config *c)
 {
     bool cs = false;
-    em_status st = launch_labeled(p, c, &cs);
+    em_status st;
+    if (p->pre && !does_pre(p, c)) {
+        static const int codes[] = {[EM_MATMUL_ACT_RELU] = TN_U_RELU,
+                                    [EM_MATMUL_ACT_GELU] = TN_U_GELU,
+                                    [EM_MATMUL_ACT_GELU_TANH] = TN_U_GELU_TANH};
+        mm_problem q = *p;
+        q.out = p->pre, q.pre = NULL, q.act = EM_MATMUL_ACT_NONE;
+        st = launch_labeled(&q, c, &cs);
+        if (st == EM_OK) st = tn_unary_run("matmul", p->pre, p->out, codes[p->act]);
+    } else {
+        st = launch_labeled(p, c, &cs);
+    }
     if (st == EM_OK && p->colsum && !cs) st = tn_sum_leading_into("matmul", p->out, p->colsum);
     return st;
 }
@@ -133,7 +152,7 @@ static em_status launch_with_colsum(const mm_problem *p, const mm_config *c)
  * where the last dim is contiguous), M x N x K, the batch, and the epilogue (bias, act, res). */
 em_status mm_launch(const mm_problem *p, const mm_config *c)
 {
-    if (!em_profile_labels_on()) return launch_with_colsum(p, c);
+    if (!em_profile_labels_on()) return launch_with_extras(p, c);
     /* pending operands run first, under their own names */
     if (tn_realize(p->a) != EM_OK || tn_realize(p->b) != EM_OK || tn_realize(p->bias) != EM_OK ||
         tn_realize(p->res) != EM_OK)
@@ -144,7 +163,7 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
              (long long)p->N, (long long)p->K, (long long)p->batch, p->bias != NULL, p->act,
              p->res != NULL);
     em_profile_label(label);
-    em_status st = launch_with_colsum(p, c);
+    em_status st = launch_with_extras(p, c);
     em_profile_label(NULL);
     return st;
 }
@@ -234,6 +253,7 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
             bd[nb++] = em_lang_bind_int("OW", q.quads ? 4 : 2); /* outv as lines of 2 or 4 */
             if (q.rv) bd[nb++] = em_lang_bind_bool("RV", true);
             if (q.cs) bd[nb++] = em_lang_bind_bool("CS", true);
+            if (q.pre) bd[nb++] = em_lang_bind_bool("PRE", true);
         }
         units[0] = (uint32_t)q.units;
         wgq = q;
@@ -277,7 +297,9 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
             return em_error_context("matmul");
         }
     }
-    tn_arg args[13] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
+    /* PRE: the value before the activation, as lines of 4 (out's buffer stands in without) */
+    const em_tensor *pre = tma && wgq.pre ? p->pre : outa.t;
+    tn_arg args[15] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
                        tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset),
                        outa,
                        bias_arg(p),
@@ -289,7 +311,9 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
                        tma ? mapa[1] : tn_arg_s(em_arg_u32(0)),
                        outv,
                        tn_arg_s(tn_flat_buffer(csp ? csp : outa.t, EM_F32, 1)),
-                       tn_arg_s(em_arg_u32(0))};
+                       tn_arg_s(em_arg_u32(0)),
+                       tn_arg_s(tn_flat_buffer(pre, split > 1 ? p->ct : p->dt, 4)),
+                       tn_arg_s(em_arg_u32((uint32_t)pre->offset))};
     uint32_t cubes[3] = {(uint32_t)((p->N + c->bn - 1) / c->bn),
                          (uint32_t)((p->M + c->bm - 1) / c->bm), (uint32_t)(p->batch * split)};
     if (wg && wgq.persist) {
@@ -308,7 +332,7 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
                         : wg                ? "matmul_wgmma"
                         : c->kind == MM_CPU ? "matmul_cpu"
                                             : "matmul_simt";
-    em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, tma ? 13 : 8);
+    em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, tma ? 15 : 8);
     if (st == EM_OK && split > 1) st = launch_reduce(p, part, split);
     if (st == EM_OK && csp) st = tn_cols_sum_rows("matmul", csp, p->colsum);
     *cs = csp != NULL;

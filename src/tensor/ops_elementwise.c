@@ -153,6 +153,20 @@ static em_status unary_into(const char *op, const em_tensor *t, em_tensor *out, 
     return run_walk(op, "tensor_unary", b, 5, ts, 2, out->rank, out->shape, strides, sc, 2);
 }
 
+em_status tn_unary_run(const char *op, const em_tensor *t, em_tensor *out, int code)
+{
+    em_scalar ct = tn_compute_type(t->dtype);
+    em_lang_bind b[5] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("U", out->dtype),
+                         em_lang_bind_type("C", ct), em_lang_bind_int("OP", code),
+                         em_lang_bind_type("M", tn_math_type(t->st->dev, ct))};
+    int64_t strides[2][EM_MAX_RANK];
+    tn_expand_geom(t, out->rank, out->shape, strides[0]);
+    memcpy(strides[1], out->stride, sizeof strides[1]);
+    em_arg sc[2] = {tn_scalar_arg(ct, 0), tn_scalar_arg(ct, 0)};
+    const em_tensor *ts[2] = {t, out};
+    return run_walk(op, "tensor_unary", b, 5, ts, 2, out->rank, out->shape, strides, sc, 2);
+}
+
 /* The recorded op of a unary code (EM_TOP_NONE: not differentiable), with its parameters. */
 static em_tensor_op unary_top(int code, double p0, double p1, em_top_params *p)
 {

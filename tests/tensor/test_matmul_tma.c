@@ -14,7 +14,8 @@
  * and the cooperative 256 x 128 (and 256 x 192) tile "wgmma-tma-p 256x128x64 2x1" (two consumers
  * of 128 rows each on one tile, two accumulator sets a unit). The lines-of-4 form "wgmma-tma-ppr"
  * also with GELU-tanh's backward moved into its epilogue by fusion, and with the column sums of
- * its result (a bias's gradient) taken in the epilogue. */
+ * its result (a bias's gradient) taken in the epilogue, and with an activation whose input is
+ * kept written by the epilogue as well. */
 #include "tensor_util.h"
 #include "tensor/matmul_internal.h"
 #include "ember/tensor_grad.h"
@@ -618,6 +619,84 @@ static void test_tma_colsum(void **state)
     on_tma_devices(tma_colsum_cases);
 }
 
+/* A GELU-tanh of a pending product (with its bias) that is kept, as a GELU's input is for its
+ * backward: with EMBER_MATMUL_PRE=1 the matmul writes both (fu_mm_act_pre, mm_problem.pre) under
+ * configuration cfg. Both match float64; `fused`: the kernel's epilogue wrote both (PRE, no
+ * tensor_unary launch); else the product and then the activation from it. */
+static void check_pre(const char *what, const char *cfg, em_tensor *a, em_tensor *b,
+                      em_tensor *bias, bool fused)
+{
+    em_matmul_epilogue ep = {.bias = bias};
+    int64_t nb = 0;
+    double *ref = ref_mm(a, b, &ep, &nb);
+    em_shape as = em_shape_of(a), bs = em_shape_of(b);
+    int64_t n = nb * as.d[as.rank - 2] * bs.d[bs.rank - 1];
+    double *act = malloc((size_t)n * sizeof(double));
+    assert_non_null(act);
+    for (int64_t i = 0; i < n; i++) {
+        double v = ref[i], u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+        act[i] = 0.5 * v * (1 + tanh(u));
+    }
+    setenv("EMBER_MATMUL_CONFIG", cfg, 1);
+    setenv("EMBER_MATMUL_PRE", "1", 1);
+    assert_int_equal(em_flush(), EM_OK);
+    em_profile_reset();
+    em_tensor *y = em_add(em_take(em_matmul(a, b)), bias); /* the bias absorbed, y kept */
+    em_tensor *h = em_gelu_tanh(y);
+    if (!h) fprintf(stderr, "%s: %s\n", what, em_last_error());
+    assert_non_null(h);
+    char label[256];
+    snprintf(label, sizeof label, "%s (%s, gelu_tanh kept)", what, cfg);
+    tu_check(label, y, em_shape_of(y), ref, tu_tol(em_dtype(a)));
+    tu_check(label, h, em_shape_of(h), act, tu_tol(em_dtype(a)));
+    em_profile_kernel pk;
+    bool unary = em_profile_kernel_get("tensor_unary", &pk) && pk.launches > 0;
+    if (!em_profile_kernel_get("matmul_wgmma_tma", &pk) || pk.launches != 1)
+        fail_msg("%s: the TMA kernel did not run once", label);
+    if (unary == fused)
+        fail_msg("%s: %s", label,
+                 fused ? "the activation ran as its own launch"
+                       : "no activation launch after the product");
+    free(ref), free(act);
+    em_release(h);
+    em_release(y);
+    unsetenv("EMBER_MATMUL_CONFIG");
+    unsetenv("EMBER_MATMUL_PRE");
+}
+
+/* The activation and its input both from the epilogue (PRE) of the lines-of-4 forms: ping-pong
+ * with one and two accumulator sets, the cooperative tile in clusters, edges along M and N; and
+ * where the kernel cannot (split-K; N not a multiple of 4), the product and then the
+ * activation. */
+static void tma_pre_cases(em_device *dev)
+{
+    check_pre("pp 128x192, edges", "wgmma-tma-ppr 128x192x64 2x1 s1",
+              rnd(dev, EM_BF16, EM_SHAPE(300, 200), 251),
+              rnd(dev, EM_BF16, EM_SHAPE(200, 400), 252), rnd(dev, EM_BF16, EM_SHAPE(400), 253),
+              true);
+    check_pre("pp 64x256, edges", "wgmma-tma-ppr 64x256x64 2x1 s1",
+              rnd(dev, EM_BF16, EM_SHAPE(131, 200), 254),
+              rnd(dev, EM_BF16, EM_SHAPE(200, 264), 255), rnd(dev, EM_BF16, EM_SHAPE(264), 256),
+              true);
+    check_pre("coop 256x128 clusters, N = 88", "wgmma-tma-pr 256x128x64 2x2 s1",
+              rnd(dev, EM_BF16, EM_SHAPE(300, 96), 257), rnd(dev, EM_BF16, EM_SHAPE(96, 88), 258),
+              rnd(dev, EM_BF16, EM_SHAPE(88), 259), true);
+    check_pre("pp 128x192, 4 split-K chunks: after", "wgmma-tma-ppr 128x192x64 2x1 s4",
+              rnd(dev, EM_BF16, EM_SHAPE(136, 600), 260),
+              rnd(dev, EM_BF16, EM_SHAPE(600, 200), 261), rnd(dev, EM_BF16, EM_SHAPE(200), 262),
+              false);
+    check_pre("pp 128x192, N = 202, K-major b: after", "wgmma-tma-ppr 128x192x64 2x1 s1",
+              rnd(dev, EM_BF16, EM_SHAPE(136, 64), 263),
+              em_transpose(rnd(dev, EM_BF16, EM_SHAPE(202, 64), 264), 0, 1),
+              rnd(dev, EM_BF16, EM_SHAPE(202), 265), false);
+}
+
+static void test_tma_pre(void **state)
+{
+    (void)state;
+    on_tma_devices(tma_pre_cases);
+}
+
 static mm_problem h200_problem(em_caps *caps, int64_t M, int64_t N, int64_t K, em_tensor *t)
 {
     memset(caps, 0, sizeof *caps);
@@ -891,7 +970,7 @@ int main(void)
         cmocka_unit_test(test_tma_kernel),   cmocka_unit_test(test_tma_persistent),
         cmocka_unit_test(test_tma_pingpong), cmocka_unit_test(test_tma_coop),
         cmocka_unit_test(test_tma_pairs),    cmocka_unit_test(test_tma_colsum),
-        cmocka_unit_test(test_tma_config),
+        cmocka_unit_test(test_tma_pre),      cmocka_unit_test(test_tma_config),
     };
     if (getenv("TU_ONLY")) cmocka_set_test_filter(getenv("TU_ONLY"));
     return cmocka_run_group_tests(tests, setup, tu_teardown);
