@@ -136,8 +136,9 @@ void fu_link(fu_node *nd);
  *    in the epilogue where the kernel can) and sets *taken; otherwise does nothing. EM_OK or the
  *    error set;
  *  - fu_mm_act_pre: with EMBER_MATMUL_PRE=1, when unary op d is an activation the matmul's
- *    epilogue takes (GELU, GELU-tanh) of `in`, a whole, not donated view of the result of a
- *    pending matmul without an activation or residual, and `out` a fresh contiguous storage of
+ *    epilogue takes (GELU, GELU-tanh) of `in`, a whole view of the result of a pending matmul
+ *    without an activation or residual that someone keeps (not donated, or donated with another
+ *    reference: the autodiff tape's, for the GELU's backward), and `out` a fresh storage of
  *    its size: runs the matmul now writing act(result) into out and the result into its own
  *    storage (mm_problem.pre), returning 1; 0 when it does not apply, -1 with the error set;
  *  - fu_mm_error: adds the context of a failed realization to the error ("matmul f32[M, K] x

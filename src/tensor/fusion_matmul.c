@@ -384,7 +384,12 @@ em_status fu_mm_colsum_into(const em_tensor *t, em_tensor *out, bool *taken)
 int fu_mm_act_pre(const fu_desc *d, const em_tensor *in, em_tensor *out)
 {
     fu_node *nd = in->st->pending;
-    if (!nd || !nd->mm || in->taken || out->st->pending || out->st->buf) return 0;
+    /* the input kept: not donated, held by another reference, or to be saved by the recorder
+     * (autodiff's tape keeps a GELU's input for its backward) */
+    em_tensor_op top = d->code == TN_U_GELU ? EM_TOP_GELU : EM_TOP_GELU_TANH;
+    bool kept = !in->taken || atomic_load(&in->refs) > 1 || atomic_load(&in->st->refs) > 1 ||
+                (tn_recording(&in, 1) && tn_record_keeps_input(top, 0));
+    if (!nd || !nd->mm || !kept || out->st->pending || out->st->buf) return 0;
     const char *env = getenv("EMBER_MATMUL_PRE"); /* opt-in: "1" */
     if (!env || strcmp(env, "1") != 0) return 0;
     fu_matmul *m = nd->mm;

@@ -641,8 +641,10 @@ static void check_pre(const char *what, const char *cfg, em_tensor *a, em_tensor
     setenv("EMBER_MATMUL_PRE", "1", 1);
     assert_int_equal(em_flush(), EM_OK);
     em_profile_reset();
-    em_tensor *y = em_add(em_take(em_matmul(a, b)), bias); /* the bias absorbed, y kept */
-    em_tensor *h = em_gelu_tanh(y);
+    em_tensor *y = em_add(em_take(em_matmul(a, b)), bias); /* the bias absorbed */
+    /* y donated but kept by another reference, as em_mlp_forward's em_take of c_fc's result is
+     * while the tape keeps the GELU's input */
+    em_tensor *h = em_gelu_tanh(em_take(em_retain(y)));
     if (!h) fprintf(stderr, "%s: %s\n", what, em_last_error());
     assert_non_null(h);
     char label[256];
