@@ -127,9 +127,10 @@ static bool is_predicate(int code)
            code == TN_U_LTS || code == TN_U_GTS;
 }
 
-/* out = OP(t) into an existing output view of t's shape. */
-static em_status unary_into(const char *op, const em_tensor *t, em_tensor *out, int code, double p0,
-                            double p1)
+/* out = OP(t) into an existing output view of t's shape; `record`: recorded for fusion where it
+ * can be (fu_record), else launched now. */
+static em_status unary_launch(const char *op, const em_tensor *t, em_tensor *out, int code,
+                              double p0, double p1, bool record)
 {
     em_scalar ct = tn_compute_type(t->dtype);
     if (code == TN_U_COPY) ct = t->dtype == EM_BOOL ? EM_I32 : t->dtype; /* exact copies and casts */
@@ -147,24 +148,21 @@ static em_status unary_into(const char *op, const em_tensor *t, em_tensor *out, 
     }
     fu_desc d = {op, code == TN_U_FILL ? FU_FILL : is_predicate(code) ? FU_UPRED : FU_UNARY, code, ct,
                  b[4].type, {sc[0], sc[1]}, 0};
-    int rec = fu_record(&d, &t, code == TN_U_FILL ? 0 : 1, strides, out);
+    int rec = record ? fu_record(&d, &t, code == TN_U_FILL ? 0 : 1, strides, out) : 0;
     if (rec) return rec > 0 ? EM_OK : em_last_status();
     const em_tensor *ts[2] = {t, out};
     return run_walk(op, "tensor_unary", b, 5, ts, 2, out->rank, out->shape, strides, sc, 2);
 }
 
+static em_status unary_into(const char *op, const em_tensor *t, em_tensor *out, int code, double p0,
+                            double p1)
+{
+    return unary_launch(op, t, out, code, p0, p1, true);
+}
+
 em_status tn_unary_run(const char *op, const em_tensor *t, em_tensor *out, int code)
 {
-    em_scalar ct = tn_compute_type(t->dtype);
-    em_lang_bind b[5] = {em_lang_bind_type("T", t->dtype), em_lang_bind_type("U", out->dtype),
-                         em_lang_bind_type("C", ct), em_lang_bind_int("OP", code),
-                         em_lang_bind_type("M", tn_math_type(t->st->dev, ct))};
-    int64_t strides[2][EM_MAX_RANK];
-    tn_expand_geom(t, out->rank, out->shape, strides[0]);
-    memcpy(strides[1], out->stride, sizeof strides[1]);
-    em_arg sc[2] = {tn_scalar_arg(ct, 0), tn_scalar_arg(ct, 0)};
-    const em_tensor *ts[2] = {t, out};
-    return run_walk(op, "tensor_unary", b, 5, ts, 2, out->rank, out->shape, strides, sc, 2);
+    return unary_launch(op, t, out, code, 0, 0, false);
 }
 
 /* The recorded op of a unary code (EM_TOP_NONE: not differentiable), with its parameters. */
