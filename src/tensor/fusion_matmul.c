@@ -370,10 +370,7 @@ em_status fu_mm_colsum_into(const em_tensor *t, em_tensor *out, bool *taken)
         tn_numel(t->rank, t->shape) != tn_numel(m->rr, m->rsh) || !em_is_contiguous(out) ||
         tn_numel(out->rank, out->shape) != n || !em_scalar_is_float(out->dtype))
         return EM_OK;
-    /* out is written: its own pending value first, and what reads it before the write */
-    if (fu_realize(out->st) != EM_OK || tn_realize(out) != EM_OK ||
-        fu_before_write(out->st) != EM_OK)
-        return em_error_context("matmul column sums");
+    /* (out itself is written by the column-sum launch, which settles its storage first) */
     m->p.colsum = out;
     em_status st = fu_realize(t->st);
     if (t->st->pending == nd) m->p.colsum = NULL; /* still pending (it failed): no sums next time */
@@ -383,15 +380,10 @@ em_status fu_mm_colsum_into(const em_tensor *t, em_tensor *out, bool *taken)
 
 int fu_mm_act_pre(const fu_desc *d, const em_tensor *in, em_tensor *out)
 {
-    fu_node *nd = in->st->pending;
-    /* the input kept: not donated, held by another reference, or to be saved by the recorder
-     * (autodiff's tape keeps a GELU's input for its backward) */
-    em_tensor_op top = d->code == TN_U_GELU ? EM_TOP_GELU : EM_TOP_GELU_TANH;
-    bool kept = !in->taken || atomic_load(&in->refs) > 1 || atomic_load(&in->st->refs) > 1 ||
-                (tn_recording(&in, 1) && tn_record_keeps_input(top, 0));
-    if (!nd || !nd->mm || !kept || out->st->pending || out->st->buf) return 0;
     const char *env = getenv("EMBER_MATMUL_PRE"); /* opt-in: "1" */
-    if (!env || strcmp(env, "1") != 0) return 0;
+    fu_node *nd = in->st->pending;
+    if (!env || strcmp(env, "1") != 0 || !nd || !nd->mm || out->st->pending || out->st->buf)
+        return 0;
     fu_matmul *m = nd->mm;
     int act = act_of(m, d);
     if (act <= 0 || m->act || m->has_res || m->pre_act || in->dtype != nd->dtype ||
@@ -399,6 +391,14 @@ int fu_mm_act_pre(const fu_desc *d, const em_tensor *in, em_tensor *out)
         tn_numel(in->rank, in->shape) != tn_numel(m->rr, m->rsh) || !em_is_contiguous(out) ||
         out->offset != 0 || tn_numel(out->rank, out->shape) != tn_numel(m->rr, m->rsh))
         return 0;
+    /* the input kept: not donated, held by another reference, or to be saved by the recorder
+     * (autodiff's tape keeps a GELU's input for its backward) */
+    em_tensor_op top = act == EM_MATMUL_ACT_RELU   ? EM_TOP_RELU
+                       : act == EM_MATMUL_ACT_GELU ? EM_TOP_GELU
+                                                   : EM_TOP_GELU_TANH;
+    bool kept = !in->taken || atomic_load(&in->refs) > 1 || atomic_load(&in->st->refs) > 1 ||
+                (tn_recording(&in, 1) && tn_record_keeps_input(top, 0));
+    if (!kept) return 0;
     m->act_out = m->out; /* the result's geometry (contiguous) on out's storage */
     m->act_out.st = out->st;
     m->act_out.offset = 0;

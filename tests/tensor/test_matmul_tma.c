@@ -526,15 +526,21 @@ static void test_tma_pairs(void **state)
     on_tma_devices(tma_pairs_cases);
 }
 
+/* How check_colsum's sums and check_pre's kept input are made: by a launch after the product
+ * (the switch on, the configuration unable), in the kernel's epilogue, or with the switch off
+ * (the default). */
+enum { AFTER, IN_EPILOGUE, SWITCH_OFF };
+
 /* The column sums of a pending product taken with it (em_sum_leading_into on its whole result:
  * fusion_matmul.c's fu_mm_colsum_into, mm_problem.colsum): with GELU-tanh's backward of x in the
  * epilogue where x is given (an MLP's fc bias gradient), under configuration cfg. The sums
  * (into an f32 [N]) match float64 sums of the result as stored, and the result still matches
- * float64. `cs`: the kernel's epilogue took them (CS), so the column-sum launch read only its
- * partials (f32, a row per 64 mw rows); else it read the whole result. */
+ * float64. IN_EPILOGUE: the kernel's epilogue took them (CS), so the column-sum launch read only
+ * its partials (f32, a row per 64 mw rows); else (AFTER, SWITCH_OFF) it read the whole result. */
 static void check_colsum(const char *what, const char *cfg, em_tensor *a, em_tensor *b,
-                         em_tensor *x, bool cs)
+                         em_tensor *x, int how)
 {
+    bool cs = how == IN_EPILOGUE;
     int64_t nb = 0;
     double *ref = ref_mm(a, b, NULL, &nb), *xv = x ? tu_read(x) : NULL;
     setenv("EMBER_MATMUL_CONFIG", cfg, 1);
@@ -544,7 +550,7 @@ static void check_colsum(const char *what, const char *cfg, em_tensor *a, em_ten
     em_tensor *sums = em_zeros(dev, EM_F32, EM_SHAPE(N));
     assert_non_null(sums);
     assert_int_equal(em_flush(), EM_OK);
-    setenv("EMBER_MATMUL_COLSUM", "1", 1); /* opt-in */
+    if (how != SWITCH_OFF) setenv("EMBER_MATMUL_COLSUM", "1", 1); /* opt-in */
     setenv("EMBER_MATMUL_GELU_GRAD", "1", 1);
     em_profile_reset();
     em_tensor *y = em_matmul(a, b); /* (not taken: em_sum_leading_into would consume it) */
@@ -592,25 +598,29 @@ static void tma_colsum_cases(em_device *dev)
     check_colsum("pp 128x192, gelu backward, edges", "wgmma-tma-ppr 128x192x64 2x1 s1",
                  rnd(dev, EM_BF16, EM_SHAPE(300, 200), 231),
                  em_transpose(rnd(dev, EM_BF16, EM_SHAPE(400, 200), 232), 0, 1),
-                 rnd(dev, EM_BF16, EM_SHAPE(300, 400), 233), true);
+                 rnd(dev, EM_BF16, EM_SHAPE(300, 400), 233), IN_EPILOGUE);
     check_colsum("pp 64x256, edges", "wgmma-tma-ppr 64x256x64 2x1 s1",
                  rnd(dev, EM_BF16, EM_SHAPE(131, 200), 234),
-                 rnd(dev, EM_BF16, EM_SHAPE(200, 264), 235), NULL, true);
+                 rnd(dev, EM_BF16, EM_SHAPE(200, 264), 235), NULL, IN_EPILOGUE);
     check_colsum("coop 256x128 clusters, N = 88", "wgmma-tma-pr 256x128x64 2x2 s1",
                  rnd(dev, EM_BF16, EM_SHAPE(300, 96), 236),
-                 rnd(dev, EM_BF16, EM_SHAPE(96, 88), 237), NULL, true);
+                 rnd(dev, EM_BF16, EM_SHAPE(96, 88), 237), NULL, IN_EPILOGUE);
     check_colsum("pp 128x128, batched", "wgmma-tma-ppr 128x128x64 2x1 s1",
                  rnd(dev, EM_BF16, EM_SHAPE(2, 140, 64), 238),
-                 rnd(dev, EM_BF16, EM_SHAPE(2, 64, 72), 239), NULL, true);
+                 rnd(dev, EM_BF16, EM_SHAPE(2, 64, 72), 239), NULL, IN_EPILOGUE);
     check_colsum("pp 128x192, 4 split-K chunks: after", "wgmma-tma-ppr 128x192x64 2x1 s4",
                  rnd(dev, EM_BF16, EM_SHAPE(136, 600), 240),
                  rnd(dev, EM_BF16, EM_SHAPE(600, 200), 241),
-                 rnd(dev, EM_BF16, EM_SHAPE(136, 200), 242), false);
+                 rnd(dev, EM_BF16, EM_SHAPE(136, 200), 242), AFTER);
     setenv("EMBER_MATMUL_QUADS", "0", 1);
     check_colsum("pp 128x192, lines of 2: after", "wgmma-tma-ppr 128x192x64 2x1 s1",
                  rnd(dev, EM_BF16, EM_SHAPE(300, 200), 231),
-                 rnd(dev, EM_BF16, EM_SHAPE(200, 400), 243), NULL, false);
+                 rnd(dev, EM_BF16, EM_SHAPE(200, 400), 243), NULL, AFTER);
     unsetenv("EMBER_MATMUL_QUADS");
+    check_colsum("pp 128x192, gelu backward, switch off", "wgmma-tma-ppr 128x192x64 2x1 s1",
+                 rnd(dev, EM_BF16, EM_SHAPE(300, 200), 231),
+                 em_transpose(rnd(dev, EM_BF16, EM_SHAPE(400, 200), 232), 0, 1),
+                 rnd(dev, EM_BF16, EM_SHAPE(300, 400), 233), SWITCH_OFF);
 }
 
 static void test_tma_colsum(void **state)
@@ -621,10 +631,11 @@ static void test_tma_colsum(void **state)
 
 /* A GELU-tanh of a pending product (with its bias) that is kept, as a GELU's input is for its
  * backward: with EMBER_MATMUL_PRE=1 the matmul writes both (fu_mm_act_pre, mm_problem.pre) under
- * configuration cfg. Both match float64; `fused`: the kernel's epilogue wrote both (PRE, no
- * tensor_unary launch); else the product and then the activation from it. */
+ * configuration cfg. Both match float64; IN_EPILOGUE: the kernel's epilogue wrote both (PRE, no
+ * other launch); AFTER: the product and then the activation from it (tensor_unary); SWITCH_OFF
+ * (the default): the product, then the GELU as a fused elementwise kernel. */
 static void check_pre(const char *what, const char *cfg, em_tensor *a, em_tensor *b,
-                      em_tensor *bias, bool fused)
+                      em_tensor *bias, int how)
 {
     em_matmul_epilogue ep = {.bias = bias};
     int64_t nb = 0;
@@ -638,7 +649,7 @@ static void check_pre(const char *what, const char *cfg, em_tensor *a, em_tensor
         act[i] = 0.5 * v * (1 + tanh(u));
     }
     setenv("EMBER_MATMUL_CONFIG", cfg, 1);
-    setenv("EMBER_MATMUL_PRE", "1", 1);
+    if (how != SWITCH_OFF) setenv("EMBER_MATMUL_PRE", "1", 1);
     assert_int_equal(em_flush(), EM_OK);
     em_profile_reset();
     em_tensor *y = em_add(em_take(em_matmul(a, b)), bias); /* the bias absorbed */
@@ -653,12 +664,14 @@ static void check_pre(const char *what, const char *cfg, em_tensor *a, em_tensor
     tu_check(label, h, em_shape_of(h), act, tu_tol(em_dtype(a)));
     em_profile_kernel pk;
     bool unary = em_profile_kernel_get("tensor_unary", &pk) && pk.launches > 0;
+    bool fused = em_profile_kernel_get("fused", &pk) && pk.launches > 0;
     if (!em_profile_kernel_get("matmul_wgmma_tma", &pk) || pk.launches != 1)
         fail_msg("%s: the TMA kernel did not run once", label);
-    if (unary == fused)
-        fail_msg("%s: %s", label,
-                 fused ? "the activation ran as its own launch"
-                       : "no activation launch after the product");
+    if (unary != (how == AFTER) || fused != (how == SWITCH_OFF))
+        fail_msg("%s: the activation ran %s", label,
+                 unary   ? "as tensor_unary"
+                 : fused ? "as a fused kernel"
+                         : "in the epilogue");
     free(ref), free(act);
     em_release(h);
     em_release(y);
@@ -682,7 +695,7 @@ static void tma_pre_cases(em_device *dev)
               true);
     check_pre("coop 256x128 clusters, N = 88", "wgmma-tma-pr 256x128x64 2x2 s1",
               rnd(dev, EM_BF16, EM_SHAPE(300, 96), 257), rnd(dev, EM_BF16, EM_SHAPE(96, 88), 258),
-              rnd(dev, EM_BF16, EM_SHAPE(88), 259), true);
+              rnd(dev, EM_BF16, EM_SHAPE(88), 259), IN_EPILOGUE);
     check_pre("pp 128x192, 4 split-K chunks: after", "wgmma-tma-ppr 128x192x64 2x1 s4",
               rnd(dev, EM_BF16, EM_SHAPE(136, 600), 260),
               rnd(dev, EM_BF16, EM_SHAPE(600, 200), 261), rnd(dev, EM_BF16, EM_SHAPE(200), 262),
@@ -690,7 +703,11 @@ static void tma_pre_cases(em_device *dev)
     check_pre("pp 128x192, N = 202, K-major b: after", "wgmma-tma-ppr 128x192x64 2x1 s1",
               rnd(dev, EM_BF16, EM_SHAPE(136, 64), 263),
               em_transpose(rnd(dev, EM_BF16, EM_SHAPE(202, 64), 264), 0, 1),
-              rnd(dev, EM_BF16, EM_SHAPE(202), 265), false);
+              rnd(dev, EM_BF16, EM_SHAPE(202), 265), AFTER);
+    check_pre("pp 128x192, switch off", "wgmma-tma-ppr 128x192x64 2x1 s1",
+              rnd(dev, EM_BF16, EM_SHAPE(300, 200), 251),
+              rnd(dev, EM_BF16, EM_SHAPE(200, 400), 252), rnd(dev, EM_BF16, EM_SHAPE(400), 253),
+              SWITCH_OFF);
 }
 
 static void test_tma_pre(void **state)
