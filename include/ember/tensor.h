@@ -384,6 +384,20 @@ typedef struct em_matmul_epilogue {
  * activation on integers other than ReLU). Inputs are borrowed (donated ones are released). */
 em_tensor *em_matmul_ex(const em_tensor *a, const em_tensor *b, const em_matmul_epilogue *ep);
 
+/* a [M, K] x b [K, N] (2-D) run now (never left pending for fusion), and b's column sums (its
+ * sums over the K rows) written into b_sums (contiguous, N elements, any float dtype, a buffer of
+ * its own): a Linear's weight gradient (x^T g) and bias gradient (g summed over its rows) from one
+ * read of g. On Hopper the TMA matmul's producer warpgroup adds up the b tiles it loads; elsewhere
+ * the column sum runs after the product. b_sums is not recorded for autodiff (the product is, as
+ * em_matmul's). Inputs borrowed (donated ones released); NULL with the error set (naming the
+ * shapes), b_sums left as it was. */
+em_tensor *em_matmul_sum_b(const em_tensor *a, const em_tensor *b, em_tensor *b_sums);
+/* The same with the product written into `into` (contiguous, [M, N], a's dtype, not an
+ * operand's buffer), as a weight gradient into an optimizer's slot; never recorded. EM_OK, or the
+ * error set with into and b_sums left as they were. */
+em_status em_matmul_sum_b_into(em_tensor *into, const em_tensor *a, const em_tensor *b,
+                               em_tensor *b_sums);
+
 /* ---- indexing -------------------------------------------------------------------------------- */
 
 /* Indices are i32 or i64 tensors; out-of-range indices are an error (checked on the host). */

@@ -54,6 +54,8 @@ nomem:
     return -1;
 }
 
+static em_status cs_flush(ad_node *n);
+
 /* Adds g (a new reference, consumed) to what node n has received. */
 static em_status accumulate(ad_node *n, em_tensor *g)
 {
@@ -76,6 +78,14 @@ static em_status accumulate(ad_node *n, em_tensor *g)
         *slot = g;
         return EM_OK;
     }
+    /* a destination whose column sums are pending (ad_defer_colsum) gets them first */
+    if (n->leaf && n->cs_by) {
+        em_status st = cs_flush(n->cs_by);
+        if (st != EM_OK) {
+            em_release(g);
+            return st;
+        }
+    }
     em_tensor *sum = em_add(*slot, g);
     em_release(g);
     if (!sum) return em_last_status();
@@ -83,6 +93,63 @@ static em_status accumulate(ad_node *n, em_tensor *g)
     em_release(*slot);
     *slot = sum;
     return EM_OK;
+}
+
+/* Runs n's pending column sums (ad_defer_colsum) into their leaf's destination now. */
+static em_status cs_flush(ad_node *n)
+{
+    if (!n->cs_g) return EM_OK;
+    em_tensor *g = n->cs_g;
+    ad_node *leaf = n->cs_leaf;
+    n->cs_g = NULL;
+    n->cs_leaf = NULL;
+    leaf->cs_by = NULL;
+    em_status st = em_sum_leading_into(leaf->dest, g);
+    em_release(g);
+    ad_node_release(leaf);
+    return st;
+}
+
+void ad_cs_drop(ad_node *n)
+{
+    if (!n || !n->cs_g) return;
+    n->cs_leaf->cs_by = NULL;
+    em_release(n->cs_g);
+    ad_node_release(n->cs_leaf);
+    n->cs_g = NULL;
+    n->cs_leaf = NULL;
+}
+
+bool ad_defer_colsum(const ad_ctx *c, int i, int via, const em_tensor *g)
+{
+    const char *off = getenv("EMBER_MATMUL_BSUM"); /* "0": the sums at the add's rule (A/B) */
+    if ((off && !strcmp(off, "0")) || !g || i < 0 || via < 0 || i >= c->nin || via >= c->nin ||
+        i == via || !c->edge || !c->needs[i] || !c->needs[via] || !ad_grad_dest(c, i))
+        return false;
+    ad_node *leaf = c->edge[i], *mm = c->edge[via];
+    em_shape gs = em_shape_of(g);
+    if (!leaf->leaf || leaf->cs_by || mm->leaf || mm->op != EM_TOP_MATMUL || mm->cs_g ||
+        gs.rank != c->in_shape[via].rank ||
+        memcmp(gs.d, c->in_shape[via].d, sizeof(int64_t) * (size_t)gs.rank) != 0 ||
+        em_dtype(g) != c->in_dtype[via])
+        return false;
+    mm->cs_g = em_retain((em_tensor *)g);
+    mm->cs_leaf = ad_node_retain(leaf);
+    leaf->cs_by = mm;
+    return true;
+}
+
+em_tensor *ad_take_colsum(const ad_ctx *c, const em_tensor *g)
+{
+    ad_node *n = c->self;
+    if (!n || !n->cs_g || n->cs_g != g) return NULL;
+    em_tensor *d = n->cs_leaf->dest; /* the leaf holds it */
+    n->cs_leaf->cs_by = NULL;
+    em_release(n->cs_g);
+    ad_node_release(n->cs_leaf);
+    n->cs_g = NULL;
+    n->cs_leaf = NULL;
+    return d;
 }
 
 /* The gradient for input i of n, as the input's shape and dtype (consumes g). */
@@ -158,7 +225,7 @@ static em_status step(ad_node *n, bool last)
 {
     em_tensor *g = n->acc;
     n->acc = NULL;
-    if (!g) return EM_OK; /* only zero gradients reached it */
+    if (!g) return cs_flush(n); /* only zero gradients reached it */
     const ad_rule *r = ad_rule_for(n->op);
     ad_ctx c;
     memset(&c, 0, sizeof c);
@@ -175,6 +242,7 @@ static em_status step(ad_node *n, bool last)
     c.out_dtype = n->out_dtype;
     c.edge = n->edge;
     c.gout = &g;
+    c.self = n;
     em_tensor *gin[EM_TOP_MAX_INPUTS] = {NULL};
     em_status st = EM_OK;
     em_tensor *owned[EM_TOP_MAX_INPUTS] = {NULL};
@@ -199,6 +267,9 @@ static em_status step(ad_node *n, bool last)
         st = r->backward(&c, g, gin);
         if (st != EM_OK) st = rule_error(n, st);
     }
+    /* column sums handed to this node and not taken by its rule */
+    if (st == EM_OK && (st = cs_flush(n)) != EM_OK) st = rule_error(n, st);
+    ad_cs_drop(n);
     for (int i = 0; i < n->nin; i++) em_release(owned[i]); /* those not taken */
     em_release((em_tensor *)c.out);
     em_release(g); /* NULL when the rule took it (ad_take_out_grad) */

@@ -26,6 +26,7 @@ typedef struct ad_ctx {
     unsigned takeable;                     /* bit i: in[i] is held by nothing else (below) */
     struct ad_node *const *edge;           /* the input nodes (ad_take_grad) */
     em_tensor **gout;                      /* the step's reference to g (ad_take_out_grad) */
+    struct ad_node *self;                  /* the node whose rule runs (ad_take_colsum) */
 } ad_ctx;
 
 /* Saved input i as a donated reference (em_take) the rule's op may write its result into, when
@@ -53,6 +54,21 @@ em_tensor *ad_take_grad(const ad_ctx *c, int i);
  * dtype. A rule whose op can write its result there returns that tensor itself as gin[i] (a new
  * reference), and the leaf then keeps it as its gradient. NULL otherwise. */
 em_tensor *ad_grad_dest(const ad_ctx *c, int i);
+
+/* A bias's gradient handed on: input i (a leaf with a destination, ad_grad_dest) gets g's sums
+ * over its leading dims, and input `via` is the result of a matmul whose gradient g passes on
+ * unchanged (an add's rule: y = x w + bias). Hands the sums to that matmul's node, whose rule may
+ * take them into the product that makes its b operand's gradient from g (ad_take_colsum:
+ * em_matmul_sum_b reads g once for both); otherwise they run right after that rule, or before
+ * anything else adds to the leaf's gradient. true when handed: the caller returns the
+ * destination as gin[i] (a new reference), unwritten yet. false (nothing done) when the pattern
+ * does not hold or EMBER_MATMUL_BSUM=0. */
+bool ad_defer_colsum(const ad_ctx *c, int i, int via, const em_tensor *g);
+
+/* In a matmul's rule: the destination of column sums handed to this node (ad_defer_colsum) when
+ * they are sums of g itself (the rule's gradient, the same tensor), which the rule then must
+ * write (em_matmul_sum_b with a view of g as b); NULL otherwise (they run after the rule). */
+em_tensor *ad_take_colsum(const ad_ctx *c, const em_tensor *g);
 
 /* A backward rule: from g = d loss / d out (out's shape, out's dtype) computes d loss / d in[i]
  * for every i with c->needs[i], as a new reference in gin[i] (NULL = a zero gradient). A gradient

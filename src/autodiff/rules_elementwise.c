@@ -145,7 +145,7 @@ static em_status bw_zero(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
 /* r (of the broadcast shape) summed to input i's shape (borrowed): written into the input's
  * gradient destination (ad_grad_dest) when it has one and the sum is over leading dims only (a
  * bias's gradient, into the optimizer's slot), else as ad_sum_to makes it. */
-static em_tensor *sum_to_input(const ad_ctx *c, int i, em_tensor *r)
+static em_tensor *sum_to_input(const ad_ctx *c, int i, em_tensor *r, bool add)
 {
     em_tensor *d = ad_grad_dest(c, i);
     em_shape rs = r ? em_shape_of(r) : (em_shape){0};
@@ -154,15 +154,23 @@ static em_tensor *sum_to_input(const ad_ctx *c, int i, em_tensor *r)
     for (int k = 0; cols && k < c->in_shape[i].rank; k++)
         cols = rs.d[lead + k] == c->in_shape[i].d[k];
     if (!cols) return ru_sum_to(r, c->in_shape[i]);
+    /* an add's bias beside a matmul's result: the sums go with that matmul's weight gradient */
+    if (add && ad_defer_colsum(c, i, 1 - i, r)) return d;
     return em_sum_leading_into(d, r) == EM_OK ? d : NULL;
 }
 
-/* Finishes a binary rule: sums r[0], r[1] (of the broadcast shape) to the inputs' shapes. */
-static em_status binary_end(const ad_ctx *c, em_tensor **r, em_tensor **gin)
+/* Finishes a binary rule: sums r[0], r[1] (of the broadcast shape) to the inputs' shapes (add:
+ * the rule is an add's, whose bias's sums may go with a matmul's product: sum_to_input). */
+static em_status binary_end_as(const ad_ctx *c, em_tensor **r, em_tensor **gin, bool add)
 {
     for (int i = 0; i < 2; i++)
-        if (c->needs[i] && r[i]) r[i] = sum_to_input(c, i, r[i]);
+        if (c->needs[i] && r[i]) r[i] = sum_to_input(c, i, r[i], add);
     return ru_end(c, r, gin, 2, 0);
+}
+
+static em_status binary_end(const ad_ctx *c, em_tensor **r, em_tensor **gin)
+{
+    return binary_end_as(c, r, gin, false);
 }
 
 static em_status bw_add(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
@@ -170,7 +178,7 @@ static em_status bw_add(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
     em_tensor *r[2];
     ru_begin(r, 2);
     r[0] = r[1] = (em_tensor *)g;
-    return binary_end(c, r, gin);
+    return binary_end_as(c, r, gin, true);
 }
 
 static em_status bw_sub(const ad_ctx *c, const em_tensor *g, em_tensor **gin)

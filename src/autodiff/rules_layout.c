@@ -139,7 +139,21 @@ static em_status bw_matmul(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
         em_tensor *ga = ru_sum_to(em_matmul(g2, em_transpose(b2, -1, -2)), sa);
         r[0] = em_reshape(ga, c->in_shape[0]);
     }
-    if (c->needs[1] && sa.rank > 2 && shape_batch(sb) == 1) {
+    /* a bias's gradient handed on by the add after this product (ad_defer_colsum): g's column
+     * sums, taken in the weight gradient's product, which then runs now into the weight's
+     * destination where it has one */
+    em_tensor *bsum = c->needs[1] && sb.rank == 2 && (sa.rank == 2 || shape_batch(sb) == 1)
+                          ? ad_take_colsum(c, g)
+                          : NULL;
+    if (bsum) {
+        int64_t k = sa.d[sa.rank - 1], n = sb.d[sb.rank - 1];
+        em_tensor *af = em_reshape(a, EM_SHAPE(-1, k)), *gf = em_reshape(g2, EM_SHAPE(-1, n));
+        em_tensor *dest = b1 ? NULL : ad_grad_dest(c, 1), *at = em_transpose(af, 0, 1);
+        if (dest)
+            r[1] = em_matmul_sum_b_into(dest, at, gf, bsum) == EM_OK ? dest : NULL;
+        else
+            r[1] = em_reshape(em_take(em_matmul_sum_b(at, gf, bsum)), c->in_shape[1]);
+    } else if (c->needs[1] && sa.rank > 2 && shape_batch(sb) == 1) {
         /* b shared by every batch (a Linear's or LM head's weight): fold the batch dims into
          * one K of a single matmul, never the per-batch products [.., K, N] summed after */
         int64_t k = sa.d[sa.rank - 1], n = sb.d[sb.rank - 1];

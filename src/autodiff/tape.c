@@ -51,6 +51,7 @@ void ad_node_free_state(ad_node *n)
 {
     if (!n || n->leaf || n->freed) return;
     n->freed = true;
+    ad_cs_drop(n);
     for (int i = 0; i < n->nin; i++) {
         ad_saved_release(n->saved_in[i]);
         n->saved_in[i] = NULL;

@@ -51,6 +51,13 @@ typedef struct ad_node {
     /* walk state (backward.c) */
     em_tensor *acc; /* gradient accumulated for the output */
     uint64_t mark;  /* the walk that last visited it */
+    /* a matmul's node: a bias's gradient handed to it (ad_defer_colsum), cs_g's sums over its
+     * leading dims for cs_leaf's destination, taken by its rule into the weight gradient's
+     * product (ad_take_colsum) or run after it (cs_flush); both held. A leaf: the node holding
+     * its pending sums (not held), which run before anything adds to its gradient. */
+    em_tensor *cs_g;
+    struct ad_node *cs_leaf;
+    struct ad_node *cs_by;
 } ad_node;
 
 /* ---- tape.c ---- */
@@ -65,6 +72,10 @@ ad_node *ad_node_of(const em_tensor *t);
 /* Stats counters. */
 void ad_stats_nodes(int64_t delta);
 void ad_stats_bytes(int64_t delta);
+
+/* ---- backward.c ---- */
+/* Drops n's pending column sums (a request not run: an error's path). */
+void ad_cs_drop(ad_node *n);
 
 /* ---- recompute.c ---- */
 /* A held alias of t (counted in the stats); NULL on error. */

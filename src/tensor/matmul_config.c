@@ -226,6 +226,7 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     if (q.cs) extra += 1024 + (size_t)c->tm * 4 * c->bn * 4;
     q.pre = q.tma && q.quads && c->split < 2 && p->pre && p->N % 4 == 0 && !p->res &&
             p->act >= EM_MATMUL_ACT_RELU && p->act <= EM_MATMUL_ACT_GELU_TANH;
+    q.bs = q.tma && q.ws && !q.bt && !q.cs && p->bsum && p->batch == 1 && 768 % c->bn == 0;
     size_t have = p->caps && p->caps->max_shared ? p->caps->max_shared : (size_t)232448;
     int stages = have > extra ? (int)((have - extra) / stage) : 0;
     if (stages > 6) stages = 6;
@@ -859,8 +860,9 @@ void mm_tune_key(const mm_problem *p, char *buf, size_t size)
     int R = p->R;
     char la = p->ast[R - 1] == 1 ? 'n' : p->ast[R - 2] == 1 ? 't' : 's';
     char lb = p->bst[R - 1] == 1 ? 'n' : p->bst[R - 2] == 1 ? 't' : 's';
-    snprintf(buf, size, "matmul-v13 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s%s%s",
+    snprintf(buf, size, "matmul-v13 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s%s%s%s",
              em_scalar_name(p->dt), p->tf32 && p->dt == EM_F32 ? "+tf32" : "", la, lb, bucket(p->M),
              bucket(p->N), bucket(p->K), bucket(p->batch), p->bias != NULL, p->act, p->res != NULL,
-             p->ln ? " ln" : "", p->colsum ? " cs" : "", p->pre ? " pre" : "");
+             p->ln ? " ln" : "", p->colsum ? " cs" : "", p->pre ? " pre" : "",
+             p->bsum ? " bs" : "");
 }

@@ -70,6 +70,8 @@ typedef struct mm_wgmma_plan {
                    * mm_problem.colsum set, not split) */
     bool pre;     /* quads with the value before the activation written too (the kernel's PRE:
                    * mm_problem.pre set, not split, N a multiple of 4) */
+    bool bs;      /* tma with b N-major and unbatched: b's column sums added up by the producer
+                   * warpgroup's idle planes (the kernel's BS: mm_problem.bsum set, not cs) */
     bool persist; /* tma (c->lanes 5, 6): min(tiles, compute units) cubes loop over the tiles */
     bool ping;    /* tma (c->lanes 6): the two consumers take the cube's tiles in turns, each a
                      bm x bn tile of its own (bm / 64 accumulator sets a unit) */
@@ -129,6 +131,10 @@ typedef struct mm_problem {
                         * as out (fusion_matmul.c: a GELU kept for its backward), by the TMA kernel's
                         * lines of 4 (PRE); other configurations run the product into pre and the
                         * activation from it into out */
+    em_tensor *bsum;   /* or NULL: also b's sums over its K rows, [N] of any float dtype (a bias's
+                        * gradient beside its weight's: em_matmul_sum_b), written by mm_launch: by
+                        * the TMA kernel's producer warpgroup (BS) where b is N-major and unbatched,
+                        * else by a column sum of b */
 } mm_problem;
 
 /* Whether p's residual (the epilogue's, added: not the GELU backward's input) has 16-byte

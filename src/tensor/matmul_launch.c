@@ -117,7 +117,7 @@ static em_status launch_skinny(const mm_problem *p, const mm_config *c, tn_arg o
                      11);
 }
 
-static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *cs);
+static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *cs, bool *bs);
 
 /* Whether c's kernel writes p->pre itself (the TMA kernel's PRE). */
 static bool does_pre(const mm_problem *p, const mm_config *c)
@@ -131,7 +131,7 @@ static bool does_pre(const mm_problem *p, const mm_config *c)
  * product without the activation into pre, then the activation from pre into out. */
 static em_status launch_with_extras(const mm_problem *p, const mm_config *c)
 {
-    bool cs = false;
+    bool cs = false, bs = false;
     em_status st;
     if (p->pre && !does_pre(p, c)) {
         static const int codes[] = {[EM_MATMUL_ACT_RELU] = TN_U_RELU,
@@ -139,12 +139,13 @@ static em_status launch_with_extras(const mm_problem *p, const mm_config *c)
                                     [EM_MATMUL_ACT_GELU_TANH] = TN_U_GELU_TANH};
         mm_problem q = *p;
         q.out = p->pre, q.pre = NULL, q.act = EM_MATMUL_ACT_NONE;
-        st = launch_labeled(&q, c, &cs);
+        st = launch_labeled(&q, c, &cs, &bs);
         if (st == EM_OK) st = tn_unary_run("matmul", p->pre, p->out, codes[p->act]);
     } else {
-        st = launch_labeled(p, c, &cs);
+        st = launch_labeled(p, c, &cs, &bs);
     }
     if (st == EM_OK && p->colsum && !cs) st = tn_sum_leading_into("matmul", p->out, p->colsum);
+    if (st == EM_OK && p->bsum && !bs) st = tn_sum_leading_into("matmul", p->b, p->bsum);
     return st;
 }
 
@@ -168,8 +169,9 @@ em_status mm_launch(const mm_problem *p, const mm_config *c)
     return st;
 }
 
-static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *cs)
+static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *cs, bool *bs)
 {
+    *cs = *bs = false;
     if (c->kind == MM_SIMPLE && !p->bias && !p->res && !p->act) return launch_simple(p);
     bool mma = c->kind == MM_MMA, wg = c->kind == MM_WGMMA;
     int split = c->split > 1 ? c->split : 1;
@@ -255,6 +257,7 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
             if (q.cs) bd[nb++] = em_lang_bind_bool("CS", true);
             if (q.pre) bd[nb++] = em_lang_bind_bool("PRE", true);
         }
+        if (q.bs) bd[nb++] = em_lang_bind_bool("BS", true);
         units[0] = (uint32_t)q.units;
         wgq = q;
     } else if (c->kind == MM_CPU) {
@@ -291,6 +294,18 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
     if (tma && wgq.cs) {
         int64_t rows = 64 * (int64_t)wgq.mw, csh[2] = {p->batch * ((p->M + rows - 1) / rows), p->N};
         csp = tn_new(p->dev, EM_F32, 2, csh);
+        if (!csp) {
+            em_release(part);
+            em_release(maps);
+            return em_error_context("matmul");
+        }
+    }
+    /* BS: b's column sums' partials, f32 [split ceil(M / tile rows) 768 / bn, N] (the kernel's
+     * csum, as CS's: the two never together) */
+    if (tma && wgq.bs) {
+        int64_t tr = 64 * (int64_t)wgq.mw * (wgq.ping ? 1 : c->tm);
+        int64_t bsh[2] = {split * ((p->M + tr - 1) / tr) * (768 / c->bn), p->N};
+        csp = tn_new(p->dev, EM_F32, 2, bsh);
         if (!csp) {
             em_release(part);
             em_release(maps);
@@ -334,8 +349,9 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
                                             : "matmul_simt";
     em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, tma ? 15 : 8);
     if (st == EM_OK && split > 1) st = launch_reduce(p, part, split);
-    if (st == EM_OK && csp) st = tn_cols_sum_rows("matmul", csp, p->colsum);
-    *cs = csp != NULL;
+    if (st == EM_OK && csp) st = tn_cols_sum_rows("matmul", csp, wgq.bs ? p->bsum : p->colsum);
+    *cs = csp && !wgq.bs;
+    *bs = csp && wgq.bs;
     em_release(csp);
     em_release(part);
     em_release(maps);

@@ -20,7 +20,7 @@
  * created without a buffer (tn_new_deferred: fusion may record the matmul). false with the error
  * set. */
 static bool mm_setup(mm_problem *p, const em_tensor *a, const em_tensor *b, em_tensor **out,
-                     bool *zero_fill, int *rr_out, int64_t *rsh, bool defer)
+                     bool *zero_fill, int *rr_out, int64_t *rsh, bool defer, em_tensor *given)
 {
     char sa[128], sb[128];
     memset(p, 0, sizeof *p);
@@ -95,7 +95,24 @@ static bool mm_setup(mm_problem *p, const em_tensor *a, const em_tensor *b, em_t
     p->batch = tn_numel(br, p->osh);
     tn_contig_strides(p->R, p->osh, p->ost);
     defer = defer && M * N * p->batch != 0 && K != 0 && p->batch <= 65535;
-    *out = defer ? tn_new_deferred(p->dev, a->dtype, rr, rsh) : tn_new(p->dev, a->dtype, rr, rsh);
+    if (given) {
+        /* the caller's result: contiguous, of the product's shape and a's dtype */
+        bool same = given->rank == rr && given->dtype == a->dtype && em_is_contiguous(given);
+        for (int i = 0; same && i < rr; i++) same = given->shape[i] == rsh[i];
+        if (!same) {
+            char so[128];
+            tn_describe_shape(a->dtype, rr, rsh, sa, sizeof sa);
+            em_set_error(EM_ERR_INVALID,
+                         "matmul: the result %s does not fit %s (contiguous, of the product's "
+                         "shape and dtype)",
+                         sa, em_describe(given, so, sizeof so));
+            return false;
+        }
+        *out = em_retain(given);
+    } else {
+        *out =
+            defer ? tn_new_deferred(p->dev, a->dtype, rr, rsh) : tn_new(p->dev, a->dtype, rr, rsh);
+    }
     if (!*out) return false;
     p->out = *out;
     if (M * N * p->batch == 0) return true;
@@ -234,7 +251,7 @@ static em_tensor *mm_run(const em_tensor *a, const em_tensor *b, const em_matmul
     bool zero_fill;
     int rr = 0;
     int64_t rsh[EM_MAX_RANK];
-    if (!mm_setup(&p, a, b, &out, &zero_fill, &rr, rsh, fu_enabled())) goto fail;
+    if (!mm_setup(&p, a, b, &out, &zero_fill, &rr, rsh, fu_enabled(), NULL)) goto fail;
     if (!mm_setup_epilogue(&p, ep, rr, rsh)) goto fail;
     const char *tf = getenv("EMBER_ALLOW_TF32");
     if (tf && !strcmp(tf, "1")) p.tf32 = true;
@@ -261,14 +278,10 @@ fail:
     return NULL;
 }
 
-em_tensor *em_matmul(const em_tensor *a, const em_tensor *b)
+/* Records out (a x b, or NULL) as a matmul for autodiff and lets go of the operands. Returns out.
+ */
+static em_tensor *matmul_done(const em_tensor *a, const em_tensor *b, em_tensor *out)
 {
-    if (!a || !b) {
-        tn_done(a);
-        if (b != a) tn_done(b);
-        return NULL;
-    }
-    em_tensor *out = mm_run(a, b, NULL);
     if (out) {
         const em_tensor *ins[2] = {a, b};
         tn_record(EM_TOP_MATMUL, NULL, ins, 2, out);
@@ -276,6 +289,126 @@ em_tensor *em_matmul(const em_tensor *a, const em_tensor *b)
     tn_done(a);
     if (b != a) tn_done(b);
     return out;
+}
+
+em_tensor *em_matmul(const em_tensor *a, const em_tensor *b)
+{
+    return matmul_done(a, b, a && b ? mm_run(a, b, NULL) : NULL);
+}
+
+/* em_matmul_sum_b's product and sums: the checks, then the launch with mm_problem.bsum. */
+static em_tensor *mm_sum_b(const em_tensor *a, const em_tensor *b, em_tensor *sums, em_tensor *into)
+{
+    const char *op = "matmul_sum_b";
+    char sa[128], sb[128], ss[128];
+    if (a->rank != 2 || b->rank != 2) {
+        em_set_error(EM_ERR_INVALID, "%s: needs 2-D operands, got %s and %s", op,
+                     em_describe(a, sa, sizeof sa), em_describe(b, sb, sizeof sb));
+        return NULL;
+    }
+    int64_t ns = tn_numel(sums->rank, sums->shape);
+    /* the sums and the result may be slots of one buffer (a flat gradient's), never overlapping */
+    bool overlap = into && sums->st == into->st && em_is_contiguous(into) &&
+                   (size_t)sums->offset * em_scalar_size(sums->dtype) <
+                       (size_t)(into->offset + tn_numel(into->rank, into->shape)) *
+                           em_scalar_size(into->dtype) &&
+                   (size_t)into->offset * em_scalar_size(into->dtype) <
+                       (size_t)(sums->offset + ns) * em_scalar_size(sums->dtype);
+    if (!em_scalar_is_float(b->dtype) || !em_scalar_is_float(sums->dtype) ||
+        !em_is_contiguous(sums) || ns != b->shape[1] || sums->st == b->st || sums->st == a->st ||
+        overlap) {
+        em_set_error(
+            EM_ERR_INVALID,
+            "%s: the column sums %s do not fit %s (contiguous floats, one per column of b, "
+            "apart from the operands and the result)",
+            op, em_describe(sums, ss, sizeof ss), em_describe(b, sb, sizeof sb));
+        return NULL;
+    }
+    if (!tn_same_device(op, sums, b) || (into && !tn_same_device(op, into, a)) ||
+        tn_check_write(sums, op) != EM_OK || (into && tn_check_write(into, op) != EM_OK))
+        return NULL;
+    if (into &&
+        (into->rank != 2 || into->shape[0] != a->shape[0] || into->shape[1] != b->shape[1] ||
+         into->dtype != a->dtype || !em_is_contiguous(into))) {
+        em_set_error(
+            EM_ERR_INVALID,
+            "%s: the result %s does not fit %s x %s (contiguous, of the product's shape and "
+            "dtype)",
+            op, em_describe(into, ss, sizeof ss), em_describe(a, sa, sizeof sa),
+            em_describe(b, sb, sizeof sb));
+        return NULL;
+    }
+    if (into && (into->st == a->st || into->st == b->st)) {
+        em_set_error(EM_ERR_INVALID, "%s: the result %s shares an operand's buffer", op,
+                     em_describe(into, ss, sizeof ss));
+        return NULL;
+    }
+    /* the kernels' 16-byte lines want the result's first element aligned: elsewhere the product
+     * goes to a tensor of its own and is copied in */
+    if (into && ((size_t)into->offset * em_scalar_size(into->dtype)) % 256 != 0) {
+        em_tensor *t = mm_sum_b(a, b, sums, NULL);
+        em_status st = t ? em_copy_(into, t) : em_last_status();
+        em_release(t);
+        return st == EM_OK ? em_retain(into) : NULL;
+    }
+    mm_problem p;
+    em_tensor *out = NULL;
+    bool zero_fill;
+    int rr = 0;
+    int64_t rsh[EM_MAX_RANK];
+    if (!mm_setup(&p, a, b, &out, &zero_fill, &rr, rsh, false, into)) goto fail;
+    /* into's pending value and the nodes that read it run first; then it is written */
+    if (into && (tn_realize(into) != EM_OK || fu_before_write(into->st) != EM_OK)) goto fail;
+    if (p.M * p.N == 0 || zero_fill) {
+        if (p.M * p.N > 0 && tn_fill(out, 0) != EM_OK) goto fail;
+        if (tn_sum_leading_into(op, b, sums) != EM_OK) goto fail;
+        return out;
+    }
+    p.bsum = sums;
+    mm_config c = mm_choose(&p);
+    if (mm_launch(&p, &c) != EM_OK) goto fail;
+    return out;
+fail:
+    em_error_context("%s", op);
+    em_release(out);
+    return NULL;
+}
+
+/* The NULL checks of em_matmul_sum_b(_into): false with the error set (donated inputs released). */
+static bool sum_b_args(const em_tensor *a, const em_tensor *b, const em_tensor *b_sums)
+{
+    if (a && b && b_sums) return true;
+    if (!a || !b)
+        em_error_context("matmul_sum_b"); /* the failed op's error */
+    else
+        em_set_error(EM_ERR_INVALID, "matmul_sum_b: no tensor for the column sums");
+    tn_done(a);
+    if (b != a) tn_done(b);
+    return false;
+}
+
+em_tensor *em_matmul_sum_b(const em_tensor *a, const em_tensor *b, em_tensor *b_sums)
+{
+    if (!sum_b_args(a, b, b_sums)) return NULL;
+    return matmul_done(a, b, mm_sum_b(a, b, b_sums, NULL));
+}
+
+em_status em_matmul_sum_b_into(em_tensor *into, const em_tensor *a, const em_tensor *b,
+                               em_tensor *b_sums)
+{
+    if (!into) {
+        sum_b_args(a, b, b_sums);
+        tn_done(a);
+        if (b != a) tn_done(b);
+        return em_set_error(EM_ERR_INVALID, "matmul_sum_b_into: no tensor for the result");
+    }
+    if (!sum_b_args(a, b, b_sums)) return em_last_status();
+    em_tensor *out = mm_sum_b(a, b, b_sums, into);
+    em_status st = out ? EM_OK : em_last_status();
+    em_release(out); /* into itself (the caller's) */
+    tn_done(a);
+    if (b != a) tn_done(b);
+    return st;
 }
 
 /* With recording inputs (autodiff) the epilogue is composed from recorded ops instead. */
@@ -333,7 +466,8 @@ static int mm_run_ln(const em_tensor *a, const em_tensor *b, const em_matmul_epi
     int rr = 0;
     int64_t rsh[EM_MAX_RANK];
     /* deferred: the buffer comes only once the skinny kernel is known to take it */
-    if (!mm_setup(&p, a, b, out, &zero_fill, &rr, rsh, true) || !mm_setup_epilogue(&p, ep, rr, rsh))
+    if (!mm_setup(&p, a, b, out, &zero_fill, &rr, rsh, true, NULL) ||
+        !mm_setup_epilogue(&p, ep, rr, rsh))
         goto fail;
     const char *tf = getenv("EMBER_ALLOW_TF32");
     if (tf && !strcmp(tf, "1")) p.tf32 = true;

@@ -131,6 +131,129 @@ static void test_used_twice(void **state)
     }
 }
 
+/* loss = sum((x W + b) * w) with W's and b's destinations in one flat buffer (aligned, as the
+ * optimizer's slots): the add's rule hands b's sums to the matmul's (ad_defer_colsum), whose weight
+ * gradient then runs at once into W's slot with them (em_matmul_sum_b_into): em_grad returns
+ * both slots, dW = x^T w and db = the column sums of w against float64. With EMBER_MATMUL_BSUM=0
+ * the weight's gradient is left pending (not its slot) and the values are the same. */
+#define LI 48
+#define LO 40
+#define LA 128 /* slot offsets: 256 bytes or more */
+static void check_linear(em_device *dev, em_scalar dt, bool handed)
+{
+    em_scope_begin();
+    double xv[T * LI], wv[T * LO], Wv[LI * LO], bv[LO], *before, dW[LI * LO], db[LO];
+    tu_fill(xv, T * LI, -1, 1, 31);
+    tu_fill(wv, T * LO, -1, 1, 32);
+    tu_fill(Wv, LI * LO, -1, 1, 33);
+    tu_fill(bv, LO, -1, 1, 34);
+    em_tensor *x = tu_tensor(dev, dt, EM_SHAPE(T, LI), xv);
+    em_tensor *w = tu_tensor(dev, dt, EM_SHAPE(T, LO), wv);
+    em_tensor *W = tu_tensor(dev, dt, EM_SHAPE(LI, LO), Wv);
+    em_tensor *b = tu_tensor(dev, dt, EM_SHAPE(LO), bv);
+    int64_t n = LA + LI * LO + LA + LO + LA;
+    em_tensor *flat = flat_buffer(dev, dt, n, &before, 35);
+    em_tensor *wslot = em_reshape(slot_of(flat, LA, LI * LO), EM_SHAPE(LI, LO));
+    em_tensor *bslot = slot_of(flat, LA + LI * LO + LA, LO);
+    assert_int_equal(em_set_requires_grad(W, true), EM_OK);
+    assert_int_equal(em_set_requires_grad(b, true), EM_OK);
+    assert_int_equal(em_set_grad_into(W, wslot), EM_OK);
+    assert_int_equal(em_set_grad_into(b, bslot), EM_OK);
+    if (!handed) setenv("EMBER_MATMUL_BSUM", "0", 1);
+    em_tensor *loss = em_sum(em_mul(em_add(em_matmul(x, W), b), w), NULL, 0, false);
+    assert_int_equal(em_backward(loss, NULL), EM_OK);
+    unsetenv("EMBER_MATMUL_BSUM");
+    if (handed)
+        assert_ptr_equal(em_grad(W), wslot);
+    else
+        assert_ptr_not_equal(em_grad(W), wslot);
+    assert_ptr_equal(em_grad(b), bslot);
+    for (int o = 0; o < LO; o++) {
+        db[o] = 0;
+        for (int t = 0; t < T; t++) db[o] += wv[t * LO + o];
+        for (int i = 0; i < LI; i++) {
+            dW[i * LO + o] = 0;
+            for (int t = 0; t < T; t++) dW[i * LO + o] += xv[t * LI + i] * wv[t * LO + o];
+        }
+    }
+    double tol = tu_tol_on(dev, dt) * 4;
+    tu_check(handed ? "bias gradient with the weight's" : "bias gradient, not handed", bslot,
+             EM_SHAPE(LO), db, tol);
+    tu_check(handed ? "weight gradient with the bias's" : "weight gradient, not handed", em_grad(W),
+             EM_SHAPE(LI, LO), dW, tol);
+    int64_t lo[2] = {LA, LA + LI * LO + LA}, hi[2] = {LA + LI * LO, LA + LI * LO + LA + LO};
+    if (handed) check_untouched(flat, before, n, lo, hi, 2);
+    em_set_grad_into(W, NULL);
+    em_set_grad_into(b, NULL);
+    em_zero_grad(W);
+    em_zero_grad(b);
+    free(before);
+    em_scope_end(NULL, 0);
+}
+
+static void test_linear_into_slots(void **state)
+{
+    (void)state;
+    for (int d = 0; d < tu_ndev; d++)
+        for (int k = 0; k < 2; k++) {
+            em_scalar dt = k ? EM_BF16 : EM_F32;
+            if (!tu_has(tu_devs[d], dt)) continue;
+            check_linear(tu_devs[d], dt, true);
+            check_linear(tu_devs[d], dt, false);
+        }
+}
+
+/* A bias whose sums are handed to a matmul (ad_defer_colsum) that the walk reaches late: the
+ * product is used twice (mm * 2 and mm + b), so its node runs after the other uses of b, whose
+ * contribution must find the sums written before it adds (cs_flush); the matmul's gradient is
+ * not the add's alone, so its rule does not take them. loss = sum(2 mm c1) + sum(b * c2) +
+ * sum((mm + b) w) with mm = x W: db = the sums of c2 + w, dW = x^T (2 c1 + w), against float64. */
+static void test_linear_bias_shared(void **state)
+{
+    (void)state;
+    for (int d = 0; d < tu_ndev; d++) {
+        em_scope_begin();
+        double xv[T * LI], Wv[LI * LO], bv[LO], c1[T * LO], c2[T * LO], wv[T * LO];
+        double *before, db[LO], dW[LI * LO];
+        tu_fill(xv, T * LI, -1, 1, 41), tu_fill(Wv, LI * LO, -1, 1, 43), tu_fill(bv, LO, -1, 1, 45);
+        tu_fill(c1, T * LO, -1, 1, 46), tu_fill(c2, T * LO, -1, 1, 47),
+            tu_fill(wv, T * LO, -1, 1, 49);
+        em_device *dev = tu_devs[d];
+        em_tensor *W = tu_tensor(dev, EM_F32, EM_SHAPE(LI, LO), Wv);
+        em_tensor *b = tu_tensor(dev, EM_F32, EM_SHAPE(LO), bv);
+        em_tensor *flat = flat_buffer(dev, EM_F32, LA + LO, &before, 48);
+        em_tensor *bslot = slot_of(flat, LA, LO);
+        assert_int_equal(em_set_requires_grad(W, true), EM_OK);
+        assert_int_equal(em_set_requires_grad(b, true), EM_OK);
+        assert_int_equal(em_set_grad_into(b, bslot), EM_OK);
+        em_tensor *mm = em_matmul(tu_tensor(dev, EM_F32, EM_SHAPE(T, LI), xv), W);
+        em_tensor *s1 =
+            em_sum(em_mul(em_mul_scalar(mm, 2), tu_tensor(dev, EM_F32, EM_SHAPE(T, LO), c1)), NULL,
+                   0, false);
+        em_tensor *s2 =
+            em_sum(em_mul(b, tu_tensor(dev, EM_F32, EM_SHAPE(T, LO), c2)), NULL, 0, false);
+        em_tensor *s3 = em_sum(em_mul(em_add(mm, b), tu_tensor(dev, EM_F32, EM_SHAPE(T, LO), wv)),
+                               NULL, 0, false);
+        assert_int_equal(em_backward(em_add(em_add(s1, s2), s3), NULL), EM_OK);
+        for (int o = 0; o < LO; o++) {
+            db[o] = 0;
+            for (int t = 0; t < T; t++) db[o] += c2[t * LO + o] + wv[t * LO + o];
+            for (int i = 0; i < LI; i++) {
+                dW[i * LO + o] = 0;
+                for (int t = 0; t < T; t++)
+                    dW[i * LO + o] += xv[t * LI + i] * (2 * c1[t * LO + o] + wv[t * LO + o]);
+            }
+        }
+        tu_check("a bias used twice, its sums handed on", em_grad(b), EM_SHAPE(LO), db, 1e-5);
+        tu_check("the weight of a product used twice", em_grad(W), EM_SHAPE(LI, LO), dW, 1e-5);
+        em_set_grad_into(b, NULL);
+        em_zero_grad(b);
+        em_zero_grad(W);
+        free(before);
+        em_scope_end(NULL, 0);
+    }
+}
+
 /* The layer norm's weight and bias gradients in two slots of one buffer, against em_norm_backward
  * without destinations (itself checked against float64 in tensor.norm_backward). */
 static void test_norm_into_slots(void **state)
@@ -258,9 +381,13 @@ static void test_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bias_into_slot),  cmocka_unit_test(test_used_twice),
-        cmocka_unit_test(test_norm_into_slots), cmocka_unit_test(test_sum_leading_into),
+        cmocka_unit_test(test_bias_into_slot),
+        cmocka_unit_test(test_used_twice),
+        cmocka_unit_test(test_norm_into_slots),
+        cmocka_unit_test(test_sum_leading_into),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_linear_into_slots),
+        cmocka_unit_test(test_linear_bias_shared),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }

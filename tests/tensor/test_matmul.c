@@ -985,6 +985,79 @@ static void test_empty(void **state)
     em_scope_end(NULL, 0);
 }
 
+/* em_matmul_sum_b and _into on every device (the column sum after the product where the TMA
+ * kernel does not run: tensor.matmul_tma has that one): f32 and bf16, b transposed, the product
+ * into a slot beside the sums' slot of one buffer (aligned and not: the copy), against float64;
+ * the errors name the shapes and leave the destinations as they were. */
+static void test_sum_b(void **state)
+{
+    (void)state;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        for (int k = 0; k < 2; k++) {
+            em_scalar dt = k ? EM_BF16 : EM_F32;
+            if (!tu_has(dev, dt)) continue;
+            em_scope_begin();
+            int64_t M = 21, K = 37, N = 19;
+            em_tensor *a = rnd(dev, dt, EM_SHAPE(M, K), 301);
+            em_tensor *b = em_transpose(rnd(dev, dt, EM_SHAPE(N, K), 302), 0, 1);
+            double *av = tu_read(a), *bv = tu_read(b), want[19] = {0};
+            em_shape rs;
+            double *ref = ref_matmul(av, em_shape_of(a), bv, em_shape_of(b), NULL, 0, NULL,
+                                     (em_shape){0}, &rs);
+            for (int64_t r = 0; r < K; r++)
+                for (int64_t c = 0; c < N; c++) want[c] += bv[r * N + c];
+            em_tensor *sums = em_zeros(dev, EM_F32, EM_SHAPE(N));
+            em_tensor *y = em_matmul_sum_b(a, b, sums);
+            assert_non_null(y);
+            tu_check("matmul_sum_b product", y, rs, ref, tol_of(dev, dt, K));
+            tu_check("matmul_sum_b sums", sums, EM_SHAPE(N), want, tol_of(dev, dt, K));
+            for (int off = 0; off < 2; off++) {
+                /* slots at 128 elements (aligned) or 3 (the copy) and after them */
+                int64_t at = off ? 3 : 128, n = at + M * N + 64 + N;
+                em_tensor *flat = em_full(dev, dt, EM_SHAPE(n), 5.0);
+                em_tensor *slot = em_reshape(em_narrow(flat, 0, at, M * N), EM_SHAPE(M, N));
+                em_tensor *bs = em_narrow(flat, 0, at + M * N + 64, N);
+                assert_int_equal(em_matmul_sum_b_into(slot, a, b, bs), EM_OK);
+                tu_check("matmul_sum_b_into product", slot, rs, ref, tol_of(dev, dt, K));
+                tu_check("matmul_sum_b_into sums", bs, EM_SHAPE(N), want, tol_of(dev, dt, K) * 4);
+                double *fv = tu_read(flat);
+                for (int64_t i = 0; i < n; i++)
+                    if ((i < at || (i >= at + M * N && i < at + M * N + 64)) && fv[i] != 5.0)
+                        fail_msg("matmul_sum_b_into: flat[%lld] changed to %g", (long long)i,
+                                 fv[i]);
+                free(fv);
+                /* the sums overlapping the result: an error, nothing written */
+                em_tensor *over = em_narrow(flat, 0, at + M * N - 4, N);
+                double *kept = tu_read(flat);
+                assert_int_not_equal(em_matmul_sum_b_into(slot, a, b, over), EM_OK);
+                assert_non_null(strstr(em_last_error(), "apart from the operands and the result"));
+                em_clear_error();
+                tu_check("matmul_sum_b_into, refused", flat, EM_SHAPE(n), kept, 0);
+                free(kept);
+            }
+            free(av), free(bv), free(ref);
+            em_scope_end(NULL, 0);
+        }
+    }
+    em_device *dev = tu_devs[0];
+    em_scope_begin();
+    em_tensor *a = em_zeros(dev, EM_F32, EM_SHAPE(2, 3)),
+              *b = em_zeros(dev, EM_F32, EM_SHAPE(3, 5));
+    tu_expect_error(em_matmul_sum_b(a, b, em_zeros(dev, EM_F32, EM_SHAPE(4))),
+                    "column sums f32[4] do not fit f32[3, 5]");
+    tu_expect_error(em_matmul_sum_b(em_zeros(dev, EM_F32, EM_SHAPE(2, 2, 3)), b,
+                                    em_zeros(dev, EM_F32, EM_SHAPE(5))),
+                    "needs 2-D operands, got f32[2, 2, 3]");
+    tu_expect_error(em_matmul_sum_b(a, b, NULL), "no tensor for the column sums");
+    assert_int_not_equal(em_matmul_sum_b_into(em_zeros(dev, EM_F32, EM_SHAPE(5, 2)), a, b,
+                                              em_zeros(dev, EM_F32, EM_SHAPE(5))),
+                         EM_OK);
+    assert_non_null(strstr(em_last_error(), "result f32[5, 2] does not fit f32[2, 3] x f32[3, 5]"));
+    em_clear_error();
+    em_scope_end(NULL, 0);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -1036,6 +1109,7 @@ int main(void)
         cmocka_unit_test(test_skinny_choice_on_h200),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_sum_b),
     };
     return cmocka_run_group_tests(tests, setup, tu_teardown);
 }

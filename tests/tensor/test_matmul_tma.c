@@ -716,6 +716,110 @@ static void test_tma_pre(void **state)
     on_tma_devices(tma_pre_cases);
 }
 
+/* em_matmul_sum_b(a, b, sums) under configuration cfg: the product and b's column sums against
+ * float64. IN_EPILOGUE here means in the kernel (BS: the producer warpgroup's planes add up the
+ * b tiles), seen as a column-sum launch that reads only the partials; AFTER: one that reads all of
+ * b. With `into`, the product goes into a slot of a flat buffer (aligned as the optimizer's),
+ * the sums into another slot of the same buffer, and the rest of the buffer is untouched. */
+static void check_bsum(const char *what, const char *cfg, em_tensor *a, em_tensor *b, bool into,
+                       int how)
+{
+    int64_t nb = 0;
+    double *ref = ref_mm(a, b, NULL, &nb), *bv = tu_read(b);
+    setenv("EMBER_MATMUL_CONFIG", cfg, 1);
+    em_device *dev = em_tensor_device(a);
+    em_shape as = em_shape_of(a), bs = em_shape_of(b);
+    int64_t M = as.d[0], K = as.d[1], N = bs.d[1];
+    int64_t pad = 128, n = pad + M * N + pad + N;
+    em_tensor *flat = into ? em_full(dev, em_dtype(a), EM_SHAPE(n), 7.0) : NULL;
+    em_tensor *slot = into ? em_reshape(em_narrow(flat, 0, pad, M * N), EM_SHAPE(M, N)) : NULL;
+    em_tensor *sums =
+        into ? em_narrow(flat, 0, pad + M * N + pad, N) : em_zeros(dev, EM_F32, EM_SHAPE(N));
+    assert_non_null(sums);
+    assert_int_equal(em_flush(), EM_OK);
+    em_profile_reset();
+    em_tensor *y = NULL;
+    if (into) {
+        em_status st = em_matmul_sum_b_into(slot, a, b, sums);
+        if (st != EM_OK) fprintf(stderr, "%s: %s\n", what, em_last_error());
+        assert_int_equal(st, EM_OK);
+        y = em_retain(slot);
+    } else {
+        y = em_matmul_sum_b(a, b, sums);
+        if (!y) fprintf(stderr, "%s: %s\n", what, em_last_error());
+    }
+    assert_non_null(y);
+    char label[256];
+    snprintf(label, sizeof label, "%s (%s, b's column sums)", what, cfg);
+    double *want = calloc((size_t)N, sizeof(double));
+    assert_non_null(want);
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t j = 0; j < N; j++) want[j] += bv[k * N + j];
+    tu_check(label, sums, EM_SHAPE(N), want, into ? tu_tol(em_dtype(a)) * 4 : 1e-4);
+    tu_check(label, y, em_shape_of(y), ref, tu_tol(em_dtype(a)));
+    em_profile_kernel pk;
+    uint64_t whole = (uint64_t)(K * N) * em_scalar_size(em_dtype(b));
+    bool in = how == IN_EPILOGUE;
+    if (!em_profile_kernel_get("matmul_wgmma_tma", &pk) || pk.launches != 1)
+        fail_msg("%s: the TMA kernel did not run once", label);
+    if (!em_profile_kernel_get("tensor_cols_sum", &pk) || pk.launches != 1 ||
+        (in ? pk.bytes_read >= whole / 2 : pk.bytes_read < whole))
+        fail_msg("%s: the column sums read %llu bytes in %llu launches (b is %llu bytes; want %s)",
+                 label, (unsigned long long)pk.bytes_read, (unsigned long long)pk.launches,
+                 (unsigned long long)whole, in ? "the kernel's partials" : "b itself");
+    if (into) {
+        double *got = tu_read(flat);
+        for (int64_t i = 0; i < n; i++) {
+            bool inside = (i >= pad && i < pad + M * N) || (i >= pad + M * N + pad && i < n);
+            if (!inside && got[i] != 7.0)
+                fail_msg("%s: flat[%lld] changed to %g", label, (long long)i, got[i]);
+        }
+        free(got);
+    }
+    free(ref), free(bv), free(want);
+    em_release(y);
+    em_release(sums);
+    em_release(slot);
+    em_release(flat);
+    unsetenv("EMBER_MATMUL_CONFIG");
+}
+
+/* b's column sums in the TMA kernel (BS) beside a weight gradient's product (a = x^T, MN-major;
+ * b = the output gradient, N-major): ping-pong 128 x 192 (4 row groups) and 64 x 256 (3), the
+ * cooperative 256 x 128 in clusters (6), the persistent 128 x 256 and the one-tile-a-cube 128 x
+ * 128, split-K chunks, edges along M, N and K, into slots of one buffer; a K-major b takes the
+ * column sum after the product. */
+static void tma_bsum_cases(em_device *dev)
+{
+    check_bsum("pp 128x192, weight-gradient layout", "wgmma-tma-ppr 128x192x64 2x1 s1",
+               em_transpose(rnd(dev, EM_BF16, EM_SHAPE(600, 136), 271), 0, 1),
+               rnd(dev, EM_BF16, EM_SHAPE(600, 200), 272), false, IN_EPILOGUE);
+    check_bsum("pp 64x256, edges", "wgmma-tma-ppr 64x256x64 2x1 s1",
+               rnd(dev, EM_BF16, EM_SHAPE(131, 200), 273),
+               rnd(dev, EM_BF16, EM_SHAPE(200, 264), 274), false, IN_EPILOGUE);
+    check_bsum("coop 256x128 clusters, N = 88", "wgmma-tma-pr 256x128x64 2x2 s1",
+               em_transpose(rnd(dev, EM_BF16, EM_SHAPE(96, 296), 275), 0, 1),
+               rnd(dev, EM_BF16, EM_SHAPE(96, 88), 276), false, IN_EPILOGUE);
+    check_bsum("persistent 128x128, tiles a cube", "wgmma-tma-p 128x128x64 2x1 s1",
+               rnd(dev, EM_BF16, EM_SHAPE(200, 320), 277),
+               rnd(dev, EM_BF16, EM_SHAPE(320, 296), 278), false, IN_EPILOGUE);
+    check_bsum("one tile a cube 128x128", "wgmma-tma 128x128x64 2x1 s1",
+               rnd(dev, EM_BF16, EM_SHAPE(260, 136), 279),
+               rnd(dev, EM_BF16, EM_SHAPE(136, 136), 280), false, IN_EPILOGUE);
+    check_bsum("pp 128x192, 4 split-K chunks, into slots", "wgmma-tma-ppr 128x192x64 2x1 s4",
+               em_transpose(rnd(dev, EM_BF16, EM_SHAPE(600, 136), 281), 0, 1),
+               rnd(dev, EM_BF16, EM_SHAPE(600, 200), 282), true, IN_EPILOGUE);
+    check_bsum("pp 128x192, K-major b: after", "wgmma-tma-ppr 128x192x64 2x1 s1",
+               rnd(dev, EM_BF16, EM_SHAPE(136, 64), 283),
+               em_transpose(rnd(dev, EM_BF16, EM_SHAPE(200, 64), 284), 0, 1), false, AFTER);
+}
+
+static void test_tma_bsum(void **state)
+{
+    (void)state;
+    on_tma_devices(tma_bsum_cases);
+}
+
 static mm_problem h200_problem(em_caps *caps, int64_t M, int64_t N, int64_t K, em_tensor *t)
 {
     memset(caps, 0, sizeof *caps);
@@ -990,6 +1094,7 @@ int main(void)
         cmocka_unit_test(test_tma_pingpong), cmocka_unit_test(test_tma_coop),
         cmocka_unit_test(test_tma_pairs),    cmocka_unit_test(test_tma_colsum),
         cmocka_unit_test(test_tma_pre),      cmocka_unit_test(test_tma_config),
+        cmocka_unit_test(test_tma_bsum),
     };
     if (getenv("TU_ONLY")) cmocka_set_test_filter(getenv("TU_ONLY"));
     return cmocka_run_group_tests(tests, setup, tu_teardown);
