@@ -226,7 +226,7 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     if (q.cs) extra += 1024 + (size_t)c->tm * 4 * c->bn * 4;
     q.pre = q.tma && q.quads && c->split < 2 && p->pre && p->N % 4 == 0 && !p->res &&
             p->act >= EM_MATMUL_ACT_RELU && p->act <= EM_MATMUL_ACT_GELU_TANH;
-    q.bs = q.tma && q.ws && !q.bt && !q.cs && p->bsum && p->batch == 1 && 768 % c->bn == 0;
+    q.bs = q.tma && q.ws && !q.bt && !q.cs && p->bsum && p->batch == 1;
     size_t have = p->caps && p->caps->max_shared ? p->caps->max_shared : (size_t)232448;
     int stages = have > extra ? (int)((have - extra) / stage) : 0;
     if (stages > 6) stages = 6;

@@ -300,11 +300,11 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
             return em_error_context("matmul");
         }
     }
-    /* BS: b's column sums' partials, f32 [split ceil(M / tile rows) 768 / bn, N] (the kernel's
-     * csum, as CS's: the two never together) */
+    /* BS: b's column sums' partials, f32 [split ceil(M / tile rows), N] (the kernel's csum, as
+     * CS's: the two never together) */
     if (tma && wgq.bs) {
         int64_t tr = 64 * (int64_t)wgq.mw * (wgq.ping ? 1 : c->tm);
-        int64_t bsh[2] = {split * ((p->M + tr - 1) / tr) * (768 / c->bn), p->N};
+        int64_t bsh[2] = {split * ((p->M + tr - 1) / tr), p->N};
         csp = tn_new(p->dev, EM_F32, 2, bsh);
         if (!csp) {
             em_release(part);

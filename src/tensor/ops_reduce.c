@@ -460,8 +460,14 @@ static bool cols_plan_for(em_device *dev, em_scalar dt, int64_t rows, int64_t n,
     if (!cpu && one_slice && !(nar && !strcmp(nar, "0")))
         while (tx > 4 && (nb + tx - 1) / tx < (int64_t)(c->compute_units ? c->compute_units : 64))
             tx /= 2;
+    /* one slice of few rows on a GPU (the matmul's partial column sums, a handful of rows): a
+     * unit a band, adding every row itself (TY 1: no shared memory, no barriers), as many
+     * units a cube as bands up to the cube's */
+    bool few = !cpu && one_slice && rows <= 32;
+    if (few)
+        for (tx = 1; tx < cube && (int64_t)tx < nb;) tx *= 2;
     p->tx = tx;
-    p->ty = cpu ? 1 : cube / tx;
+    p->ty = cpu || few ? 1 : cube / tx;
     p->rows = (uint32_t)rows;
     p->nl = (uint32_t)nl;
     p->x_rs = (uint32_t)(x_rs / p->lw);
