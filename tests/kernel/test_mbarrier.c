@@ -61,6 +61,13 @@ static const char *pipe_src =
     "    if (UNIT_POS == 0) { mbarrier_arrive_tx(bar, 0, 0); }\n"
     "    mbarrier_wait(bar, 0, 0);\n"
     "    if (mbarrier_try_wait(bar, 0, 0)) { out[UNIT_POS] = 1; }\n"
+    "}\n"
+    "kernel void pairs(tensor(u32) out)\n"
+    "{\n"
+    "    shared bf16 h[64];\n"
+    "    h[UNIT_POS] = bf16(f32(UNIT_POS));\n"
+    "    sync_cube();\n"
+    "    comptime if (has(mbarrier)) { out[UNIT_POS] = shared_load_u32(h, UNIT_POS / 2 * 2); }\n"
     "}\n";
 
 static void run_pipe(em_lang_module *m, unsigned stages, unsigned tiles)
@@ -140,6 +147,14 @@ static void test_cuda_source(void **state)
     if (!ks[0]) fail_msg("%s", why);
     ks[1] = specialize(m, "regs", &caps, why, sizeof why);
     if (!ks[1]) fail_msg("%s", why);
+    em_ir_kernel *pk = specialize(m, "pairs", &caps, why, sizeof why);
+    if (!pk) fail_msg("%s", why);
+    char *psrc = em_codegen_cuda((const em_ir_kernel *const *)&pk, 1, &caps);
+    if (!psrc) fail_msg("%s", em_last_error());
+    static const char *const pwant[] = {"(*(const unsigned *)(h_m"};
+    expect_sm90a_source(psrc, pwant, 1);
+    free(psrc);
+    em_ir_kernel_free(pk);
     char *src = em_codegen_cuda((const em_ir_kernel *const *)ks, 2, &caps);
     if (!src) fail_msg("%s", em_last_error());
     static const char *const want[] = {
@@ -197,6 +212,21 @@ static void test_refused_elsewhere(void **state)
                        "    out[0] = 1.0;\n}\n";
     assert_true(check_error_at(bad2, 3, 20, "'setmaxnreg_inc' of 250 registers per unit",
                                "a multiple of 8 from 24 to 256"));
+    /* shared_load_u32: not emulated (the CPU runs its guard's other path), 2- or 4-byte scalars */
+    const char *bad3 = "kernel void bad(tensor(u32) out)\n{\n    shared bf16 h[8];\n"
+                       "    out[0] = shared_load_u32(h, 0);\n}\n";
+    assert_true(check_error_at(
+        bad3, 4, 14, "'shared_load_u32' has no emulation on the portable target",
+        "guard it with 'comptime if (has(mbarrier))' and give the kernel another path"));
+    em_caps hc = cuda_caps("sm_90a");
+    const char *bad4 = "kernel void bad(tensor(u32) out)\n{\n    shared f64 h[8];\n"
+                       "    out[0] = shared_load_u32(h, 0);\n}\n";
+    em_lang_module *m4 = must_load(bad4);
+    char why[1024] = "";
+    assert_null(specialize(m4, "bad", &hc, why, sizeof why));
+    if (!strstr(why, "reads a shared array of 2- or 4-byte scalars"))
+        fail_msg("unexpected: %s", why);
+    em_lang_module_free(m4);
 }
 
 int main(void)

@@ -14,6 +14,9 @@
  *                                          back; a cluster-scope one would also wait for the
  *                                          unit's earlier global stores)
  *   "cuda.setmaxnreg:inc,N" / ":dec,N"     setmaxnreg.{inc,dec}.sync.aligned.u32 N
+ *   "cuda.mbar.lds32@M"       (i)          the 4 bytes of shared array M from element i, as an
+ *                                          unsigned (shared_load_u32: any shared array of 2- or
+ *                                          4-byte scalars, i even for 2)
  * M is the shared u64 array of barriers; bar[i]'s shared-window address is taken with
  * __cvta_generic_to_shared. All need sm_90a (try_wait.parity, expect_tx and setmaxnreg). */
 #include <stdio.h>
@@ -61,6 +64,18 @@ bool em_cuda_mbarrier(em_spmd *e, const em_ir_inst *in, const char *what, em_str
     }
     if (regs) return setmaxnreg(e, what + 11, sb);
     const em_ir_memory *m = em_ir_mem_at(e->k, in->mem);
+    if (!strncmp(what, "mbar.lds32@", 11)) {
+        if (!m || m->space != EM_MEM_SHARED || in->imm != 1) {
+            em_spmd_fail(e, "shared_load_u32 needs a shared array and an index");
+            return true;
+        }
+        em_strbuf idx;
+        em_sb_init(&idx);
+        em_spmd_val_u32(e, in->args[0], &idx);
+        em_sb_printf(sb, "(*(const unsigned *)(%s + (%s)))", e->mname[in->mem], idx.data);
+        em_sb_free(&idx);
+        return true;
+    }
     if (!m || m->space != EM_MEM_SHARED || m->elem.scalar != EM_U64 || in->imm < 1) {
         em_spmd_fail(e, "barrier intrinsic `%s` needs a shared u64 array and an index", in->str);
         return true;

@@ -93,6 +93,7 @@ const lang_builtin em_lang_builtins_table[] = {
     {"mbarrier_arrive_cluster", BI_MBARRIER, 3, 3, 0, MBAR_ARRIVE_CLUSTER},
     {"setmaxnreg_inc", BI_MBARRIER, 1, 1, 0, MBAR_SETMAXNREG_INC},
     {"setmaxnreg_dec", BI_MBARRIER, 1, 1, 0, MBAR_SETMAXNREG_DEC},
+    {"shared_load_u32", BI_MBARRIER, 2, 2, 0, MBAR_LOAD_U32},
     {"prefetch", BI_PREFETCH, 2, 2, 0, 0},
     {"dependency_wait", BI_DEPWAIT, 0, 0, 0, 0},
     {"tma_load", BI_TMA, 10, 10, 0, TMA_LOAD},

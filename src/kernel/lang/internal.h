@@ -429,7 +429,8 @@ enum {
     MBAR_TRY_WAIT,
     MBAR_ARRIVE_CLUSTER,
     MBAR_SETMAXNREG_INC,
-    MBAR_SETMAXNREG_DEC
+    MBAR_SETMAXNREG_DEC,
+    MBAR_LOAD_U32
 };
 /* The tensor-memory-accelerator builtins (the imm of their BI_TMA entries). */
 enum {

@@ -13,6 +13,9 @@
  *                                       of the cluster (its rank: cluster_dim; the same
  *                                       shared-memory offset in that cube)
  *   setmaxnreg_inc(n)  setmaxnreg_dec(n)  the warpgroup's registers per unit become n (comptime)
+ *   shared_load_u32(a, i)               the 4 bytes of shared array a from element i as a u32
+ *                                       (one 4-byte load for two 2-byte elements: i even); CUDA
+ *                                       only, with no emulation: guard it with has(mbarrier)
  *
  * bar is a shared array of u64, i its index. On CUDA for sm_90a they become intrinsics that
  * codegen/cuda_mbarrier.c writes as PTX ("cuda.mbar.OP@MEM", the index and operands as
@@ -91,10 +94,33 @@ static const char *const op_names[] = {
     [MBAR_ARRIVE_CLUSTER] = "arrive_cluster",
 };
 
+/* shared_load_u32(a, i): "cuda.mbar.lds32@MEM" (i). */
+static lv load_u32(lower *L, const ast_expr *e, const lang_builtin *b, lv *a)
+{
+    if (emulated(L))
+        return em_lang_lerr(
+            L, e->op_pos,
+            "guard it with 'comptime if (has(mbarrier))' and give the kernel another path",
+            "'%s' has no emulation on the %s target", b->name,
+            L->b->caps ? L->b->caps->target : "portable");
+    const lv *x = &a[0];
+    size_t es = x->kind == V_MEM ? em_scalar_size(x->ty.scalar) : 0;
+    if (x->kind != V_MEM || x->space != EM_MEM_SHARED || x->ty.lanes != 1 || (es != 2 && es != 4))
+        return em_lang_lerr(L, apos(e, 0), NULL,
+                            "'%s' reads a shared array of 2- or 4-byte scalars", b->name);
+    em_ir_val idx;
+    if (!u32_arg(L, e, a, 1, "the element's index", &idx)) return em_lang_lv_err();
+    char name[48];
+    snprintf(name, sizeof name, "cuda.mbar.lds32@%u", (unsigned)x->mem);
+    em_ir_val r = em_ir_intrinsic_mem(L->k, name, em_ty(EM_U32), x->mem, &idx, 1);
+    return em_lang_lv_rt(em_ty(EM_U32), r);
+}
+
 lv em_lang_lower_mbarrier(lower *L, const ast_expr *e, const lang_builtin *b, lv *a)
 {
     if (!em_lang_hopper_target(L, e, b->name, "mbarrier", "shared-memory barriers with phases"))
         return em_lang_lv_err();
+    if (b->imm == MBAR_LOAD_U32) return load_u32(L, e, b, a);
     if (b->imm == MBAR_SETMAXNREG_INC || b->imm == MBAR_SETMAXNREG_DEC)
         return setmaxnreg(L, e, b, a);
     if (!barrier_arg(L, e, &a[0], b->name)) return em_lang_lv_err();
