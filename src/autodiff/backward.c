@@ -122,9 +122,8 @@ void ad_cs_drop(ad_node *n)
 
 bool ad_defer_colsum(const ad_ctx *c, int i, int via, const em_tensor *g)
 {
-    /* opt-in ("1"): measured slower on the H100 (docs/matmul.md, "b's column sums") */
-    const char *on = getenv("EMBER_MATMUL_BSUM");
-    if (!on || strcmp(on, "1") != 0 || !g || i < 0 || via < 0 || i >= c->nin || via >= c->nin ||
+    const char *off = getenv("EMBER_MATMUL_BSUM"); /* "0": the sums at the add's rule (A/B) */
+    if ((off && !strcmp(off, "0")) || !g || i < 0 || via < 0 || i >= c->nin || via >= c->nin ||
         i == via || !c->edge || !c->needs[i] || !c->needs[via] || !ad_grad_dest(c, i))
         return false;
     ad_node *leaf = c->edge[i], *mm = c->edge[via];

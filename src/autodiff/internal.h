@@ -62,7 +62,7 @@ em_tensor *ad_grad_dest(const ad_ctx *c, int i);
  * em_matmul_sum_b reads g once for both); otherwise they run right after that rule, or before
  * anything else adds to the leaf's gradient. true when handed: the caller returns the
  * destination as gin[i] (a new reference), unwritten yet. false (nothing done) when the pattern
- * does not hold, and unless EMBER_MATMUL_BSUM=1 (opt-in: measured slower). */
+ * does not hold or EMBER_MATMUL_BSUM=0. */
 bool ad_defer_colsum(const ad_ctx *c, int i, int via, const em_tensor *g);
 
 /* In a matmul's rule: the destination of column sums handed to this node (ad_defer_colsum) when

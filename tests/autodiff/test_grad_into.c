@@ -134,9 +134,8 @@ static void test_used_twice(void **state)
 /* loss = sum((x W + b) * w) with W's and b's destinations in one flat buffer (aligned, as the
  * optimizer's slots): the add's rule hands b's sums to the matmul's (ad_defer_colsum), whose weight
  * gradient then runs at once into W's slot with them (em_matmul_sum_b_into): em_grad returns
- * both slots, dW = x^T w and db = the column sums of w against float64, with EMBER_MATMUL_BSUM=1
- * (opt-in). By default the weight's gradient is left pending (not its slot) and the values are the
- * same. */
+ * both slots, dW = x^T w and db = the column sums of w against float64. With EMBER_MATMUL_BSUM=0
+ * the weight's gradient is left pending (not its slot) and the values are the same. */
 #define LI 48
 #define LO 40
 #define LA 128 /* slot offsets: 256 bytes or more */
@@ -160,7 +159,7 @@ static void check_linear(em_device *dev, em_scalar dt, bool handed)
     assert_int_equal(em_set_requires_grad(b, true), EM_OK);
     assert_int_equal(em_set_grad_into(W, wslot), EM_OK);
     assert_int_equal(em_set_grad_into(b, bslot), EM_OK);
-    if (handed) setenv("EMBER_MATMUL_BSUM", "1", 1); /* opt-in */
+    if (!handed) setenv("EMBER_MATMUL_BSUM", "0", 1); /* the default hands them on */
     em_tensor *loss = em_sum(em_mul(em_add(em_matmul(x, W), b), w), NULL, 0, false);
     assert_int_equal(em_backward(loss, NULL), EM_OK);
     unsetenv("EMBER_MATMUL_BSUM");
@@ -204,12 +203,11 @@ static void test_linear_into_slots(void **state)
         }
 }
 
-/* A bias whose sums are handed to a matmul (ad_defer_colsum, EMBER_MATMUL_BSUM=1) that the walk
- * reaches late: the product is used twice (mm * 2 and mm + b), so its node runs after the other
- * uses of b, whose contribution must find the sums written before it adds (cs_flush); the
- * matmul's gradient is not the add's alone, so its rule does not take them. loss = sum(2 mm c1)
- * + sum(b * c2) + sum((mm + b) w) with mm = x W: db = the sums of c2 + w, dW = x^T (2 c1 + w),
- * against float64. */
+/* A bias whose sums are handed to a matmul (ad_defer_colsum) that the walk reaches late: the
+ * product is used twice (mm * 2 and mm + b), so its node runs after the other uses of b, whose
+ * contribution must find the sums written before it adds (cs_flush); the matmul's gradient is not
+ * the add's alone, so its rule does not take them. loss = sum(2 mm c1) + sum(b * c2) + sum((mm +
+ * b) w) with mm = x W: db = the sums of c2 + w, dW = x^T (2 c1 + w), against float64. */
 static void test_linear_bias_shared(void **state)
 {
     (void)state;
@@ -228,7 +226,6 @@ static void test_linear_bias_shared(void **state)
         assert_int_equal(em_set_requires_grad(W, true), EM_OK);
         assert_int_equal(em_set_requires_grad(b, true), EM_OK);
         assert_int_equal(em_set_grad_into(b, bslot), EM_OK);
-        setenv("EMBER_MATMUL_BSUM", "1", 1);
         em_tensor *mm = em_matmul(tu_tensor(dev, EM_F32, EM_SHAPE(T, LI), xv), W);
         em_tensor *s1 =
             em_sum(em_mul(em_mul_scalar(mm, 2), tu_tensor(dev, EM_F32, EM_SHAPE(T, LO), c1)), NULL,
@@ -238,7 +235,6 @@ static void test_linear_bias_shared(void **state)
         em_tensor *s3 = em_sum(em_mul(em_add(mm, b), tu_tensor(dev, EM_F32, EM_SHAPE(T, LO), wv)),
                                NULL, 0, false);
         assert_int_equal(em_backward(em_add(em_add(s1, s2), s3), NULL), EM_OK);
-        unsetenv("EMBER_MATMUL_BSUM");
         for (int o = 0; o < LO; o++) {
             db[o] = 0;
             for (int t = 0; t < T; t++) db[o] += c2[t * LO + o] + wv[t * LO + o];
