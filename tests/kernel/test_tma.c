@@ -564,6 +564,81 @@ static void test_matmul_tma_compiles(void **state)
     assert_int_equal(failed, 0);
 }
 
+/* b's column sums (BS) in the training step's weight-gradient forms for sm_90a: ping-pong 128 x
+ * 192 (one column pair a unit) and 64 x 256 (two), the cooperative 256 x 128 in clusters (its
+ * summers release every cube's stage), the 16-byte epilogue's persistent 128 x 256: the 4-byte
+ * shared loads (shared_load_u32), the producer at 56 registers, and through NVRTC without a spill
+ * where the toolkit is installed. */
+static void test_matmul_tma_bsum_compiles(void **state)
+{
+    (void)state;
+    const em_lang_module *m = em_lang_builtins();
+    assert_non_null(m);
+    em_caps caps = cuda_caps("sm_90a");
+    static const struct {
+        int bn, stages, mw, cl;
+        bool ping, sepi;
+    } cfg[] = {{192, 5, 2, 1, true, false},
+               {256, 4, 1, 1, true, false},
+               {128, 4, 2, 2, false, false},
+               {256, 4, 1, 1, false, true}};
+    size_t failed = 0;
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
+        em_lang_bind b[] = {em_lang_bind_type("T", EM_BF16),
+                            em_lang_bind_type("O", EM_BF16),
+                            em_lang_bind_int("R", 2),
+                            em_lang_bind_int("WG", 2),
+                            em_lang_bind_int("BN", cfg[i].bn),
+                            em_lang_bind_int("STAGES", cfg[i].stages),
+                            em_lang_bind_bool("AT", true),
+                            em_lang_bind_int("PREGS", 56),
+                            em_lang_bind_bool("PERSIST", true),
+                            em_lang_bind_bool("PING", cfg[i].ping),
+                            em_lang_bind_int("MW", cfg[i].mw),
+                            em_lang_bind_int("CL", cfg[i].cl),
+                            em_lang_bind_bool("SEPI", cfg[i].sepi),
+                            em_lang_bind_bool("PAIRS", !cfg[i].sepi),
+                            em_lang_bind_int("OW", cfg[i].sepi ? 8 : 4),
+                            em_lang_bind_bool("BS", true)};
+        em_lang_spec spec = {b, sizeof b / sizeof b[0], 1, &caps};
+        em_lang_diags *d = em_lang_diags_new();
+        em_ir_kernel *k = em_lang_specialize(m, "matmul_wgmma_tma", &spec, d);
+        if (!k) {
+            char *text = em_lang_diags_format(d);
+            fail_msg("BS config %zu: %s", i, text ? text : em_last_error());
+        }
+        em_lang_diags_free(d);
+        assert_int_equal(em_ir_verify(k, 0), EM_OK);
+        assert_int_equal(em_ir_simplify(k), EM_OK);
+        char *src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &caps);
+        if (!src) fail_msg("BS config %zu: %s", i, em_last_error());
+        assert_non_null(strstr(src, "(*(const unsigned *)(sb_m"));
+        assert_non_null(strstr(src, "setmaxnreg.dec.sync.aligned.u32 56;"));
+        assert_non_null(strstr(src, "setmaxnreg.inc.sync.aligned.u32 224;"));
+        assert_true((strstr(src, "mapa.shared::cluster.u32") != NULL) == (cfg[i].cl > 1));
+        char why[256];
+        if (em_nvrtc_available(why, sizeof why)) {
+            char *log = NULL;
+            void *bin = NULL;
+            size_t size = 0;
+            if (em_nvrtc_compile(src, "sm_90a", &log, &bin, &size) != EM_OK) {
+                print_message("BS config %zu: %s\n", i, em_last_error());
+                failed++;
+            } else {
+                char label[32];
+                snprintf(label, sizeof label, "BS config %zu", i);
+                print_message("%s: %.60s\n", label, nvrtc_used(log));
+                failed += (size_t)nvrtc_problems(log, label);
+            }
+            free(log);
+            free(bin);
+        }
+        free(src);
+        em_ir_kernel_free(k);
+    }
+    assert_int_equal(failed, 0);
+}
+
 int main(void)
 {
     /* ptxas's report for test_matmul_tma_compiles (NVRTC reads the options once) */
@@ -572,7 +647,7 @@ int main(void)
         cmocka_unit_test(test_boxes_on_cpu),        cmocka_unit_test(test_reduce_add_on_cpu),
         cmocka_unit_test(test_reduce_add_cuda),     cmocka_unit_test(test_encode_rules),
         cmocka_unit_test(test_cuda_source),         cmocka_unit_test(test_refused_elsewhere),
-        cmocka_unit_test(test_matmul_tma_compiles),
+        cmocka_unit_test(test_matmul_tma_compiles), cmocka_unit_test(test_matmul_tma_bsum_compiles),
     };
     return cmocka_run_group_tests(tests, dev_setup, dev_teardown);
 }
