@@ -108,7 +108,8 @@ export async function readEvents(res, onEvent) {
 }
 
 export async function health(url) {
-  const res = await fetch(`${url}/health`);
+  // a server that stops answering fails the caller (after 10 s) rather than hanging it
+  const res = await fetch(`${url}/health`, { signal: AbortSignal.timeout(10000) });
   return res.json();
 }
 

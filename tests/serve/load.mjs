@@ -132,6 +132,12 @@ function misbehave(kind) {
       fail(`${kind}: neither answered nor closed in 30 s`);
       finish('timeout');
     });
+    // the idle timeout above never fires for a trickle (a byte every 500 ms): a deadline too
+    const deadline = setTimeout(() => {
+      fail(`${kind}: not closed within 40 s of connecting`);
+      finish('deadline');
+    }, 40000);
+    s.on('close', () => clearTimeout(deadline));
     s.on('data', (d) => { got += d; });
     s.on('error', () => {});
     s.on('close', () => finish('closed'));
