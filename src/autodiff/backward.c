@@ -95,21 +95,6 @@ static em_status accumulate(ad_node *n, em_tensor *g)
     return EM_OK;
 }
 
-/* Runs n's pending column sums (ad_defer_colsum) into their leaf's destination now. */
-static em_status cs_flush(ad_node *n)
-{
-    if (!n->cs_g) return EM_OK;
-    em_tensor *g = n->cs_g;
-    ad_node *leaf = n->cs_leaf;
-    n->cs_g = NULL;
-    n->cs_leaf = NULL;
-    leaf->cs_by = NULL;
-    em_status st = em_sum_leading_into(leaf->dest, g);
-    em_release(g);
-    ad_node_release(leaf);
-    return st;
-}
-
 void ad_cs_drop(ad_node *n)
 {
     if (!n || !n->cs_g) return;
@@ -118,6 +103,17 @@ void ad_cs_drop(ad_node *n)
     ad_node_release(n->cs_leaf);
     n->cs_g = NULL;
     n->cs_leaf = NULL;
+}
+
+/* Runs n's pending column sums (ad_defer_colsum) into their leaf's destination now. */
+static em_status cs_flush(ad_node *n)
+{
+    if (!n->cs_g) return EM_OK;
+    em_tensor *g = em_retain(n->cs_g), *dest = n->cs_leaf->dest; /* the leaf (a parameter's) holds it */
+    ad_cs_drop(n);
+    em_status st = em_sum_leading_into(dest, g);
+    em_release(g);
+    return st;
 }
 
 bool ad_defer_colsum(const ad_ctx *c, int i, int via, const em_tensor *g)
@@ -143,12 +139,8 @@ em_tensor *ad_take_colsum(const ad_ctx *c, const em_tensor *g)
 {
     ad_node *n = c->self;
     if (!n || !n->cs_g || n->cs_g != g) return NULL;
-    em_tensor *d = n->cs_leaf->dest; /* the leaf holds it */
-    n->cs_leaf->cs_by = NULL;
-    em_release(n->cs_g);
-    ad_node_release(n->cs_leaf);
-    n->cs_g = NULL;
-    n->cs_leaf = NULL;
+    em_tensor *d = n->cs_leaf->dest; /* the leaf (a parameter's) holds it */
+    ad_cs_drop(n);
     return d;
 }
 

@@ -145,20 +145,17 @@ static em_status bw_matmul(const ad_ctx *c, const em_tensor *g, em_tensor **gin)
     em_tensor *bsum = c->needs[1] && sb.rank == 2 && (sa.rank == 2 || shape_batch(sb) == 1)
                           ? ad_take_colsum(c, g)
                           : NULL;
-    if (bsum) {
-        int64_t k = sa.d[sa.rank - 1], n = sb.d[sb.rank - 1];
-        em_tensor *af = em_reshape(a, EM_SHAPE(-1, k)), *gf = em_reshape(g2, EM_SHAPE(-1, n));
-        em_tensor *dest = b1 ? NULL : ad_grad_dest(c, 1), *at = em_transpose(af, 0, 1);
-        if (dest)
-            r[1] = em_matmul_sum_b_into(dest, at, gf, bsum) == EM_OK ? dest : NULL;
-        else
-            r[1] = em_reshape(em_take(em_matmul_sum_b(at, gf, bsum)), c->in_shape[1]);
-    } else if (c->needs[1] && sa.rank > 2 && shape_batch(sb) == 1) {
+    if (c->needs[1] && (bsum || (sa.rank > 2 && shape_batch(sb) == 1))) {
         /* b shared by every batch (a Linear's or LM head's weight): fold the batch dims into
          * one K of a single matmul, never the per-batch products [.., K, N] summed after */
         int64_t k = sa.d[sa.rank - 1], n = sb.d[sb.rank - 1];
         em_tensor *af = em_reshape(a, EM_SHAPE(-1, k)), *gf = em_reshape(g2, EM_SHAPE(-1, n));
-        r[1] = em_reshape(em_take(em_matmul(em_transpose(af, 0, 1), gf)), c->in_shape[1]);
+        em_tensor *at = em_transpose(af, 0, 1), *dest = bsum && !b1 ? ad_grad_dest(c, 1) : NULL;
+        if (dest)
+            r[1] = em_matmul_sum_b_into(dest, at, gf, bsum) == EM_OK ? dest : NULL;
+        else
+            r[1] = em_reshape(em_take(bsum ? em_matmul_sum_b(at, gf, bsum) : em_matmul(at, gf)),
+                              c->in_shape[1]);
     } else if (c->needs[1]) {
         em_tensor *a2 = em_reshape(a, sa);
         em_tensor *gb = ru_sum_to(em_matmul(em_transpose(a2, -1, -2), g2), sb);

@@ -290,24 +290,14 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
     tn_arg outv = tn_arg_flat(outa.t);
     outv.lanes = wgq.quads ? 4 : wgq.pairs ? 2 : 8;
     outv.offset = 0;
-    /* CS: the column sums' partials, f32 [batch ceil(M / 64 mw), N] (the kernel's csum; out's
-     * buffer stands in without) */
+    /* the kernel's csum, out's buffer standing in without: CS, the result's column sums'
+     * partials, f32 [batch ceil(M / 64 mw), N]; BS, b's, f32 [split ceil(M / tile rows), N] (a
+     * consumer's rows, a cube's tile's rows; the two never together) */
     em_tensor *csp = NULL;
-    if (tma && wgq.cs) {
-        int64_t rows = 64 * (int64_t)wgq.mw, csh[2] = {p->batch * ((p->M + rows - 1) / rows), p->N};
+    if (tma && (wgq.cs || wgq.bs)) {
+        int64_t rows = 64 * (int64_t)wgq.mw * (wgq.cs || wgq.ping ? 1 : c->tm);
+        int64_t csh[2] = {(wgq.cs ? p->batch : split) * ((p->M + rows - 1) / rows), p->N};
         csp = tn_new(p->dev, EM_F32, 2, csh);
-        if (!csp) {
-            em_release(part);
-            em_release(maps);
-            return em_error_context("matmul");
-        }
-    }
-    /* BS: b's column sums' partials, f32 [split ceil(M / tile rows), N] (the kernel's csum, as
-     * CS's: the two never together) */
-    if (tma && wgq.bs) {
-        int64_t tr = 64 * (int64_t)wgq.mw * (wgq.ping ? 1 : c->tm);
-        int64_t bsh[2] = {split * ((p->M + tr - 1) / tr), p->N};
-        csp = tn_new(p->dev, EM_F32, 2, bsh);
         if (!csp) {
             em_release(part);
             em_release(maps);

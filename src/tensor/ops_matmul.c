@@ -17,8 +17,9 @@
 
 /* Checks a and b and fills p's operand geometry and result (an empty result or K == 0 is the
  * caller's, *zero_fill set for the latter). With `defer`, a result that will need a launch is
- * created without a buffer (tn_new_deferred: fusion may record the matmul). false with the error
- * set. */
+ * created without a buffer (tn_new_deferred: fusion may record the matmul); `given` (checked by
+ * the caller: contiguous, of the product's shape and a's dtype) is the result instead, retained.
+ * false with the error set. */
 static bool mm_setup(mm_problem *p, const em_tensor *a, const em_tensor *b, em_tensor **out,
                      bool *zero_fill, int *rr_out, int64_t *rsh, bool defer, em_tensor *given)
 {
@@ -95,24 +96,11 @@ static bool mm_setup(mm_problem *p, const em_tensor *a, const em_tensor *b, em_t
     p->batch = tn_numel(br, p->osh);
     tn_contig_strides(p->R, p->osh, p->ost);
     defer = defer && M * N * p->batch != 0 && K != 0 && p->batch <= 65535;
-    if (given) {
-        /* the caller's result: contiguous, of the product's shape and a's dtype */
-        bool same = given->rank == rr && given->dtype == a->dtype && em_is_contiguous(given);
-        for (int i = 0; same && i < rr; i++) same = given->shape[i] == rsh[i];
-        if (!same) {
-            char so[128];
-            tn_describe_shape(a->dtype, rr, rsh, sa, sizeof sa);
-            em_set_error(EM_ERR_INVALID,
-                         "matmul: the result %s does not fit %s (contiguous, of the product's "
-                         "shape and dtype)",
-                         sa, em_describe(given, so, sizeof so));
-            return false;
-        }
+    if (given)
         *out = em_retain(given);
-    } else {
+    else
         *out =
             defer ? tn_new_deferred(p->dev, a->dtype, rr, rsh) : tn_new(p->dev, a->dtype, rr, rsh);
-    }
     if (!*out) return false;
     p->out = *out;
     if (M * N * p->batch == 0) return true;
@@ -396,13 +384,12 @@ em_tensor *em_matmul_sum_b(const em_tensor *a, const em_tensor *b, em_tensor *b_
 em_status em_matmul_sum_b_into(em_tensor *into, const em_tensor *a, const em_tensor *b,
                                em_tensor *b_sums)
 {
+    if (!sum_b_args(a, b, b_sums)) return em_last_status();
     if (!into) {
-        sum_b_args(a, b, b_sums);
         tn_done(a);
         if (b != a) tn_done(b);
         return em_set_error(EM_ERR_INVALID, "matmul_sum_b_into: no tensor for the result");
     }
-    if (!sum_b_args(a, b, b_sums)) return em_last_status();
     em_tensor *out = mm_sum_b(a, b, b_sums, into);
     em_status st = out ? EM_OK : em_last_status();
     em_release(out); /* into itself (the caller's) */

@@ -456,16 +456,16 @@ static bool cols_plan_for(em_device *dev, em_scalar dt, int64_t rows, int64_t n,
      * and each unit adds fewer of them in turn (768 f32 columns of 256 partial rows: 48 cubes of
      * 4 x 64 units adding 4 rows each, not 6 of 32 x 8 adding 32); EMBER_COLS_NARROW=0 keeps the
      * widest bands (A/B) */
-    const char *nar = getenv("EMBER_COLS_NARROW");
-    if (!cpu && one_slice && !(nar && !strcmp(nar, "0")))
-        while (tx > 4 && (nb + tx - 1) / tx < (int64_t)(c->compute_units ? c->compute_units : 64))
-            tx /= 2;
     /* one slice of few rows on a GPU (the matmul's partial column sums, a handful of rows): a
      * unit a band, adding every row itself (TY 1: no shared memory, no barriers), as many
      * units a cube as bands up to the cube's */
     bool few = !cpu && one_slice && rows <= 32;
+    const char *nar = getenv("EMBER_COLS_NARROW");
     if (few)
         for (tx = 1; tx < cube && (int64_t)tx < nb;) tx *= 2;
+    else if (!cpu && one_slice && !(nar && !strcmp(nar, "0")))
+        while (tx > 4 && (nb + tx - 1) / tx < (int64_t)(c->compute_units ? c->compute_units : 64))
+            tx /= 2;
     p->tx = tx;
     p->ty = cpu || few ? 1 : cube / tx;
     p->rows = (uint32_t)rows;

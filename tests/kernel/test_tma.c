@@ -572,8 +572,6 @@ static void test_matmul_tma_compiles(void **state)
 static void test_matmul_tma_bsum_compiles(void **state)
 {
     (void)state;
-    const em_lang_module *m = em_lang_builtins();
-    assert_non_null(m);
     em_caps caps = cuda_caps("sm_90a");
     static const struct {
         int bn, stages, mw, cl;
@@ -582,7 +580,6 @@ static void test_matmul_tma_bsum_compiles(void **state)
                {256, 4, 1, 1, true, false},
                {128, 4, 2, 2, false, false},
                {256, 4, 1, 1, false, true}};
-    size_t failed = 0;
     for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
         em_lang_bind b[] = {em_lang_bind_type("T", EM_BF16),
                             em_lang_bind_type("O", EM_BF16),
@@ -600,43 +597,16 @@ static void test_matmul_tma_bsum_compiles(void **state)
                             em_lang_bind_bool("PAIRS", !cfg[i].sepi),
                             em_lang_bind_int("OW", cfg[i].sepi ? 8 : 4),
                             em_lang_bind_bool("BS", true)};
-        em_lang_spec spec = {b, sizeof b / sizeof b[0], 1, &caps};
-        em_lang_diags *d = em_lang_diags_new();
-        em_ir_kernel *k = em_lang_specialize(m, "matmul_wgmma_tma", &spec, d);
-        if (!k) {
-            char *text = em_lang_diags_format(d);
-            fail_msg("BS config %zu: %s", i, text ? text : em_last_error());
-        }
-        em_lang_diags_free(d);
-        assert_int_equal(em_ir_verify(k, 0), EM_OK);
-        assert_int_equal(em_ir_simplify(k), EM_OK);
-        char *src = em_codegen_cuda((const em_ir_kernel *const *)&k, 1, &caps);
-        if (!src) fail_msg("BS config %zu: %s", i, em_last_error());
+        char *src = builtin_cuda_source("matmul_wgmma_tma", b, sizeof b / sizeof b[0], 1, &caps);
         assert_non_null(strstr(src, "(*(const unsigned *)(sb_m"));
         assert_non_null(strstr(src, "setmaxnreg.dec.sync.aligned.u32 56;"));
         assert_non_null(strstr(src, "setmaxnreg.inc.sync.aligned.u32 224;"));
         assert_true((strstr(src, "mapa.shared::cluster.u32") != NULL) == (cfg[i].cl > 1));
-        char why[256];
-        if (em_nvrtc_available(why, sizeof why)) {
-            char *log = NULL;
-            void *bin = NULL;
-            size_t size = 0;
-            if (em_nvrtc_compile(src, "sm_90a", &log, &bin, &size) != EM_OK) {
-                print_message("BS config %zu: %s\n", i, em_last_error());
-                failed++;
-            } else {
-                char label[32];
-                snprintf(label, sizeof label, "BS config %zu", i);
-                print_message("%s: %.60s\n", label, nvrtc_used(log));
-                failed += (size_t)nvrtc_problems(log, label);
-            }
-            free(log);
-            free(bin);
-        }
+        char label[32];
+        snprintf(label, sizeof label, "BS config %zu", i);
+        expect_nvrtc_clean(src, "sm_90a", label);
         free(src);
-        em_ir_kernel_free(k);
     }
-    assert_int_equal(failed, 0);
 }
 
 int main(void)

@@ -1050,6 +1050,8 @@ static void test_sum_b(void **state)
                                     em_zeros(dev, EM_F32, EM_SHAPE(5))),
                     "needs 2-D operands, got f32[2, 2, 3]");
     tu_expect_error(em_matmul_sum_b(a, b, NULL), "no tensor for the column sums");
+    assert_int_not_equal(em_matmul_sum_b_into(NULL, a, b, em_zeros(dev, EM_F32, EM_SHAPE(5))), EM_OK);
+    assert_non_null(strstr(em_last_error(), "no tensor for the result"));
     assert_int_not_equal(em_matmul_sum_b_into(em_zeros(dev, EM_F32, EM_SHAPE(5, 2)), a, b,
                                               em_zeros(dev, EM_F32, EM_SHAPE(5))),
                          EM_OK);
