@@ -67,6 +67,14 @@ em_status em_buffer_write(em_buffer *buf, size_t offset, const void *src, size_t
  * records a graph (a replay could outlive the slot): allocate a buffer then. */
 em_status em_device_constant(em_device *dev, const void *data, size_t n, em_buffer **buf,
                              size_t *offset);
+/* A device-owned block of EM_DEVICE_COUNTERS u32 counters, zero, for kernels whose last cube
+ * to arrive finishes the work of the others (it counts with atomic_add, and a kernel that counts
+ * in it must leave every counter it used zero again when it ends): *buf names it. Made zero on
+ * first use and freed with the device. Launches on the device run one after another, so one
+ * block serves them all. Refused (the caller launches a second kernel instead) while the device
+ * records a graph and the block is not yet made. */
+enum { EM_DEVICE_COUNTERS = 8192 };
+em_status em_device_counters(em_device *dev, em_buffer **buf);
 em_status em_buffer_read(const em_buffer *buf, size_t offset, void *dst, size_t bytes);
 em_status em_buffer_copy(em_buffer *dst, size_t dst_offset, const em_buffer *src, size_t src_offset,
                          size_t bytes);

@@ -1,5 +1,6 @@
 /* constants.c — em_device_constant: small, content-addressed blocks of device memory that kernels
- * read as launch-time constants (a TMA matmul's two tensor maps, 256 bytes). A launch's constants
+ * read as launch-time constants (a TMA matmul's two tensor maps, 256 bytes); and
+ * em_device_counters, the device's block of zero counters for last-cube reductions. A launch's constants
  * used to be a pool allocation and a host-to-device write per launch, the write queued in front
  * of the kernel; the same bytes now find the copy written for an earlier launch.
  *
@@ -66,9 +67,36 @@ em_status em_device_constant(em_device *dev, const void *data, size_t n, em_buff
     return st;
 }
 
+em_status em_device_counters(em_device *dev, em_buffer **buf)
+{
+    if (!dev || !buf) return em_set_error(EM_ERR_INVALID, "em_device_counters: NULL argument");
+    em_rt_constants *c = &dev->consts;
+    em_status st = EM_OK;
+    pthread_mutex_lock(&c->lock);
+    if (!c->counters && dev->recording) {
+        st = em_set_error(EM_ERR_INVALID,
+                          "em_device_counters: device %s is recording a graph (the block would "
+                          "be made zero inside it)",
+                          dev->name);
+    } else if (!c->counters) {
+        em_buffer *b = em_buffer_alloc(dev, (size_t)EM_DEVICE_COUNTERS * sizeof(uint32_t));
+        if (!b || em_buffer_fill_zero(b) != EM_OK) {
+            em_buffer_free(b);
+            st = em_error_context("em_device_counters");
+        } else {
+            c->counters = b;
+        }
+    }
+    if (st == EM_OK) *buf = c->counters;
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
 void em_rt_constants_destroy(em_device *dev)
 {
     em_buffer_free(dev->consts.buf);
+    em_buffer_free(dev->consts.counters);
+    dev->consts.counters = NULL;
     dev->consts.buf = NULL;
     pthread_mutex_destroy(&dev->consts.lock);
 }

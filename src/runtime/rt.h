@@ -83,6 +83,7 @@ typedef struct em_rt_constants {
     size_t len[EM_RT_CONST_SLOTS];
     uint64_t hash[EM_RT_CONST_SLOTS]; /* of each slot's bytes: most misses skip the compare */
     int used, next;
+    em_buffer *counters; /* em_device_counters' block, made on first use */
 } em_rt_constants;
 void em_rt_constants_destroy(em_device *dev);
 

@@ -175,11 +175,11 @@ em_status tn_launch(const char *op, em_device *dev, const char *name, const em_l
     if (!m) return em_error_context("%s", op);
     em_arg ea[32];
     size_t n = 0;
-    if (nargs > 16) return em_set_error(EM_ERR_INTERNAL, "%s: too many arguments", op);
+    if (nargs > 20) return em_set_error(EM_ERR_INTERNAL, "%s: too many arguments", op);
     em_lang_spec spec = {binds, nbinds, lw ? lw : 1, NULL};
     em_kernel *k = em_lang_compile(dev, m, name, &spec);
     if (!k) return em_error_context("%s", op);
-    bool writes[16];
+    bool writes[20];
     em_status st = settle_args(op, k, args, nargs, writes);
     if (st != EM_OK) return st;
     for (size_t i = 0; i < nargs; i++) {

@@ -2,6 +2,7 @@
  * operands, the epilogue tensors (or placeholders the kernel never reads, since its comptime
  * flags are off) and, for split-K, a contiguous workspace of partial sums in the accumulation
  * type that matmul_splitk_reduce adds up and finishes with the epilogue. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "tensor/fusion.h"
@@ -119,6 +120,23 @@ static em_status launch_skinny(const mm_problem *p, const mm_config *c, tn_arg o
 
 static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *cs, bool *bs);
 
+/* Whether the TMA kernel's BS form adds its partial rows up itself (LAST: the last plane of each
+ * column tile, tma_bs_last) instead of a tensor_cols_sum after it: b_sums in b's dtype, and the
+ * device's counters (em_device_counters, *cnt) enough for the column tiles' planes (3 a tile on
+ * CUDA, whose planes are 32 units; 96 on the C target). EMBER_MATMUL_BS_LAST=0 keeps the second
+ * launch, for comparisons. */
+static bool bs_last(const mm_problem *p, const mm_config *c, uint32_t plane, em_buffer **cnt)
+{
+    const char *env = getenv("EMBER_MATMUL_BS_LAST");
+    if (env && !strcmp(env, "0")) return false;
+    int64_t tiles = (p->N + c->bn - 1) / c->bn;
+    if (p->bsum->dtype != p->dt || tiles * (plane >= 32 ? 3 : 96) > EM_DEVICE_COUNTERS)
+        return false;
+    if (em_device_counters(p->dev, cnt) == EM_OK) return true;
+    em_clear_error(); /* recording a graph before the counters were made: the second launch */
+    return false;
+}
+
 /* Whether c's kernel writes p->pre itself (the TMA kernel's PRE). */
 static bool does_pre(const mm_problem *p, const mm_config *c)
 {
@@ -211,6 +229,7 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
     bd[nb++] = em_lang_bind_bool("RES", p->res != NULL);
     uint32_t units[3] = {1, 1, 1};
     mm_wgmma_plan wgq = {0};
+    em_buffer *cnt = NULL; /* BS's LAST: the device's counters */
     uint32_t plane = p->caps && p->caps->plane_dim ? p->caps->plane_dim : 1;
     if (mma) {
         bd[nb++] = em_lang_bind_int("WARPS_M", c->tm);
@@ -260,6 +279,7 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
             if (q.pre) bd[nb++] = em_lang_bind_bool("PRE", true);
         }
         if (q.bs) bd[nb++] = em_lang_bind_bool("BS", true);
+        if (q.bs && q.tma && bs_last(p, c, plane, &cnt)) bd[nb++] = em_lang_bind_bool("LAST", true);
         units[0] = (uint32_t)q.units;
         wgq = q;
     } else if (c->kind == MM_CPU) {
@@ -306,7 +326,7 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
     }
     /* PRE: the value before the activation, as lines of 4 (out's buffer stands in without) */
     const em_tensor *pre = tma && wgq.pre ? p->pre : outa.t;
-    tn_arg args[15] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
+    tn_arg args[18] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
                        tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset),
                        outa,
                        bias_arg(p),
@@ -320,7 +340,12 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
                        tn_arg_s(tn_flat_buffer(csp ? csp : outa.t, EM_F32, 1)),
                        tn_arg_s(em_arg_u32(0)),
                        tn_arg_s(tn_flat_buffer(pre, split > 1 ? p->ct : p->dt, 4)),
-                       tn_arg_s(em_arg_u32((uint32_t)pre->offset))};
+                       tn_arg_s(em_arg_u32((uint32_t)pre->offset)),
+                       /* LAST: the counters and b_sums (out's buffer standing in without) */
+                       tn_arg_s(cnt ? em_arg_buffer(cnt, EM_DEVICE_COUNTERS)
+                                    : tn_flat_buffer(outa.t, EM_U32, 1)),
+                       tn_arg_s(em_arg_u32(0)),
+                       tn_arg_flat(cnt ? p->bsum : outa.t)};
     uint32_t cubes[3] = {(uint32_t)((p->N + c->bn - 1) / c->bn),
                          (uint32_t)((p->M + c->bm - 1) / c->bm), (uint32_t)(p->batch * split)};
     if (wg && wgq.persist) {
@@ -339,9 +364,9 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
                         : wg                ? "matmul_wgmma"
                         : c->kind == MM_CPU ? "matmul_cpu"
                                             : "matmul_simt";
-    em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, tma ? 15 : 8);
+    em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, tma ? 18 : 8);
     if (st == EM_OK && split > 1) st = launch_reduce(p, part, split);
-    if (st == EM_OK && csp) st = tn_cols_sum_rows("matmul", csp, wgq.bs ? p->bsum : p->colsum);
+    if (st == EM_OK && csp && !cnt) st = tn_cols_sum_rows("matmul", csp, wgq.bs ? p->bsum : p->colsum);
     *cs = csp && !wgq.bs;
     *bs = csp && wgq.bs;
     em_release(csp);

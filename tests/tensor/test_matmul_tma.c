@@ -716,11 +716,27 @@ static void test_tma_pre(void **state)
     on_tma_devices(tma_pre_cases);
 }
 
+/* Whether every counter of dev's block (em_device_counters) is zero again. */
+static bool counters_zero(em_device *dev)
+{
+    em_buffer *buf = NULL;
+    assert_int_equal(em_device_counters(dev, &buf), EM_OK);
+    static uint32_t c[EM_DEVICE_COUNTERS];
+    assert_int_equal(em_buffer_read(buf, 0, c, sizeof c), EM_OK);
+    for (int i = 0; i < EM_DEVICE_COUNTERS; i++)
+        if (c[i]) return false;
+    return true;
+}
+
 /* em_matmul_sum_b(a, b, sums) under configuration cfg: the product and b's column sums against
- * float64. IN_EPILOGUE here means in the kernel (BS: the producer warpgroup's planes add up the
- * b tiles), seen as a column-sum launch that reads only the partials; AFTER: one that reads all of
- * b. With `into`, the product goes into a slot of a flat buffer (aligned as the optimizer's),
- * the sums into another slot of the same buffer, and the rest of the buffer is untouched. */
+ * float64. IN_KERNEL: the kernel adds b's columns up (BS: the producer warpgroup's planes add up
+ * the b tiles) and the last plane of each column tile adds the partial rows into sums (LAST: sums
+ * in b's dtype), so no column-sum launch runs; it runs twice, each right, and leaves the device's
+ * counters zero. IN_EPILOGUE: the kernel adds them up, seen as a column-sum launch that reads only
+ * the partials (f32 sums, or EMBER_MATMUL_BS_LAST=0); AFTER: one that reads all of b. With `into`,
+ * the product goes into a slot of a flat buffer (aligned as the optimizer's), the sums into
+ * another slot of the same buffer, and the rest of the buffer is untouched. */
+enum { IN_KERNEL = SWITCH_OFF + 1 };
 static void check_bsum(const char *what, const char *cfg, em_tensor *a, em_tensor *b, bool into,
                        int how)
 {
@@ -731,42 +747,55 @@ static void check_bsum(const char *what, const char *cfg, em_tensor *a, em_tenso
     em_shape as = em_shape_of(a), bs = em_shape_of(b);
     int64_t M = as.d[0], K = as.d[1], N = bs.d[1];
     int64_t pad = 128, n = pad + M * N + pad + N;
+    em_scalar sdt = how == IN_KERNEL ? em_dtype(a) : EM_F32;
+    double stol = into || how == IN_KERNEL ? tu_tol(em_dtype(a)) * 4 : 1e-4;
     em_tensor *flat = into ? em_full(dev, em_dtype(a), EM_SHAPE(n), 7.0) : NULL;
     em_tensor *slot = into ? em_reshape(em_narrow(flat, 0, pad, M * N), EM_SHAPE(M, N)) : NULL;
     em_tensor *sums =
-        into ? em_narrow(flat, 0, pad + M * N + pad, N) : em_zeros(dev, EM_F32, EM_SHAPE(N));
+        into ? em_narrow(flat, 0, pad + M * N + pad, N) : em_zeros(dev, sdt, EM_SHAPE(N));
     assert_non_null(sums);
-    assert_int_equal(em_flush(), EM_OK);
-    em_profile_reset();
-    em_tensor *y = NULL;
-    if (into) {
-        em_status st = em_matmul_sum_b_into(slot, a, b, sums);
-        if (st != EM_OK) fprintf(stderr, "%s: %s\n", what, em_last_error());
-        assert_int_equal(st, EM_OK);
-        y = em_retain(slot);
-    } else {
-        y = em_matmul_sum_b(a, b, sums);
-        if (!y) fprintf(stderr, "%s: %s\n", what, em_last_error());
-    }
-    assert_non_null(y);
-    char label[256];
-    snprintf(label, sizeof label, "%s (%s, b's column sums)", what, cfg);
     double *want = calloc((size_t)N, sizeof(double));
     assert_non_null(want);
     for (int64_t k = 0; k < K; k++)
         for (int64_t j = 0; j < N; j++) want[j] += bv[k * N + j];
-    tu_check(label, sums, EM_SHAPE(N), want, into ? tu_tol(em_dtype(a)) * 4 : 1e-4);
-    tu_check(label, y, em_shape_of(y), ref, tu_tol(em_dtype(a)));
-    em_profile_kernel pk;
-    uint64_t whole = (uint64_t)(K * N) * em_scalar_size(em_dtype(b));
-    bool in = how == IN_EPILOGUE;
-    if (!em_profile_kernel_get("matmul_wgmma_tma", &pk) || pk.launches != 1)
-        fail_msg("%s: the TMA kernel did not run once", label);
-    if (!em_profile_kernel_get("tensor_cols_sum", &pk) || pk.launches != 1 ||
-        (in ? pk.bytes_read >= whole / 2 : pk.bytes_read < whole))
-        fail_msg("%s: the column sums read %llu bytes in %llu launches (b is %llu bytes; want %s)",
-                 label, (unsigned long long)pk.bytes_read, (unsigned long long)pk.launches,
-                 (unsigned long long)whole, in ? "the kernel's partials" : "b itself");
+    char label[256];
+    snprintf(label, sizeof label, "%s (%s, b's column sums)", what, cfg);
+    for (int run = 0; run < (how == IN_KERNEL ? 2 : 1); run++) {
+        assert_int_equal(em_flush(), EM_OK);
+        em_profile_reset();
+        em_tensor *y = NULL;
+        if (into) {
+            em_status st = em_matmul_sum_b_into(slot, a, b, sums);
+            if (st != EM_OK) fprintf(stderr, "%s: %s\n", what, em_last_error());
+            assert_int_equal(st, EM_OK);
+            y = em_retain(slot);
+        } else {
+            y = em_matmul_sum_b(a, b, sums);
+            if (!y) fprintf(stderr, "%s: %s\n", what, em_last_error());
+        }
+        assert_non_null(y);
+        tu_check(label, sums, EM_SHAPE(N), want, stol);
+        tu_check(label, y, em_shape_of(y), ref, tu_tol(em_dtype(a)));
+        em_profile_kernel pk;
+        uint64_t whole = (uint64_t)(K * N) * em_scalar_size(em_dtype(b));
+        bool in = how == IN_EPILOGUE;
+        if (!em_profile_kernel_get("matmul_wgmma_tma", &pk) || pk.launches != 1)
+            fail_msg("%s: the TMA kernel did not run once", label);
+        bool sum_launch = em_profile_kernel_get("tensor_cols_sum", &pk);
+        if (how == IN_KERNEL) {
+            if (sum_launch && pk.launches > 0)
+                fail_msg("%s: %llu column-sum launches (want the kernel's last planes)", label,
+                         (unsigned long long)pk.launches);
+            if (!counters_zero(dev)) fail_msg("%s: the device's counters were left nonzero", label);
+        } else if (!sum_launch || pk.launches != 1 ||
+                   (in ? pk.bytes_read >= whole / 2 : pk.bytes_read < whole)) {
+            fail_msg("%s: the column sums read %llu bytes in %llu launches (b is %llu bytes; want "
+                     "%s)",
+                     label, (unsigned long long)pk.bytes_read, (unsigned long long)pk.launches,
+                     (unsigned long long)whole, in ? "the kernel's partials" : "b itself");
+        }
+        em_release(y);
+    }
     if (into) {
         double *got = tu_read(flat);
         for (int64_t i = 0; i < n; i++) {
@@ -777,7 +806,6 @@ static void check_bsum(const char *what, const char *cfg, em_tensor *a, em_tenso
         free(got);
     }
     free(ref), free(bv), free(want);
-    em_release(y);
     em_release(sums);
     em_release(slot);
     em_release(flat);
@@ -787,8 +815,9 @@ static void check_bsum(const char *what, const char *cfg, em_tensor *a, em_tenso
 /* b's column sums in the TMA kernel (BS) beside a weight gradient's product (a = x^T, MN-major;
  * b = the output gradient, N-major): ping-pong 128 x 192 (4 row groups) and 64 x 256 (3), the
  * cooperative 256 x 128 in clusters (6), the persistent 128 x 256 and the one-tile-a-cube 128 x
- * 128, split-K chunks, edges along M, N and K, into slots of one buffer; a K-major b takes the
- * column sum after the product. */
+ * 128, split-K chunks, edges along M, N and K, into slots of one buffer; the partial rows added
+ * by the kernel's last planes (sums in b's dtype) or by a second launch (f32 sums, and with
+ * EMBER_MATMUL_BS_LAST=0); a K-major b takes the column sum after the product. */
 static void tma_bsum_cases(em_device *dev)
 {
     check_bsum("pp 128x192, weight-gradient layout", "wgmma-tma-ppr 128x192x64 2x1 s1",
@@ -796,19 +825,25 @@ static void tma_bsum_cases(em_device *dev)
                rnd(dev, EM_BF16, EM_SHAPE(600, 200), 272), false, IN_EPILOGUE);
     check_bsum("pp 64x256, edges", "wgmma-tma-ppr 64x256x64 2x1 s1",
                rnd(dev, EM_BF16, EM_SHAPE(131, 200), 273),
-               rnd(dev, EM_BF16, EM_SHAPE(200, 264), 274), false, IN_EPILOGUE);
+               rnd(dev, EM_BF16, EM_SHAPE(200, 264), 274), false, IN_KERNEL);
     check_bsum("coop 256x128 clusters, N = 88", "wgmma-tma-pr 256x128x64 2x2 s1",
                em_transpose(rnd(dev, EM_BF16, EM_SHAPE(96, 296), 275), 0, 1),
-               rnd(dev, EM_BF16, EM_SHAPE(96, 88), 276), false, IN_EPILOGUE);
+               rnd(dev, EM_BF16, EM_SHAPE(96, 88), 276), false, IN_KERNEL);
     check_bsum("persistent 128x128, tiles a cube", "wgmma-tma-p 128x128x64 2x1 s1",
                rnd(dev, EM_BF16, EM_SHAPE(200, 320), 277),
-               rnd(dev, EM_BF16, EM_SHAPE(320, 296), 278), false, IN_EPILOGUE);
+               rnd(dev, EM_BF16, EM_SHAPE(320, 296), 278), false, IN_KERNEL);
     check_bsum("one tile a cube 128x128", "wgmma-tma 128x128x64 2x1 s1",
                rnd(dev, EM_BF16, EM_SHAPE(260, 136), 279),
                rnd(dev, EM_BF16, EM_SHAPE(136, 136), 280), false, IN_EPILOGUE);
     check_bsum("pp 128x192, 4 split-K chunks, into slots", "wgmma-tma-ppr 128x192x64 2x1 s4",
                em_transpose(rnd(dev, EM_BF16, EM_SHAPE(600, 136), 281), 0, 1),
-               rnd(dev, EM_BF16, EM_SHAPE(600, 200), 282), true, IN_EPILOGUE);
+               rnd(dev, EM_BF16, EM_SHAPE(600, 200), 282), true, IN_KERNEL);
+    setenv("EMBER_MATMUL_BS_LAST", "0", 1);
+    check_bsum("pp 128x192, 4 split-K chunks, into slots, a second launch",
+               "wgmma-tma-ppr 128x192x64 2x1 s4",
+               em_transpose(rnd(dev, EM_BF16, EM_SHAPE(600, 136), 285), 0, 1),
+               rnd(dev, EM_BF16, EM_SHAPE(600, 200), 286), true, IN_EPILOGUE);
+    unsetenv("EMBER_MATMUL_BS_LAST");
     check_bsum("pp 128x192, K-major b: after", "wgmma-tma-ppr 128x192x64 2x1 s1",
                rnd(dev, EM_BF16, EM_SHAPE(136, 64), 283),
                em_transpose(rnd(dev, EM_BF16, EM_SHAPE(200, 64), 284), 0, 1), false, AFTER);
