@@ -1,8 +1,8 @@
 /* constants.c — em_device_constant: small, content-addressed blocks of device memory that kernels
  * read as launch-time constants (a TMA matmul's two tensor maps, 256 bytes); and
- * em_device_counters, the device's block of zero counters for last-cube reductions. A launch's constants
- * used to be a pool allocation and a host-to-device write per launch, the write queued in front
- * of the kernel; the same bytes now find the copy written for an earlier launch.
+ * em_device_counters, the device's block of zero counters for last-cube reductions. A launch's
+ * constants used to be a pool allocation and a host-to-device write per launch, the write queued in
+ * front of the kernel; the same bytes now find the copy written for an earlier launch.
  *
  * The device keeps EM_RT_CONST_SLOTS slots of EM_RT_CONST_BYTES in one buffer, with a host copy of
  * each slot's bytes to compare. A miss writes the next slot round-robin: the write is queued

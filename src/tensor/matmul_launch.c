@@ -326,26 +326,18 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
     }
     /* PRE: the value before the activation, as lines of 4 (out's buffer stands in without) */
     const em_tensor *pre = tma && wgq.pre ? p->pre : outa.t;
-    tn_arg args[18] = {tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
-                       tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset),
-                       outa,
-                       bias_arg(p),
-                       res_arg(p),
-                       tn_arg_s(em_arg_u32((uint32_t)kchunk)),
-                       tn_arg_s(em_arg_u32((uint32_t)split)),
-                       tn_arg_s(em_arg_u32((akfast ? 1u : 0u) | (bnfast ? 2u : 0u))),
-                       tma ? mapa[0] : tn_arg_s(em_arg_u32(0)),
-                       tma ? mapa[1] : tn_arg_s(em_arg_u32(0)),
-                       outv,
-                       tn_arg_s(tn_flat_buffer(csp ? csp : outa.t, EM_F32, 1)),
-                       tn_arg_s(em_arg_u32(0)),
-                       tn_arg_s(tn_flat_buffer(pre, split > 1 ? p->ct : p->dt, 4)),
-                       tn_arg_s(em_arg_u32((uint32_t)pre->offset)),
-                       /* LAST: the counters and b_sums (out's buffer standing in without) */
-                       tn_arg_s(cnt ? em_arg_buffer(cnt, EM_DEVICE_COUNTERS)
-                                    : tn_flat_buffer(outa.t, EM_U32, 1)),
-                       tn_arg_s(em_arg_u32(0)),
-                       tn_arg_flat(cnt ? p->bsum : outa.t)};
+    tn_arg args[18] = {
+        tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
+        tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset), outa, bias_arg(p), res_arg(p),
+        tn_arg_s(em_arg_u32((uint32_t)kchunk)), tn_arg_s(em_arg_u32((uint32_t)split)),
+        tn_arg_s(em_arg_u32((akfast ? 1u : 0u) | (bnfast ? 2u : 0u))),
+        tma ? mapa[0] : tn_arg_s(em_arg_u32(0)), tma ? mapa[1] : tn_arg_s(em_arg_u32(0)), outv,
+        tn_arg_s(tn_flat_buffer(csp ? csp : outa.t, EM_F32, 1)), tn_arg_s(em_arg_u32(0)),
+        tn_arg_s(tn_flat_buffer(pre, split > 1 ? p->ct : p->dt, 4)),
+        tn_arg_s(em_arg_u32((uint32_t)pre->offset)),
+        /* LAST: the counters and b_sums (out's buffer standing in without) */
+        tn_arg_s(cnt ? em_arg_buffer(cnt, EM_DEVICE_COUNTERS) : tn_flat_buffer(outa.t, EM_U32, 1)),
+        tn_arg_s(em_arg_u32(0)), tn_arg_flat(cnt ? p->bsum : outa.t)};
     uint32_t cubes[3] = {(uint32_t)((p->N + c->bn - 1) / c->bn),
                          (uint32_t)((p->M + c->bm - 1) / c->bm), (uint32_t)(p->batch * split)};
     if (wg && wgq.persist) {
@@ -366,7 +358,8 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
                                             : "matmul_simt";
     em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, tma ? 18 : 8);
     if (st == EM_OK && split > 1) st = launch_reduce(p, part, split);
-    if (st == EM_OK && csp && !cnt) st = tn_cols_sum_rows("matmul", csp, wgq.bs ? p->bsum : p->colsum);
+    if (st == EM_OK && csp && !cnt)
+        st = tn_cols_sum_rows("matmul", csp, wgq.bs ? p->bsum : p->colsum);
     *cs = csp && !wgq.bs;
     *bs = csp && wgq.bs;
     em_release(csp);
