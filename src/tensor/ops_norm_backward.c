@@ -10,6 +10,7 @@
  * run as public ops, each step fused by the fusion layer. A residual gradient (what the input has
  * received from its other consumers: a transformer block's skip connection) is added to dx in the
  * same pass. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ember/tensor_grad.h"
@@ -135,6 +136,19 @@ static uint32_t cubes_for(em_device *dev, int64_t rows, unsigned per)
     return (uint32_t)(need < want ? need : want);
 }
 
+/* Whether the weight's and the bias's gradients go into neighbouring destinations, into[0]'s n
+ * elements then into[1]'s in one buffer, contiguous and of one dtype, so that one column sum
+ * writes both (EMBER_NORM_SUMS_PAIR=1: opt-in until it is timed on a GPU). */
+static bool both_into(em_tensor *const *into, int64_t n)
+{
+    const char *env = getenv("EMBER_NORM_SUMS_PAIR");
+    if (!env || strcmp(env, "1") != 0) return false;
+    const em_tensor *w = into[0], *b = into[1];
+    return w && b && w->st == b->st && w->dtype == b->dtype && em_is_contiguous(w) &&
+           em_is_contiguous(b) && em_numel(w) == n && em_numel(b) == n &&
+           b->offset == w->offset + n;
+}
+
 /* The row-wise kernel and the column sums into res (dx, dw, db where want[] says so). *taken
  * false (nothing run) when the path does not apply. EM_OK or the error set. */
 static em_status backward_rows(const char *op, const em_tensor *g, const em_tensor *x, int nnorm,
@@ -167,14 +181,15 @@ static em_status backward_rows(const char *op, const em_tensor *g, const em_tens
     em_scalar dt = x->dtype, ct = tn_compute_type(dt);
     /* results not wanted are bound to a placeholder of a line */
     em_tensor *dx = tn_new(dev, dt, want_dx ? x->rank : 1, want_dx ? x->shape : (int64_t[]){p.lw});
-    em_tensor *part = tn_new(dev, ct, 2, want_sums ? (int64_t[]){2 * (int64_t)prows, n} : (int64_t[]){1, p.lw});
+    em_tensor *part =
+        tn_new(dev, ct, 2, want_sums ? (int64_t[]){prows, 2 * n} : (int64_t[]){1, p.lw});
     em_status st = EM_OK;
     if (!dx || !part) goto fail;
     em_lang_bind b[5] = {em_lang_bind_type("T", dt), em_lang_bind_type("C", ct)};
     size_t nb = 2 + tn_rows_binds(&p, b + 2);
     const em_tensor *wt = w ? w : x;
     const em_tensor *rt = res_in ? resid : x;
-    em_arg a[19] = {tn_flat_buffer(x, dt, p.lw),
+    em_arg a[18] = {tn_flat_buffer(x, dt, p.lw),
                     em_arg_u32((uint32_t)(x->offset / p.lw)),
                     tn_flat_buffer(g, dt, p.lw),
                     em_arg_u32((uint32_t)(g->offset / p.lw)),
@@ -190,15 +205,15 @@ static em_status backward_rows(const char *op, const em_tensor *g, const em_tens
                     em_arg_u32(p.x_rs),
                     em_arg_u32((uint32_t)(grs / p.lw)),
                     em_arg_u32(groups),
-                    em_arg_u32(prows),
                     tn_scalar_arg(dt, eps),
-                    em_arg_u32((w ? 1u : 0u) | (rms ? 2u : 0u) | (want_dx ? 4u : 0u) | (want_sums ? 8u : 0u) |
-                               (res_in ? 16u : 0u))};
+                    em_arg_u32((w ? 1u : 0u) | (rms ? 2u : 0u) | (want_dx ? 4u : 0u) |
+                               (want_sums ? 8u : 0u) | (res_in ? 16u : 0u))};
     const em_lang_module *m = em_lang_builtins();
     if (!m) goto fail;
     uint32_t grid[3] = {cubes, 1, 1}, units[3] = {p.cube, 1, 1};
     em_lang_spec spec = {b, nb, p.lw, NULL};
-    if (em_lang_launch(dev, m, "tensor_norm_backward", &spec, grid, units, a, 19) != EM_OK) goto fail;
+    if (em_lang_launch(dev, m, "tensor_norm_backward", &spec, grid, units, a, 18) != EM_OK)
+        goto fail;
     uint64_t row_bytes = (uint64_t)n * em_scalar_size(dt), part_bytes = (uint64_t)2 * prows * n * em_scalar_size(ct);
     fu_count_launch("tensor_norm_backward", (res_in ? 3 : 2) * (uint64_t)rows * row_bytes + (w ? row_bytes : 0),
                     (want_dx ? (uint64_t)rows * row_bytes : 0) + (want_sums ? part_bytes : 0));
@@ -210,10 +225,20 @@ static em_status backward_rows(const char *op, const em_tensor *g, const em_tens
     res[0] = want_dx ? dx : NULL;
     if (!want_dx) em_release(dx);
     dx = NULL;
-    if (want_sums) {
+    if (want_sums && both_into(into, n)) {
+        /* the two destinations are neighbours (the optimizer's slots of a norm's weight and bias):
+         * one column sum of part's whole rows writes both */
+        em_tensor *pair = tn_view(into[0], 1, (int64_t[]){2 * n}, (int64_t[]){1}, into[0]->offset);
+        st = pair ? tn_cols_sum_rows(op, part, pair) : em_error_context("%s", op);
+        em_release(pair);
+        if (st != EM_OK) goto fail;
+        res[1] = em_retain(into[0]);
+        res[2] = em_retain(into[1]);
+    } else if (want_sums) {
         for (int k = 0; k < 2; k++) {
             if (!want[1 + k]) continue;
-            em_tensor *rowsv = tn_view(part, 2, (int64_t[]){prows, n}, (int64_t[]){n, 1}, (int64_t)k * prows * n);
+            em_tensor *rowsv =
+                tn_view(part, 2, (int64_t[]){prows, n}, (int64_t[]){2 * n, 1}, (int64_t)k * n);
             /* straight into the caller's tensor where it is contiguous (the column sum writes any
              * float dtype at any offset), else into a new one (copied in by the caller) */
             em_tensor *in = into[k] && em_is_contiguous(into[k]) ? into[k] : NULL;

@@ -335,16 +335,89 @@ static void test_cuda_compiles(void **state)
     assert_int_equal(failed, 0);
 }
 
+/* The weight's and bias's gradients into neighbouring slots of one buffer (the optimizer's flat
+ * gradients: weight n, then bias n): with EMBER_NORM_SUMS_PAIR=1 one column-sum launch writes
+ * both, apart (a gap between the slots) or without the switch two do; every way the sums against
+ * float64, and the rest of the buffer untouched. */
+static void test_into_pair(void **state)
+{
+    (void)state;
+    const int64_t rows = 300, n = 768, pad = 128;
+    double eps = 1e-5;
+    size_t total = (size_t)(rows * n);
+    double *x = malloc(total * sizeof(double)), *g = malloc(total * sizeof(double));
+    double *w = malloc((size_t)n * sizeof(double)), *dx = malloc(total * sizeof(double));
+    double *ref = malloc(2 * (size_t)n * sizeof(double));
+    assert_true(x && g && w && dx && ref);
+    tu_fill(x, total, -3, 3, 41);
+    tu_fill(g, total, -1, 1, 42);
+    tu_fill(w, (size_t)n, 0.5, 1.5, 43);
+    reference(x, g, w, rows, n, eps, false, dx, ref, ref + n);
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        const em_caps *caps = em_device_caps(dev);
+        if (!tu_is_cpu(dev) && !(caps->plane_ops && caps->plane_dim > 1))
+            continue;                          /* no row path */
+        for (int form = 0; form < 3; form++) { /* paired; the switch off; a gap between */
+            em_scope_begin();
+            if (form != 1) setenv("EMBER_NORM_SUMS_PAIR", "1", 1);
+            int64_t gap = form == 2 ? 64 : 0, len = pad + 2 * n + gap + pad;
+            em_tensor *xt = tu_tensor(dev, EM_F32, EM_SHAPE(rows, n), x);
+            em_tensor *gt = tu_tensor(dev, EM_F32, EM_SHAPE(rows, n), g);
+            em_tensor *wt = tu_tensor(dev, EM_F32, EM_SHAPE(n), w);
+            em_tensor *flat = em_full(dev, EM_F32, EM_SHAPE(len), 7.0);
+            em_tensor *ws = em_narrow(flat, 0, pad, n), *bs = em_narrow(flat, 0, pad + n + gap, n);
+            assert_true(xt && gt && wt && ws && bs);
+            em_profile_kernel k;
+            uint64_t before = em_profile_kernel_get("tensor_cols_sum", &k) ? k.launches : 0;
+            em_tensor *rdw = NULL, *rdb = NULL;
+            em_status st =
+                em_norm_backward_into(gt, xt, 1, wt, eps, false, NULL, NULL, &rdw, &rdb, ws, bs);
+            char what[160];
+            snprintf(what, sizeof what, "norm sums into slots (%s) on %s",
+                     form == 0   ? "neighbours"
+                     : form == 1 ? "switch off"
+                                 : "a gap between",
+                     em_device_name(dev));
+            if (st != EM_OK) fail_msg("%s: %s", what, em_last_error());
+            assert_true(rdw == ws && rdb == bs);
+            uint64_t launches =
+                (em_profile_kernel_get("tensor_cols_sum", &k) ? k.launches : 0) - before;
+            if (launches != (form == 0 ? 1u : 2u))
+                fail_msg("%s: %llu column-sum launches (want %d)", what,
+                         (unsigned long long)launches, form == 0 ? 1 : 2);
+            double *got = tu_read(flat);
+            double stol = tu_tol_on(dev, EM_F32) * 8 * sqrt((double)rows);
+            if (!tu_close_n(what, got + pad, ref, (size_t)n, stol) ||
+                !tu_close_n(what, got + pad + n + gap, ref + n, (size_t)n, stol))
+                fail_msg("%s: the sums", what);
+            for (int64_t i = 0; i < len; i++) {
+                bool inside =
+                    (i >= pad && i < pad + n) || (i >= pad + n + gap && i < pad + 2 * n + gap);
+                if (!inside && got[i] != 7.0)
+                    fail_msg("%s: flat[%lld] changed to %g", what, (long long)i, got[i]);
+            }
+            free(got);
+            em_release(rdw);
+            em_release(rdb);
+            unsetenv("EMBER_NORM_SUMS_PAIR");
+            em_scope_end(NULL, 0);
+        }
+    }
+    free(x), free(g), free(w), free(dx), free(ref);
+}
+
 int main(void)
 {
     /* ptxas's report of registers and spills (NVRTC reads its options once) */
     setenv("EMBER_NVRTC_OPTIONS", "--ptxas-options=-v", 1);
     em_profile_enable(true);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shapes_f32), cmocka_unit_test(test_subsets), cmocka_unit_test(test_residual),
-        cmocka_unit_test(test_dtypes),
-        cmocka_unit_test(test_views),      cmocka_unit_test(test_no_rows), cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_cuda_compiles),
+        cmocka_unit_test(test_shapes_f32), cmocka_unit_test(test_subsets),
+        cmocka_unit_test(test_residual),   cmocka_unit_test(test_dtypes),
+        cmocka_unit_test(test_views),      cmocka_unit_test(test_no_rows),
+        cmocka_unit_test(test_errors),     cmocka_unit_test(test_cuda_compiles),
+        cmocka_unit_test(test_into_pair),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }
