@@ -19,7 +19,8 @@
 # -- are the benchmark's: "dw:--at --shapes 768x768x16384"), NCU_CONFIGS Nsight Compute's
 # (below), B32=1 training at batch 32 as well, GPU_TESTS the test
 # programs (default: all of the list), TEST_LIMIT the seconds each may take (100); ATTN=0 and
-# DECODE=0 leave the attention and decoding runs out, NCU_TRAIN Nsight Compute's figures for
+# DECODE=0 leave the attention and decoding runs out, LOSS=1 adds the 200-step loss curves
+# (scripts/loss-curve, after decoding), NCU_TRAIN Nsight Compute's figures for
 # the training step's kernels (below), TORCH_PROFILE=1 PyTorch's own breakdown of its compiled
 # step (scripts/torch-profile-gpt2.py). A step runs
 # with at most the time left before --deadline seconds (default 560) after the start, and is
@@ -258,6 +259,15 @@ if [ "${DECODE:-1}" = 1 ]; then
     run decode_sync1 60 "$EMBER" $D --steps-per-sync 1
     run decode_sync8 60 "$EMBER" $D --steps-per-sync 8
     run transformers 120 python3 "$ANCHORS/decode.py" --dtype fp32 --new 128
+fi
+
+# LOSS=1: the 200-step loss curves beside PyTorch (scripts/loss-curve: b16 and b32, PyTorch eager
+# with flash and, at b16, math attention as the noise yardstick; the shard made by
+# scripts/loss-curve-data and carried in .cache/gpu-carry), with the time left (LOSS_LIMIT, 420 s)
+if [ "${LOSS:-0}" = 1 ]; then
+    run loss_curve "${LOSS_LIMIT:-420}" env EMBER="$EMBER" DEVICE=cuda:0 BATCH="16 32" STEPS=200 \
+        NOISE_BATCH=16 "$ROOT/scripts/loss-curve"
+    [ -n "${OUT:-}" ] && [ -f "$OUT/loss-curve-summary.jsonl" ] && cat "$OUT/loss-curve-summary.jsonl" >> "$SUMMARY"
 fi
 
 if [ "${KEEP_CACHE:-0}" = 1 ] && [ -n "${OUT:-}" ]; then
