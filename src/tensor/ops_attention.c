@@ -277,7 +277,7 @@ static em_status attn_forward(const char *op, const em_tensor *q, const em_tenso
                           tn_arg_flat(lse),
                           tn_arg_s(em_arg_u32(causal)),
                           tn_arg_s(tn_scalar_arg(ct, scale))};
-        em_lang_bind bind[7];
+        em_lang_bind bind[8];
         size_t nb;
         uint32_t cubes[3], units[3];
         if (path == ATTN_WGMMA) {
@@ -292,7 +292,11 @@ static em_status attn_forward(const char *op, const em_tensor *q, const em_tenso
             bind[4] = em_lang_bind_int("BK", t.fwd_bk);
             bind[5] = em_lang_bind_int("PLANE", caps && caps->plane_dim ? caps->plane_dim : 1);
             bind[6] = em_lang_bind_int("V", vec ? 8 : 1);
-            nb = 7;
+            /* tile j + 1's scores before tile j's P V (EMBER_ATTENTION_FWD_PIPE=1: opt-in until
+             * it is timed on a GPU) */
+            const char *pipe = getenv("EMBER_ATTENTION_FWD_PIPE");
+            bind[7] = em_lang_bind_bool("PIPE", pipe && !strcmp(pipe, "1"));
+            nb = 8;
             cubes[0] = (uint32_t)((Tq + 64 * t.fwd_wg - 1) / (64 * t.fwd_wg));
             cubes[1] = (uint32_t)bh, cubes[2] = 1;
             units[0] = 128 * (uint32_t)t.fwd_wg, units[1] = units[2] = 1;

@@ -6,8 +6,8 @@
  * lengths off the tiles (1, 33, 100, 200), B * H > 1, k's rows unaligned (element copies), with
  * the profiler's launch counts showing that the wgmma kernels ran (and the fused backward, with dq
  * summed by bulk reductions, where EMBER_ATTENTION_FUSED_BWD=1 asks for it); other tiles per kernel
- * (EMBER_ATTENTION_TILES); and the kernels' CUDA source
- * through NVRTC for sm_90a where NVRTC is installed. */
+ * (EMBER_ATTENTION_TILES); the pipelined forward (EMBER_ATTENTION_FWD_PIPE=1); and the kernels'
+ * CUDA source through NVRTC for sm_90a where NVRTC is installed. */
 #include <stdlib.h>
 
 #include "attention_case.h"
@@ -142,6 +142,65 @@ static void test_wgmma_tiles(void **state)
     if (!ran) skip();
 }
 
+/* The forward with tile j + 1's scores issued before tile j's P V (EMBER_ATTENTION_FWD_PIPE=1:
+ * three stages of K and V): against the float64 references (the backward reading its
+ * log-sum-exp) with the default tiles and others (key tiles of 16, so many tiles a cube; two and
+ * three warpgroups), and bit for bit the same output as the default form, whose arithmetic it
+ * keeps in the same order. */
+static void test_wgmma_fwd_pipe(void **state)
+{
+    (void)state;
+    static const char *const tiles[] = {NULL, "1:16:1:48:1:64", "2:128:1:48:1:64",
+                                        "3:48:1:48:1:64"};
+    static const size_t picks[] = {0, 1, 3, 4, 6};
+    setenv("EMBER_ATTENTION", "wgmma", 1);
+    unsetenv("EMBER_ATTENTION_BWD");
+    int ran = 0;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        if (!runs_wgmma(dev)) continue;
+        for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++) {
+            if (tiles[t])
+                setenv("EMBER_ATTENTION_TILES", tiles[t], 1);
+            else
+                unsetenv("EMBER_ATTENTION_TILES");
+            setenv("EMBER_ATTENTION_FWD_PIPE", "1", 1);
+            for (size_t i = 0; i < sizeof picks / sizeof picks[0]; i++)
+                run_case(dev, cases[picks[i]].dt, cases[picks[i]].c, (uint32_t)(900 + 10 * t + i));
+            /* the same output as the default form, bit for bit */
+            em_scope_begin();
+            int64_t nq = 2 * 3 * 200 * 64, nk = 2 * 3 * 260 * 64;
+            double *q = malloc((size_t)nq * sizeof *q), *kv = malloc((size_t)nk * sizeof *kv);
+            assert_true(q && kv);
+            tu_fill(q, (size_t)nq, -2, 2, 950 + (uint32_t)t);
+            tu_fill(kv, (size_t)nk, -2, 2, 960 + (uint32_t)t);
+            em_tensor *qt = tu_tensor(dev, EM_BF16, EM_SHAPE(2, 3, 200, 64), q);
+            em_tensor *kt = tu_tensor(dev, EM_BF16, EM_SHAPE(2, 3, 260, 64), kv);
+            em_tensor *o[2];
+            for (int pipe = 0; pipe < 2; pipe++) {
+                setenv("EMBER_ATTENTION_FWD_PIPE", pipe ? "1" : "0", 1);
+                o[pipe] = em_attention(qt, kt, kt, true, 0.125);
+                assert_non_null(o[pipe]);
+                assert_int_equal(em_realize(o[pipe]), EM_OK);
+            }
+            double *a = tu_read(o[0]), *b = tu_read(o[1]);
+            for (int64_t i = 0; i < nq; i++)
+                if (a[i] != b[i])
+                    fail_msg("pipelined forward (tiles %s) on %s: element %lld is %g, the default "
+                             "form's %g",
+                             tiles[t] ? tiles[t] : "default", em_device_name(dev), (long long)i,
+                             b[i], a[i]);
+            free(a), free(b), free(q), free(kv);
+            em_scope_end(NULL, 0);
+        }
+        ran++;
+    }
+    unsetenv("EMBER_ATTENTION_FWD_PIPE");
+    unsetenv("EMBER_ATTENTION_TILES");
+    unsetenv("EMBER_ATTENTION");
+    if (!ran) skip();
+}
+
 /* em_attention_fast under EMBER_ATTENTION=wgmma on the CPU: true for f16/bf16 at D 64 and 128
  * (the emulated wgmma kernels run), false for other head sizes and dtypes (SIMT). */
 static void test_wgmma_fast_predicate(void **state)
@@ -184,14 +243,15 @@ static void test_wgmma_compiles(void **state)
      * size 64 only) */
     static const char *const kernels[] = {
         "tensor_attention_fwd_wgmma", "tensor_attention_bwd_kv_wgmma",
-        "tensor_attention_bwd_q_wgmma", "tensor_attention_bwd_kv_wgmma"};
+        "tensor_attention_bwd_q_wgmma", "tensor_attention_bwd_kv_wgmma",
+        "tensor_attention_fwd_wgmma"};
     size_t failed = 0;
     for (size_t kn = 0; kn < sizeof kernels / sizeof kernels[0]; kn++)
         for (int t = 0; t < 2; t++)
             for (int d = 64; d <= 128; d += 64)
                 for (int vec = 8; vec >= 1; vec -= 7) {
-                    size_t ki = kn == 3 ? 1 : kn;
-                    bool dq = kn == 3;
+                    size_t ki = kn == 3 ? 1 : kn == 4 ? 0 : kn;
+                    bool dq = kn == 3, pipe = kn == 4;
                     if (vec == 1 && (t || d != 64)) continue;
                     if (dq && d != 64) continue;
                     em_scalar ty = t ? EM_BF16 : EM_F16;
@@ -208,7 +268,8 @@ static void test_wgmma_compiles(void **state)
                                         em_lang_bind_int("WG", tl[2 * ki]),
                                         em_lang_bind_int("V", vec),
                                         em_lang_bind_int(ki == 1 ? "BQ" : "BK", tl[2 * ki + 1]),
-                                        em_lang_bind_int("PLANE", 32)};
+                                        em_lang_bind_int("PLANE", 32),
+                                        em_lang_bind_bool("PIPE", pipe)};
                     size_t nb = sizeof b / sizeof b[0];
                     if (ki) nb = 6;
                     if (dq) b[6] = em_lang_bind_bool("DQ", true), nb = 7;
@@ -235,7 +296,10 @@ static void test_wgmma_compiles(void **state)
                                       vec, em_last_error());
                         failed++;
                     } else {
-                        print_message("%s%s %s D %d V %d: %.60s\n", kernels[ki], dq ? " DQ" : "",
+                        print_message("%s%s %s D %d V %d: %.60s\n", kernels[ki],
+                                      dq     ? " DQ"
+                                      : pipe ? " PIPE"
+                                             : "",
                                       em_scalar_name(ty), d, vec, nvrtc_used(log));
                         failed += (size_t)nvrtc_problems(log, kernels[ki]);
                     }
@@ -282,6 +346,8 @@ int main(void)
         cmocka_unit_test(test_wgmma_path),     cmocka_unit_test(test_wgmma_fused_modes),
         cmocka_unit_test(test_wgmma_tiles),    cmocka_unit_test(test_wgmma_fast_predicate),
         cmocka_unit_test(test_wgmma_compiles), cmocka_unit_test(test_delta_lines_compiles),
+        cmocka_unit_test(test_wgmma_fwd_pipe),
     };
+    if (getenv("TU_ONLY")) cmocka_set_test_filter(getenv("TU_ONLY"));
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }
