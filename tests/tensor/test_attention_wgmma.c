@@ -142,8 +142,8 @@ static void test_wgmma_tiles(void **state)
     if (!ran) skip();
 }
 
-/* The forward with tile j + 1's scores issued before tile j's P V (EMBER_ATTENTION_FWD_PIPE=1:
- * three stages of K and V): against the float64 references (the backward reading its
+/* The pipelined forward (EMBER_ATTENTION_FWD_PIPE=1: tile j's S issued with tile j - 1's P V,
+ * the stages turned over by halves): against the float64 references (the backward reading its
  * log-sum-exp) with the default tiles and others (key tiles of 16, so many tiles a cube; two and
  * three warpgroups), and bit for bit the same output as the default form, whose arithmetic it
  * keeps in the same order. */
