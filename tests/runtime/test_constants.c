@@ -1,7 +1,7 @@
 /* test_constants.c — em_device_constant (src/runtime/constants.c): the same bytes give the same
  * place and are written once; other bytes another slot, with their contents on the device; after
  * every slot is used the oldest is rewritten; bad arguments, too many bytes and a recording device
- * are refused with a message. On the CPU by default, on $EMBER_TEST_DEVICE when set. */
+ * are refused with a message; em_device_counters' zero block. On the CPU by default, on $EMBER_TEST_DEVICE when set. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -108,12 +108,41 @@ static void test_refused(void **state)
     assert_int_equal(em_device_constant(dev, big, 8, &buf, &at), EM_OK);
 }
 
+/* em_device_counters: bad arguments refused; not made while the device records a graph (the
+ * zeroing would be recorded), made zero afterwards, then the same block every call, recording or
+ * not. */
+static void test_counters(void **state)
+{
+    (void)state;
+    em_buffer *buf = NULL, *again = NULL;
+    assert_int_equal(em_device_counters(NULL, &buf), EM_ERR_INVALID);
+    assert_int_equal(em_device_counters(dev, NULL), EM_ERR_INVALID);
+    assert_non_null(strstr(em_last_error(), "NULL argument"));
+    em_graph *g = NULL;
+    assert_int_equal(em_graph_begin(dev), EM_OK);
+    assert_int_equal(em_device_counters(dev, &buf), EM_ERR_INVALID);
+    assert_non_null(strstr(em_last_error(), "recording"));
+    assert_int_equal(em_graph_end(dev, &g), EM_OK);
+    em_graph_free(g);
+    assert_int_equal(em_device_counters(dev, &buf), EM_OK);
+    static uint32_t c[EM_DEVICE_COUNTERS];
+    memset(c, 0xff, sizeof c);
+    assert_int_equal(em_buffer_read(buf, 0, c, sizeof c), EM_OK);
+    for (int i = 0; i < EM_DEVICE_COUNTERS; i++) assert_int_equal(c[i], 0);
+    assert_int_equal(em_graph_begin(dev), EM_OK);
+    assert_int_equal(em_device_counters(dev, &again), EM_OK);
+    assert_ptr_equal(again, buf);
+    assert_int_equal(em_graph_end(dev, &g), EM_OK);
+    em_graph_free(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_bytes_same_place),
         cmocka_unit_test(test_wraps),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_counters),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
