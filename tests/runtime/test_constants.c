@@ -1,7 +1,8 @@
 /* test_constants.c — em_device_constant (src/runtime/constants.c): the same bytes give the same
  * place and are written once; other bytes another slot, with their contents on the device; after
  * every slot is used the oldest is rewritten; bad arguments, too many bytes and a recording device
- * are refused with a message; em_device_counters' zero block. On the CPU by default, on $EMBER_TEST_DEVICE when set. */
+ * are refused with a message; em_device_counters' zero block. On the CPU by default, on
+ * $EMBER_TEST_DEVICE when set. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
