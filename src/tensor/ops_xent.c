@@ -274,6 +274,69 @@ static unsigned xent_keep(const em_tensor *x, int64_t C, unsigned *cube)
     return 0;
 }
 
+/* tensor_xent_backward_staged's shape for logits x [N, C] and the gradient's destination dx
+ * (contiguous), or false for tensor_xent_backward: 2-byte logits, realized, with contiguous rows
+ * of a multiple of 8 elements starting 16-byte aligned, whose two row buffers (and the cube's
+ * reduction slots) fit the device's shared memory. On by default where copy_async is
+ * asynchronous (the CUDA target); EMBER_XENT_STAGED=1 takes it wherever it fits (the other
+ * targets run the same kernel with plain copies: the tests), a larger K as well with at most K
+ * cubes (rows taking turns in the tests), =0 never (A/B). *cube gets the units a cube (up to
+ * 1024, fewer for short rows), *cubes the persistent grid (at most the rows, the cubes the
+ * device holds at once). */
+static bool xent_staged(const em_tensor *x, const em_tensor *dx, unsigned *cube, uint32_t *cubes)
+{
+    const em_caps *c = em_device_caps(x->st->dev);
+    const char *env = getenv("EMBER_XENT_STAGED");
+    long force = env ? strtol(env, NULL, 10) : -1;
+    if (!c || force == 0 || (force < 0 && strcmp(c->target, "cuda"))) return false;
+    int64_t N = x->shape[0], C = x->shape[1];
+    if (em_scalar_size(x->dtype) != 2 || !x->st->buf || x->st->pending || x->stride[1] != 1 ||
+        C % 8 || x->stride[0] % 8 || x->offset % 8 || dx->offset % 8 || N > UINT32_MAX)
+        return false;
+    unsigned most = c->max_cube_units ? c->max_cube_units : 256;
+    unsigned k = 1024;
+    while (k > most || (k > 32 && (int64_t)k * 8 > C)) k /= 2;
+    uint64_t bytes = (uint64_t)C * 2 * 2 + ((uint64_t)k + 1) * 8 + 1024;
+    if (bytes > c->max_shared) return false;
+    uint64_t at_once = c->max_shared / bytes;
+    if (at_once * k > 2048) at_once = 2048 / k;
+    uint64_t grid = (uint64_t)(c->compute_units ? c->compute_units : 1) * (at_once ? at_once : 1);
+    if (force > 1 && grid > (uint64_t)force) grid = (uint64_t)force;
+    *cube = k;
+    *cubes = (uint32_t)((int64_t)grid < N ? (int64_t)grid : N);
+    return true;
+}
+
+/* Launches tensor_xent_backward_staged (xent_staged said yes) with xent_backward's arguments. */
+static em_status xent_launch_staged(const char *op, const em_tensor *x, const em_tensor *classes,
+                                    const em_tensor *g, const em_tensor *loss, em_tensor *dx,
+                                    double smoothing, unsigned cube, uint32_t ncubes)
+{
+    int64_t N = x->shape[0], C = x->shape[1];
+    em_scalar ct = tn_compute_type(x->dtype);
+    em_lang_bind bind[7] = {em_lang_bind_type("T", x->dtype),
+                            em_lang_bind_type("C", ct),
+                            em_lang_bind_type("M", tn_math_type(x->st->dev, ct)),
+                            em_lang_bind_type("O", g->dtype),
+                            em_lang_bind_int("CUBE", cube),
+                            em_lang_bind_bool("LOSS", loss != NULL),
+                            em_lang_bind_int("NB", C)};
+    tn_arg args[9] = {tn_arg_flat(x),
+                      tn_arg_s(em_arg_u32((uint32_t)C)),
+                      tn_arg_s(em_arg_u32((uint32_t)x->stride[0])),
+                      tn_arg_s(em_arg_u32((uint32_t)N)),
+                      tn_arg_t(classes),
+                      tn_arg_t(g),
+                      tn_arg_t(loss ? loss : g),
+                      tn_arg_flat(dx),
+                      tn_arg_s(tn_scalar_arg(x->dtype, smoothing))};
+    for (int i = 0; i < 7; i++) args[i].lanes = 1; /* the logits, classes, g and losses: scalars */
+    args[7].offset /= 2;                           /* dx: lines of 2 */
+    uint32_t cubes[3] = {ncubes, 1, 1}, units[3] = {cube, 1, 1};
+    return tn_launch(op, x->st->dev, "tensor_xent_backward_staged", bind, 7, 2, cubes, units, args,
+                     9);
+}
+
 /* em_cross_entropy_rows_backward; with loss (a contiguous [N] of grad_out's dtype) the rows'
  * losses stored there too, by the same launch (tensor_xent_backward's LOSS). */
 static em_tensor *xent_backward(const char *op, const em_tensor *grad_out, const em_tensor *logits,
@@ -310,8 +373,17 @@ static em_tensor *xent_backward(const char *op, const em_tensor *grad_out, const
     if (!dx || N == 0 || C == 0) goto done;
     em_tensor *g = tn_contig(grad_out);
     if (!g) goto fail;
+    unsigned cube;
+    uint32_t ncubes;
+    if (xent_staged(logits, dx, &cube, &ncubes)) {
+        em_status st =
+            xent_launch_staged(op, logits, classes, g, loss, dx, label_smoothing, cube, ncubes);
+        em_release(g);
+        if (st == EM_OK) goto done;
+        goto fail;
+    }
     em_scalar ct = tn_compute_type(logits->dtype);
-    unsigned cube, keep = xent_keep(logits, C, &cube);
+    unsigned keep = xent_keep(logits, C, &cube);
     em_lang_bind bind[7] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
                             em_lang_bind_type("M", tn_math_type(logits->st->dev, ct)),
                             em_lang_bind_type("O", g->dtype), em_lang_bind_int("CUBE", cube),

@@ -335,6 +335,91 @@ static void test_gradient_in_place(void **state)
     }
 }
 
+/* tensor_xent_backward_staged (the CUDA default for 2-byte logits whose rows fit shared memory
+ * twice; EMBER_XENT_STAGED=3 takes it on every device, with 3 persistent cubes so that rows take
+ * turns through the two buffers): the losses and gradient of one launch (tn_xent_rows_grad) and
+ * the gradient alone against float64 references, for bf16 and f16 logits with ignored rows,
+ * smoothing, dominant and -inf logits; the launches are the staged kernel's; the gradient written
+ * over donated logits equals the one into a new tensor; a row length that is not a multiple of 8
+ * takes tensor_xent_backward. */
+static uint64_t staged_launches(void)
+{
+    em_profile_kernel k;
+    return em_profile_kernel_get("tensor_xent_backward_staged", &k) ? k.launches : 0;
+}
+
+static void staged_case(em_device *dev, em_scalar dt, int64_t rows, int64_t n, double ls)
+{
+    char what[128];
+    snprintf(what, sizeof what, "staged xent %s %s %lld x %lld ls %g", em_device_name(dev),
+             em_scalar_name(dt), (long long)rows, (long long)n, ls);
+    em_scope_begin();
+    double *x = malloc((size_t)(rows * n) * sizeof *x), *g = malloc((size_t)rows * sizeof *g);
+    double *loss = malloc((size_t)rows * sizeof *loss),
+           *dx = malloc((size_t)(rows * n) * sizeof *dx);
+    int64_t *t = malloc((size_t)rows * sizeof *t);
+    assert_true(x && g && loss && dx && t);
+    tu_fill(x, (size_t)(rows * n), -6, 6, (uint32_t)(n + rows));
+    tu_fill(g, (size_t)rows, 0.5, 2, 7);
+    for (int64_t r = 0; r < rows; r++) {
+        t[r] = r % 5 == 3 ? IGNORE : (r * 131 + 7) % n;
+        if (r % 4 == 1) x[r * n + (r * 17) % n] = 40; /* a dominant logit */
+    }
+    x[n - 1] = -INFINITY;
+    em_tensor *lg = tu_tensor(dev, dt, EM_SHAPE(rows, n), x); /* x now holds the stored values */
+    em_tensor *gt = tu_tensor(dev, EM_F32, EM_SHAPE(rows), g);
+    em_tensor *tt = em_from_host(dev, EM_I64, EM_SHAPE(rows), t);
+    em_tensor *cls = tn_xent_classes("test", tt, n, IGNORE, NULL);
+    assert_non_null(cls);
+    reference(x, t, g, rows, n, ls, loss, dx);
+    bool staged = n % 8 == 0;
+    em_no_grad_begin();
+    em_profile_reset();
+    em_tensor *rl = NULL;
+    em_tensor *d1 = tn_xent_rows_grad(gt, lg, cls, ls, &rl);
+    em_tensor *d2 = em_cross_entropy_rows_backward(gt, lg, cls, ls);
+    if (!d1 || !rl || !d2) fail_msg("%s: %s", what, em_last_error());
+    double *got = tu_read(rl);
+    if (!tu_close_n(what, got, loss, (size_t)rows, loss_tol(dev, dt))) fail_msg("%s: loss", what);
+    free(got);
+    double *v1 = tu_read(d1), *v2 = tu_read(d2);
+    if (!tu_close_n(what, v1, dx, (size_t)(rows * n), 2e-2))
+        fail_msg("%s: gradient with the loss", what);
+    if (!tu_close_n(what, v2, dx, (size_t)(rows * n), 2e-2)) fail_msg("%s: gradient", what);
+    if (staged_launches() != (staged ? 2u : 0u))
+        fail_msg("%s: %llu staged launches, expected %d", what,
+                 (unsigned long long)staged_launches(), staged ? 2 : 0);
+    /* in place: the donated logits hold the same gradient */
+    em_tensor *mine = tu_tensor(dev, dt, EM_SHAPE(rows, n), x);
+    em_tensor *d3 = em_cross_entropy_rows_backward(gt, em_take(mine), cls, ls);
+    assert_ptr_equal(d3, mine);
+    double *v3 = tu_read(d3);
+    if (!tu_close_n(what, v3, v2, (size_t)(rows * n), 0)) fail_msg("%s: in place", what);
+    em_no_grad_end();
+    free(v1), free(v2), free(v3);
+    em_scope_end(NULL, 0);
+    free(x), free(g), free(loss), free(dx), free(t);
+}
+
+static void test_staged(void **state)
+{
+    (void)state;
+    bool was = em_profile_enabled();
+    em_profile_enable(true);
+    setenv("EMBER_XENT_STAGED", "3", 1);
+    static const em_scalar half[] = {EM_BF16, EM_F16};
+    for (int di = 0; di < tu_ndev; di++)
+        for (size_t hi = 0; hi < 2; hi++) {
+            if (!tu_has(tu_devs[di], half[hi])) continue;
+            staged_case(tu_devs[di], half[hi], 37, 1000, 0);
+            staged_case(tu_devs[di], half[hi], 37, 1000, 0.1);
+            staged_case(tu_devs[di], half[hi], 2, 4104, 0); /* fewer rows than cubes */
+            staged_case(tu_devs[di], half[hi], 5, 1001, 0); /* not a multiple of 8 */
+        }
+    unsetenv("EMBER_XENT_STAGED");
+    em_profile_enable(was);
+}
+
 /* tensor_xent_backward for the H200 as the host binds it for GPT-2's fused head (50304 bf16
  * classes in lines of 8: 1024 units keeping 7 lines each, the losses too; xent_keep in
  * ops_xent.c) and without kept lines (256 units), through NVRTC for sm_90: it must compile
@@ -362,18 +447,27 @@ static void test_cuda_compiles(void **state)
         expect_nvrtc_clean(src, "sm_90", label);
         free(src);
     }
+    /* the staged form as GPT-2's head binds it: 50304 bf16 classes, two row buffers */
+    for (int loss = 0; loss < 2; loss++) {
+        em_lang_bind b[7] = {em_lang_bind_type("T", EM_BF16), em_lang_bind_type("C", EM_F32),
+                             em_lang_bind_type("M", EM_F32),  em_lang_bind_type("O", EM_F32),
+                             em_lang_bind_int("CUBE", 1024),  em_lang_bind_bool("LOSS", loss),
+                             em_lang_bind_int("NB", 50304)};
+        char *src = builtin_cuda_source("tensor_xent_backward_staged", b, 7, 2, &caps);
+        expect_nvrtc_clean(src, "sm_90",
+                           loss ? "tensor_xent_backward_staged LOSS"
+                                : "tensor_xent_backward_staged");
+        free(src);
+    }
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_class_counts),
-        cmocka_unit_test(test_dtypes_views_smoothing),
-        cmocka_unit_test(test_extreme_logits),
-        cmocka_unit_test(test_misuse),
-        cmocka_unit_test(test_half_logits),
-        cmocka_unit_test(test_gradient_in_place),
-        cmocka_unit_test(test_cuda_compiles),
+        cmocka_unit_test(test_class_counts),   cmocka_unit_test(test_dtypes_views_smoothing),
+        cmocka_unit_test(test_extreme_logits), cmocka_unit_test(test_misuse),
+        cmocka_unit_test(test_half_logits),    cmocka_unit_test(test_gradient_in_place),
+        cmocka_unit_test(test_staged),         cmocka_unit_test(test_cuda_compiles),
     };
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }
