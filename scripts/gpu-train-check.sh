@@ -18,7 +18,7 @@
 # be quoted: "pp:EMBER_MATMUL_CONFIG='wgmma-tma-ppr 128x192x64 2x1 s1'"; words starting with
 # -- are the benchmark's: "dw:--at --shapes 768x768x16384"), NCU_CONFIGS Nsight Compute's
 # (below), B32=1 training at batch 32 as well, GPU_TESTS the test
-# programs (default: all of the list), TEST_LIMIT the seconds each may take (100); ATTN=0 and
+# programs (default: all of the list; PROGRAM:PATTERN for the tests matching PATTERN only), TEST_LIMIT the seconds each may take (100); ATTN=0 and
 # DECODE=0 leave the attention and decoding runs out, LOSS=1 adds the 200-step loss curves
 # (scripts/loss-curve, after decoding), NCU_TRAIN Nsight Compute's figures for
 # the training step's kernels (below), TORCH_PROFILE=1 PyTorch's own breakdown of its compiled
@@ -108,9 +108,14 @@ say "commit ${EMBER_COMMIT:-$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader >> "$SUMMARY" 2>&1
 
 if [ "$TESTS" = 1 ]; then
-    for t in ${GPU_TESTS:-$TEST_PROGRAMS}; do
+    for entry in ${GPU_TESTS:-$TEST_PROGRAMS}; do
+        # PROGRAM:PATTERN runs only the tests whose names match PATTERN (TU_ONLY, where the
+        # program reads it: tensor_test_matmul_tma, tensor_test_attention_wgmma)
+        t=${entry%%:*}
+        only=
+        [ "$t" != "$entry" ] && only=${entry#*:}
         [ -x "$BUILD/tests/$t" ] || { say "missing $t"; continue; }
-        EMBER_TEST_DEVICE=cuda:0 run "$t" "${TEST_LIMIT:-100}" "$BUILD/tests/$t" ||
+        EMBER_TEST_DEVICE=cuda:0 run "$t" "${TEST_LIMIT:-100}" env ${only:+"TU_ONLY=$only"} "$BUILD/tests/$t" ||
             grep -v "^\[ *\(OK\|RUN\) *\]" "$LOGS/$t.log" | tail -25 | tee -a "$SUMMARY"
     done
 fi
