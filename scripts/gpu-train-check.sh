@@ -110,7 +110,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 if [ "$TESTS" = 1 ]; then
     for entry in ${GPU_TESTS:-$TEST_PROGRAMS}; do
         # PROGRAM:PATTERN runs only the tests whose names match PATTERN (TU_ONLY, where the
-        # program reads it: tensor_test_matmul_tma, tensor_test_attention_wgmma)
+        # program reads it: tensor_test_matmul_tma, tensor_test_attention_wgmma, tensor_test_xent,
+        # tensor_test_norm_backward)
         t=${entry%%:*}
         only=
         [ "$t" != "$entry" ] && only=${entry#*:}

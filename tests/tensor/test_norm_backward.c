@@ -419,5 +419,6 @@ int main(void)
         cmocka_unit_test(test_errors),     cmocka_unit_test(test_cuda_compiles),
         cmocka_unit_test(test_into_pair),
     };
+    if (getenv("TU_ONLY")) cmocka_set_test_filter(getenv("TU_ONLY")); /* one test, on a GPU machine */
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }

@@ -469,5 +469,6 @@ int main(void)
         cmocka_unit_test(test_half_logits),    cmocka_unit_test(test_gradient_in_place),
         cmocka_unit_test(test_staged),         cmocka_unit_test(test_cuda_compiles),
     };
+    if (getenv("TU_ONLY")) cmocka_set_test_filter(getenv("TU_ONLY")); /* one test, on a GPU machine */
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
 }
