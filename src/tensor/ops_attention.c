@@ -292,8 +292,8 @@ static em_status attn_forward(const char *op, const em_tensor *q, const em_tenso
             bind[4] = em_lang_bind_int("BK", t.fwd_bk);
             bind[5] = em_lang_bind_int("PLANE", caps && caps->plane_dim ? caps->plane_dim : 1);
             bind[6] = em_lang_bind_int("V", vec ? 8 : 1);
-            /* tile j + 1's scores before tile j's P V (EMBER_ATTENTION_FWD_PIPE=1: opt-in until
-             * it is timed on a GPU) */
+            /* tile j + 1's scores before tile j's P V (EMBER_ATTENTION_FWD_PIPE=1: opt-in; 2 %
+             * slower than the default on an H100 in session 27, docs/benchmarks.md) */
             const char *pipe = getenv("EMBER_ATTENTION_FWD_PIPE");
             bind[7] = em_lang_bind_bool("PIPE", pipe && !strcmp(pipe, "1"));
             nb = 8;

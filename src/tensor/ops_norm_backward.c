@@ -138,11 +138,11 @@ static uint32_t cubes_for(em_device *dev, int64_t rows, unsigned per)
 
 /* Whether the weight's and the bias's gradients go into neighbouring destinations, into[0]'s n
  * elements then into[1]'s in one buffer, contiguous and of one dtype, so that one column sum
- * writes both (EMBER_NORM_SUMS_PAIR=1: opt-in until it is timed on a GPU). */
+ * writes both (the default since session 27's A/B on an H100; EMBER_NORM_SUMS_PAIR=0 for two). */
 static bool both_into(em_tensor *const *into, int64_t n)
 {
     const char *env = getenv("EMBER_NORM_SUMS_PAIR");
-    if (!env || strcmp(env, "1") != 0) return false;
+    if (env && !strcmp(env, "0")) return false;
     const em_tensor *w = into[0], *b = into[1];
     return w && b && w->st == b->st && w->dtype == b->dtype && em_is_contiguous(w) &&
            em_is_contiguous(b) && em_numel(w) == n && em_numel(b) == n &&

@@ -733,7 +733,7 @@ static bool counters_zero(em_device *dev)
  * the b tiles) and the last plane of each column tile adds the partial rows into sums (LAST: sums
  * in b's dtype), so no column-sum launch runs; it runs twice, each right, and leaves the device's
  * counters zero. IN_EPILOGUE: the kernel adds them up, seen as a column-sum launch that reads only
- * the partials (f32 sums, or without EMBER_MATMUL_BS_LAST=1); AFTER: one that reads all of b. With
+ * the partials (f32 sums, or with EMBER_MATMUL_BS_LAST=0); AFTER: one that reads all of b. With
  * `into`, the product goes into a slot of a flat buffer (aligned as the optimizer's), the sums into
  * another slot of the same buffer, and the rest of the buffer is untouched. */
 enum { IN_KERNEL = SWITCH_OFF + 1 };
@@ -816,11 +816,11 @@ static void check_bsum(const char *what, const char *cfg, em_tensor *a, em_tenso
  * b = the output gradient, N-major): ping-pong 128 x 192 (4 row groups) and 64 x 256 (3), the
  * cooperative 256 x 128 in clusters (6), the persistent 128 x 256 and the one-tile-a-cube 128 x
  * 128, split-K chunks, edges along M, N and K, into slots of one buffer; the partial rows added
- * by the kernel's last planes (EMBER_MATMUL_BS_LAST=1, sums in b's dtype) or by a second launch
- * (f32 sums, and by default); a K-major b takes the column sum after the product. */
+ * by the kernel's last planes (sums in b's dtype, the default) or by a second launch (f32 sums,
+ * and EMBER_MATMUL_BS_LAST=0); a K-major b takes the column sum after the product. */
 static void tma_bsum_cases(em_device *dev)
 {
-    setenv("EMBER_MATMUL_BS_LAST", "1", 1);
+    unsetenv("EMBER_MATMUL_BS_LAST");
     check_bsum("pp 128x192, weight-gradient layout", "wgmma-tma-ppr 128x192x64 2x1 s1",
                em_transpose(rnd(dev, EM_BF16, EM_SHAPE(600, 136), 271), 0, 1),
                rnd(dev, EM_BF16, EM_SHAPE(600, 200), 272), false, IN_EPILOGUE);
@@ -839,14 +839,15 @@ static void tma_bsum_cases(em_device *dev)
     check_bsum("pp 128x192, 4 split-K chunks, into slots", "wgmma-tma-ppr 128x192x64 2x1 s4",
                em_transpose(rnd(dev, EM_BF16, EM_SHAPE(600, 136), 281), 0, 1),
                rnd(dev, EM_BF16, EM_SHAPE(600, 200), 282), true, IN_KERNEL);
-    unsetenv("EMBER_MATMUL_BS_LAST");
-    check_bsum("pp 128x192, 4 split-K chunks, into slots, a second launch (the default)",
+    setenv("EMBER_MATMUL_BS_LAST", "0", 1);
+    check_bsum("pp 128x192, 4 split-K chunks, into slots, a second launch (switched off)",
                "wgmma-tma-ppr 128x192x64 2x1 s4",
                em_transpose(rnd(dev, EM_BF16, EM_SHAPE(600, 136), 285), 0, 1),
                rnd(dev, EM_BF16, EM_SHAPE(600, 200), 286), true, IN_EPILOGUE);
     check_bsum("pp 128x192, K-major b: after", "wgmma-tma-ppr 128x192x64 2x1 s1",
                rnd(dev, EM_BF16, EM_SHAPE(136, 64), 283),
                em_transpose(rnd(dev, EM_BF16, EM_SHAPE(200, 64), 284), 0, 1), false, AFTER);
+    unsetenv("EMBER_MATMUL_BS_LAST");
 }
 
 static void test_tma_bsum(void **state)

@@ -336,8 +336,8 @@ static void test_cuda_compiles(void **state)
 }
 
 /* The weight's and bias's gradients into neighbouring slots of one buffer (the optimizer's flat
- * gradients: weight n, then bias n): with EMBER_NORM_SUMS_PAIR=1 one column-sum launch writes
- * both, apart (a gap between the slots) or without the switch two do; every way the sums against
+ * gradients: weight n, then bias n): one column-sum launch writes both (the default), apart (a
+ * gap between the slots) or with EMBER_NORM_SUMS_PAIR=0 two do; every way the sums against
  * float64, and the rest of the buffer untouched. */
 static void test_into_pair(void **state)
 {
@@ -360,7 +360,7 @@ static void test_into_pair(void **state)
             continue;                          /* no row path */
         for (int form = 0; form < 3; form++) { /* paired; the switch off; a gap between */
             em_scope_begin();
-            if (form != 1) setenv("EMBER_NORM_SUMS_PAIR", "1", 1);
+            if (form == 1) setenv("EMBER_NORM_SUMS_PAIR", "0", 1);
             int64_t gap = form == 2 ? 64 : 0, len = pad + 2 * n + gap + pad;
             em_tensor *xt = tu_tensor(dev, EM_F32, EM_SHAPE(rows, n), x);
             em_tensor *gt = tu_tensor(dev, EM_F32, EM_SHAPE(rows, n), g);
