@@ -271,8 +271,10 @@ fi
 # with flash and, at b16, math attention as the noise yardstick; the shard made by
 # scripts/loss-curve-data and carried in .cache/gpu-carry), with the time left (LOSS_LIMIT, 420 s)
 if [ "${LOSS:-0}" = 1 ]; then
+    # ATTN is this script's switch (ATTN=0 leaves the attention benchmark out) and loss-curve's
+    # PyTorch attention kernel: set it for loss-curve
     run loss_curve "${LOSS_LIMIT:-420}" env EMBER="$EMBER" DEVICE=cuda:0 BATCH="16 32" STEPS=200 \
-        NOISE_BATCH=16 "$ROOT/scripts/loss-curve"
+        NOISE_BATCH=16 ATTN=flash "$ROOT/scripts/loss-curve"
     [ -n "${OUT:-}" ] && [ -f "$OUT/loss-curve-summary.jsonl" ] && cat "$OUT/loss-curve-summary.jsonl" >> "$SUMMARY"
 fi
 
