@@ -291,7 +291,12 @@ static bool xent_staged(const em_tensor *x, const em_tensor *dx, unsigned *cube,
     if (!c || force == 0 || (force < 0 && strcmp(c->target, "cuda"))) return false;
     int64_t N = x->shape[0], C = x->shape[1];
     if (em_scalar_size(x->dtype) != 2 || !x->st->buf || x->st->pending || x->stride[1] != 1 ||
-        C % 8 || x->stride[0] % 8 || x->offset % 8 || dx->offset % 8 || N > UINT32_MAX)
+        C % 8 || x->stride[0] % 8 || x->offset % 8 || dx->offset % 8)
+        return false;
+    /* the kernel's element indices are u32: x's last row and dx's end must fit */
+    if ((uint64_t)x->offset + (uint64_t)(N - 1) * (uint64_t)x->stride[0] + (uint64_t)C >
+            UINT32_MAX ||
+        (uint64_t)dx->offset + (uint64_t)N * (uint64_t)C > UINT32_MAX)
         return false;
     unsigned most = c->max_cube_units ? c->max_cube_units : 256;
     unsigned k = 1024;
