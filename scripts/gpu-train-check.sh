@@ -17,9 +17,9 @@
 # scripts/attention_ref.py), MATMUL_VARIANTS the matmul benchmark's (none by default; a value may
 # be quoted: "pp:EMBER_MATMUL_CONFIG='wgmma-tma-ppr 128x192x64 2x1 s1'"; words starting with
 # -- are the benchmark's: "dw:--at --shapes 768x768x16384"), NCU_CONFIGS Nsight Compute's
-# (below), B32=1 training at batch 32 as well, GPU_TESTS the test
-# programs (default: all of the list; PROGRAM:PATTERN for the tests matching PATTERN only), TEST_LIMIT the seconds each may take (100); ATTN=0 and
-# DECODE=0 leave the attention and decoding runs out, LOSS=1 adds the 200-step loss curves
+# (below), B32=1 training at batch 32 as well, GPU_TESTS the test programs (default: all of
+# the list; PROGRAM:PATTERN for the tests matching PATTERN only), TEST_LIMIT the seconds each
+# may take (100); ATTN=0 and DECODE=0 leave the attention and decoding runs out, LOSS=1 adds the 200-step loss curves
 # (scripts/loss-curve, after decoding), NCU_TRAIN Nsight Compute's figures for
 # the training step's kernels (below), TORCH_PROFILE=1 PyTorch's own breakdown of its compiled
 # step (scripts/torch-profile-gpt2.py). A step runs

@@ -342,6 +342,28 @@ static em_status xent_launch_staged(const char *op, const em_tensor *x, const em
                      9);
 }
 
+/* Launches tensor_xent_backward (a cube a row) with xent_backward's arguments. */
+static em_status xent_launch_rows(const char *op, const em_tensor *logits, const em_tensor *classes,
+                                  const em_tensor *g, const em_tensor *loss, em_tensor *dx,
+                                  double smoothing)
+{
+    int64_t N = logits->shape[0], C = logits->shape[1];
+    em_scalar ct = tn_compute_type(logits->dtype);
+    unsigned cube, keep = xent_keep(logits, C, &cube);
+    em_lang_bind bind[7] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
+                            em_lang_bind_type("M", tn_math_type(logits->st->dev, ct)),
+                            em_lang_bind_type("O", g->dtype), em_lang_bind_int("CUBE", cube),
+                            em_lang_bind_bool("LOSS", loss != NULL), em_lang_bind_int("V", keep)};
+    /* without loss, g stands in for it (never written) */
+    tn_arg args[9] = {tn_arg_flat(logits), tn_arg_s(em_arg_u32((uint32_t)C)),
+                      tn_arg_s(em_arg_u32((uint32_t)logits->stride[1])),
+                      tn_arg_s(em_arg_u32((uint32_t)logits->stride[0])), tn_arg_t(classes), tn_arg_t(g),
+                      tn_arg_t(loss ? loss : g), tn_arg_flat(dx),
+                      tn_arg_s(tn_scalar_arg(logits->dtype, smoothing))};
+    uint32_t cubes[3] = {(uint32_t)N, 1, 1}, units[3] = {cube, 1, 1};
+    return xent_launch(op, "tensor_xent_backward", keep ? 1 : 2, bind, 7, cubes, units, args, 9, 7);
+}
+
 /* em_cross_entropy_rows_backward; with loss (a contiguous [N] of grad_out's dtype) the rows'
  * losses stored there too, by the same launch (tensor_xent_backward's LOSS). */
 static em_tensor *xent_backward(const char *op, const em_tensor *grad_out, const em_tensor *logits,
@@ -380,27 +402,9 @@ static em_tensor *xent_backward(const char *op, const em_tensor *grad_out, const
     if (!g) goto fail;
     unsigned cube;
     uint32_t ncubes;
-    if (xent_staged(logits, dx, &cube, &ncubes)) {
-        em_status st =
-            xent_launch_staged(op, logits, classes, g, loss, dx, label_smoothing, cube, ncubes);
-        em_release(g);
-        if (st == EM_OK) goto done;
-        goto fail;
-    }
-    em_scalar ct = tn_compute_type(logits->dtype);
-    unsigned keep = xent_keep(logits, C, &cube);
-    em_lang_bind bind[7] = {em_lang_bind_type("T", logits->dtype), em_lang_bind_type("C", ct),
-                            em_lang_bind_type("M", tn_math_type(logits->st->dev, ct)),
-                            em_lang_bind_type("O", g->dtype), em_lang_bind_int("CUBE", cube),
-                            em_lang_bind_bool("LOSS", loss != NULL), em_lang_bind_int("V", keep)};
-    /* without loss, g stands in for it (never written) */
-    tn_arg args[9] = {tn_arg_flat(logits), tn_arg_s(em_arg_u32((uint32_t)C)),
-                      tn_arg_s(em_arg_u32((uint32_t)logits->stride[1])),
-                      tn_arg_s(em_arg_u32((uint32_t)logits->stride[0])), tn_arg_t(classes), tn_arg_t(g),
-                      tn_arg_t(loss ? loss : g), tn_arg_flat(dx),
-                      tn_arg_s(tn_scalar_arg(logits->dtype, label_smoothing))};
-    uint32_t cubes[3] = {(uint32_t)N, 1, 1}, units[3] = {cube, 1, 1};
-    em_status st = xent_launch(op, "tensor_xent_backward", keep ? 1 : 2, bind, 7, cubes, units, args, 9, 7);
+    em_status st = xent_staged(logits, dx, &cube, &ncubes)
+                       ? xent_launch_staged(op, logits, classes, g, loss, dx, label_smoothing, cube, ncubes)
+                       : xent_launch_rows(op, logits, classes, g, loss, dx, label_smoothing);
     em_release(g);
     if (st == EM_OK) goto done;
 fail:
