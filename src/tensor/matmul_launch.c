@@ -137,6 +137,29 @@ static bool bs_last(const mm_problem *p, const mm_config *c, uint32_t plane, em_
     return false;
 }
 
+/* Whether the TMA kernel adds c's split-K partials up itself (its SKL: each tile's last split
+ * sums them into out in split order, no matmul_splitk_reduce after it; the default, off with
+ * EMBER_MATMUL_SKL=0): for the persistent forms whose results go out from the registers (pairs),
+ * an unbatched plain product (no epilogue, column sums or kept input) into a row-major out whose
+ * lines (of 4 with quads, else 2) are aligned, where the device's counters are enough for the
+ * consumers' tiles beside BS's LAST (`last`). *cnt: the counters. */
+static bool skl_on(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q, bool last,
+                   uint32_t plane, em_buffer **cnt)
+{
+    const char *env = getenv("EMBER_MATMUL_SKL");
+    if ((env && !strcmp(env, "0")) || c->split < 2 || !q->tma || !q->persist || !q->pairs ||
+        q->cs || q->pre || p->batch != 1 || p->bias || p->res || p->act || p->pre || p->colsum)
+        return false;
+    int R = p->R, w = q->quads ? 4 : 2;
+    if (p->ost[R - 1] != 1 || p->ost[R - 2] % w || p->out->offset % w || p->N % 2) return false;
+    int64_t rows = 64 * (int64_t)q->mw, tx = (p->N + c->bn - 1) / c->bn;
+    int64_t need = (p->M + rows - 1) / rows * tx + (last ? tx * (plane >= 32 ? 3 : 96) : 0);
+    if (need > EM_DEVICE_COUNTERS) return false;
+    if (em_device_counters(p->dev, cnt) == EM_OK) return true;
+    em_clear_error(); /* recording a graph before the counters were made: the reduction after */
+    return false;
+}
+
 /* Whether c's kernel writes p->pre itself (the TMA kernel's PRE). */
 static bool does_pre(const mm_problem *p, const mm_config *c)
 {
@@ -198,6 +221,18 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
     if (kchunk == 0) kchunk = 1;
     em_tensor *part = NULL;
     tn_arg outa = tn_arg_geom(p->out, p->R, p->osh, p->ost, p->out->offset);
+    uint32_t plane = p->caps && p->caps->plane_dim ? p->caps->plane_dim : 1;
+    /* the TMA kernel's BS with LAST, and SKL: both count in the device's counters (cnt) */
+    mm_wgmma_plan wgq = {0};
+    em_buffer *cnt = NULL;
+    bool last = false, skl = false;
+    if (wg) {
+        if (!mm_wgmma_plan_of(p, c, &wgq))
+            return em_set_error(EM_ERR_INVALID, "matmul: no wgmma plan for this configuration");
+        last = wgq.bs && wgq.tma && bs_last(p, c, plane, &cnt);
+        skl = split > 1 && skl_on(p, c, &wgq, last, plane, &cnt);
+    }
+    em_scalar ot = split > 1 && !skl ? p->ct : p->dt; /* the kernel's O: partials or results */
     if (split > 1) {
         int64_t psh[3] = {p->batch * split, p->M, p->N};
         part = tn_new(p->dev, p->ct, 3, psh);
@@ -205,7 +240,7 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
         int64_t sh[EM_MAX_RANK], st[EM_MAX_RANK];
         for (int i = 0; i < p->R; i++) sh[i] = 1, st[i] = 0;
         sh[p->R - 2] = p->M, sh[p->R - 1] = p->N, st[p->R - 2] = p->N, st[p->R - 1] = 1;
-        outa = tn_arg_geom(part, p->R, sh, st, 0);
+        if (!skl) outa = tn_arg_geom(part, p->R, sh, st, 0);
     }
     if (c->kind == MM_SKINNY) {
         em_status st = launch_skinny(p, c, outa, (uint32_t)kchunk, split);
@@ -220,17 +255,14 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
     size_t nb = 0;
     bd[nb++] = em_lang_bind_type("T", p->dt);
     if (!mma && !wg) bd[nb++] = em_lang_bind_type("C", p->ct);
-    bd[nb++] = em_lang_bind_type("O", split > 1 ? p->ct : p->dt);
+    bd[nb++] = em_lang_bind_type("O", ot);
     bd[nb++] = em_lang_bind_int("R", p->R);
     bd[nb++] = em_lang_bind_int("BK", c->bk);
-    bd[nb++] = em_lang_bind_bool("RAW", split > 1);
+    bd[nb++] = em_lang_bind_bool("RAW", split > 1 && !skl);
     bd[nb++] = em_lang_bind_bool("BIAS", p->bias != NULL);
     bd[nb++] = em_lang_bind_int("ACT", p->act);
     bd[nb++] = em_lang_bind_bool("RES", p->res != NULL);
     uint32_t units[3] = {1, 1, 1};
-    mm_wgmma_plan wgq = {0};
-    em_buffer *cnt = NULL; /* BS's LAST: the device's counters */
-    uint32_t plane = p->caps && p->caps->plane_dim ? p->caps->plane_dim : 1;
     if (mma) {
         bd[nb++] = em_lang_bind_int("WARPS_M", c->tm);
         bd[nb++] = em_lang_bind_int("WARPS_N", c->tn);
@@ -250,11 +282,7 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
         bd[nb++] = em_lang_bind_int("VB", q.vb);
         units[0] = (uint32_t)(c->tm * c->tn) * plane;
     } else if (wg) {
-        mm_wgmma_plan q;
-        if (!mm_wgmma_plan_of(p, c, &q)) {
-            em_release(part);
-            return em_set_error(EM_ERR_INVALID, "matmul: no wgmma plan for this configuration");
-        }
+        mm_wgmma_plan q = wgq;
         bd[nb++] = em_lang_bind_int("WG", c->tm);
         bd[nb++] = em_lang_bind_int("BN", c->bn);
         bd[nb++] = em_lang_bind_int("STAGES", q.stages);
@@ -279,9 +307,9 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
             if (q.pre) bd[nb++] = em_lang_bind_bool("PRE", true);
         }
         if (q.bs) bd[nb++] = em_lang_bind_bool("BS", true);
-        if (q.bs && q.tma && bs_last(p, c, plane, &cnt)) bd[nb++] = em_lang_bind_bool("LAST", true);
+        if (last) bd[nb++] = em_lang_bind_bool("LAST", true);
+        if (skl) bd[nb++] = em_lang_bind_bool("SKL", true);
         units[0] = (uint32_t)q.units;
-        wgq = q;
     } else if (c->kind == MM_CPU) {
         bd[nb++] = em_lang_bind_int("BM", c->bm);
         bd[nb++] = em_lang_bind_int("BN", c->bn);
@@ -326,18 +354,19 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
     }
     /* PRE: the value before the activation, as lines of 4 (out's buffer stands in without) */
     const em_tensor *pre = tma && wgq.pre ? p->pre : outa.t;
-    tn_arg args[18] = {
+    tn_arg args[20] = {
         tn_arg_geom(p->a, p->R, p->ash, p->ast, p->a->offset),
         tn_arg_geom(p->b, p->R, p->bsh, p->bst, p->b->offset), outa, bias_arg(p), res_arg(p),
         tn_arg_s(em_arg_u32((uint32_t)kchunk)), tn_arg_s(em_arg_u32((uint32_t)split)),
         tn_arg_s(em_arg_u32((akfast ? 1u : 0u) | (bnfast ? 2u : 0u))),
         tma ? mapa[0] : tn_arg_s(em_arg_u32(0)), tma ? mapa[1] : tn_arg_s(em_arg_u32(0)), outv,
         tn_arg_s(tn_flat_buffer(csp ? csp : outa.t, EM_F32, 1)), tn_arg_s(em_arg_u32(0)),
-        tn_arg_s(tn_flat_buffer(pre, split > 1 ? p->ct : p->dt, 4)),
-        tn_arg_s(em_arg_u32((uint32_t)pre->offset)),
-        /* LAST: the counters and b_sums (out's buffer standing in without) */
+        tn_arg_s(tn_flat_buffer(pre, ot, 4)), tn_arg_s(em_arg_u32((uint32_t)pre->offset)),
+        /* LAST and SKL: the counters; LAST: b_sums; SKL: the partials (out's buffer standing in
+         * without) */
         tn_arg_s(cnt ? em_arg_buffer(cnt, EM_DEVICE_COUNTERS) : tn_flat_buffer(outa.t, EM_U32, 1)),
-        tn_arg_s(em_arg_u32(0)), tn_arg_flat(cnt ? p->bsum : outa.t)};
+        tn_arg_s(em_arg_u32(0)), tn_arg_flat(last ? p->bsum : outa.t),
+        tn_arg_s(tn_flat_buffer(skl ? part : outa.t, EM_F32, 2)), tn_arg_s(em_arg_u32(0))};
     uint32_t cubes[3] = {(uint32_t)((p->N + c->bn - 1) / c->bn),
                          (uint32_t)((p->M + c->bm - 1) / c->bm), (uint32_t)(p->batch * split)};
     if (wg && wgq.persist) {
@@ -356,9 +385,9 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
                         : wg                ? "matmul_wgmma"
                         : c->kind == MM_CPU ? "matmul_cpu"
                                             : "matmul_simt";
-    em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, tma ? 18 : 8);
-    if (st == EM_OK && split > 1) st = launch_reduce(p, part, split);
-    if (st == EM_OK && csp && !cnt)
+    em_status st = tn_launch("matmul", p->dev, kname, bd, nb, 1, cubes, units, args, tma ? 20 : 8);
+    if (st == EM_OK && split > 1 && !skl) st = launch_reduce(p, part, split);
+    if (st == EM_OK && csp && !last)
         st = tn_cols_sum_rows("matmul", csp, wgq.bs ? p->bsum : p->colsum);
     *cs = csp && !wgq.bs;
     *bs = csp && wgq.bs;

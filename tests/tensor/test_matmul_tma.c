@@ -856,6 +856,89 @@ static void test_tma_bsum(void **state)
     on_tma_devices(tma_bsum_cases);
 }
 
+/* a x b under configuration cfg (a split-K form) with the partials summed by the TMA kernel
+ * itself (SKL, the default where it applies: `in_kernel`) or by matmul_splitk_reduce after it
+ * (EMBER_MATMUL_SKL=0, or a product SKL does not take): against float64; in the kernel, one
+ * launch and no reduction, run twice with the same bits each time and the same bits as the
+ * reduction's (both add the splits in order), the device's counters zero afterwards. */
+static void check_skl(const char *what, const char *cfg, em_tensor *a, em_tensor *b,
+                      const em_matmul_epilogue *ep, bool in_kernel)
+{
+    int64_t nb = 0;
+    double *ref = ref_mm(a, b, ep, &nb), *first = NULL;
+    em_device *dev = em_tensor_device(a);
+    setenv("EMBER_MATMUL_CONFIG", cfg, 1);
+    char label[256];
+    snprintf(label, sizeof label, "%s (%s, split-K summed %s)", what, cfg,
+             in_kernel ? "in the kernel" : "after it");
+    for (int run = 0; run < 3; run++) {
+        /* runs 0 and 1 as the defaults have it, run 2 with the switch off */
+        if (run == 2) setenv("EMBER_MATMUL_SKL", "0", 1);
+        assert_int_equal(em_flush(), EM_OK);
+        em_profile_reset();
+        em_tensor *y = em_matmul_ex(a, b, ep);
+        if (!y) fprintf(stderr, "%s: %s\n", what, em_last_error());
+        assert_non_null(y);
+        tu_check(label, y, em_shape_of(y), ref, tu_tol(em_dtype(a)));
+        em_profile_kernel pk;
+        if (!em_profile_kernel_get("matmul_wgmma_tma", &pk) || pk.launches != 1)
+            fail_msg("%s: the TMA kernel did not run once", label);
+        bool reduced = em_profile_kernel_get("matmul_splitk_reduce", &pk) && pk.launches > 0;
+        if (reduced != (run == 2 || !in_kernel))
+            fail_msg("%s, run %d: matmul_splitk_reduce %s", label, run,
+                     reduced ? "ran" : "did not run");
+        if (in_kernel && run < 2 && !counters_zero(dev))
+            fail_msg("%s: the device's counters were left nonzero", label);
+        double *got = tu_read(y);
+        if (!first) {
+            first = got;
+        } else {
+            for (int64_t i = 0; i < em_numel(y); i++)
+                if (got[i] != first[i])
+                    fail_msg("%s, run %d: element %lld is %.9g, run 0 had %.9g", label, run,
+                             (long long)i, got[i], first[i]);
+            free(got);
+        }
+        em_release(y);
+    }
+    unsetenv("EMBER_MATMUL_SKL");
+    unsetenv("EMBER_MATMUL_CONFIG");
+    free(ref);
+    free(first);
+}
+
+/* Split-K's partials summed by the TMA kernel's last split of each tile (SKL): the weight
+ * gradients' ping-pong 128 x 192 in 4 chunks with an MN-major a (lines of 4; N = 202 and a
+ * K-major b: lines of 2), 64 x 256 in 3 chunks with edges along M and N (one accumulator set), the
+ * cooperative 256 x 128 in clusters of two in 2 chunks; and a product with a bias, which SKL leaves
+ * to the reduction. b's column sums beside SKL: test_tma_bsum's split-K case. */
+static void tma_skl_cases(em_device *dev)
+{
+    unsetenv("EMBER_MATMUL_SKL");
+    check_skl("pp 128x192, 4 split-K chunks, MN-major a", "wgmma-tma-ppr 128x192x64 2x1 s4",
+              em_transpose(rnd(dev, EM_BF16, EM_SHAPE(600, 136), 291), 0, 1),
+              rnd(dev, EM_BF16, EM_SHAPE(600, 200), 292), NULL, true);
+    check_skl("pp 128x192, 4 split-K chunks, N = 202, K-major b", "wgmma-tma-ppr 128x192x64 2x1 s4",
+              rnd(dev, EM_BF16, EM_SHAPE(136, 600), 293),
+              em_transpose(rnd(dev, EM_BF16, EM_SHAPE(202, 600), 294), 0, 1), NULL, true);
+    check_skl("pp 64x256, 3 split-K chunks, edges", "wgmma-tma-ppr 64x256x64 2x1 s3",
+              rnd(dev, EM_BF16, EM_SHAPE(131, 520), 295),
+              rnd(dev, EM_BF16, EM_SHAPE(520, 264), 296), NULL, true);
+    check_skl("coop 256x128 clusters, 2 split-K chunks", "wgmma-tma-pr 256x128x64 2x2 s2",
+              rnd(dev, EM_F16, EM_SHAPE(300, 456), 297), rnd(dev, EM_F16, EM_SHAPE(456, 136), 298),
+              NULL, true);
+    em_matmul_epilogue ep = {.bias = rnd(dev, EM_BF16, EM_SHAPE(200), 299)};
+    check_skl("pp 128x192, 4 split-K chunks, bias", "wgmma-tma-ppr 128x192x64 2x1 s4",
+              rnd(dev, EM_BF16, EM_SHAPE(136, 600), 300),
+              rnd(dev, EM_BF16, EM_SHAPE(600, 200), 301), &ep, false);
+}
+
+static void test_tma_skl(void **state)
+{
+    (void)state;
+    on_tma_devices(tma_skl_cases);
+}
+
 static mm_problem h200_problem(em_caps *caps, int64_t M, int64_t N, int64_t K, em_tensor *t)
 {
     memset(caps, 0, sizeof *caps);
@@ -1130,7 +1213,7 @@ int main(void)
         cmocka_unit_test(test_tma_pingpong), cmocka_unit_test(test_tma_coop),
         cmocka_unit_test(test_tma_pairs),    cmocka_unit_test(test_tma_colsum),
         cmocka_unit_test(test_tma_pre),      cmocka_unit_test(test_tma_config),
-        cmocka_unit_test(test_tma_bsum),
+        cmocka_unit_test(test_tma_bsum),     cmocka_unit_test(test_tma_skl),
     };
     if (getenv("TU_ONLY")) cmocka_set_test_filter(getenv("TU_ONLY"));
     return cmocka_run_group_tests(tests, setup, tu_teardown);
