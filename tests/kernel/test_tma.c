@@ -568,8 +568,9 @@ static void test_matmul_tma_compiles(void **state)
  * 192 (one column pair a unit) and 64 x 256 (two), the cooperative 256 x 128 in clusters (its
  * summers release every cube's stage), the 16-byte epilogue's persistent 128 x 256: the 4-byte
  * shared loads (shared_load_u32), the producer at 56 registers, the partial rows added up by the
- * last plane of each column tile (LAST) in two of them, and through NVRTC without a spill where
- * the toolkit is installed. */
+ * last plane of each column tile (LAST) in two of them, split-K's partials summed by each tile's
+ * last split (SKL) in the two ping-pong ones, and through NVRTC without a spill where the toolkit
+ * is installed. */
 static void test_matmul_tma_bsum_compiles(void **state)
 {
     (void)state;
@@ -598,12 +599,15 @@ static void test_matmul_tma_bsum_compiles(void **state)
                             em_lang_bind_bool("PAIRS", !cfg[i].sepi),
                             em_lang_bind_int("OW", cfg[i].sepi ? 8 : 4),
                             em_lang_bind_bool("BS", true),
-                            em_lang_bind_bool("LAST", i % 2 == 0)};
+                            em_lang_bind_bool("LAST", i % 2 == 0),
+                            em_lang_bind_bool("SKL", i < 2)};
         char *src = builtin_cuda_source("matmul_wgmma_tma", b, sizeof b / sizeof b[0], 1, &caps);
         assert_non_null(strstr(src, "(*(const unsigned *)(sb_m"));
-        /* LAST: the planes count themselves, the last adds the partial rows up */
-        assert_true((strstr(src, "atomicAdd(") != NULL) == (i % 2 == 0));
-        assert_true((strstr(src, "__threadfence();") != NULL) == (i % 2 == 0));
+        /* LAST: the planes count themselves, the last adds the partial rows up; SKL: the
+         * consumers count themselves, the tile's last split sums the partials */
+        bool counts = i % 2 == 0 || i < 2;
+        assert_true((strstr(src, "atomicAdd(") != NULL) == counts);
+        assert_true((strstr(src, "__threadfence();") != NULL) == counts);
         assert_non_null(strstr(src, "setmaxnreg.dec.sync.aligned.u32 56;"));
         assert_non_null(strstr(src, "setmaxnreg.inc.sync.aligned.u32 224;"));
         assert_true((strstr(src, "mapa.shared::cluster.u32") != NULL) == (cfg[i].cl > 1));
