@@ -860,9 +860,12 @@ void mm_tune_key(const mm_problem *p, char *buf, size_t size)
     int R = p->R;
     char la = p->ast[R - 1] == 1 ? 'n' : p->ast[R - 2] == 1 ? 't' : 's';
     char lb = p->bst[R - 1] == 1 ? 'n' : p->bst[R - 2] == 1 ? 't' : 's';
-    snprintf(buf, size, "matmul-v14 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s%s%s%s",
+    /* split-K summed in the kernel (EMBER_MATMUL_SKL=1) changes what a split costs: its
+     * winners are kept apart */
+    const char *skl = getenv("EMBER_MATMUL_SKL");
+    snprintf(buf, size, "matmul-v14 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s%s%s%s%s",
              em_scalar_name(p->dt), p->tf32 && p->dt == EM_F32 ? "+tf32" : "", la, lb, bucket(p->M),
              bucket(p->N), bucket(p->K), bucket(p->batch), p->bias != NULL, p->act, p->res != NULL,
-             p->ln ? " ln" : "", p->colsum ? " cs" : "", p->pre ? " pre" : "",
-             p->bsum ? " bs" : "");
+             p->ln ? " ln" : "", p->colsum ? " cs" : "", p->pre ? " pre" : "", p->bsum ? " bs" : "",
+             skl && !strcmp(skl, "1") ? " skl" : "");
 }

@@ -138,16 +138,17 @@ static bool bs_last(const mm_problem *p, const mm_config *c, uint32_t plane, em_
 }
 
 /* Whether the TMA kernel adds c's split-K partials up itself (its SKL: each tile's last split
- * sums them into out in split order, no matmul_splitk_reduce after it; the default, off with
- * EMBER_MATMUL_SKL=0): for the persistent forms whose results go out from the registers (pairs),
- * an unbatched plain product (no epilogue, column sums or kept input) into a row-major out whose
- * lines (of 4 with quads, else 2) are aligned, where the device's counters are enough for the
- * consumers' tiles beside BS's LAST (`last`). *cnt: the counters. */
+ * sums them into out in split order, no matmul_splitk_reduce after it; opt-in with
+ * EMBER_MATMUL_SKL=1 until a GPU call has run it: docs/benchmarks.md, session 28): for the
+ * persistent forms whose results go out from the registers (pairs), an unbatched plain product
+ * (no epilogue, column sums or kept input) into a row-major out whose lines (of 4 with quads,
+ * else 2) are aligned, where the device's counters are enough for the consumers' tiles beside
+ * BS's LAST (`last`). *cnt: the counters. */
 static bool skl_on(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q, bool last,
                    uint32_t plane, em_buffer **cnt)
 {
     const char *env = getenv("EMBER_MATMUL_SKL");
-    if ((env && !strcmp(env, "0")) || c->split < 2 || !q->tma || !q->persist || !q->pairs ||
+    if (!env || strcmp(env, "1") != 0 || c->split < 2 || !q->tma || !q->persist || !q->pairs ||
         q->cs || q->pre || p->batch != 1 || p->bias || p->res || p->act || p->pre || p->colsum)
         return false;
     int R = p->R, w = q->quads ? 4 : 2;

@@ -839,6 +839,13 @@ static void tma_bsum_cases(em_device *dev)
     check_bsum("pp 128x192, 4 split-K chunks, into slots", "wgmma-tma-ppr 128x192x64 2x1 s4",
                em_transpose(rnd(dev, EM_BF16, EM_SHAPE(600, 136), 281), 0, 1),
                rnd(dev, EM_BF16, EM_SHAPE(600, 200), 282), true, IN_KERNEL);
+    /* and with the partials summed in the kernel too (SKL: its counters after LAST's) */
+    setenv("EMBER_MATMUL_SKL", "1", 1);
+    check_bsum("pp 128x192, 4 split-K chunks summed in the kernel, into slots",
+               "wgmma-tma-ppr 128x192x64 2x1 s4",
+               em_transpose(rnd(dev, EM_BF16, EM_SHAPE(600, 136), 287), 0, 1),
+               rnd(dev, EM_BF16, EM_SHAPE(600, 200), 288), true, IN_KERNEL);
+    unsetenv("EMBER_MATMUL_SKL");
     setenv("EMBER_MATMUL_BS_LAST", "0", 1);
     check_bsum("pp 128x192, 4 split-K chunks, into slots, a second launch (switched off)",
                "wgmma-tma-ppr 128x192x64 2x1 s4",
@@ -857,10 +864,11 @@ static void test_tma_bsum(void **state)
 }
 
 /* a x b under configuration cfg (a split-K form) with the partials summed by the TMA kernel
- * itself (SKL, the default where it applies: `in_kernel`) or by matmul_splitk_reduce after it
- * (EMBER_MATMUL_SKL=0, or a product SKL does not take): against float64; in the kernel, one
- * launch and no reduction, run twice with the same bits each time and the same bits as the
- * reduction's (both add the splits in order), the device's counters zero afterwards. */
+ * itself (SKL, on with EMBER_MATMUL_SKL=1, where it applies: `in_kernel`) or by
+ * matmul_splitk_reduce after it (the default, or a product SKL does not take): against float64;
+ * in the kernel, one launch and no reduction, run twice with the same bits each time and the
+ * same bits as the reduction's (both add the splits in order), the device's counters zero
+ * afterwards. */
 static void check_skl(const char *what, const char *cfg, em_tensor *a, em_tensor *b,
                       const em_matmul_epilogue *ep, bool in_kernel)
 {
@@ -872,8 +880,12 @@ static void check_skl(const char *what, const char *cfg, em_tensor *a, em_tensor
     snprintf(label, sizeof label, "%s (%s, split-K summed %s)", what, cfg,
              in_kernel ? "in the kernel" : "after it");
     for (int run = 0; run < 3; run++) {
-        /* runs 0 and 1 as the defaults have it, run 2 with the switch off */
-        if (run == 2) setenv("EMBER_MATMUL_SKL", "0", 1);
+        /* runs 0 and 1 with the switch on, run 2 as the default has it (off) */
+        if (run == 2) {
+            unsetenv("EMBER_MATMUL_SKL");
+        } else {
+            setenv("EMBER_MATMUL_SKL", "1", 1);
+        }
         assert_int_equal(em_flush(), EM_OK);
         em_profile_reset();
         em_tensor *y = em_matmul_ex(a, b, ep);
@@ -907,11 +919,11 @@ static void check_skl(const char *what, const char *cfg, em_tensor *a, em_tensor
     free(first);
 }
 
-/* Split-K's partials summed by the TMA kernel's last split of each tile (SKL): the weight
+/* Split-K's partials summed by the TMA kernel's last split of each tile (SKL, opt-in): the weight
  * gradients' ping-pong 128 x 192 in 4 chunks with an MN-major a (lines of 4; N = 202 and a
  * K-major b: lines of 2), 64 x 256 in 3 chunks with edges along M and N (one accumulator set), the
  * cooperative 256 x 128 in clusters of two in 2 chunks; and a product with a bias, which SKL leaves
- * to the reduction. b's column sums beside SKL: test_tma_bsum's split-K case. */
+ * to the reduction. b's column sums beside SKL: test_tma_bsum's split-K cases. */
 static void tma_skl_cases(em_device *dev)
 {
     unsetenv("EMBER_MATMUL_SKL");
@@ -1190,6 +1202,13 @@ static void test_tma_config(void **state)
         mm_tune_key(&g2, k2, sizeof k2);
         assert_string_equal(k1, k2);
         assert_non_null(strstr(k1, " m40 n57344 k768 "));
+        /* split-K summed in the kernel (opt-in) tunes apart from the default */
+        assert_null(strstr(k1, " skl"));
+        setenv("EMBER_MATMUL_SKL", "1", 1);
+        mm_tune_key(&g2, k2, sizeof k2);
+        unsetenv("EMBER_MATMUL_SKL");
+        assert_non_null(strstr(k2, " m40 n57344 k768 "));
+        assert_non_null(strstr(k2, " skl"));
         /* 4096^3 fills the device: no split of any form */
         g = h200_problem(&caps, 4096, 4096, 4096, t);
         ng = mm_candidates(&g, false, gc, 64);
