@@ -17,7 +17,7 @@
 # scripts/attention_ref.py), MATMUL_VARIANTS the matmul benchmark's (none by default; a value may
 # be quoted: "pp:EMBER_MATMUL_CONFIG='wgmma-tma-ppr 128x192x64 2x1 s1'"; words starting with
 # -- are the benchmark's: "dw:--at --shapes 768x768x16384"), NCU_CONFIGS Nsight Compute's
-# (below), B32=1 training at batch 32 as well, GPU_TESTS the test programs (default: all of
+# (below), B32=1 training at batch 32 as well (B32_VARIANTS "NAME:VAR=VALUE;..." more b32 runs), GPU_TESTS the test programs (default: all of
 # the list; PROGRAM:PATTERN for the tests matching PATTERN only), TEST_LIMIT the seconds each
 # may take (100); ATTN=0 and DECODE=0 leave the attention and decoding runs out, LOSS=1 adds the 200-step loss curves
 # (scripts/loss-curve, after decoding), NCU_TRAIN Nsight Compute's figures for
@@ -256,6 +256,13 @@ run torch_compile 240 python3 "$ANCHORS/gpt2_train.py" --batch 16 --seq 1024 --s
 if [ "${B32:-0}" = 1 ]; then
     # shellcheck disable=SC2086  # T's words are the benchmark's arguments
     run train_b32 150 "$EMBER" ${T/--batch 16/--batch 32}
+    # B32_VARIANTS ("NAME:VAR=VALUE ...;..."): more b32 runs, each in its own environment
+    IFS=';' read -ra BLIST <<< "${B32_VARIANTS:-}"
+    for v in "${BLIST[@]}"; do
+        # shellcheck disable=SC2086
+        run "train_b32_${v%%:*}" 150 env ${v#*:} "$EMBER" ${T/--batch 16/--batch 32}
+        NAMES="$NAMES train_b32_${v%%:*}"
+    done
     run torch_compile_b32 240 python3 "$ANCHORS/gpt2_train.py" --batch 32 --seq 1024 --steps 30 --compile
     NAMES="$NAMES train_b32"
 fi
