@@ -144,6 +144,13 @@ static bool bs_last(const mm_problem *p, const mm_config *c, uint32_t plane, em_
  * (no epilogue, column sums or kept input) into a row-major out whose lines (of 4 with quads,
  * else 2) are aligned, where the device's counters are enough for the consumers' tiles beside
  * BS's LAST (`last`). *cnt: the counters. */
+/* SKL's rows of consumer tiles: the kernel's rows of tiles, its clusters' rows included */
+static int64_t skl_rows(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q)
+{
+    int64_t ty = (p->M + c->bm - 1) / c->bm, cl = q->cluster > 1 ? q->cluster : 1;
+    return (ty + cl - 1) / cl * cl * c->bm;
+}
+
 static bool skl_on(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q, bool last,
                    uint32_t plane, em_buffer **cnt)
 {
@@ -155,8 +162,8 @@ static bool skl_on(const mm_problem *p, const mm_config *c, const mm_wgmma_plan 
         return false;
     int R = p->R, w = q->quads ? 4 : 2;
     if (p->ost[R - 1] != 1 || p->ost[R - 2] % w || p->out->offset % w) return false;
-    int64_t rows = 64 * (int64_t)q->mw, tx = (p->N + c->bn - 1) / c->bn;
-    int64_t need = (p->M + rows - 1) / rows * tx + (last ? tx * (plane >= 32 ? 3 : 96) : 0);
+    int64_t need = skl_rows(p, c, q) / (64 * q->mw) * ((p->N + c->bn - 1) / c->bn) +
+                   (last ? (p->N + c->bn - 1) / c->bn * (plane >= 32 ? 3 : 96) : 0);
     if (need > EM_DEVICE_COUNTERS) return false;
     if (em_device_counters(p->dev, cnt) == EM_OK) return true;
     em_clear_error(); /* recording a graph before the counters were made: the reduction after */
@@ -237,7 +244,9 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
     }
     em_scalar ot = split > 1 && !skl ? p->ct : p->dt; /* the kernel's O: partials or results */
     if (split > 1) {
-        int64_t psh[3] = {p->batch * split, p->M, p->N};
+        /* SKL's partials: whole consumer tiles (64 mw x bn) in each unit's order */
+        int64_t psh[3] = {p->batch * split, skl ? skl_rows(p, c, &wgq) : p->M,
+                          skl ? (p->N + c->bn - 1) / c->bn * c->bn : p->N};
         part = tn_new(p->dev, p->ct, 3, psh);
         if (!part) return em_error_context("matmul");
         int64_t sh[EM_MAX_RANK], st[EM_MAX_RANK];
@@ -369,7 +378,7 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
          * without) */
         tn_arg_s(cnt ? em_arg_buffer(cnt, EM_DEVICE_COUNTERS) : tn_flat_buffer(outa.t, EM_U32, 1)),
         tn_arg_s(em_arg_u32(0)), tn_arg_flat(last ? p->bsum : outa.t),
-        tn_arg_s(tn_flat_buffer(skl ? part : outa.t, EM_F32, 2)), tn_arg_s(em_arg_u32(0))};
+        tn_arg_s(tn_flat_buffer(skl ? part : outa.t, EM_F32, 4)), tn_arg_s(em_arg_u32(0))};
     uint32_t cubes[3] = {(uint32_t)((p->N + c->bn - 1) / c->bn),
                          (uint32_t)((p->M + c->bm - 1) / c->bm), (uint32_t)(p->batch * split)};
     if (wg && wgq.persist) {
