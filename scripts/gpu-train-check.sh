@@ -223,11 +223,12 @@ for n, a in sorted(agg.items(), key=lambda x: -x[1][1]):
 PY
 fi
 
-# training: ember's graph-replayed step in each variant, then torch.compile in the same call.
-# TRAIN_VARIANTS: "NAME:VAR=VALUE ...;NAME:..." (environment per run); a NAME starting with
+# training: ember's graph-replayed step in each variant, then torch.compile in the same call
+# (TORCH_B16=0 leaves it out). TRAIN_VARIANTS: "NAME:VAR=VALUE ...;NAME:..." (environment per
+# run; set but empty: no b16 run); a NAME starting with
 # "base" runs DIR/ember-base, a build of an earlier commit carried for an A/B, where present; one
 # starting with "eager" runs without --graph (EMBER_PROFILE=1 then gives the step's breakdown).
-VARIANTS=${TRAIN_VARIANTS:-"default:;profile:EMBER_PROFILE=1;no_fused_head:EMBER_FUSED_HEAD=0;no_graph_plan:EMBER_GRAPH_PLAN=0"}
+VARIANTS=${TRAIN_VARIANTS-"default:;profile:EMBER_PROFILE=1;no_fused_head:EMBER_FUSED_HEAD=0;no_graph_plan:EMBER_GRAPH_PLAN=0"}
 T="bench train-gpt2 --device cuda:0 --batch 16 --seq 1024 --steps 10 --warmup 3 --graph"
 NAMES=
 IFS=';' read -ra VLIST <<< "$VARIANTS"
@@ -248,7 +249,8 @@ for v in "${VLIST[@]}"; do
     run "train_$name" $limit env $vars "$bin" $t
     NAMES="$NAMES train_$name"
 done
-run torch_compile 240 python3 "$ANCHORS/gpt2_train.py" --batch 16 --seq 1024 --steps 30 --compile
+[ "${TORCH_B16:-1}" = 1 ] &&
+    run torch_compile 240 python3 "$ANCHORS/gpt2_train.py" --batch 16 --seq 1024 --steps 30 --compile
 # TORCH_PROFILE=1: torch.profiler's device time a step by kernel family, beside ember's eager profile
 [ "${TORCH_PROFILE:-0}" = 1 ] &&
     run torch_profile 240 python3 "$ROOT/scripts/torch-profile-gpt2.py" --anchors "$ANCHORS" --batch 16 --compile
