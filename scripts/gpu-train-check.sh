@@ -257,7 +257,8 @@ done
 # B32=1: ember's default step and torch.compile at batch 32 too
 if [ "${B32:-0}" = 1 ]; then
     # shellcheck disable=SC2086  # T's words are the benchmark's arguments
-    run train_b32 150 "$EMBER" ${T/--batch 16/--batch 32}
+    # (the call's first step compiles every kernel when no b16 step ran before it)
+    run train_b32 "$([ -z "$NAMES" ] && echo "${TRAIN_LIMIT:-300}" || echo 150)" "$EMBER" ${T/--batch 16/--batch 32}
     # B32_VARIANTS ("NAME:VAR=VALUE ...;..."): more b32 runs, each in its own environment
     IFS=';' read -ra BLIST <<< "${B32_VARIANTS:-}"
     for v in "${BLIST[@]}"; do
