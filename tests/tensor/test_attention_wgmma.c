@@ -201,6 +201,80 @@ static void test_wgmma_fwd_pipe(void **state)
     if (!ran) skip();
 }
 
+/* Causality of the wgmma forward, bit for bit: with keys and values past position p replaced
+ * by others, every output row up to p is unchanged, for p at and around the tile edges (the
+ * default tiles and two others; T 300 over several key tiles, head size 64 and 128). */
+static void test_wgmma_causal_exact(void **state)
+{
+    (void)state;
+    static const char *const tiles[] = {NULL, "1:16:1:48:1:64", "2:128:1:48:1:64"};
+    static const int64_t edges[] = {15, 16, 47, 48, 63, 64, 127, 128, 191, 255};
+    static const int64_t dims[] = {64, 128};
+    setenv("EMBER_ATTENTION", "wgmma", 1);
+    int ran = 0;
+    for (int di = 0; di < tu_ndev; di++) {
+        em_device *dev = tu_devs[di];
+        if (!runs_wgmma(dev)) continue;
+        for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++) {
+            if (tiles[t])
+                setenv("EMBER_ATTENTION_TILES", tiles[t], 1);
+            else
+                unsetenv("EMBER_ATTENTION_TILES");
+            for (size_t di2 = 0; di2 < 2; di2++) {
+                int64_t T = 300, D = dims[di2], n = 2 * T * D;
+                em_scope_begin();
+                double *q = malloc((size_t)n * sizeof *q), *k = malloc((size_t)n * sizeof *k),
+                       *v = malloc((size_t)n * sizeof *v), *k2 = malloc((size_t)n * sizeof *k2),
+                       *v2 = malloc((size_t)n * sizeof *v2);
+                assert_true(q && k && v && k2 && v2);
+                tu_fill(q, (size_t)n, -2, 2, 1100 + (uint32_t)t);
+                tu_fill(k, (size_t)n, -2, 2, 1110 + (uint32_t)t);
+                tu_fill(v, (size_t)n, -2, 2, 1120 + (uint32_t)t);
+                em_tensor *qt = tu_tensor(dev, EM_BF16, EM_SHAPE(1, 2, T, D), q);
+                em_tensor *o =
+                    em_attention(qt, tu_tensor(dev, EM_BF16, EM_SHAPE(1, 2, T, D), k),
+                                 tu_tensor(dev, EM_BF16, EM_SHAPE(1, 2, T, D), v), true, 0.125);
+                assert_non_null(o);
+                double *base = tu_read(o);
+                for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++) {
+                    int64_t p = edges[e];
+                    /* keys and values past p: large, so that a leak would show */
+                    memcpy(k2, k, (size_t)n * sizeof *k), memcpy(v2, v, (size_t)n * sizeof *v);
+                    for (int64_t h = 0; h < 2; h++)
+                        for (int64_t i = p + 1; i < T; i++)
+                            for (int64_t d = 0; d < D; d++) {
+                                k2[(h * T + i) * D + d] = 4.0;
+                                v2[(h * T + i) * D + d] = 100.0;
+                            }
+                    em_tensor *o2 = em_attention(
+                        qt, tu_tensor(dev, EM_BF16, EM_SHAPE(1, 2, T, D), k2),
+                        tu_tensor(dev, EM_BF16, EM_SHAPE(1, 2, T, D), v2), true, 0.125);
+                    assert_non_null(o2);
+                    double *got = tu_read(o2);
+                    for (int64_t h = 0; h < 2; h++)
+                        for (int64_t i = 0; i <= p; i++)
+                            for (int64_t d = 0; d < D; d++) {
+                                int64_t at = (h * T + i) * D + d;
+                                if (got[at] != base[at])
+                                    fail_msg("causal forward (tiles %s, D %lld) on %s: row %lld "
+                                             "changed with the keys past %lld (%g, was %g)",
+                                             tiles[t] ? tiles[t] : "default", (long long)D,
+                                             em_device_name(dev), (long long)i, (long long)p,
+                                             got[at], base[at]);
+                            }
+                    free(got);
+                }
+                free(base), free(q), free(k), free(v), free(k2), free(v2);
+                em_scope_end(NULL, 0);
+            }
+        }
+        ran++;
+    }
+    unsetenv("EMBER_ATTENTION_TILES");
+    unsetenv("EMBER_ATTENTION");
+    if (!ran) skip();
+}
+
 /* em_attention_fast under EMBER_ATTENTION=wgmma on the CPU: true for f16/bf16 at D 64 and 128
  * (the emulated wgmma kernels run), false for other head sizes and dtypes (SIMT). */
 static void test_wgmma_fast_predicate(void **state)
@@ -346,7 +420,7 @@ int main(void)
         cmocka_unit_test(test_wgmma_path),     cmocka_unit_test(test_wgmma_fused_modes),
         cmocka_unit_test(test_wgmma_tiles),    cmocka_unit_test(test_wgmma_fast_predicate),
         cmocka_unit_test(test_wgmma_compiles), cmocka_unit_test(test_delta_lines_compiles),
-        cmocka_unit_test(test_wgmma_fwd_pipe),
+        cmocka_unit_test(test_wgmma_fwd_pipe), cmocka_unit_test(test_wgmma_causal_exact),
     };
     if (getenv("TU_ONLY")) cmocka_set_test_filter(getenv("TU_ONLY"));
     return cmocka_run_group_tests(tests, tu_setup, tu_teardown);
