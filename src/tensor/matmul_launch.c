@@ -137,13 +137,6 @@ static bool bs_last(const mm_problem *p, const mm_config *c, uint32_t plane, em_
     return false;
 }
 
-/* Whether the TMA kernel adds c's split-K partials up itself (its SKL: each tile's last split
- * sums them into out in split order, no matmul_splitk_reduce after it; opt-in with
- * EMBER_MATMUL_SKL=1 until a GPU call has run it: docs/benchmarks.md, session 28): for the
- * persistent forms whose results go out from the registers (pairs), an unbatched plain product
- * (no epilogue, column sums or kept input) into a row-major out whose lines (of 4 with quads,
- * else 2) are aligned, where the device's counters are enough for the consumers' tiles beside
- * BS's LAST (`last`). *cnt: the counters. */
 /* SKL's rows of consumer tiles: the kernel's rows of tiles, its clusters' rows included */
 static int64_t skl_rows(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q)
 {
@@ -151,6 +144,13 @@ static int64_t skl_rows(const mm_problem *p, const mm_config *c, const mm_wgmma_
     return (ty + cl - 1) / cl * cl * c->bm;
 }
 
+/* Whether the TMA kernel adds c's split-K partials up itself (its SKL: each tile's last split
+ * sums them into out in split order, no matmul_splitk_reduce after it; opt-in with
+ * EMBER_MATMUL_SKL=1 until a GPU call has run it: docs/benchmarks.md, session 28): for the
+ * persistent forms whose results go out from the registers (pairs), an unbatched plain product
+ * (no epilogue, column sums or kept input) into a row-major out whose lines (of 4 with quads,
+ * else 2) are aligned, where the device's counters are enough for the consumers' tiles beside
+ * BS's LAST (`last`). *cnt: the counters. */
 static bool skl_on(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q, bool last,
                    uint32_t plane, em_buffer **cnt)
 {
@@ -162,8 +162,8 @@ static bool skl_on(const mm_problem *p, const mm_config *c, const mm_wgmma_plan 
         return false;
     int R = p->R, w = q->quads ? 4 : 2;
     if (p->ost[R - 1] != 1 || p->ost[R - 2] % w || p->out->offset % w) return false;
-    int64_t need = skl_rows(p, c, q) / (64 * q->mw) * ((p->N + c->bn - 1) / c->bn) +
-                   (last ? (p->N + c->bn - 1) / c->bn * (plane >= 32 ? 3 : 96) : 0);
+    int64_t tx = (p->N + c->bn - 1) / c->bn;
+    int64_t need = skl_rows(p, c, q) / (64 * q->mw) * tx + (last ? tx * (plane >= 32 ? 3 : 96) : 0);
     if (need > EM_DEVICE_COUNTERS) return false;
     if (em_device_counters(p->dev, cnt) == EM_OK) return true;
     em_clear_error(); /* recording a graph before the counters were made: the reduction after */

@@ -147,6 +147,15 @@ static void test_wgmma_tiles(void **state)
  * log-sum-exp) with the default tiles and others (key tiles of 16, so many tiles a cube; two and
  * three warpgroups), and bit for bit the same output as the default form, whose arithmetic it
  * keeps in the same order. */
+/* EMBER_ATTENTION_TILES set to tiles, or unset for NULL (the default tiles) */
+static void use_tiles(const char *tiles)
+{
+    if (tiles)
+        setenv("EMBER_ATTENTION_TILES", tiles, 1);
+    else
+        unsetenv("EMBER_ATTENTION_TILES");
+}
+
 static void test_wgmma_fwd_pipe(void **state)
 {
     (void)state;
@@ -160,10 +169,7 @@ static void test_wgmma_fwd_pipe(void **state)
         em_device *dev = tu_devs[di];
         if (!runs_wgmma(dev)) continue;
         for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++) {
-            if (tiles[t])
-                setenv("EMBER_ATTENTION_TILES", tiles[t], 1);
-            else
-                unsetenv("EMBER_ATTENTION_TILES");
+            use_tiles(tiles[t]);
             setenv("EMBER_ATTENTION_FWD_PIPE", "1", 1);
             for (size_t i = 0; i < sizeof picks / sizeof picks[0]; i++)
                 run_case(dev, cases[picks[i]].dt, cases[picks[i]].c, (uint32_t)(900 + 10 * t + i));
@@ -216,10 +222,7 @@ static void test_wgmma_causal_exact(void **state)
         em_device *dev = tu_devs[di];
         if (!runs_wgmma(dev)) continue;
         for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++) {
-            if (tiles[t])
-                setenv("EMBER_ATTENTION_TILES", tiles[t], 1);
-            else
-                unsetenv("EMBER_ATTENTION_TILES");
+            use_tiles(tiles[t]);
             for (size_t di2 = 0; di2 < 2; di2++) {
                 int64_t T = 300, D = dims[di2], n = 2 * T * D;
                 em_scope_begin();
