@@ -147,6 +147,7 @@ static void test_bad_arguments(void **state)
         "train --data x --schedule wiggly",
         "train --data x --dashboard fancy",
         "train --data x --n-embd 30 --n-head 4",
+        "train --data x --eps -1",
         "sample",
         "sample --checkpoint x --top-p 1.5",
         "sample --checkpoint x --temperature -1",

@@ -37,7 +37,8 @@ static void usage(FILE *out)
         "optim:    --lr LR (5e-3 for the tiny preset from scratch, else 1e-3)\n"
         "          --min-lr LR (a tenth of --lr)  --warmup N (50)\n"
         "          --schedule cosine|linear|constant|step (cosine)  --weight-decay W (0.1)\n"
-        "          --beta1 B (0.9)  --beta2 B (0.95)  --grad-clip C (1.0; 0 = off)\n"
+        "          --beta1 B (0.9)  --beta2 B (0.95)  --eps E (1e-8)  --grad-clip C (1.0; 0 = "
+        "off)\n"
         "periodic: --eval-every N (100)  --eval-batches N (10)  --sample-every N (500; -1 never)\n"
         "          --sample-tokens N (200)  --ckpt-every N (500)  --log-every N (1)\n"
         "output:   --out DIR (out)  --resume  --seed S (1337)\n"
@@ -98,6 +99,7 @@ int em_cli_train(int argc, char **argv)
         {"--weight-decay", GC_DBL, &c.weight_decay},
         {"--beta1", GC_DBL, &c.beta1},
         {"--beta2", GC_DBL, &c.beta2},
+        {"--eps", GC_DBL, &c.eps},
         {"--grad-clip", GC_DBL, &c.grad_clip},
         {"--eval-every", GC_I64, &c.eval_every},
         {"--eval-batches", GC_INT, &c.eval_batches},
@@ -167,6 +169,8 @@ int em_cli_train(int argc, char **argv)
                      "--steps not negative");
         else if (!(c.lr.base > 0) || c.lr.min_lr < 0)
             snprintf(bad, sizeof bad, "--lr must be positive and --min-lr not negative");
+        else if (!(c.eps >= 0) || !isfinite(c.eps))
+            snprintf(bad, sizeof bad, "--eps must be a finite number, not negative");
         else if (block > 0 || layers > 0 || heads > 0 || embd > 0 || dropout >= 0) {
             em_gpt_config t = c.model;
             if (t.vocab_size == 0) t.vocab_size = 1;
