@@ -20,7 +20,7 @@
 # (below), B32=1 training at batch 32 as well (B32_VARIANTS "NAME:VAR=VALUE;..." more b32 runs), GPU_TESTS the test programs (default: all of
 # the list; PROGRAM:PATTERN for the tests matching PATTERN only), TEST_LIMIT the seconds each
 # may take (100); ATTN=0 and DECODE=0 leave the attention and decoding runs out, LOSS=1 adds the 200-step loss curves
-# (scripts/loss-curve, after decoding), NCU_TRAIN Nsight Compute's figures for
+# (scripts/loss-curve, after decoding), LOSS_SEEDS="1 2 3" the b16 curves from other inits, NCU_TRAIN Nsight Compute's figures for
 # the training step's kernels (below), TORCH_PROFILE=1 PyTorch's own breakdown of its compiled
 # step (scripts/torch-profile-gpt2.py). A step runs
 # with at most the time left before --deadline seconds (default 560) after the start, and is
@@ -286,6 +286,19 @@ if [ "${LOSS:-0}" = 1 ]; then
     run loss_curve "${LOSS_LIMIT:-420}" env EMBER="$EMBER" DEVICE=cuda:0 BATCH="16 32" STEPS=200 \
         NOISE_BATCH=16 ATTN=flash "$ROOT/scripts/loss-curve"
     [ -n "${OUT:-}" ] && [ -f "$OUT/loss-curve-summary.jsonl" ] && cat "$OUT/loss-curve-summary.jsonl" >> "$SUMMARY"
+fi
+# LOSS_SEEDS="1 2 3": the b16 curves again from other inits (loss-curve's SEED), each with at most
+# LOSS_SEED_LIMIT seconds (150): one init's curve sat 0.1 under PyTorch's where four others did
+# not (session 30), so the loss criterion is read over several; the curves in $OUT/loss-seeds.tgz
+if [ -n "${LOSS_SEEDS:-}" ]; then
+    SEEDS_DIR=/tmp/ember-loss-seeds
+    rm -rf "$SEEDS_DIR"
+    for S in $LOSS_SEEDS; do
+        run "loss_seed$S" "${LOSS_SEED_LIMIT:-150}" env EMBER="$EMBER" DEVICE=cuda:0 BATCH=16 \
+            STEPS=200 ATTN=flash SEED="$S" RES="$SEEDS_DIR/s$S" "$ROOT/scripts/loss-curve"
+        cat "$SEEDS_DIR/s$S/summary.jsonl" >> "$SUMMARY" 2> /dev/null
+    done
+    [ -n "${OUT:-}" ] && [ -d "$SEEDS_DIR" ] && tar czf "$OUT/loss-seeds.tgz" -C "$SEEDS_DIR" .
 fi
 
 if [ "${KEEP_CACHE:-0}" = 1 ] && [ -n "${OUT:-}" ]; then
