@@ -26,6 +26,7 @@ const rss = [];
 const t0 = Date.now();
 const deadline = t0 + SECONDS * 1000;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const pending = new Map(); // the clients' requests in flight, for the watchdog below
 
 function fail(what) {
   if (failures.length < 20) failures.push(what);
@@ -49,6 +50,8 @@ async function once(id, n) {
   const ac = new AbortController();
   const timer = setTimeout(() => ac.abort(new Error('hang')), HANG_MS);
   const path = chat ? '/v1/chat/completions' : '/v1/completions';
+  const key = `client ${id} round ${n}`;
+  pending.set(key, { path, stream, since: Date.now(), phase: 'request' });
   try {
     const res = await fetch(url + path, {
       method: 'POST', body, headers: { 'Content-Type': 'application/json' }, signal: ac.signal,
@@ -77,6 +80,7 @@ async function once(id, n) {
       stats.ok += 1;
       return;
     }
+    pending.get(key).phase = 'stream';
     let done = false;
     let finish = null;
     let chunks = 0;
@@ -106,6 +110,7 @@ async function once(id, n) {
     }
   } finally {
     clearTimeout(timer);
+    pending.delete(key);
   }
 }
 
@@ -169,11 +174,21 @@ const sampler = setInterval(() => {
 }, 1000);
 
 console.log(`load: ${CLIENTS} clients + 4 raw sockets for ${SECONDS} s against ${url}`);
+// every request ends within HANG_MS of the deadline, a raw socket within 40 s: past that a hang
+// is reported here, with what is still in flight, rather than left to CTest's timeout
+const watchdog = setTimeout(() => {
+  const now = Date.now();
+  console.error(`FAIL: the clients still run ${(now - deadline) / 1000} s after the deadline; ` +
+    `in flight: ${JSON.stringify([...pending].map(([k, v]) => ({ k, ...v, s: (now - v.since) / 1000 })))}`);
+  server.proc.kill('SIGKILL');
+  process.exit(1);
+}, SECONDS * 1000 + HANG_MS + 45000);
 await Promise.all([
   ...Array.from({ length: CLIENTS }, (_, i) => client(i)),
   ...['trickle', 'garbage', 'huge', 'silent'].map(rawClient),
 ]);
 clearInterval(sampler);
+clearTimeout(watchdog);
 
 const h = await waitHealth(url, (x) => x.active === 0 && x.queued === 0, 30000);
 const elapsed = (Date.now() - t0) / 1000;
