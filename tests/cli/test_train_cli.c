@@ -147,7 +147,6 @@ static void test_bad_arguments(void **state)
         "train --data x --schedule wiggly",
         "train --data x --dashboard fancy",
         "train --data x --n-embd 30 --n-head 4",
-        "train --data x --eps -1",
         "sample",
         "sample --checkpoint x --top-p 1.5",
         "sample --checkpoint x --temperature -1",
@@ -168,6 +167,14 @@ static void test_bad_arguments(void **state)
     assert_int_equal(code, 1);
     assert_non_null(strstr(out, "/nonexistent/ckpt.safetensors"));
     free(out);
+    /* AdamW's eps: a negative or non-finite one is named */
+    static const char *const eps[] = {"train --data x --eps -1", "train --data x --eps inf"};
+    for (size_t i = 0; i < sizeof eps / sizeof eps[0]; i++) {
+        out = ember(eps[i], &code);
+        if (code != 2 || !strstr(out, "--eps must be a finite number"))
+            fail_msg("`ember %s`: status %d, output:\n%s", eps[i], code, out);
+        free(out);
+    }
     out = ember("train --help", &code);
     assert_int_equal(code, 0);
     assert_non_null(strstr(out, "--grad-accum"));
