@@ -90,19 +90,39 @@ export function rssMiB(pid) {
   return m ? Number(m[1]) / 1024 : NaN;
 }
 
-// Calls onEvent(data) for each server-sent event of a fetch response's body, as it arrives.
-export async function readEvents(res, onEvent) {
+// Calls onEvent(data) for each server-sent event of a fetch response's body, as it arrives. With
+// a signal, its abort ends the read at once (throwing the signal's reason), however the body
+// stands: Node's fetch alone can leave a read pending forever when the abort lands after the
+// last bytes came but before the body stream closed (nodejs/undici#4089), so the read is raced
+// against the signal here, and the body is cancelled (its connection closed) on the way out.
+export async function readEvents(res, onEvent, signal = null) {
   const decoder = new TextDecoder();
+  const reader = res.body.getReader();
+  let onAbort = null;
+  const aborted = signal && new Promise((_, reject) => {
+    onAbort = () => reject(signal.reason);
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
+  });
+  aborted?.catch(() => {}); // it may never be awaited
   let buf = '';
-  for await (const piece of res.body) {
-    buf += decoder.decode(piece, { stream: true });
-    let cut;
-    while ((cut = buf.indexOf('\n\n')) >= 0) {
-      const event = buf.slice(0, cut);
-      buf = buf.slice(cut + 2);
-      const data = event.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6)).join('\n');
-      if (data) await onEvent(data);
+  try {
+    for (;;) {
+      const { value, done } = await (aborted ? Promise.race([reader.read(), aborted]) : reader.read());
+      if (done) break;
+      buf += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buf.indexOf('\n\n')) >= 0) {
+        const event = buf.slice(0, cut);
+        buf = buf.slice(cut + 2);
+        const data = event.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6)).join('\n');
+        if (data) await onEvent(data);
+        if (signal?.aborted) throw signal.reason;
+      }
     }
+  } finally {
+    if (onAbort) signal.removeEventListener('abort', onAbort);
+    reader.cancel().catch(() => {}); // not awaited: a stuck body must not hold the caller
   }
   if (buf.trim()) throw new Error(`stream ended inside an event: ${JSON.stringify(buf.slice(0, 200))}`);
 }

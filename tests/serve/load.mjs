@@ -97,7 +97,7 @@ async function once(id, n) {
       if (c && c.finish_reason) finish = c.finish_reason;
       chunks += 1;
       if (hangUp && chunks >= 2) ac.abort(new Error('hang-up'));
-    });
+    }, ac.signal);
     if (!done || !['stop', 'length'].includes(finish)) fail(`stream ended without [DONE] (${finish})`);
     stats.streamed += 1;
   } catch (e) {
