@@ -196,7 +196,8 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     q.cluster = c->tn;
     q.multicast = q.cluster > 1 && wgmma_device(p); /* CUDA sm_90a: the kernel's MC */
     /* the TMA kernel's 16-byte epilogue: out row-major, lines of 8 aligned, not the partials */
-    q.sepi = c->lanes >= 4 && (c->split < 2) && p->ost[R - 1] == 1;
+    bool parts = c->split >= 2 || c->sk; /* partial sums out (split-K, stream-K) */
+    q.sepi = c->lanes >= 4 && !parts && p->ost[R - 1] == 1;
     for (int d = 0; d < R - 1 && q.sepi; d++) q.sepi = p->ost[d] % 8 == 0 || p->osh[d] == 1;
     /* lanes 7 (ping-pong) and 8 (the persistent cooperative form): that epilogue's results as
      * lines of 2 straight from the registers instead (no staging buffer): the ping-pong
@@ -206,25 +207,25 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
     /* their split-K partials likewise, as lines of 2 of f32 into the contiguous workspace (rows
      * of N, even); element-wise 4-byte stores had made a weight gradient's split slower than
      * none (session 18) */
-    if (c->split >= 2 && (c->lanes == 7 || c->lanes == 8)) q.pairs = p->N % 2 == 0;
+    if (parts && (c->lanes == 7 || c->lanes == 8)) q.pairs = p->N % 2 == 0;
     /* lines of 4 by a swap between neighbouring units (plane shuffles on CUDA, shared memory
      * on the C target): whole 32-byte sectors per store where lines of 2 wrote each in two
      * halves (the partials' rows: N a multiple of 4); EMBER_MATMUL_QUADS=0 keeps lines of 2 */
     const char *qv = getenv("EMBER_MATMUL_QUADS");
-    q.quads = q.pairs && (c->split < 2 || p->N % 4 == 0) && !(qv && !strcmp(qv, "0"));
+    q.quads = q.pairs && (!parts || p->N % 4 == 0) && !(qv && !strcmp(qv, "0"));
     /* the TMA kernel's staging slot (1 KiB-aligned): f32 64 x 36 per consumer with sepi */
     if (q.tma) extra += 1024 + (q.sepi ? (size_t)c->tm * 64 * 36 * 4 : 0);
     /* and the lines of 4's tile of bias (f32, BN per consumer; the kernel's SB), not on split-K's
      * partials, which take no bias */
-    if (q.tma && q.quads && p->bias && c->split < 2) extra += 1024 + (size_t)c->tm * c->bn * 4;
+    if (q.tma && q.quads && p->bias && !parts) extra += 1024 + (size_t)c->tm * c->bn * 4;
     /* and its residual operand's two chunks of 64 x 32 per consumer (the kernel's SR), where
      * its rows are 16-byte aligned (RV) */
-    q.rv = q.tma && q.quads && c->split < 2 && mm_res_rows16(p);
+    q.rv = q.tma && q.quads && !parts && mm_res_rows16(p);
     if (q.rv) extra += 1024 + (size_t)c->tm * 2 * 64 * 32 * 2;
     /* and the column sums' rows (f32, BN per plane of each consumer; the kernel's CS) */
-    q.cs = q.tma && q.quads && c->split < 2 && p->colsum;
+    q.cs = q.tma && q.quads && !parts && p->colsum;
     if (q.cs) extra += 1024 + (size_t)c->tm * 4 * c->bn * 4;
-    q.pre = q.tma && q.quads && c->split < 2 && p->pre && p->N % 4 == 0 && !p->res &&
+    q.pre = q.tma && q.quads && !parts && p->pre && p->N % 4 == 0 && !p->res &&
             p->act >= EM_MATMUL_ACT_RELU && p->act <= EM_MATMUL_ACT_GELU_TANH;
     q.bs = q.tma && q.ws && !q.bt && !q.cs && p->bsum && p->batch == 1;
     size_t have = p->caps && p->caps->max_shared ? p->caps->max_shared : (size_t)232448;
@@ -240,6 +241,37 @@ bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *ou
         return false;
     *out = q;
     return true;
+}
+
+/* Whether stream-K (c->sk) takes p under plan q: the persistent forms that put their results out
+ * from the registers (pairs, lanes 7 and 8), no split, an unbatched plain product (no epilogue
+ * or column sums of the result: the pieces' sum is the result) into a row-major out whose lines
+ * are aligned, with a k step or more for every cube. b's column sums (BS) may come along. */
+bool mm_sk_fits(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q)
+{
+    int R = p->R, w = q->quads ? 4 : 2;
+    if (c->kind != MM_WGMMA || (c->lanes != 7 && c->lanes != 8) || c->split > 1 || !q->tma ||
+        !q->persist || !q->pairs || p->batch != 1 || p->bias || p->res || p->act || p->colsum ||
+        p->pre || p->ln)
+        return false;
+    if (p->ost[R - 1] != 1 || p->ost[R - 2] % w || (p->out ? p->out->offset : 0) % w) return false;
+    int64_t cl = q->cluster > 1 ? q->cluster : 1;
+    int64_t ty = (p->M + c->bm - 1) / c->bm;
+    int64_t tiles = (p->N + c->bn - 1) / c->bn * ((ty + cl - 1) / cl);
+    int64_t steps = tiles * ((p->K + c->bk - 1) / c->bk);
+    return steps <= INT32_MAX && steps >= mm_sk_workers(p, c, q);
+}
+
+/* Stream-K's workers: one a cluster of compute units (EMBER_MATMUL_SK_CUBES, for tests, sets
+ * another count of cubes). */
+int64_t mm_sk_workers(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q)
+{
+    (void)c;
+    int64_t cl = q->cluster > 1 ? q->cluster : 1;
+    int64_t cus = p->caps && p->caps->compute_units ? p->caps->compute_units : 1;
+    const char *env = getenv("EMBER_MATMUL_SK_CUBES");
+    if (env && atoi(env) > 0) cus = atoi(env);
+    return cus / cl > 0 ? cus / cl : 1;
 }
 
 bool mm_config_valid(const mm_problem *p, const mm_config *c)
@@ -259,6 +291,7 @@ bool mm_config_valid(const mm_problem *p, const mm_config *c)
         bool forced_cpu = is_cpu(p) && getenv("EMBER_MATMUL_CONFIG");
         mm_wgmma_plan q;
         if ((!wgmma_device(p) && !forced_cpu) || !mm_wgmma_plan_of(p, c, &q)) return false;
+        if (c->sk && !mm_sk_fits(p, c, &q)) return false;
         return !caps || (uint32_t)q.units <= caps->max_cube_units;
     }
     if (c->bk <= 0 || c->bm <= 0 || c->bn <= 0 || c->tm <= 0 || c->tn <= 0) return false;
@@ -290,43 +323,43 @@ bool mm_config_valid(const mm_problem *p, const mm_config *c)
 
 static mm_config simt(int bm, int bn, int bk, int tm, int tn, int split)
 {
-    return (mm_config){MM_SIMT, bm, bn, bk, tm, tn, split, 0};
+    return (mm_config){MM_SIMT, bm, bn, bk, tm, tn, split, 0, 0};
 }
 
 /* wm x wn planes, each fm x fn fragments of 16 x 16. */
 static mm_config mma(int wm, int wn, int fm, int fn, int bk, int split)
 {
-    return (mm_config){MM_MMA, 16 * fm * wm, 16 * fn * wn, bk, wm, wn, split, 0};
+    return (mm_config){MM_MMA, 16 * fm * wm, 16 * fn * wn, bk, wm, wn, split, 0, 0};
 }
 
 /* `wg` warpgroups of 64 x bn each (a 64 wg x bn tile), K steps of 64. */
 static mm_config wgmma(int wg, int bn, int split)
 {
-    return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, split, 0};
+    return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, split, 0, 0};
 }
 
 /* The warp-specialized kernel: `wg` consumer warpgroups of 64 x bn and a producer. */
 static mm_config wgmma_ws(int wg, int bn, int split)
 {
-    return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, split, 1};
+    return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, split, 1, 0};
 }
 
 /* The TMA-fed warp-specialized wgmma kernel (matmul_wgmma_tma.ek): `wg` consumers of 64 x bn. */
 static mm_config wgmma_tma(int wg, int bn, int split)
 {
-    return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, split, 3};
+    return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, split, 3, 0};
 }
 
 /* The ping-pong form (lanes 6): two consumers taking turns, each a tile of bm x bn. */
 static mm_config wgmma_tma_pp(int bm, int bn)
 {
-    return (mm_config){MM_WGMMA, bm, bn, 64, 2, 1, 1, 6};
+    return (mm_config){MM_WGMMA, bm, bn, 64, 2, 1, 1, 6, 0};
 }
 
 /* It with the epilogue in 16-byte lines (lanes 4) and persistent cubes (lanes 5). */
 static mm_config wgmma_tma_lanes(int wg, int bn, int lanes)
 {
-    return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, 1, lanes};
+    return (mm_config){MM_WGMMA, 64 * wg, bn, 64, wg, 1, 1, lanes, 0};
 }
 
 /* The wgmma kernel's tile for p: 128 x 256 (two warpgroups of 64 x 256) when those tiles fill
@@ -343,7 +376,7 @@ static mm_config wgmma_default(const mm_problem *p)
 static mm_config cpu(const mm_problem *p, int bm, int bn, int bk, int mr, int nr, int lanes)
 {
     int wide = em_scalar_size(p->ct) >= 8 ? 2 : 1;
-    return (mm_config){MM_CPU, bm, bn, bk, mr, nr / wide, 1, lanes / wide};
+    return (mm_config){MM_CPU, bm, bn, bk, mr, nr / wide, 1, lanes / wide, 0};
 }
 
 /* Bytes in one of the host's vector registers: the CPU driver compiles with -march=native, so a
@@ -431,6 +464,20 @@ static int pick_split_rounds(const mm_problem *p, int64_t tiles, int bk)
     return pick;
 }
 
+/* Whether stream-K is a candidate for c, whose tiles (tiles, unclustered) run in rounds on the
+ * compute units: opt-in with EMBER_MATMUL_SK=1 (until a GPU call has run it), where whole
+ * tiles would leave a tenth or more of their last round's compute units idle. */
+static bool sk_wanted(const mm_problem *p, const mm_config *c, int64_t tiles)
+{
+    const char *env = getenv("EMBER_MATMUL_SK");
+    if (!env || strcmp(env, "1") != 0 || c->split > 1 || p->batch != 1) return false;
+    int64_t cus = p->caps && p->caps->compute_units ? p->caps->compute_units : 1;
+    int64_t cl = c->tn > 1 ? c->tn : 1, units = cus / cl > 0 ? cus / cl : 1;
+    int64_t ty = (p->M + c->bm - 1) / c->bm, ct = tiles / ty * ((ty + cl - 1) / cl);
+    int64_t rounds = (ct + units - 1) / units;
+    return ct * 10 < rounds * units * 9;
+}
+
 /* ---- the skinny kernel (matmul_skinny.ek): few rows, b streamed once ---- */
 
 /* Whether b is the same matrix for every batch (its batch strides are 0), so that the batch
@@ -511,7 +558,7 @@ static int64_t skinny_cubes(const mm_problem *p, int64_t nout, int mr)
 
 static mm_config skinny(int mr, int nu, int ks, int pk, int nl, int split)
 {
-    return (mm_config){MM_SKINNY, mr, nu, 16, ks, pk, split, nl};
+    return (mm_config){MM_SKINNY, mr, nu, 16, ks, pk, split, nl, 0};
 }
 
 /* The skinny kernel's default for p (at most 16 rows once folded). MR: the rows rounded up to a
@@ -672,26 +719,26 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
         all[n++] = wgmma_tma_pp(64, 256);
         /* the cooperative persistent 256 x 128 tile: two consumers of 128 x 128 (cuBLAS's
          * choice for the K = 768 GPT-2 shapes on the H200) */
-        all[n++] = (mm_config){MM_WGMMA, 256, 128, 64, 2, 1, 1, 5};
+        all[n++] = (mm_config){MM_WGMMA, 256, 128, 64, 2, 1, 1, 5, 0};
         /* the persistent forms in clusters of two cubes on two row tiles, which load b's tile
          * once between them (multicast: less traffic from L2 a multiply-add, what limited the
          * K = 768 shapes) */
-        all[n++] = (mm_config){MM_WGMMA, 64, 256, 64, 2, 2, 1, 6};
-        all[n++] = (mm_config){MM_WGMMA, 128, 128, 64, 2, 2, 1, 6};
-        all[n++] = (mm_config){MM_WGMMA, 128, 256, 64, 2, 2, 1, 5};
-        all[n++] = (mm_config){MM_WGMMA, 256, 128, 64, 2, 2, 1, 5};
+        all[n++] = (mm_config){MM_WGMMA, 64, 256, 64, 2, 2, 1, 6, 0};
+        all[n++] = (mm_config){MM_WGMMA, 128, 128, 64, 2, 2, 1, 6, 0};
+        all[n++] = (mm_config){MM_WGMMA, 128, 256, 64, 2, 2, 1, 5, 0};
+        all[n++] = (mm_config){MM_WGMMA, 256, 128, 64, 2, 2, 1, 5, 0};
         /* the ping-pong form with the epilogue from the registers, in clusters (measured, session
          * 12: the fastest at three of the four K = 768 GPT-2 shapes) */
-        all[n++] = (mm_config){MM_WGMMA, 128, 128, 64, 2, 2, 1, 7};
-        all[n++] = (mm_config){MM_WGMMA, 64, 256, 64, 2, 2, 1, 7};
-        all[n++] = (mm_config){MM_WGMMA, 128, 128, 64, 2, 1, 1, 7};
+        all[n++] = (mm_config){MM_WGMMA, 128, 128, 64, 2, 2, 1, 7, 0};
+        all[n++] = (mm_config){MM_WGMMA, 64, 256, 64, 2, 2, 1, 7, 0};
+        all[n++] = (mm_config){MM_WGMMA, 128, 128, 64, 2, 1, 1, 7, 0};
         /* 192 columns a consumer (192 accumulators a unit, 5 stages): 38.4 multiply-adds per
          * byte a k step brings in where 128 x 128 has 32, so each multiprocessor takes a sixth
          * fewer bytes from L2 per multiply-add (the K = 768 GPT-2 shapes' N of 768, 2304, 3072
          * and 50304 are all multiples of 192). Measured (session 18, H100): 2-5 % faster than
          * the autotuner's other picks at N = 2304 and 3072, 5 % slower at 768 */
-        all[n++] = (mm_config){MM_WGMMA, 128, 192, 64, 2, 1, 1, 7};
-        all[n++] = (mm_config){MM_WGMMA, 128, 192, 64, 2, 2, 1, 7};
+        all[n++] = (mm_config){MM_WGMMA, 128, 192, 64, 2, 1, 1, 7, 0};
+        all[n++] = (mm_config){MM_WGMMA, 128, 192, 64, 2, 2, 1, 7, 0};
         /* the cooperative persistent forms with the epilogue from the registers (cuBLAS's
          * 256 x 128 tile in clusters of two: a quarter fewer bytes from L2 a multiply-add than
          * the ping-pong 128 x 128 tiles, its epilogue without staging), in the full search only:
@@ -699,8 +746,9 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
          * store while the tensor cores idle; 256 x 128 is not measured yet; 256 x 192, 3
          * stages, ran 0.58-0.80x cuBLAS on the GPT-2 shapes, session 18, H100) */
         for (int i = 0; full && i < 3; i++)
-            all[n++] = (mm_config){MM_WGMMA, 256 >> (i / 2), 128 << (i / 2), 64, 2, 2 - i % 2, 1, 8};
-        if (full) all[n++] = (mm_config){MM_WGMMA, 256, 192, 64, 2, 1, 1, 8};
+            all[n++] =
+                (mm_config){MM_WGMMA, 256 >> (i / 2), 128 << (i / 2), 64, 2, 2 - i % 2, 1, 8, 0};
+        if (full) all[n++] = (mm_config){MM_WGMMA, 256, 192, 64, 2, 1, 1, 8, 0};
     }
     if (mma_dtype_ok(p)) {
         /* planes x fragments per plane: 128 x 128 tiles of 8 planes of 32 x 64 (about 128
@@ -763,6 +811,10 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
                     ? pick_split_rounds(p, tiles, all[i].bk)
                     : 1;
         if (r > 1 && r != s) all[n] = all[i], all[n++].split = r;
+        /* and stream-K where whole tiles leave a tenth or more of the last round idle */
+        if (all[i].kind == MM_WGMMA && (all[i].lanes == 7 || all[i].lanes == 8) && n < 64 &&
+            sk_wanted(p, &all[i], tiles))
+            all[n] = all[i], all[n++].sk = 1;
     }
     int k = 0;
     for (int i = 0; i < n && k < max; i++) {
@@ -791,8 +843,8 @@ void mm_config_format(const mm_config *c, char *buf, size_t size)
         snprintf(buf, size, "%s %dx%dx%d %dx%dx%d s%d", name, c->bm, c->bn, c->bk, c->tm, c->tn,
                  c->lanes, c->split);
     else
-        snprintf(buf, size, "%s %dx%dx%d %dx%d s%d", name, c->bm, c->bn, c->bk, c->tm, c->tn,
-                 c->split);
+        snprintf(buf, size, "%s %dx%dx%d %dx%d s%d%s", name, c->bm, c->bn, c->bk, c->tm, c->tn,
+                 c->split, c->sk ? " sk" : "");
 }
 
 bool mm_config_parse(const char *text, mm_config *c)
@@ -837,6 +889,8 @@ bool mm_config_parse(const char *text, mm_config *c)
                   : sscanf(text, "%15s %dx%dx%d %dx%d s%d", kind, &r.bm, &r.bn, &r.bk, &r.tm, &r.tn,
                            &r.split) == 7;
     if (!ok) return false;
+    const char *sk = strstr(text, " sk");
+    r.sk = sk && (sk[3] == 0 || sk[3] == ' ' || sk[3] == '\n');
     *c = r;
     return true;
 }
@@ -862,10 +916,10 @@ void mm_tune_key(const mm_problem *p, char *buf, size_t size)
     char lb = p->bst[R - 1] == 1 ? 'n' : p->bst[R - 2] == 1 ? 't' : 's';
     /* split-K summed in the kernel (EMBER_MATMUL_SKL=1) changes what a split costs: its
      * winners are kept apart */
-    const char *skl = getenv("EMBER_MATMUL_SKL");
-    snprintf(buf, size, "matmul-v14 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s%s%s%s%s",
+    const char *skl = getenv("EMBER_MATMUL_SKL"), *sk = getenv("EMBER_MATMUL_SK");
+    snprintf(buf, size, "matmul-v14 %s%s %c%c m%lld n%lld k%lld b%lld e%d%d%d%s%s%s%s%s%s",
              em_scalar_name(p->dt), p->tf32 && p->dt == EM_F32 ? "+tf32" : "", la, lb, bucket(p->M),
              bucket(p->N), bucket(p->K), bucket(p->batch), p->bias != NULL, p->act, p->res != NULL,
              p->ln ? " ln" : "", p->colsum ? " cs" : "", p->pre ? " pre" : "", p->bsum ? " bs" : "",
-             skl && !strcmp(skl, "1") ? " skl" : "");
+             skl && !strcmp(skl, "1") ? " skl" : "", sk && !strcmp(sk, "1") ? " sk" : "");
 }

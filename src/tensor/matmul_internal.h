@@ -38,6 +38,9 @@ typedef struct mm_config {
                    lines of 2 from the registers (no staging), else 0; 0 for the other kinds.
                    WGMMA bm is 64 x tm, except for lanes 6 and lanes 5 with tm 2 and bm 256
                    (two consumers of 128 x bn on one tile) */
+    int sk;     /* WGMMA lanes 7 and 8 (split 1): stream-K, every compute unit's cube taking an
+                   even share of all tiles' k steps, the pieces summed in the kernel (its SK;
+                   written " sk" after the split) */
 } mm_config;
 
 /* How the mma kernel runs one configuration on one problem (matmul_mma.ek's comptime values
@@ -187,6 +190,9 @@ bool mm_wgmma_native(const em_caps *caps);
  * also needs each operand's batch dims flattenable to one stride or broadcast, and rows that do
  * not overlap). */
 bool mm_wgmma_plan_of(const mm_problem *p, const mm_config *c, mm_wgmma_plan *out);
+/* Whether stream-K (c->sk) takes p under plan q, and its workers (clusters of cubes). */
+bool mm_sk_fits(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q);
+int64_t mm_sk_workers(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q);
 /* The skinny plan of c on p (false when c does not fit p's device: units, planes, shared
  * memory). */
 bool mm_skinny_plan_of(const mm_problem *p, const mm_config *c, mm_skinny_plan *out);

@@ -156,9 +156,10 @@ static bool skl_on(const mm_problem *p, const mm_config *c, const mm_wgmma_plan 
 {
     const char *env = getenv("EMBER_MATMUL_SKL");
     /* (a split's plan has no CS or PRE, its pairs N even, and a kept input never reaches a split
-     * launch: launch_with_extras runs the product alone then) */
-    if (!env || strcmp(env, "1") != 0 || c->split < 2 || !q->tma || !q->persist || !q->pairs ||
-        p->batch != 1 || p->bias || p->res || p->act || p->colsum)
+     * launch: launch_with_extras runs the product alone then); stream-K always sums so */
+    if (!c->sk && (!env || strcmp(env, "1") != 0 || c->split < 2)) return false;
+    if (!q->tma || !q->persist || !q->pairs || p->batch != 1 || p->bias || p->res || p->act ||
+        p->colsum)
         return false;
     int R = p->R, w = q->quads ? 4 : 2;
     if (p->ost[R - 1] != 1 || p->ost[R - 2] % w || p->out->offset % w) return false;
@@ -168,6 +169,27 @@ static bool skl_on(const mm_problem *p, const mm_config *c, const mm_wgmma_plan 
     if (em_device_counters(p->dev, cnt) == EM_OK) return true;
     em_clear_error(); /* recording a graph before the counters were made: the reduction after */
     return false;
+}
+
+/* Stream-K's shares (matmul_wgmma_tma.ek's sk_lo): W workers on T k steps, the first T % W
+ * taking one more; the worker whose share holds step i. */
+static int64_t sk_worker(int64_t i, int64_t T, int64_t W)
+{
+    int64_t q = T / W, r = T % W, big = r * (q + 1);
+    return i < big ? i / (q + 1) : r + (i - big) / q;
+}
+
+/* Stream-K's P: the most pieces (workers) any of the tiles' k steps are shared among. */
+static int sk_pieces(const mm_problem *p, const mm_config *c, const mm_wgmma_plan *q)
+{
+    int64_t cl = q->cluster > 1 ? q->cluster : 1, ty = (p->M + c->bm - 1) / c->bm;
+    int64_t tiles = (p->N + c->bn - 1) / c->bn * ((ty + cl - 1) / cl);
+    int64_t kt = (p->K + c->bk - 1) / c->bk, T = tiles * kt, W = mm_sk_workers(p, c, q), most = 1;
+    for (int64_t t = 0; t < tiles; t++) {
+        int64_t n = sk_worker(t * kt + kt - 1, T, W) - sk_worker(t * kt, T, W) + 1;
+        if (n > most) most = n;
+    }
+    return (int)most;
 }
 
 /* Whether c's kernel writes p->pre itself (the TMA kernel's PRE). */
@@ -226,6 +248,11 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
     if (c->kind == MM_SIMPLE && !p->bias && !p->res && !p->act) return launch_simple(p);
     bool mma = c->kind == MM_MMA, wg = c->kind == MM_WGMMA;
     int split = c->split > 1 ? c->split : 1;
+    mm_wgmma_plan wgq = {0};
+    if (wg && !mm_wgmma_plan_of(p, c, &wgq))
+        return em_set_error(EM_ERR_INVALID, "matmul: no wgmma plan for this configuration");
+    bool sk = wg && c->sk;
+    if (sk) split = sk_pieces(p, c, &wgq); /* the partials' planes: a tile's pieces at most */
     int64_t kchunk = (p->K + split - 1) / split;
     kchunk = (kchunk + c->bk - 1) / c->bk * c->bk; /* chunks start on a BK boundary */
     if (kchunk == 0) kchunk = 1;
@@ -233,14 +260,17 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
     tn_arg outa = tn_arg_geom(p->out, p->R, p->osh, p->ost, p->out->offset);
     uint32_t plane = p->caps && p->caps->plane_dim ? p->caps->plane_dim : 1;
     /* the TMA kernel's BS with LAST, and SKL: both count in the device's counters (cnt) */
-    mm_wgmma_plan wgq = {0};
     em_buffer *cnt = NULL;
     bool last = false, skl = false;
     if (wg) {
-        if (!mm_wgmma_plan_of(p, c, &wgq))
-            return em_set_error(EM_ERR_INVALID, "matmul: no wgmma plan for this configuration");
         last = wgq.bs && wgq.tma && bs_last(p, c, plane, &cnt);
-        skl = split > 1 && skl_on(p, c, &wgq, last, plane, &cnt);
+        skl = (split > 1 || sk) && skl_on(p, c, &wgq, last, plane, &cnt);
+    }
+    if (sk && !skl) {
+        /* no counters (a graph recorded before they were made): the same tiles unshared */
+        mm_config whole = *c;
+        whole.sk = 0;
+        return launch_labeled(p, &whole, cs, bs);
     }
     em_scalar ot = split > 1 && !skl ? p->ct : p->dt; /* the kernel's O: partials or results */
     if (split > 1) {
@@ -321,6 +351,7 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
         if (q.bs) bd[nb++] = em_lang_bind_bool("BS", true);
         if (last) bd[nb++] = em_lang_bind_bool("LAST", true);
         if (skl) bd[nb++] = em_lang_bind_bool("SKL", true);
+        if (sk) bd[nb++] = em_lang_bind_bool("SK", true);
         units[0] = (uint32_t)q.units;
     } else if (c->kind == MM_CPU) {
         bd[nb++] = em_lang_bind_int("BM", c->bm);
@@ -389,6 +420,8 @@ static em_status launch_labeled(const mm_problem *p, const mm_config *c, bool *c
         uint64_t cus = p->caps && p->caps->compute_units ? p->caps->compute_units : 1;
         uint64_t most = cus / cl ? cus / cl : 1;
         cubes[0] = (uint32_t)((tiles < most ? tiles : most) * cl);
+        /* stream-K: every worker, each with its share of all tiles' k steps */
+        if (sk) cubes[0] = (uint32_t)(mm_sk_workers(p, c, &wgq) * (int64_t)cl);
         cubes[1] = cubes[2] = 1;
     }
     const char *kname = mma                 ? "matmul_mma"

@@ -569,19 +569,19 @@ static void test_matmul_tma_compiles(void **state)
  * summers release every cube's stage), the 16-byte epilogue's persistent 128 x 256: the 4-byte
  * shared loads (shared_load_u32), the producer at 56 registers, the partial rows added up by the
  * last plane of each column tile (LAST) in two of them, split-K's partials summed by each tile's
- * last split (SKL) in the two ping-pong ones, and through NVRTC without a spill where the toolkit
- * is installed. */
+ * last split (SKL) in the two ping-pong ones, stream-K (SK, with SKL and LAST) in ping-pong 128 x
+ * 192 alone and in clusters of two (fc's and fc2's weight gradients), and through NVRTC without a
+ * spill where the toolkit is installed. */
 static void test_matmul_tma_bsum_compiles(void **state)
 {
     (void)state;
     em_caps caps = cuda_caps("sm_90a");
     static const struct {
         int bn, stages, mw, cl;
-        bool ping, sepi;
-    } cfg[] = {{192, 5, 2, 1, true, false},
-               {256, 4, 1, 1, true, false},
-               {128, 4, 2, 2, false, false},
-               {256, 4, 1, 1, false, true}};
+        bool ping, sepi, sk;
+    } cfg[] = {{192, 5, 2, 1, true, false, false},  {256, 4, 1, 1, true, false, false},
+               {128, 4, 2, 2, false, false, false}, {256, 4, 1, 1, false, true, false},
+               {192, 5, 2, 1, true, false, true},   {192, 5, 2, 2, true, false, true}};
     for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++) {
         em_lang_bind b[] = {em_lang_bind_type("T", EM_BF16),
                             em_lang_bind_type("O", EM_BF16),
@@ -599,13 +599,14 @@ static void test_matmul_tma_bsum_compiles(void **state)
                             em_lang_bind_bool("PAIRS", !cfg[i].sepi),
                             em_lang_bind_int("OW", cfg[i].sepi ? 8 : 4),
                             em_lang_bind_bool("BS", true),
-                            em_lang_bind_bool("LAST", i % 2 == 0),
-                            em_lang_bind_bool("SKL", i < 2)};
+                            em_lang_bind_bool("LAST", i % 2 == 0 || cfg[i].sk),
+                            em_lang_bind_bool("SKL", i < 2 || cfg[i].sk),
+                            em_lang_bind_bool("SK", cfg[i].sk)};
         char *src = builtin_cuda_source("matmul_wgmma_tma", b, sizeof b / sizeof b[0], 1, &caps);
         assert_non_null(strstr(src, "(*(const unsigned *)(sb_m"));
         /* LAST: the planes count themselves, the last adds the partial rows up; SKL: the
          * consumers count themselves, the tile's last split sums the partials */
-        bool counts = i % 2 == 0 || i < 2;
+        bool counts = i % 2 == 0 || i < 2 || cfg[i].sk;
         assert_true((strstr(src, "atomicAdd(") != NULL) == counts);
         assert_true((strstr(src, "__threadfence();") != NULL) == counts);
         assert_non_null(strstr(src, "setmaxnreg.dec.sync.aligned.u32 56;"));

@@ -951,6 +951,110 @@ static void test_tma_skl(void **state)
     on_tma_devices(tma_skl_cases);
 }
 
+/* a x b under the stream-K configuration cfg (" sk") on `workers` cubes (EMBER_MATMUL_SK_CUBES):
+ * against float64; one launch and no reduction; twice with the same bits; the device's counters
+ * zero afterwards; and not the bits of the same tiles unshared (cfg without " sk"), which add
+ * every k step in one chain where stream-K adds its pieces' partials: the same bits would mean
+ * the launch fell back to whole tiles. */
+static void check_sk(const char *what, const char *cfg, int workers, em_tensor *a, em_tensor *b)
+{
+    int64_t nb = 0;
+    double *ref = ref_mm(a, b, NULL, &nb), *first = NULL;
+    em_device *dev = em_tensor_device(a);
+    char label[256], cubes[16], whole[96];
+    snprintf(label, sizeof label, "%s (%s on %d cubes)", what, cfg, workers);
+    snprintf(cubes, sizeof cubes, "%d", workers);
+    snprintf(whole, sizeof whole, "%.*s", (int)(strstr(cfg, " sk") - cfg), cfg);
+    setenv("EMBER_MATMUL_SK_CUBES", cubes, 1);
+    for (int run = 0; run < 3; run++) {
+        /* runs 0 and 1 stream-K, run 2 the same tiles unshared */
+        setenv("EMBER_MATMUL_CONFIG", run < 2 ? cfg : whole, 1);
+        assert_int_equal(em_flush(), EM_OK);
+        em_profile_reset();
+        em_tensor *y = em_matmul(a, b);
+        if (!y) fprintf(stderr, "%s: %s\n", what, em_last_error());
+        assert_non_null(y);
+        tu_check(label, y, em_shape_of(y), ref, tu_tol(em_dtype(a))); /* runs it (fusion) */
+        if (strcmp(mm_last_config(), run < 2 ? cfg : whole) != 0)
+            fail_msg("%s, run %d: ran %s", label, run, mm_last_config());
+        em_profile_kernel pk;
+        if (!em_profile_kernel_get("matmul_wgmma_tma", &pk) || pk.launches != 1)
+            fail_msg("%s: the TMA kernel did not run once", label);
+        if (em_profile_kernel_get("matmul_splitk_reduce", &pk) && pk.launches > 0)
+            fail_msg("%s: matmul_splitk_reduce ran", label);
+        if (run < 2 && !counters_zero(dev))
+            fail_msg("%s: the device's counters were left nonzero", label);
+        double *got = tu_read(y);
+        if (!first) {
+            first = got;
+        } else {
+            int64_t differ = 0;
+            for (int64_t i = 0; i < em_numel(y); i++) differ += got[i] != first[i];
+            if (run == 1 && differ)
+                fail_msg("%s: %lld elements differ between two runs", label, (long long)differ);
+            if (run == 2 && !differ)
+                fail_msg("%s: the same bits as whole tiles (%s): stream-K did not run", label,
+                         whole);
+            free(got);
+        }
+        em_release(y);
+    }
+    unsetenv("EMBER_MATMUL_SK_CUBES");
+    unsetenv("EMBER_MATMUL_CONFIG");
+    free(ref);
+    free(first);
+}
+
+/* Stream-K (" sk"): tiles' k steps shared evenly among the cubes, a tile in 1 to 4 pieces, the
+ * pieces summed in the kernel in k order. The weight gradients' ping-pong 128 x 192 with an
+ * MN-major a (lines of 4) on 7 and 3 cubes, N = 202 with a K-major b (lines of 2), 64 x 256 with
+ * edges along M, N and K on 11 cubes (3 pieces of some tiles), and the cooperative 256 x 128 in
+ * clusters of two (4 workers); b's column sums beside it, through the kernel's last planes
+ * (LAST) and a second launch. */
+static void tma_sk_cases(em_device *dev)
+{
+    if (!counters_zero(dev)) fail_msg("the device's counters were nonzero before stream-K ran");
+    check_sk("pp 128x192, MN-major a", "wgmma-tma-ppr 128x192x64 2x1 s1 sk", 7,
+             em_transpose(rnd(dev, EM_BF16, EM_SHAPE(600, 136), 311), 0, 1),
+             rnd(dev, EM_BF16, EM_SHAPE(600, 200), 312));
+    check_sk("pp 128x192, MN-major a, 3 cubes", "wgmma-tma-ppr 128x192x64 2x1 s1 sk", 3,
+             em_transpose(rnd(dev, EM_BF16, EM_SHAPE(600, 136), 313), 0, 1),
+             rnd(dev, EM_BF16, EM_SHAPE(600, 200), 314));
+    check_sk("pp 128x192, N = 202, K-major b", "wgmma-tma-ppr 128x192x64 2x1 s1 sk", 5,
+             rnd(dev, EM_BF16, EM_SHAPE(136, 600), 315),
+             em_transpose(rnd(dev, EM_BF16, EM_SHAPE(202, 600), 316), 0, 1));
+    check_sk("pp 64x256, edges", "wgmma-tma-ppr 64x256x64 2x1 s1 sk", 11,
+             rnd(dev, EM_BF16, EM_SHAPE(131, 520), 317),
+             rnd(dev, EM_BF16, EM_SHAPE(520, 264), 318));
+    check_sk("coop 256x128 clusters", "wgmma-tma-pr 256x128x64 2x2 s1 sk", 8,
+             rnd(dev, EM_F16, EM_SHAPE(300, 456), 319), rnd(dev, EM_F16, EM_SHAPE(456, 136), 320));
+    setenv("EMBER_MATMUL_SK_CUBES", "7", 1);
+    check_bsum("pp 128x192 stream-K, 7 cubes, into slots", "wgmma-tma-ppr 128x192x64 2x1 s1 sk",
+               em_transpose(rnd(dev, EM_BF16, EM_SHAPE(600, 136), 321), 0, 1),
+               rnd(dev, EM_BF16, EM_SHAPE(600, 200), 322), true, IN_KERNEL);
+    setenv("EMBER_MATMUL_SK_CUBES", "11", 1);
+    check_bsum("pp 64x256 stream-K, 11 cubes, edges", "wgmma-tma-ppr 64x256x64 2x1 s1 sk",
+               rnd(dev, EM_BF16, EM_SHAPE(131, 520), 323),
+               rnd(dev, EM_BF16, EM_SHAPE(520, 264), 324), false, IN_KERNEL);
+    setenv("EMBER_MATMUL_SK_CUBES", "6", 1);
+    check_bsum("coop 256x128 clusters stream-K, 6 cubes", "wgmma-tma-pr 256x128x64 2x2 s1 sk",
+               em_transpose(rnd(dev, EM_BF16, EM_SHAPE(456, 296), 325), 0, 1),
+               rnd(dev, EM_BF16, EM_SHAPE(456, 136), 326), false, IN_KERNEL);
+    setenv("EMBER_MATMUL_BS_LAST", "0", 1);
+    check_bsum("pp 128x192 stream-K, 7 cubes, a second launch",
+               "wgmma-tma-ppr 128x192x64 2x1 s1 sk",
+               em_transpose(rnd(dev, EM_BF16, EM_SHAPE(600, 136), 327), 0, 1),
+               rnd(dev, EM_BF16, EM_SHAPE(600, 200), 328), false, IN_EPILOGUE);
+    unsetenv("EMBER_MATMUL_BS_LAST");
+    unsetenv("EMBER_MATMUL_SK_CUBES");
+}
+
+static void test_tma_sk(void **state)
+{
+    (void)state;
+    on_tma_devices(tma_sk_cases);
+}
+
 static mm_problem h200_problem(em_caps *caps, int64_t M, int64_t N, int64_t K, em_tensor *t)
 {
     memset(caps, 0, sizeof *caps);
@@ -1209,6 +1313,33 @@ static void test_tma_config(void **state)
         unsetenv("EMBER_MATMUL_SKL");
         assert_non_null(strstr(k2, " m40 n57344 k768 "));
         assert_non_null(strstr(k2, " skl"));
+        /* stream-K: " sk" both ways; on the weight gradient (96 tiles of 128 x 192 on 132
+         * compute units), not with a bias or a split; a candidate only with EMBER_MATMUL_SK=1
+         * (opt-in), which tunes apart */
+        g = h200_problem(&caps, 768, 3072, 16384, t);
+        assert_true(mm_config_parse("wgmma-tma-ppr 128x192x64 2x2 s1 sk", &f));
+        assert_true(f.sk == 1 && f.split == 1 && f.tn == 2);
+        mm_config_format(&f, text, sizeof text);
+        assert_string_equal(text, "wgmma-tma-ppr 128x192x64 2x2 s1 sk");
+        assert_true(mm_config_valid(&g, &f));
+        assert_true(mm_wgmma_plan_of(&g, &f, &wq) && wq.pairs && wq.quads && !wq.sepi);
+        g.bias = t;
+        assert_false(mm_config_valid(&g, &f));
+        g.bias = NULL;
+        f.split = 4;
+        assert_false(mm_config_valid(&g, &f));
+        int nsk = 0;
+        ng = mm_candidates(&g, false, gc, 64);
+        for (int j = 0; j < ng; j++) nsk += gc[j].sk;
+        assert_int_equal(nsk, 0);
+        setenv("EMBER_MATMUL_SK", "1", 1);
+        ng = mm_candidates(&g, false, gc, 64);
+        for (int j = 0; j < ng; j++) nsk += gc[j].sk && gc[j].lanes == 7 && gc[j].bn == 192;
+        mm_tune_key(&g, k2, sizeof k2);
+        unsetenv("EMBER_MATMUL_SK");
+        assert_true(nsk >= 1);
+        assert_non_null(strstr(k2, " sk"));
+        assert_null(strstr(k1, " sk"));
         /* 4096^3 fills the device: no split of any form */
         g = h200_problem(&caps, 4096, 4096, 4096, t);
         ng = mm_candidates(&g, false, gc, 64);
@@ -1233,6 +1364,7 @@ int main(void)
         cmocka_unit_test(test_tma_pairs),    cmocka_unit_test(test_tma_colsum),
         cmocka_unit_test(test_tma_pre),      cmocka_unit_test(test_tma_config),
         cmocka_unit_test(test_tma_bsum),     cmocka_unit_test(test_tma_skl),
+        cmocka_unit_test(test_tma_sk),
     };
     if (getenv("TU_ONLY")) cmocka_set_test_filter(getenv("TU_ONLY"));
     return cmocka_run_group_tests(tests, setup, tu_teardown);
