@@ -681,7 +681,7 @@ mm_config mm_heuristic(const mm_problem *p)
 
 int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
 {
-    mm_config all[64];
+    mm_config all[96];
     int n = 0;
     all[n++] = mm_heuristic(p);
     if (p->K > 0 && skinny_rows(p) <= 16) {
@@ -811,8 +811,12 @@ int mm_candidates(const mm_problem *p, bool full, mm_config *out, int max)
                     ? pick_split_rounds(p, tiles, all[i].bk)
                     : 1;
         if (r > 1 && r != s) all[n] = all[i], all[n++].split = r;
-        /* and stream-K where whole tiles leave a tenth or more of the last round idle */
-        if (all[i].kind == MM_WGMMA && (all[i].lanes == 7 || all[i].lanes == 8) && n < 64 &&
+    }
+    /* and stream-K where whole tiles leave a tenth or more of the last round idle (opt-in: in
+     * places of their own past the 64 the others may fill, so they crowd none out) */
+    for (int i = 0; i < base && n < 96; i++) {
+        int64_t tiles = ((p->M + all[i].bm - 1) / all[i].bm) * ((p->N + all[i].bn - 1) / all[i].bn);
+        if (all[i].kind == MM_WGMMA && (all[i].lanes == 7 || all[i].lanes == 8) &&
             sk_wanted(p, &all[i], tiles))
             all[n] = all[i], all[n++].sk = 1;
     }

@@ -260,8 +260,8 @@ static mm_config choose(const mm_problem *p, const char **how)
     *how = "heuristic (recording a graph)";
     if (em_device_recording(p->dev)) return mm_heuristic(p);
     *how = "autotuned now";
-    mm_config cand[64];
-    int n = mm_candidates(p, mode == EM_AUTOTUNE_FULL, cand, 64);
+    mm_config cand[96]; /* mm_candidates' most: 64, and stream-K's (opt-in) past them */
+    int n = mm_candidates(p, mode == EM_AUTOTUNE_FULL, cand, 96);
     mm_config best = mm_heuristic(p);
     if (!cpu) warm_up(p, &best);
     /* the heuristic's result, the reference each candidate's is checked against */

@@ -1332,9 +1332,14 @@ static void test_tma_config(void **state)
         ng = mm_candidates(&g, false, gc, 64);
         for (int j = 0; j < ng; j++) nsk += gc[j].sk;
         assert_int_equal(nsk, 0);
+        int ng0 = ng;
+        mm_config gk[96];
         setenv("EMBER_MATMUL_SK", "1", 1);
-        ng = mm_candidates(&g, false, gc, 64);
-        for (int j = 0; j < ng; j++) nsk += gc[j].sk && gc[j].lanes == 7 && gc[j].bn == 192;
+        int ngk = mm_candidates(&g, false, gk, 96);
+        for (int j = 0; j < ngk; j++) nsk += gk[j].sk && gk[j].lanes == 7 && gk[j].bn == 192;
+        /* ... in places of their own: the others are the same list, in the same order */
+        assert_true(ngk > ng0);
+        for (int j = 0; j < ng0; j++) assert_memory_equal(&gk[j], &gc[j], sizeof gc[j]);
         mm_tune_key(&g, k2, sizeof k2);
         unsetenv("EMBER_MATMUL_SK");
         assert_true(nsk >= 1);
